@@ -1,0 +1,3 @@
+"""subagents.actors (being built)."""
+
+__all__: list[str] = []

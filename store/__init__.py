@@ -1,0 +1,3 @@
+"""subagents.store (being built)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""subagents.supervision (being built)."""
+
+__all__: list[str] = []
