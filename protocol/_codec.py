@@ -81,7 +81,10 @@ def _default(obj: Any) -> Any:
 def packb(obj: Any) -> bytes:
     """Pack ``obj`` to bytes, or raise :class:`EncodeError`."""
     try:
-        return msgpack.packb(obj, default=_default, use_bin_type=True, datetime=True, strict_types=True)  # type: ignore[no-any-return]
+        data: bytes = msgpack.packb(
+            obj, default=_default, use_bin_type=True, datetime=True, strict_types=True
+        )
+        return data
     except EncodeError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
@@ -172,7 +175,9 @@ class FrameDecoder:
         self._error: DecodeError | None = None
 
     def _fail(self, exc: BaseException) -> DecodeError:
-        err = exc if isinstance(exc, DecodeError) else DecodeError(f"malformed frame: {exc!r}"[:300])
+        err = (
+            exc if isinstance(exc, DecodeError) else DecodeError(f"malformed frame: {exc!r}"[:300])
+        )
         self._error = err
         return err
 
@@ -209,7 +214,8 @@ class FrameDecoder:
     def pending_bytes(self) -> int:
         """Bytes buffered that do not yet form a complete frame."""
         # Unpacker.tell() is the absolute offset of the bytes consumed so far.
-        return self._fed - self._unpacker.tell()
+        consumed: int = self._unpacker.tell()
+        return self._fed - consumed
 
     def end_of_stream(self) -> None:
         """Declare the stream over; raises if a partial frame is left."""

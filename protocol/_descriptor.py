@@ -117,14 +117,26 @@ def _from_fields(record: Mapping[str, Any], err: type[Exception]) -> SubagentDes
         extra = set(record) - {"mode", "provider", "label", "v"}
         if extra:
             raise err(f"a one-shot descriptor has no field(s) {sorted(extra)}")
-        return OneShotDescriptor(provider=provider, label=_label(record.get("label"), required=False, err=err))
+        return OneShotDescriptor(
+            provider=provider, label=_label(record.get("label"), required=False, err=err)
+        )
     if mode == "continuable":
         options = record.get("agent_options")
         if isinstance(options, Mapping):
             agent_provider, model = options.get("provider"), options.get("model")
         else:
             agent_provider, model = record.get("agent_provider"), record.get("model")
-        allowed = {"mode", "provider", "label", "v", "agent_options", "agent_provider", "model", "persona", "tool_filter"}
+        allowed = {
+            "mode",
+            "provider",
+            "label",
+            "v",
+            "agent_options",
+            "agent_provider",
+            "model",
+            "persona",
+            "tool_filter",
+        }
         extra = set(record) - allowed
         if extra:
             raise err(f"a continuable descriptor has no field(s) {sorted(extra)}")
@@ -143,7 +155,9 @@ def _from_fields(record: Mapping[str, Any], err: type[Exception]) -> SubagentDes
     raise err(f"mode must be 'one-shot' or 'continuable', got {mode!r}"[:200])
 
 
-def snapshot_subagent_descriptor(record: SubagentDescriptor | Mapping[str, Any]) -> SubagentDescriptor:
+def snapshot_subagent_descriptor(
+    record: SubagentDescriptor | Mapping[str, Any],
+) -> SubagentDescriptor:
     """Validate descriptor input and return a detached, immutable copy.
 
     Called before any provider work: whatever the caller does with ``record``
@@ -161,14 +175,21 @@ def snapshot_subagent_descriptor(record: SubagentDescriptor | Mapping[str, Any])
     if not isinstance(record, Mapping):
         raise DescriptorInvalidError(f"a descriptor is a mapping, got {type(record).__name__}")
     if "v" in record and record["v"] != DESCRIPTOR_VERSION:
-        raise DescriptorInvalidError(f"descriptor version {record['v']!r} is not {DESCRIPTOR_VERSION}")
+        raise DescriptorInvalidError(
+            f"descriptor version {record['v']!r} is not {DESCRIPTOR_VERSION}"
+        )
     return _from_fields(record, DescriptorInvalidError)
 
 
 def descriptor_payload(descriptor: SubagentDescriptor) -> dict[str, Any]:
     """The version-stamped wire payload of a (snapshotted) descriptor."""
     if isinstance(descriptor, OneShotDescriptor):
-        return {"v": DESCRIPTOR_VERSION, "mode": "one-shot", "provider": descriptor.provider, "label": descriptor.label}
+        return {
+            "v": DESCRIPTOR_VERSION,
+            "mode": "one-shot",
+            "provider": descriptor.provider,
+            "label": descriptor.label,
+        }
     return {
         "v": DESCRIPTOR_VERSION,
         "mode": "continuable",
@@ -197,16 +218,28 @@ def parse_descriptor_payload(payload: Any) -> SubagentDescriptor:
     version = payload.get("v")
     if version != DESCRIPTOR_VERSION or type(version) is not int:
         if type(version) is int:
-            raise DescriptorUnsupportedError(f"descriptor version {version} is not supported by this runtime")
+            raise DescriptorUnsupportedError(
+                f"descriptor version {version} is not supported by this runtime"
+            )
         raise DescriptorCorruptError(f"descriptor version must be an int, got {version!r}"[:200])
     if payload.get("mode") == "one-shot" and payload.keys() - {"v", "mode", "provider", "label"}:
         raise DescriptorCorruptError("one-shot descriptor carries unknown fields")
     if payload.get("mode") == "continuable":
-        if payload.keys() - {"v", "mode", "provider", "label", "agent_options", "persona", "tool_filter"}:
+        if payload.keys() - {
+            "v",
+            "mode",
+            "provider",
+            "label",
+            "agent_options",
+            "persona",
+            "tool_filter",
+        }:
             raise DescriptorCorruptError("continuable descriptor carries unknown fields")
         if not isinstance(payload.get("agent_options"), Mapping):
             raise DescriptorCorruptError("continuable descriptor needs agent_options")
-        if payload.get("tool_filter") is not None and not isinstance(payload.get("tool_filter"), list):
+        if payload.get("tool_filter") is not None and not isinstance(
+            payload.get("tool_filter"), list
+        ):
             raise DescriptorCorruptError("tool_filter must be an array")
     return _from_fields(payload, DescriptorCorruptError)
 
@@ -236,7 +269,9 @@ def try_fold_subagent_descriptor(events: Iterable[Event]) -> DescriptorFold:
                 last, last_index = event, index
         if last is None:
             return DescriptorFold(verdict="absent")
-        return DescriptorFold(verdict="ok", descriptor=parse_descriptor_payload(last.payload), index=last_index)
+        return DescriptorFold(
+            verdict="ok", descriptor=parse_descriptor_payload(last.payload), index=last_index
+        )
     except DescriptorUnsupportedError as exc:
         return DescriptorFold(verdict="unsupported", index=last_index, reason=str(exc))
     except Exception as exc:  # the projection fold must never raise

@@ -85,7 +85,10 @@ class SubagentError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Errors cross process boundaries (pickle); keep code and hint.
-        return (_rebuild_error, (type(self), self.args[0] if self.args else "", self.code, self.hint))
+        return (
+            _rebuild_error,
+            (type(self), self.args[0] if self.args else "", self.code, self.hint),
+        )
 
 
 def _rebuild_error(cls: type[SubagentError], message: str, code: str, hint: Any) -> SubagentError:

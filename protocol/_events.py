@@ -261,14 +261,22 @@ class UnknownEvent(Event):
 
 
 _CHECKERS: Final[dict[type[Event], tuple[tuple[str, Checker, bool], ...]]] = {
-    MessageEvent: (("message_id", _message_id, True), ("content", _any, True), ("source", _source, False)),
+    MessageEvent: (
+        ("message_id", _message_id, True),
+        ("content", _any, True),
+        ("source", _source, False),
+    ),
     ReportEvent: (
         ("message_id", _message_id, True),
         ("content", _any, True),
         ("source", _source, False),
         ("delivery", _one_of(frozenset({"quiet", "waking"})), False),
     ),
-    TurnStart: (("turn", _nonneg_int, True), ("at", _dt_utc, True), ("message_ids", _message_ids, False)),
+    TurnStart: (
+        ("turn", _nonneg_int, True),
+        ("at", _dt_utc, True),
+        ("message_ids", _message_ids, False),
+    ),
     TurnEnd: (
         ("turn", _nonneg_int, True),
         ("at", _dt_utc, True),
@@ -315,7 +323,9 @@ def event_to_wire(event: Event) -> dict[str, Any]:
     return wire
 
 
-def _build(cls: type[Any], checkers: tuple[tuple[str, Checker, bool], ...], wire: dict[str, Any]) -> Any:
+def _build(
+    cls: type[Any], checkers: tuple[tuple[str, Checker, bool], ...], wire: dict[str, Any]
+) -> Any:
     kwargs: dict[str, Any] = {}
     for name, check, required in checkers:
         if name in wire:
@@ -334,7 +344,9 @@ def event_from_wire(wire: Any) -> Event:
         raise DecodeError("an event needs a str 'type'")
     cls = EVENT_TYPES.get(type_name)
     if cls is None:
-        return UnknownEvent(type_name=type_name, data={k: v for k, v in wire.items() if k != "type"})
+        return UnknownEvent(
+            type_name=type_name, data={k: v for k, v in wire.items() if k != "type"}
+        )
     result: Event = _build(cls, _CHECKERS[cls], wire)
     return result
 
