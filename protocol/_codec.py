@@ -143,8 +143,6 @@ def unpackb(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> Any:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
-    if len(data) > limits.max_buffer_size:
-        raise DecodeError(f"frame of {len(data)} bytes exceeds max_buffer_size")
     decoder = FrameDecoder(limits)
     decoder.feed(data)
     frames = decoder.frames()
@@ -166,12 +164,17 @@ class FrameDecoder:
     Any error is sticky -- the decoder refuses further use, as h11's error state.
     """
 
-    __slots__ = ("_error", "_fed", "_limits", "_unpacker")
+    __slots__ = ("_consumed", "_error", "_fed", "_limits", "_unpacker")
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self._limits = limits
         self._unpacker = _new_unpacker(limits)
         self._fed = 0
+        # Stream offset of the end of the last frame handed out. Unpacker.tell() is
+        # not enough: the C unpacker consumes the header and finished items of an
+        # incomplete frame into its own stack, so tell() runs ahead of the frame
+        # boundary and its own buffer never sees the whole frame.
+        self._consumed = 0
         self._error: DecodeError | None = None
 
     def _fail(self, exc: BaseException) -> DecodeError:
@@ -182,14 +185,26 @@ class FrameDecoder:
         return err
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Buffer more bytes; raises :class:`DecodeError` past ``max_buffer_size``."""
+        """Buffer more bytes.
+
+        Raises:
+            DecodeError: the bytes not yet returned as frames would exceed
+                ``max_buffer_size`` (an incomplete frame is never allowed to grow
+                past it, however slowly it arrives).
+        """
         if self._error is not None:
             raise DecodeError("decoder already failed") from self._error
         try:
+            size = memoryview(data).nbytes
+            if self._fed + size - self._consumed > self._limits.max_buffer_size:
+                raise DecodeError(
+                    f"more than max_buffer_size ({self._limits.max_buffer_size}) bytes "
+                    "buffered without a complete frame"
+                )
             self._unpacker.feed(data)
         except Exception as exc:
             raise self._fail(exc) from exc
-        self._fed += len(data)
+        self._fed += size
 
     def frames(self) -> Iterator[Any]:
         """Yield every complete frame buffered so far."""
@@ -204,6 +219,8 @@ class FrameDecoder:
                 return
             except Exception as exc:
                 raise self._fail(exc) from exc
+            # After a complete object, tell() is exactly the frame boundary.
+            self._consumed = unpacker.tell()
             if isinstance(obj, (dict, list)):
                 try:
                     check_depth(obj, max_depth)
@@ -212,10 +229,8 @@ class FrameDecoder:
             yield obj
 
     def pending_bytes(self) -> int:
-        """Bytes buffered that do not yet form a complete frame."""
-        # Unpacker.tell() is the absolute offset of the bytes consumed so far.
-        consumed: int = self._unpacker.tell()
-        return self._fed - consumed
+        """Bytes fed that :meth:`frames` has not yet returned as complete frames."""
+        return self._fed - self._consumed
 
     def end_of_stream(self) -> None:
         """Declare the stream over; raises if a partial frame is left."""
