@@ -1,3 +1,48 @@
-"""subagents.store (being built)."""
+"""``subagents.store``: durable and live session storage.
 
-__all__: list[str] = []
+Theory of operation. A *session* is a header (its durable identity: id, parent,
+origin, delegation-depth floor, creation time, label), an append-only log of
+protocol events numbered ``seq = 0, 1, 2, ...`` without gaps, and at most one
+checkpoint (an opaque folded-state blob valid through some seq, so a cold resume
+need not replay the whole log). :class:`SessionStore` is the contract; two
+implementations ship:
+
+* :class:`MemoryStore`: live only, keeps event objects as given (no encoding),
+  one lock, a few microseconds per append. Used for ``Runtime(store=None)`` and as
+  the live store beside a durable one.
+* :class:`SqliteStore`: one SQLite file in WAL mode, msgpack rows encoded by
+  :mod:`subagents.protocol`, concurrent appends group-committed into one
+  transaction, every append durable (``synchronous=FULL``) when it returns. Many
+  threads and several processes may write to one file.
+
+What the store owns: the bytes on disk, seq assignment, atomicity of a batch,
+schema identification and migration (:data:`SCHEMA_VERSION`). What it never
+does: interpret events (folding, projections, residency and the tree belong to
+the layers above), start threads, or write to a file it has not identified as
+its own: a foreign file, or one from a newer version, is refused untouched.
+
+Every failure is a :class:`~subagents.protocol.SubagentError` with a code:
+``SESSION_NOT_FOUND``, ``SESSION_EXISTS``, ``CORRUPT_RECORD``
+(:class:`~subagents.protocol.CorruptRecordError`, naming session and seq; seq
+``-1`` is the header), ``NOT_A_DATABASE``, ``SCHEMA_TOO_NEW``,
+``PERSISTENCE_UNAVAILABLE``, ``STORE_CLOSED``, ``INVALID_ARGUMENT`` and, for
+event content the codec cannot pack, ``ENCODE_ERROR``.
+"""
+
+from ._base import LogRecord, SessionStore
+from ._memory import MemoryStore
+from ._open import open_store
+from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from ._sqlite import SqliteStore, StoreStatistics
+
+__all__ = [
+    "APPLICATION_ID",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "LogRecord",
+    "MemoryStore",
+    "SessionStore",
+    "SqliteStore",
+    "StoreStatistics",
+    "open_store",
+]

@@ -1,0 +1,182 @@
+"""The store contract: :class:`SessionStore` and :class:`LogRecord`.
+
+A session is a header (its durable identity) plus an append-only log of events
+numbered by ``seq`` from 0, gapless and monotone, plus at most one checkpoint (an
+opaque folded-state blob valid through some ``seq``). Stores know nothing about
+what events mean: folding, projections and residency belong to the layers above.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import ClassVar, Self
+
+from subagents.protocol import (
+    CorruptRecordError,
+    ErrorCode,
+    Event,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+)
+
+__all__ = ["LogRecord", "SessionStore", "store_closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One event of a session's log and its position ``seq`` (0-based)."""
+
+    seq: int
+    event: Event
+
+
+def store_closed(store: object) -> SubagentError:
+    """The error every call on a closed store raises."""
+    return SubagentError(f"{type(store).__name__} is closed", code=ErrorCode.STORE_CLOSED)
+
+
+class SessionStore(abc.ABC):
+    """Headers, append-only event logs and checkpoints of sessions.
+
+    Every method is safe to call from many threads at once. Ids may be given as
+    :class:`SessionId` or as plain ``str`` (converted; malformed ids raise
+    ``INVALID_ARGUMENT``). Every deliberate failure is a :class:`SubagentError`:
+
+    * ``SESSION_NOT_FOUND`` for an unknown session (where noted),
+    * ``SESSION_EXISTS`` when creating an id that exists,
+    * ``INVALID_ARGUMENT`` for arguments of the wrong type or range,
+    * ``CORRUPT_RECORD`` (:class:`CorruptRecordError`) for stored bytes that fail
+      to decode,
+    * ``STORE_CLOSED`` for any call after :meth:`close`.
+
+    Attributes:
+        durable: whether appended events survive the process.
+        blocking: whether calls do disk I/O; the gevent runtime then runs them in
+            gevent's threadpool instead of on the hub.
+    """
+
+    durable: ClassVar[bool]
+    blocking: ClassVar[bool]
+
+    @abc.abstractmethod
+    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+        """Create a session atomically: its header and initial ``events`` or nothing.
+
+        Returns:
+            The seq of the last initial event, ``-1`` when ``events`` is empty.
+
+        Raises:
+            SubagentError: ``SESSION_EXISTS`` when ``header.id`` exists.
+        """
+
+    @abc.abstractmethod
+    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+        """Append ``events`` as one atomic batch and return their seqs.
+
+        Seqs continue the session's log without gaps. A durable store returns only
+        once the batch is durable.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``.
+        """
+
+    @abc.abstractmethod
+    def read(self, session_id: SessionId | str, from_seq: int = 0) -> list[LogRecord]:
+        """The records with ``seq >= from_seq``, in seq order.
+
+        Raises:
+            CorruptRecordError: at the first row that fails to decode (names the
+                session and the seq).
+            SubagentError: ``SESSION_NOT_FOUND``.
+        """
+
+    @abc.abstractmethod
+    def scan(
+        self, session_id: SessionId | str, from_seq: int = 0
+    ) -> Iterator[LogRecord | CorruptRecordError]:
+        """Like :meth:`read`, lazily, yielding a bad row's error in its place.
+
+        The unknown-session check happens at the call, not at the first ``next``.
+        Iteration never raises for a bad row, so the rest of the log stays readable.
+        """
+
+    @abc.abstractmethod
+    def header(self, session_id: SessionId | str) -> SessionHeader | None:
+        """The session's header, ``None`` when the session does not exist."""
+
+    @abc.abstractmethod
+    def exists(self, session_id: SessionId | str) -> bool:
+        """Whether the session exists."""
+
+    @abc.abstractmethod
+    def last_seq(self, session_id: SessionId | str) -> int:
+        """The seq of the last event, ``-1`` for an empty log.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``.
+        """
+
+    @abc.abstractmethod
+    def raise_delegation_depth(self, session_id: SessionId | str, depth: int) -> SessionHeader:
+        """Raise the persisted delegation-depth floor to ``depth`` (R-DEPTH-2).
+
+        Stores ``max(old, depth)``: the floor only rises. Returns the header as
+        stored afterwards.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``.
+        """
+
+    @abc.abstractmethod
+    def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
+        """Direct children of ``parent_session`` (``None``: sessions without a parent).
+
+        Ordered by ``(created_at, id)``.
+        """
+
+    @abc.abstractmethod
+    def all_headers(self) -> list[SessionHeader]:
+        """Every session's header, ordered by ``(created_at, id)``."""
+
+    @abc.abstractmethod
+    def delete_session(self, session_id: SessionId | str) -> None:
+        """Remove header, events and checkpoint; no error when absent.
+
+        Used to roll back a start that failed before publication.
+        """
+
+    @abc.abstractmethod
+    def put_checkpoint(self, session_id: SessionId | str, seq: int, data: bytes) -> None:
+        """Store the session's checkpoint (latest wins): ``data`` is valid through ``seq``.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``; ``INVALID_ARGUMENT`` when ``seq``
+                is past the end of the log.
+        """
+
+    @abc.abstractmethod
+    def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
+        """``(seq, data)`` of the session's checkpoint, or ``None``."""
+
+    @abc.abstractmethod
+    def flush(self, session_id: SessionId | str | None = None) -> None:
+        """Make everything appended so far durable (a no-op where append already is)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release every resource. Idempotent; later calls raise ``STORE_CLOSED``."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,149 @@
+"""Group commit without a background thread (leader/follower).
+
+Every write request is queued. A caller that finds no leader becomes the leader:
+it takes *every* pending request, hands the batch to the executor (which writes it
+in one transaction), wakes the batch's followers, and passes leadership to the
+oldest request still queued, if any. While a leader waits for its commit's
+fsync, new requests pile up, so the next batch is as large as the load.
+
+No thread is ever started, so nothing can leak; a caller is only ever blocked on
+its own request's lock. Leadership is handed over after each batch rather than
+kept, so a caller never serves other callers' writes for longer than one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from subagents.protocol import ErrorCode, SubagentError
+
+from ._native import native_lock
+
+__all__ = ["GroupCommitter", "WriteRequest"]
+
+_NO_OUTCOME = SubagentError("write request finished without an outcome", code=ErrorCode.INTERNAL)
+
+
+class WriteRequest:
+    """One queued write: ``op`` is applied by the executor inside a transaction."""
+
+    __slots__ = ("_wake", "done", "error", "lead", "op", "result")
+
+    def __init__(self, op: Callable[[Any], Any]) -> None:
+        self.op = op
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False  # result or error is final
+        self.lead = False
+        # Acquired now, released by whoever finishes or promotes this request.
+        self._wake = native_lock()
+        self._wake.acquire()
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Record the outcome (called by the executor)."""
+        self.result = result
+        self.error = error
+        self.done = True
+
+    def outcome(self) -> Any:
+        if not self.done:
+            raise _NO_OUTCOME
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class GroupCommitter:
+    """Coalesces concurrent :meth:`submit` calls into batches.
+
+    Args:
+        execute: applies a batch in one transaction and calls
+            :meth:`WriteRequest.finish` on every request; if it raises, requests
+            left unfinished get that exception.
+        closed_error: builds the error for requests refused after :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        execute: Callable[[list[WriteRequest]], None],
+        closed_error: Callable[[], SubagentError],
+    ) -> None:
+        self._execute = execute
+        self._closed_error = closed_error
+        self._mu = native_lock()  # guards the fields below
+        self._pending: list[WriteRequest] = []
+        self._leading = False
+        self._closed = False
+        # Held while a batch (or an exclusive job) runs; close() takes it to wait
+        # for the batch in flight.
+        self._exec = native_lock()
+
+    @property
+    def pending(self) -> int:
+        """Requests queued and not yet taken by a leader."""
+        return len(self._pending)
+
+    def submit(self, op: Callable[[Any], Any]) -> Any:
+        """Queue ``op``, wait until its batch committed, return its result."""
+        request = WriteRequest(op)
+        with self._mu:
+            if self._closed:
+                raise self._closed_error()
+            self._pending.append(request)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            request._wake.acquire()  # woken when done, or when promoted to lead
+            if not request.lead:
+                return request.outcome()
+        self._lead(request)
+        return request.outcome()
+
+    def _lead(self, own: WriteRequest) -> None:
+        with self._mu:
+            batch, self._pending = self._pending, []
+        try:
+            with self._exec:
+                if self._closed:
+                    raise self._closed_error()
+                self._execute(batch)
+        except BaseException as exc:
+            for request in batch:
+                if not request.done:
+                    request.finish(error=exc if isinstance(exc, Exception) else _NO_OUTCOME)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            successor: WriteRequest | None = None
+            with self._mu:
+                if self._pending:
+                    successor = self._pending[0]
+                    successor.lead = True
+                else:
+                    self._leading = False
+            for request in batch:
+                if request is not own:
+                    request._wake.release()
+            if successor is not None:
+                successor._wake.release()
+
+    def exclusive(self, job: Callable[[], Any]) -> Any:
+        """Run ``job`` while no batch is in flight (and none starts)."""
+        with self._exec:
+            if self._closed:
+                raise self._closed_error()
+            return job()
+
+    def close(self, finish: Callable[[], None]) -> None:
+        """Refuse new requests, wait for the batch in flight, then run ``finish``.
+
+        Requests still queued fail with the closed error when their turn to
+        lead comes. Idempotent: ``finish`` runs on the first call only.
+        """
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+        with self._exec:
+            finish()

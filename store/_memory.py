@@ -1,0 +1,201 @@
+"""``MemoryStore``: the live-only store (``Runtime(store=None)``).
+
+It keeps the event objects themselves, never encoded: same-process values are
+borrowed, not copied (R-REG-9), and it sits on the follow-up hot path, so an
+append is a lock, a dict lookup and a list extend. One lock guards everything; it
+is never held across a call out of this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+from subagents.protocol import (
+    CorruptRecordError,
+    ErrorCode,
+    Event,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+)
+
+from ._base import LogRecord, SessionStore, store_closed
+from ._native import native_lock
+from ._validate import check_blob, check_events, check_header, check_int, check_session_id, invalid
+
+__all__ = ["MemoryStore"]
+
+
+class _Session:
+    __slots__ = ("checkpoint", "events", "header")
+
+    def __init__(self, header: SessionHeader, events: list[Event]) -> None:
+        self.header = header
+        self.events = events
+        self.checkpoint: tuple[int, bytes] | None = None
+
+
+def _not_found(session_id: SessionId) -> SubagentError:
+    return SubagentError(
+        f"no session {session_id}",
+        code=ErrorCode.SESSION_NOT_FOUND,
+        hint={"session_id": session_id},
+    )
+
+
+def _ordered(headers: list[SessionHeader]) -> list[SessionHeader]:
+    headers.sort(key=lambda h: (h.created_at, h.id))
+    return headers
+
+
+class MemoryStore(SessionStore):
+    """Sessions in this process's memory; nothing survives it.
+
+    Events are stored as given (no encoding, so content the codec could not pack
+    is accepted here and refused by :class:`SqliteStore`). Reads never raise
+    :class:`CorruptRecordError`: nothing is decoded.
+    """
+
+    durable = False
+    blocking = False
+
+    def __init__(self) -> None:
+        self._lock = native_lock()
+        self._sessions: dict[SessionId, _Session] = {}
+        self._children: dict[SessionId | None, set[SessionId]] = {}
+        self._closed = False
+
+    def _get(self, session_id: SessionId) -> _Session:
+        # Caller holds the lock.
+        if self._closed:
+            raise store_closed(self)
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise _not_found(session_id)
+        return session
+
+    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+        header = check_header(header)
+        initial = list(check_events(events))
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            if header.id in self._sessions:
+                raise SubagentError(
+                    f"session {header.id} exists",
+                    code=ErrorCode.SESSION_EXISTS,
+                    hint={"session_id": header.id},
+                )
+            self._sessions[header.id] = _Session(header, initial)
+            self._children.setdefault(header.parent_session, set()).add(header.id)
+        return len(initial) - 1
+
+    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+        sid = check_session_id(session_id)
+        events = check_events(events)
+        with self._lock:
+            log = self._get(sid).events
+            start = len(log)
+            log.extend(events)
+        return list(range(start, start + len(events)))
+
+    def read(self, session_id: SessionId | str, from_seq: int = 0) -> list[LogRecord]:
+        sid = check_session_id(session_id)
+        check_int(from_seq, "from_seq")
+        with self._lock:
+            tail = self._get(sid).events[from_seq:]
+        return [LogRecord(seq, event) for seq, event in enumerate(tail, from_seq)]
+
+    def scan(
+        self, session_id: SessionId | str, from_seq: int = 0
+    ) -> Iterator[LogRecord | CorruptRecordError]:
+        # A snapshot taken now: later appends are not seen, like a read transaction.
+        return iter(self.read(session_id, from_seq))
+
+    def header(self, session_id: SessionId | str) -> SessionHeader | None:
+        sid = check_session_id(session_id)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            session = self._sessions.get(sid)
+        return None if session is None else session.header
+
+    def exists(self, session_id: SessionId | str) -> bool:
+        return self.header(session_id) is not None
+
+    def last_seq(self, session_id: SessionId | str) -> int:
+        sid = check_session_id(session_id)
+        with self._lock:
+            return len(self._get(sid).events) - 1
+
+    def raise_delegation_depth(self, session_id: SessionId | str, depth: int) -> SessionHeader:
+        sid = check_session_id(session_id)
+        check_int(depth, "depth")
+        with self._lock:
+            session = self._get(sid)
+            if depth > session.header.delegation_depth:
+                session.header = replace(session.header, delegation_depth=depth)
+            return session.header
+
+    def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
+        parent = None if parent_session is None else check_session_id(parent_session)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            ids = self._children.get(parent, ())
+            headers = [self._sessions[i].header for i in ids]
+        return _ordered(headers)
+
+    def all_headers(self) -> list[SessionHeader]:
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            headers = [s.header for s in self._sessions.values()]
+        return _ordered(headers)
+
+    def delete_session(self, session_id: SessionId | str) -> None:
+        sid = check_session_id(session_id)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            session = self._sessions.pop(sid, None)
+            if session is not None:
+                siblings = self._children[session.header.parent_session]
+                siblings.discard(sid)
+                if not siblings:
+                    del self._children[session.header.parent_session]
+
+    def put_checkpoint(self, session_id: SessionId | str, seq: int, data: bytes) -> None:
+        sid = check_session_id(session_id)
+        check_int(seq, "seq")
+        blob = check_blob(data)
+        with self._lock:
+            session = self._get(sid)
+            if seq >= len(session.events):
+                raise invalid(
+                    f"checkpoint seq {seq} is past the last seq {len(session.events) - 1}",
+                    session_id=sid,
+                    seq=seq,
+                )
+            session.checkpoint = (seq, blob)
+
+    def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
+        sid = check_session_id(session_id)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            session = self._sessions.get(sid)
+            return None if session is None else session.checkpoint
+
+    def flush(self, session_id: SessionId | str | None = None) -> None:
+        if session_id is not None:
+            check_session_id(session_id)
+        if self._closed:
+            raise store_closed(self)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._sessions.clear()
+            self._children.clear()

@@ -1,0 +1,223 @@
+"""The on-disk schema of :class:`SqliteStore`: identification, versions, migrations.
+
+A subagents database is an SQLite file whose header carries
+:data:`APPLICATION_ID` (``PRAGMA application_id``, bytes 68..71 of the file) and
+whose ``schema_version`` table holds one row. :data:`MIGRATIONS` is the migration
+hook: ``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1`` and runs
+inside one ``BEGIN IMMEDIATE`` transaction together with the version bump, so a
+crash leaves either version. Later versions add tables (a durable inbox,
+cross-process leases, a projection cache) by appending a function here.
+
+Identification happens *before* anything could write to a file (:func:`probe`):
+the first 100 bytes are read as plain bytes, and a database is only ever opened
+``mode=ro&immutable=1`` before it is known to be ours, because even a read-only
+open of a WAL database creates ``-wal``/``-shm`` files and a read-write open may
+checkpoint into it. A file that is not ours is refused untouched.
+
+Version 1:
+
+* ``sessions(id, parent, origin, depth, created_at, header)``: ``header`` is the
+  msgpack :class:`SessionHeader` and authoritative; the other columns exist to be
+  queried and indexed (``created_at`` in integer microseconds since the epoch, so
+  ``ORDER BY created_at, id`` is exact).
+* ``events(session, seq, body)``, primary key ``(session, seq)``, ``WITHOUT
+  ROWID`` so a session's log is one contiguous range of the primary-key B-tree.
+* ``checkpoints(session, seq, data)``: one folded-state blob per session. A rowid
+  table, because checkpoint blobs can be large and WITHOUT ROWID suits small rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Callable
+from typing import Final, Literal
+
+from subagents.protocol import ErrorCode, SubagentError
+
+__all__ = [
+    "APPLICATION_ID",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "migrate",
+    "probe",
+    "unavailable",
+]
+
+#: ``PRAGMA application_id`` of every subagents database: ASCII ``"SUBA"``.
+APPLICATION_ID: Final = 0x53554241
+
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def _v0_to_v1(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE sessions ("
+        " id BLOB PRIMARY KEY NOT NULL,"
+        " parent BLOB,"
+        " origin TEXT NOT NULL,"
+        " depth INTEGER NOT NULL,"
+        " created_at INTEGER NOT NULL,"
+        " header BLOB NOT NULL"
+        ") WITHOUT ROWID"
+    )
+    conn.execute("CREATE INDEX sessions_by_parent ON sessions(parent, created_at, id)")
+    conn.execute("CREATE INDEX sessions_by_created ON sessions(created_at, id)")
+    conn.execute(
+        "CREATE TABLE events ("
+        " session BLOB NOT NULL,"
+        " seq INTEGER NOT NULL,"
+        " body BLOB NOT NULL,"
+        " PRIMARY KEY (session, seq)"
+        ") WITHOUT ROWID"
+    )
+    conn.execute(
+        "CREATE TABLE checkpoints ("
+        " session BLOB PRIMARY KEY NOT NULL,"
+        " seq INTEGER NOT NULL,"
+        " data BLOB NOT NULL"
+        ")"
+    )
+
+
+#: ``MIGRATIONS[n]`` migrates version ``n`` to ``n + 1``; append, never edit.
+MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1,)
+#: The schema version this code reads and writes.
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+def unavailable(path: str, why: object) -> SubagentError:
+    """The error for a location the store cannot use (directory, permissions...)."""
+    return SubagentError(
+        f"cannot open a session store at {path!r}: {why}",
+        code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+        hint={"path": path},
+    )
+
+
+def _not_ours(path: str, why: str) -> SubagentError:
+    return SubagentError(
+        f"{path!r} is not a subagents database ({why}); it was left untouched",
+        code=ErrorCode.NOT_A_DATABASE,
+        hint={"path": path},
+    )
+
+
+def _too_new(path: str, version: int) -> SubagentError:
+    return SubagentError(
+        f"{path!r} has schema version {version}; this code supports up to {SCHEMA_VERSION}"
+        " (upgrade subagents); it was left untouched",
+        code=ErrorCode.SCHEMA_TOO_NEW,
+        hint={"path": path, "version": version, "supported": SCHEMA_VERSION},
+    )
+
+
+def _read_version(conn: sqlite3.Connection) -> int | None:
+    """The stored version; ``None`` when there is no ``schema_version`` table."""
+    row = conn.execute(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if not row[0]:
+        return None
+    row = conn.execute("SELECT version FROM schema_version").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def _schema_is_empty(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute("SELECT count(*) = 0 FROM sqlite_schema").fetchone()[0])
+
+
+def probe(path: str) -> Literal["new", "ours"]:
+    """Classify ``path`` without writing to it.
+
+    Returns:
+        ``"new"`` for a missing or empty file or an SQLite file with an empty
+        schema (to be initialised), ``"ours"`` for a subagents database this
+        code can open.
+
+    Raises:
+        SubagentError: ``NOT_A_DATABASE``, ``SCHEMA_TOO_NEW`` or
+            ``PERSISTENCE_UNAVAILABLE`` (a directory, a missing parent directory,
+            no permission).
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise unavailable(path, f"directory {parent!r} does not exist") from None
+        return "new"
+    except IsADirectoryError:
+        raise unavailable(path, "it is a directory") from None
+    except OSError as exc:
+        raise unavailable(path, exc) from exc
+    if not head:
+        return "new"
+    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+        raise _not_ours(path, "not an SQLite file")
+    app_id = int.from_bytes(head[68:72], "big")
+    if app_id not in (0, APPLICATION_ID):
+        raise _not_ours(path, f"SQLite application_id is {app_id:#x}")
+    # immutable=1: no locks, no -wal/-shm files, nothing written.
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise unavailable(path, exc) from exc
+    try:
+        if app_id == 0:
+            if _schema_is_empty(conn):
+                return "new"
+            raise _not_ours(path, "an SQLite database of another application")
+        version = _read_version(conn)
+    except sqlite3.DatabaseError as exc:
+        raise _not_ours(path, f"unreadable: {exc}") from exc
+    finally:
+        conn.close()
+    if version is None:
+        raise _not_ours(path, "no schema_version table")
+    if version > SCHEMA_VERSION:
+        raise _too_new(path, version)
+    return "ours"
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> int:
+    """Bring the database behind ``conn`` to :data:`SCHEMA_VERSION`.
+
+    Each step is one ``BEGIN IMMEDIATE`` transaction that re-reads the version
+    under the write lock, so processes opening one file at once migrate it once.
+    Version 0 (an empty schema) also stamps :data:`APPLICATION_ID` and creates
+    ``schema_version`` in the same transaction as the version-1 tables.
+
+    Returns:
+        The number of migration steps this call applied.
+    """
+    applied = 0
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = _read_version(conn)
+            if version is None:
+                if not _schema_is_empty(conn):
+                    raise _not_ours(path, "no schema_version table")
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+                conn.execute("INSERT INTO schema_version (version) VALUES (0)")
+                version = 0
+            if version > SCHEMA_VERSION:
+                raise _too_new(path, version)
+            if version == SCHEMA_VERSION:
+                conn.execute("COMMIT")
+                return applied
+            MIGRATIONS[version](conn)
+            conn.execute("UPDATE schema_version SET version = ?", (version + 1,))
+            conn.execute("COMMIT")
+            applied += 1
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise

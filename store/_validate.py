@@ -1,0 +1,86 @@
+"""Argument checks shared by every store.
+
+Each check returns the normalised value or raises :class:`SubagentError` with code
+``INVALID_ARGUMENT``. They sit on the append hot path, so the common case (the
+right type already) is one ``type() is`` test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Sequence
+from typing import Any
+
+from subagents.protocol import ORIGINS, ErrorCode, Event, SessionHeader, SessionId, SubagentError
+
+__all__ = ["check_blob", "check_events", "check_header", "check_int", "check_session_id", "invalid"]
+
+
+def invalid(message: str, **hint: Any) -> SubagentError:
+    """A ``SubagentError(INVALID_ARGUMENT)`` carrying ``hint`` as a dict."""
+    return SubagentError(message[:300], code=ErrorCode.INVALID_ARGUMENT, hint=hint or None)
+
+
+def check_session_id(value: object) -> SessionId:
+    """Accept a :class:`SessionId` or a plain ``str`` of 32 lowercase hex digits."""
+    if type(value) is SessionId:
+        return value
+    if not isinstance(value, str):
+        raise invalid(f"a session id is a str, got {type(value).__name__}")
+    return SessionId(value)  # raises INVALID_ARGUMENT for a malformed id
+
+
+def check_int(value: object, name: str, *, minimum: int = 0) -> int:
+    """An ``int`` (not ``bool``) no smaller than ``minimum``."""
+    if type(value) is not int:
+        raise invalid(f"{name} must be an int, got {type(value).__name__}", name=name)
+    if value < minimum:
+        raise invalid(f"{name} must be >= {minimum}, got {value}", name=name)
+    return value
+
+
+def check_events(events: object) -> Sequence[Event]:
+    """A list or tuple of :class:`Event` (any other sequence is copied to a list)."""
+    if type(events) is not list and type(events) is not tuple:
+        if isinstance(events, (Event, str, bytes)) or not isinstance(events, Sequence):
+            raise invalid(f"events must be a sequence of Event, got {type(events).__name__}")
+        events = list(events)
+    for event in events:
+        if not isinstance(event, Event):
+            raise invalid(f"not an Event: {type(event).__name__}")
+    return events
+
+
+def check_header(header: object) -> SessionHeader:
+    """A :class:`SessionHeader` whose fields have the declared types.
+
+    Dataclasses do not check types on construction, and a store orders and indexes
+    by these fields, so they are checked here: ids are :class:`SessionId` (plain
+    ``str`` ids are converted), ``created_at`` is an aware datetime, the depth a
+    non-negative int, ``origin`` one of :data:`ORIGINS`.
+    """
+    if type(header) is not SessionHeader:
+        raise invalid(f"header must be a SessionHeader, got {type(header).__name__}")
+    session_id = check_session_id(header.id)
+    parent = None if header.parent_session is None else check_session_id(header.parent_session)
+    check_int(header.delegation_depth, "delegation_depth")
+    if header.origin not in ORIGINS:
+        raise invalid(f"origin must be one of {sorted(ORIGINS)}, got {header.origin!r}")
+    created_at = header.created_at
+    if not isinstance(created_at, _dt.datetime) or created_at.utcoffset() is None:
+        raise invalid("created_at must be an aware datetime")
+    if header.label is not None and not isinstance(header.label, str):
+        raise invalid(f"label must be a str or None, got {type(header.label).__name__}")
+    if session_id is not header.id or parent is not header.parent_session:
+        header = dataclasses.replace(header, id=session_id, parent_session=parent)
+    return header
+
+
+def check_blob(data: object) -> bytes:
+    """``bytes`` (a ``bytearray`` or ``memoryview`` is copied to ``bytes``)."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise invalid(f"data must be bytes, got {type(data).__name__}")

@@ -1,0 +1,262 @@
+"""The write side of :class:`SqliteStore`: one connection, one transaction per batch.
+
+:class:`Writer` owns the store's only write connection and is driven by the
+group-commit leader (one thread at a time). A batch is written in one ``BEGIN
+IMMEDIATE ... COMMIT``. Each request's operation (a method of :class:`Txn`)
+checks before it writes: a request that fails a check (unknown session, id
+exists, seq out of range) raises :class:`SubagentError` having written nothing,
+and the rest of the batch commits. Anything else that fails rolls the batch back
+and every request is retried in a transaction of its own, so only the faulty one
+fails.
+
+Seqs are assigned inside the transaction from a per-session next-seq cache. The
+cache is only trusted while no other connection has committed: ``PRAGMA
+data_version`` is read after taking the write lock, and a change (another
+process, or another store on the same file) drops the cache. As a second line, a
+primary-key conflict on insert drops the cache and the batch is retried (per
+request), re-reading ``max(seq)``: seqs never repeat or skip.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Final
+
+from subagents.protocol import (
+    CorruptRecordError,
+    DecodeError,
+    ErrorCode,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    decode_header,
+    encode_header,
+)
+
+from ._group import WriteRequest
+from ._validate import invalid
+
+__all__ = ["Txn", "Writer", "decode_header_row", "not_found"]
+
+_EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+#: Forget cached next-seqs beyond this many sessions (a bound, not a tuning knob).
+_CACHE_LIMIT: Final = 65_536
+
+_INSERT_EVENT: Final = "INSERT INTO events (session, seq, body) VALUES (?, ?, ?)"
+_NEXT_SEQ: Final = (
+    "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),"
+    " (SELECT max(seq) FROM events WHERE session = ?1)"
+)
+
+
+def not_found(session_id: SessionId) -> SubagentError:
+    return SubagentError(
+        f"no session {session_id}",
+        code=ErrorCode.SESSION_NOT_FOUND,
+        hint={"session_id": session_id},
+    )
+
+
+def decode_header_row(session_id: SessionId, blob: bytes) -> SessionHeader:
+    """Decode a stored header; a bad one is a :class:`CorruptRecordError` with seq -1."""
+    try:
+        return decode_header(blob)
+    except DecodeError as exc:
+        raise CorruptRecordError(
+            f"session {session_id}: stored header does not decode: {exc}",
+            session_id=session_id,
+            seq=-1,
+        ) from exc
+
+
+class Txn:
+    """The operations a write request applies, inside the batch's transaction.
+
+    ``overlay`` holds next-seqs changed by this transaction (``None``: the session
+    no longer exists); it reaches the shared cache only after ``COMMIT``.
+    """
+
+    __slots__ = ("_cache", "conn", "events", "overlay")
+
+    def __init__(self, conn: sqlite3.Connection, cache: dict[bytes, int]) -> None:
+        self.conn = conn
+        self._cache = cache
+        self.overlay: dict[bytes, int | None] = {}
+        self.events = 0
+
+    def _next_seq(self, key: bytes, session_id: SessionId) -> int:
+        if key in self.overlay:
+            nxt = self.overlay[key]
+        else:
+            nxt = self._cache.get(key)
+            if nxt is None:
+                exists, last = self.conn.execute(_NEXT_SEQ, (key,)).fetchone()
+                nxt = (-1 if last is None else last) + 1 if exists else None
+        if nxt is None:
+            raise not_found(session_id)
+        return nxt
+
+    def _insert(self, key: bytes, start: int, bodies: Sequence[bytes]) -> None:
+        if len(bodies) == 1:
+            self.conn.execute(_INSERT_EVENT, (key, start, bodies[0]))
+        else:
+            self.conn.executemany(
+                _INSERT_EVENT, [(key, seq, body) for seq, body in enumerate(bodies, start)]
+            )
+        self.overlay[key] = start + len(bodies)
+        self.events += len(bodies)
+
+    def append(self, session_id: SessionId, bodies: Sequence[bytes]) -> list[int]:
+        key = session_id.to_bytes()
+        start = self._next_seq(key, session_id)
+        self._insert(key, start, bodies)
+        return list(range(start, start + len(bodies)))
+
+    def create(self, header: SessionHeader, blob: bytes, bodies: Sequence[bytes]) -> int:
+        key = header.id.to_bytes()
+        known = self.overlay.get(key, self._cache.get(key)) is not None
+        if known or self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (key,)).fetchone():
+            raise SubagentError(
+                f"session {header.id} exists",
+                code=ErrorCode.SESSION_EXISTS,
+                hint={"session_id": header.id},
+            )
+        parent = None if header.parent_session is None else header.parent_session.to_bytes()
+        self.conn.execute(
+            "INSERT INTO sessions (id, parent, origin, depth, created_at, header)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (key, parent, header.origin, header.delegation_depth, micros(header), blob),
+        )
+        self._insert(key, 0, bodies)
+        return len(bodies) - 1
+
+    def delete(self, session_id: SessionId) -> None:
+        key = session_id.to_bytes()
+        for table, column in (
+            ("events", "session"),
+            ("checkpoints", "session"),
+            ("sessions", "id"),
+        ):
+            self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
+        self.overlay[key] = None
+
+    def raise_depth(self, session_id: SessionId, depth: int) -> SessionHeader:
+        key = session_id.to_bytes()
+        row = self.conn.execute("SELECT header FROM sessions WHERE id = ?", (key,)).fetchone()
+        if row is None:
+            raise not_found(session_id)
+        header = decode_header_row(session_id, row[0])
+        if depth > header.delegation_depth:
+            header = replace(header, delegation_depth=depth)
+            self.conn.execute(
+                "UPDATE sessions SET depth = ?, header = ? WHERE id = ?",
+                (depth, encode_header(header), key),
+            )
+        return header
+
+    def put_checkpoint(self, session_id: SessionId, seq: int, data: bytes) -> None:
+        key = session_id.to_bytes()
+        nxt = self._next_seq(key, session_id)
+        if seq >= nxt:
+            raise invalid(
+                f"checkpoint seq {seq} is past the last seq {nxt - 1}",
+                session_id=session_id,
+                seq=seq,
+            )
+        self.conn.execute(
+            "INSERT OR REPLACE INTO checkpoints (session, seq, data) VALUES (?, ?, ?)",
+            (key, seq, data),
+        )
+
+
+def micros(header: SessionHeader) -> int:
+    """``created_at`` as integer microseconds since the epoch (exact ordering)."""
+    delta = header.created_at - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+class Writer:
+    """Applies batches of write requests through one connection.
+
+    Only the group-commit leader calls :meth:`execute`, so the connection and the
+    cache are used by one thread at a time.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._cache: dict[bytes, int] = {}
+        self._data_version = -1
+        self.transactions = 0
+        self.requests = 0
+        self.events = 0
+        self.largest_batch = 0
+
+    def execute(self, batch: list[WriteRequest]) -> None:
+        """Write ``batch`` in one transaction; isolate failures (see module doc)."""
+        self.requests += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        try:
+            self._transaction(batch)
+            return
+        except sqlite3.IntegrityError:
+            # Another writer took seqs we had cached: re-read them and retry once.
+            self._cache.clear()
+        except sqlite3.Error:
+            if len(batch) == 1:
+                raise
+        if len(batch) > 1:
+            for request in batch:
+                try:
+                    self._transaction([request])
+                except sqlite3.Error as exc:
+                    request.finish(error=_storage_error(exc))
+            return
+        try:
+            self._transaction(batch)
+        except sqlite3.Error as exc:
+            batch[0].finish(error=_storage_error(exc))
+
+    def _transaction(self, batch: list[WriteRequest]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        txn = Txn(conn, self._cache)
+        outcomes: list[tuple[object, BaseException | None]] = []
+        try:
+            data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+            if data_version != self._data_version:
+                self._cache.clear()  # someone else committed since our last transaction
+                self._data_version = data_version
+            for request in batch:
+                try:
+                    outcomes.append((request.op(txn), None))
+                except SubagentError as exc:  # a check failed; nothing was written
+                    outcomes.append((None, exc))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._cache.clear()
+            raise
+        self.transactions += 1
+        self.events += txn.events
+        cache = self._cache
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
+        for key, nxt in txn.overlay.items():
+            if nxt is None:
+                cache.pop(key, None)
+            else:
+                cache[key] = nxt
+        for request, (result, error) in zip(batch, outcomes):
+            request.finish(result, error)
+
+
+def _storage_error(exc: sqlite3.Error) -> SubagentError:
+    err = SubagentError(
+        f"session store write failed: {exc}", code=ErrorCode.PERSISTENCE_UNAVAILABLE
+    )
+    err.__cause__ = exc
+    return err
