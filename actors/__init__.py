@@ -1,3 +1,75 @@
-"""subagents.actors (being built)."""
+"""``subagents.actors``: the pykka actors and the facade.
 
-__all__: list[str] = []
+Runtime backends (threading, native gevent), the Agent whose actor mailbox is its
+FIFO inbox, the cancellation signal, behaviours by name, the session service, the
+agent registry, the built-in providers, and ``Runtime`` / ``SubagentService``.
+"""
+
+from ._agent import Agent, TurnOutcome
+from ._backend import GEVENT, THREADING, Backend, current_backend, get_backend
+from ._future import ResultFuture
+from ._gevent import GeventActor, GeventFuture
+from ._models import AgentOptions, Behaviour, ModelRegistry, echo
+from ._providers import ForkProvider, LocalProvider
+from ._registry import AgentRegistry, ToolRegistry
+from ._runtime import Runtime
+from ._service import ProviderRegistration, SubagentService, Subscription
+from ._session import LiveSession, SessionService
+from ._signal import AbortController, AbortSignal
+from ._turn import BoundSubagents, Message, Turn
+from ._types import (
+    CAPABILITIES,
+    AncestorAuthority,
+    ContinuableCreateSpec,
+    ContinuableHandle,
+    ContinuableStartSpec,
+    RunResult,
+    SubagentEvent,
+    SubagentProvider,
+    SubagentRun,
+    SubagentStartRequest,
+    UserAuthority,
+)
+
+__all__ = [
+    "CAPABILITIES",
+    "GEVENT",
+    "THREADING",
+    "AbortController",
+    "AbortSignal",
+    "Agent",
+    "AgentOptions",
+    "AgentRegistry",
+    "AncestorAuthority",
+    "Backend",
+    "Behaviour",
+    "BoundSubagents",
+    "ContinuableCreateSpec",
+    "ContinuableHandle",
+    "ContinuableStartSpec",
+    "ForkProvider",
+    "GeventActor",
+    "GeventFuture",
+    "LiveSession",
+    "LocalProvider",
+    "Message",
+    "ModelRegistry",
+    "ProviderRegistration",
+    "ResultFuture",
+    "RunResult",
+    "Runtime",
+    "SessionService",
+    "SubagentEvent",
+    "SubagentProvider",
+    "SubagentRun",
+    "SubagentService",
+    "SubagentStartRequest",
+    "Subscription",
+    "ToolRegistry",
+    "Turn",
+    "TurnOutcome",
+    "UserAuthority",
+    "current_backend",
+    "echo",
+    "get_backend",
+]

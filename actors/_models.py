@@ -1,0 +1,128 @@
+"""Behaviours by name (``runtime.models``).
+
+A *behaviour* runs an agent's turns: an object with ``on_turn(turn)`` or a plain
+callable taking the turn; its return value is the turn's output. Behaviours are
+registered by *model name* because a cold-resumed child is rebuilt from its durable
+descriptor alone, which records the model name, never a Python object.
+
+A factory takes the agent's :class:`AgentOptions` and returns a fresh behaviour.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from subagents.protocol import ErrorCode, SubagentError
+
+if TYPE_CHECKING:
+    from ._turn import Turn
+
+__all__ = ["AgentOptions", "Behaviour", "BehaviourFactory", "ModelRegistry", "as_behaviour", "echo"]
+
+
+@runtime_checkable
+class Behaviour(Protocol):
+    """What runs an agent's turns."""
+
+    def on_turn(self, turn: Turn) -> Any: ...
+
+
+BehaviourFactory = Callable[["AgentOptions"], "Behaviour | Callable[[Turn], Any]"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentOptions:
+    """Options of one agent.
+
+    ``provider``/``model``/``persona``/``tool_filter`` are recorded explicitly in a
+    continuable child's descriptor. ``subagent_depth`` may raise the persisted
+    delegation depth, never lower it. ``depth_cap`` is the absolute delegation cap
+    this agent and its descendants live under (set by a one-shot ``max_depth``).
+    ``extensions`` is merge-extensible and never persisted.
+    """
+
+    model: str = "echo"
+    provider: str = "local"
+    persona: str | None = None
+    tool_filter: tuple[str, ...] | None = None
+    subagent_depth: int | None = None
+    depth_cap: int | None = None
+    extensions: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _CallableBehaviour:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Turn], Any]) -> None:
+        self.fn = fn
+
+    def on_turn(self, turn: Turn) -> Any:
+        return self.fn(turn)
+
+
+def as_behaviour(obj: Any) -> Behaviour:
+    """Accept a behaviour object or a plain callable; else ``INVALID_ARGUMENT``."""
+    if isinstance(obj, Behaviour):
+        return obj
+    if callable(obj):
+        return _CallableBehaviour(obj)
+    raise SubagentError(
+        f"a behaviour has on_turn(turn) or is callable, got {type(obj).__name__}",
+        code=ErrorCode.INVALID_ARGUMENT,
+    )
+
+
+def echo(turn: Turn) -> Any:
+    """The built-in ``echo`` model: the output is the last delivered content."""
+    return turn.content
+
+
+class ModelRegistry:
+    """Model name → behaviour factory. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._factories: dict[str, BehaviourFactory] = {"echo": lambda _options: echo}
+
+    def register(self, name: str, factory: BehaviourFactory, *, replace: bool = False) -> None:
+        """Register ``factory`` under ``name``.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for a bad name or factory, or a
+                name already registered without ``replace=True``.
+        """
+        if type(name) is not str or not name:
+            raise SubagentError("a model name is a non-empty str", code=ErrorCode.INVALID_ARGUMENT)
+        if not callable(factory):
+            raise SubagentError("a model factory is callable", code=ErrorCode.INVALID_ARGUMENT)
+        with self._lock:
+            if name in self._factories and not replace:
+                raise SubagentError(
+                    f"model {name!r} is already registered", code=ErrorCode.INVALID_ARGUMENT
+                )
+            self._factories[name] = factory
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._factories.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._factories)
+
+    def require(self, name: str) -> BehaviourFactory:
+        """The factory for ``name``; ``MODEL_NOT_FOUND`` when absent."""
+        factory = self._factories.get(name) if type(name) is str else None
+        if factory is None:
+            raise SubagentError(f"no model named {name!r}", code=ErrorCode.MODEL_NOT_FOUND)
+        return factory
+
+    def create(self, name: str, options: AgentOptions) -> Behaviour:
+        """Build a fresh behaviour for ``options``."""
+        return as_behaviour(self.require(name)(options))

@@ -1,0 +1,200 @@
+"""The built-in providers: ``local`` (spawn, fresh history) and ``fork``.
+
+Both run the child in this process as an ordinary agent with its own session.
+``fork`` seeds the child's log with the parent's completed history (every event
+through the parent's last ``turn/end``); ``local`` starts it empty.
+``inherits_parent_context`` only describes that difference: it grants nothing.
+
+``start`` publishes the child (session live, agent registered), delivers the
+prompt with the descriptor appended inside the initial turn, and returns the run.
+Until it returns, every failure -- including an abort of the request's signal --
+rolls the child back completely (agent disposed and unregistered, session
+discarded from the live set and from persistence) before the error propagates.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    MessageSource,
+    OneShotDescriptor,
+    SessionHeader,
+    SubagentError,
+    TurnEnd,
+    assert_subagent_max_depth,
+    delegation_depth_of,
+    descriptor_event,
+    new_session_id,
+)
+
+from ._agent import Agent, TurnOutcome
+from ._future import ResultFuture
+from ._models import AgentOptions
+from ._types import RunResult, SubagentRun, SubagentStartRequest
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["ForkProvider", "LocalProvider", "child_options"]
+
+
+def child_options(
+    parent: Agent,
+    *,
+    model: str | None,
+    persona: str | None,
+    tool_filter: Any,
+    max_depth: int | None,
+) -> tuple[AgentOptions, int]:
+    """Options and delegation depth of a new child of ``parent``.
+
+    Raises:
+        SubagentError: ``DEPTH_EXCEEDED`` when the parent's cap forbids a child.
+    """
+    parent_depth = delegation_depth_of(parent)
+    depth = parent_depth + 1
+    cap = parent.options.depth_cap
+    assert_subagent_max_depth(depth, cap)
+    if max_depth is not None:
+        own = parent_depth + max_depth
+        cap = own if cap is None else min(cap, own)
+    tools: tuple[str, ...] | None = None
+    if tool_filter is not None:
+        tools = tuple(tool_filter)
+        if parent.options.tool_filter is not None:
+            tools = tuple(t for t in tools if t in parent.options.tool_filter)
+    elif parent.options.tool_filter is not None:
+        tools = parent.options.tool_filter
+    options = AgentOptions(
+        model=model if model is not None else parent.options.model,
+        provider=parent.options.provider,
+        persona=persona,
+        tool_filter=tools,
+        depth_cap=cap,
+    )
+    return options, depth
+
+
+def completed_history(runtime: Runtime, parent: Agent) -> tuple[Event, ...]:
+    """The parent's log through its last ``turn/end`` (what a fork child sees)."""
+    events = [r.event for r in runtime.sessions.read(parent.session_id)]
+    last_end = max((i for i, e in enumerate(events) if isinstance(e, TurnEnd)), default=-1)
+    return tuple(events[: last_end + 1])
+
+
+class LocalProvider:
+    """Runs one-shot children in this process with a fresh history."""
+
+    capabilities = frozenset({"output_schema", "depth_limit", "tool_filter", "persona"})
+    inherits_parent_context = False
+
+    def __init__(self, runtime: Runtime, name: str = "local") -> None:
+        self.name = name
+        self._runtime = runtime
+
+    def _step(self, step: str) -> None:
+        """A named point of the start sequence (tests inject faults here)."""
+
+    def _seed(self, parent: Agent) -> tuple[Event, ...]:
+        return ()
+
+    def start(self, request: SubagentStartRequest, descriptor: OneShotDescriptor) -> SubagentRun:
+        runtime = self._runtime
+        parent = request.parent
+        signal = request.signal
+        assert signal is not None
+        options, depth = child_options(
+            parent,
+            model=request.model,
+            persona=request.persona,
+            tool_filter=request.tool_filter,
+            max_depth=request.max_depth,
+        )
+        runtime.models.require(options.model)
+        header = SessionHeader(
+            id=new_session_id(),
+            parent_session=parent.session_id,
+            origin="subagent",
+            delegation_depth=depth,
+            created_at=runtime.clock(),
+            label=descriptor.label,
+        )
+        seed = self._seed(parent)
+        self._step("create")
+        child = runtime.agents.create(
+            header=header, options=options, seed=seed, output_schema=request.output_schema
+        )
+        result: ResultFuture[RunResult] = ResultFuture()
+        remove_listener: Callable[[], None] | None = None
+        try:
+            self._step("published")
+
+            def on_end(outcome: TurnOutcome) -> None:
+                result.set_result(
+                    RunResult(outcome.output, outcome.structured, outcome.stop_reason)
+                )
+
+            source = MessageSource(kind="parent", session_id=parent.session_id)
+            child._deliver(
+                request.prompt, source, "message", (descriptor_event(descriptor),), on_end
+            )
+            self._step("delivered")
+            remove_listener = signal.add_listener(
+                lambda reason: child.cancel(reason, keep_inbox=False)
+            )
+            signal.raise_if_aborted()
+            self._step("return")
+        except BaseException:
+            if remove_listener is not None:
+                remove_listener()
+            _rollback(runtime, child)
+            raise
+        return SubagentRun(
+            id=child.session_id,
+            local_agent=child,
+            result=result,
+            dispose=_disposer(child, result, remove_listener),
+        )
+
+
+class ForkProvider(LocalProvider):
+    """Runs one-shot children that see the parent's completed history."""
+
+    inherits_parent_context = True
+
+    def __init__(self, runtime: Runtime, name: str = "fork") -> None:
+        super().__init__(runtime, name)
+
+    def _seed(self, parent: Agent) -> tuple[Event, ...]:
+        return completed_history(self._runtime, parent)
+
+
+def _rollback(runtime: Runtime, child: Agent) -> None:
+    """Undo a published-but-not-returned child: nothing may remain."""
+    child.dispose(flush=False)
+    runtime.sessions.discard(child._session)
+
+
+def _disposer(
+    child: Agent, result: ResultFuture[RunResult], remove_listener: Callable[[], None] | None
+) -> Callable[[float | None], None]:
+    lock = threading.Lock()
+
+    def dispose(timeout: float | None) -> None:
+        with lock:
+            if remove_listener is not None:
+                remove_listener()
+            child.cancel("disposed", keep_inbox=False)
+            if not result.wait(timeout):
+                raise SubagentError(
+                    f"run {child.session_id} did not settle within {timeout} s",
+                    code=ErrorCode.TIMEOUT,
+                )
+            child.dispose(timeout=timeout)
+
+    return dispose

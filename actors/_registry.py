@@ -1,0 +1,234 @@
+"""The agent registry (``runtime.agents``) and the tool registry (``runtime.tools``).
+
+The agent registry maps a session id to the one live :class:`Agent` for it. "Exact
+live" checks in the service compare identity: a disposed agent, or an older agent
+for a session that has since been resumed by another, is not live.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    TurnStart,
+    try_fold_subagent_descriptor,
+)
+
+from ._agent import Agent
+from ._models import AgentOptions, Behaviour, as_behaviour
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+    from ._turn import Turn
+
+__all__ = ["AgentRegistry", "ToolRegistry"]
+
+
+def _as_session_id(value: Any) -> SessionId:
+    return value if type(value) is SessionId else SessionId(value)
+
+
+class AgentRegistry:
+    """Live agents by session id (the seed's ``ctx.agents``). Thread-safe."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self._agents: dict[SessionId, Agent] = {}
+
+    def create(
+        self,
+        *,
+        header: SessionHeader,
+        options: AgentOptions,
+        behaviour: Behaviour | Callable[[Turn], Any] | None = None,
+        seed: Sequence[Event] = (),
+        output_schema: Any = None,
+    ) -> Agent:
+        """Open a new session and start its agent, registered and live.
+
+        ``seed`` becomes the first part of the log (a fork's parent history).
+
+        Raises:
+            SubagentError: ``MODEL_NOT_FOUND``, ``SESSION_EXISTS``.
+        """
+        runtime = self._runtime
+        built = (
+            as_behaviour(behaviour)
+            if behaviour is not None
+            else runtime.models.create(options.model, options)
+        )
+        with self._lock:
+            if header.id in self._agents:
+                raise SubagentError(
+                    f"an agent for {header.id} is live", code=ErrorCode.SESSION_EXISTS
+                )
+        session = runtime.sessions.open(header, seed)
+        next_turn = sum(1 for e in seed if isinstance(e, TurnStart))
+        try:
+            agent = Agent(
+                runtime, session, built, options, next_turn=next_turn, output_schema=output_schema
+            )
+        except BaseException:
+            runtime.sessions.discard(session)
+            raise
+        self._register(agent)
+        return agent
+
+    def resume(
+        self,
+        session_id: SessionId | str,
+        *,
+        behaviour: Behaviour | Callable[[Turn], Any] | None = None,
+        options: AgentOptions | None = None,
+        output_schema: Any = None,
+    ) -> Agent:
+        """Rebuild a persisted agent from its log and make it live again.
+
+        A subagent's options come from its folded descriptor (model, provider,
+        persona, tool filter); a top-level agent needs ``options`` or
+        ``behaviour``.
+
+        Raises:
+            SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``SESSION_NOT_FOUND``,
+                ``SESSION_EXISTS`` (already live), ``DESCRIPTOR_CORRUPT`` /
+                ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``.
+        """
+        runtime = self._runtime
+        sid = _as_session_id(session_id)
+        store = runtime.sessions.persistence
+        if store is None:
+            raise SubagentError(
+                "resume needs session persistence", code=ErrorCode.PERSISTENCE_UNAVAILABLE
+            )
+        if self.get(sid) is not None:
+            raise SubagentError(
+                f"an agent for {sid} is already live", code=ErrorCode.SESSION_EXISTS
+            )
+        runtime.sessions.flush()
+        header = runtime.sessions._call(store.header, sid)
+        if header is None:
+            raise SubagentError(f"no persisted session {sid}", code=ErrorCode.SESSION_NOT_FOUND)
+        records = runtime.sessions._call(store.read, sid, 0)
+        events = [r.event for r in records]
+        fold = try_fold_subagent_descriptor(events)
+        if options is None:
+            options = self._options_from_fold(fold, sid, behaviour)
+        built = (
+            as_behaviour(behaviour)
+            if behaviour is not None
+            else runtime.models.create(options.model, options)
+        )
+        next_seq = records[-1].seq + 1 if records else 0
+        session = runtime.sessions.attach(header, next_seq)
+        next_turn = sum(1 for e in events if isinstance(e, TurnStart))
+        try:
+            agent = Agent(
+                runtime, session, built, options, next_turn=next_turn, output_schema=output_schema
+            )
+        except BaseException:
+            runtime.sessions.release(session)
+            raise
+        self._register(agent)
+        return agent
+
+    @staticmethod
+    def _options_from_fold(fold: Any, sid: SessionId, behaviour: Any) -> AgentOptions:
+        from subagents.protocol import ContinuableDescriptor
+
+        if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
+            d = fold.descriptor
+            return AgentOptions(
+                model=d.model,
+                provider=d.agent_provider,
+                persona=d.persona,
+                tool_filter=d.tool_filter,
+            )
+        if fold.verdict in ("corrupt", "unsupported"):
+            code = (
+                ErrorCode.DESCRIPTOR_CORRUPT
+                if fold.verdict == "corrupt"
+                else ErrorCode.DESCRIPTOR_UNSUPPORTED
+            )
+            raise SubagentError(
+                f"session {sid} has a {fold.verdict} descriptor: {fold.reason}", code=code
+            )
+        if behaviour is not None:
+            return AgentOptions()
+        raise SubagentError(
+            f"session {sid} records no model; pass options= or behaviour=",
+            code=ErrorCode.MODEL_NOT_FOUND,
+        )
+
+    def _register(self, agent: Agent) -> None:
+        with self._lock:
+            if agent.session_id in self._agents:
+                raise SubagentError(
+                    f"an agent for {agent.session_id} is live", code=ErrorCode.SESSION_EXISTS
+                )
+            self._agents[agent.session_id] = agent
+
+    def _unregister(self, agent: Agent) -> None:
+        with self._lock:
+            if self._agents.get(agent.session_id) is agent:
+                del self._agents[agent.session_id]
+
+    def get(self, session_id: SessionId | str) -> Agent | None:
+        """The live agent for ``session_id``, or None."""
+        try:
+            sid = _as_session_id(session_id)
+        except SubagentError:
+            return None
+        return self._agents.get(sid)
+
+    def is_live(self, agent: object) -> bool:
+        """True when ``agent`` is exactly the registered agent of its session."""
+        return (
+            isinstance(agent, Agent)
+            and self._agents.get(agent.session_id) is agent
+            and not agent.disposed
+        )
+
+    def list(self) -> list[Agent]:
+        """Every live agent."""
+        with self._lock:
+            return list(self._agents.values())
+
+
+ToolFn = Callable[..., Any]
+
+
+class ToolRegistry:
+    """Runtime-wide tools; an agent sees those its tool filter allows."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolFn] = {}
+
+    def register(self, name: str, fn: ToolFn) -> None:
+        if type(name) is not str or not name or not callable(fn):
+            raise SubagentError(
+                "a tool is a non-empty name and a callable", code=ErrorCode.INVALID_ARGUMENT
+            )
+        self._tools[name] = fn
+
+    def visible(self, agent: Agent) -> tuple[str, ...]:
+        allowed = agent.options.tool_filter
+        names = tuple(self._tools)
+        return names if allowed is None else tuple(n for n in names if n in allowed)
+
+    def call(self, agent: Agent, name: str, turn: Turn, *args: Any, **kwargs: Any) -> Any:
+        fn = self._tools.get(name)
+        if fn is None:
+            raise SubagentError(f"no tool named {name!r}", code=ErrorCode.INVALID_ARGUMENT)
+        if agent.options.tool_filter is not None and name not in agent.options.tool_filter:
+            raise SubagentError(
+                f"tool {name!r} is filtered out for this agent", code=ErrorCode.UNAUTHORIZED
+            )
+        return fn(turn, *args, **kwargs)

@@ -1,0 +1,162 @@
+"""The ``Runtime`` facade: backend, store, sessions, models, agents, subagents.
+
+``Runtime(store=None | path | SessionStore, backend="threading" | "gevent")`` is
+a context manager. Leaving it disposes every live agent (deepest first, so
+children go before their parents), drains the session writer, and closes the
+store; nothing is left running on either backend.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from subagents.protocol import ErrorCode, SessionHeader, SubagentError, new_session_id
+from subagents.store import SessionStore, open_store
+
+from ._agent import Agent
+from ._backend import Backend, get_backend
+from ._models import AgentOptions, ModelRegistry, as_behaviour
+from ._providers import ForkProvider, LocalProvider
+from ._registry import AgentRegistry, ToolRegistry
+from ._service import ProviderRegistration, SubagentService, check_output_schema, validate_output
+from ._session import SessionService
+
+__all__ = ["Runtime"]
+
+logger = logging.getLogger("subagents")
+
+
+def _utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.UTC)
+
+
+class Runtime:
+    """One actor runtime: everything an agent tree needs, closed as a unit.
+
+    Args:
+        store: ``None`` keeps sessions in memory only (no cold resume, live-only
+            listing); a path opens the embedded SQLite store; a
+            :class:`~subagents.store.SessionStore` is used as given (and closed
+            with the runtime).
+        backend: ``"threading"`` or ``"gevent"`` (or a Backend).
+        clock: returns an aware UTC ``datetime``; inject one in tests.
+        default_providers: register the ``local`` and ``fork`` providers.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore | str | Any = None,
+        *,
+        backend: str | Backend = "threading",
+        clock: Callable[[], _dt.datetime] | None = None,
+        default_providers: bool = True,
+    ) -> None:
+        self.backend = get_backend(backend)
+        if clock is not None and not callable(clock):
+            raise SubagentError("clock must be callable", code=ErrorCode.INVALID_ARGUMENT)
+        self.clock: Callable[[], _dt.datetime] = clock or _utcnow
+        self.store: SessionStore | None = open_store(store)
+        self.sessions = SessionService(self.store, self.backend)
+        self.models = ModelRegistry()
+        self.tools = ToolRegistry()
+        self.agents = AgentRegistry(self)
+        self.subagents = SubagentService(self)
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self.default_providers: list[ProviderRegistration] = []
+        if default_providers:
+            self.default_providers.append(self.subagents.register_provider(LocalProvider(self)))
+            self.default_providers.append(self.subagents.register_provider(ForkProvider(self)))
+
+    # -- top-level agents ----------------------------------------------------------
+
+    def spawn(
+        self,
+        behaviour: Any = "echo",
+        *,
+        label: str | None = None,
+        options: AgentOptions | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+    ) -> Agent:
+        """Create a top-level agent (origin ``"user"``, depth 0, no Activation).
+
+        ``behaviour`` is a model name registered in :attr:`models`, a behaviour
+        object, or a callable taking the turn.
+
+        Raises:
+            SubagentError: ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``, ``RUNTIME_CLOSED``.
+        """
+        self._check_open()
+        if label is not None and type(label) is not str:
+            raise SubagentError("label must be a str or None", code=ErrorCode.INVALID_ARGUMENT)
+        if options is not None and not isinstance(options, AgentOptions):
+            raise SubagentError("options must be AgentOptions", code=ErrorCode.INVALID_ARGUMENT)
+        if output_schema is not None:
+            check_output_schema(output_schema)
+        built = None
+        if isinstance(behaviour, str):
+            options = options or AgentOptions(model=behaviour)
+            if options.model != behaviour:
+                options = AgentOptions(**{**_fields(options), "model": behaviour})
+            self.models.require(behaviour)
+        else:
+            built = as_behaviour(behaviour)
+            options = options or AgentOptions()
+        header = SessionHeader(
+            id=new_session_id(),
+            parent_session=None,
+            origin="user",
+            delegation_depth=options.subagent_depth or 0,
+            created_at=self.clock(),
+            label=label,
+        )
+        return self.agents.create(
+            header=header, options=options, behaviour=built, output_schema=output_schema
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
+
+    def _check_output(self, schema: Mapping[str, Any], output: Any) -> tuple[Any, str | None]:
+        return validate_output(schema, output)
+
+    # -- shutdown -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Dispose every agent (deepest first), drain writes, close the store. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        agents = sorted(self.agents.list(), key=lambda a: a.delegation_depth, reverse=True)
+        for agent in agents:
+            agent.cancel("runtime closing", keep_inbox=False)
+        for agent in agents:
+            try:
+                agent.dispose()
+            except Exception:
+                logger.exception("disposing %r while closing the runtime failed", agent)
+        self.sessions.close()
+        if self.store is not None:
+            self.store.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _fields(options: AgentOptions) -> dict[str, Any]:
+    return {name: getattr(options, name) for name in options.__slots__}

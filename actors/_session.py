@@ -1,0 +1,332 @@
+"""The session service (``runtime.sessions``): live sessions plus optional persistence.
+
+A *live* session belongs to a live agent: its header and the tail of its log that
+has not yet reached persistence are held in memory. *Persistence* is an optional
+:class:`~subagents.store.SessionStore` (SQLite by default, or any store). Writes to
+persistence are **write-behind**: ``append`` returns once the events are in the
+live log, and one writer task (a thread, or a greenlet that runs blocking store
+calls in gevent's threadpool) drains every queued write in order and commits it.
+``flush(session_id)`` waits until everything appended to that session so far is
+committed, so an agent that settles can make its log durable before it leaves
+residency. Without persistence the live log is the whole log and a session
+vanishes when its agent is released.
+
+Seqs are assigned here, gapless from 0 per session, and persistence assigns the
+same ones because it receives the same writes in the same order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from subagents.protocol import ErrorCode, Event, SessionHeader, SessionId, SubagentError
+from subagents.store import LogRecord, SessionStore
+
+from ._backend import Backend, TaskHandle, current_backend
+
+__all__ = ["LiveSession", "SessionService"]
+
+logger = logging.getLogger("subagents")
+
+
+class LiveSession:
+    """In-memory state of one live session (owned by :class:`SessionService`)."""
+
+    __slots__ = ("_lock", "base_seq", "events", "header", "next_seq", "released")
+
+    def __init__(self, header: SessionHeader, next_seq: int) -> None:
+        self.header = header
+        self.base_seq = next_seq  # seq of events[0]
+        self.next_seq = next_seq
+        self.events: list[Event] = []
+        self.released = False
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> SessionId:
+        return self.header.id
+
+    def _append(self, events: Sequence[Event]) -> int:
+        with self._lock:
+            self.events.extend(events)
+            self.next_seq += len(events)
+            return self.next_seq - 1
+
+    def _trim_through(self, seq: int) -> None:
+        with self._lock:
+            drop = min(seq + 1 - self.base_seq, len(self.events))
+            if drop > 0:
+                del self.events[:drop]
+                self.base_seq += drop
+
+    def snapshot(self) -> tuple[int, list[Event]]:
+        """``(base_seq, tail)``: the events from ``base_seq`` on, held in memory."""
+        with self._lock:
+            return self.base_seq, list(self.events)
+
+
+class _Writer:
+    """The write-behind queue to persistence: one task, writes in order."""
+
+    def __init__(self, store: SessionStore, backend: Backend, sessions: SessionService) -> None:
+        self._store = store
+        self._backend = backend
+        self._sessions = sessions
+        self._ops: deque[tuple[int, str, SessionId, Any]] = deque()
+        self._lock = threading.Lock()
+        self._ticket = 0
+        self._committed = 0
+        self._wake = backend.event()
+        self._waiters: list[tuple[int, Any]] = []
+        self._failed: dict[SessionId, BaseException] = {}
+        self._closing = False
+        self._task: TaskHandle | None = None
+
+    def submit(self, op: str, session_id: SessionId, payload: Any) -> int:
+        with self._lock:
+            if self._closing:
+                raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
+            self._ticket += 1
+            ticket = self._ticket
+            self._ops.append((ticket, op, session_id, payload))
+            if self._task is None:
+                self._task = self._backend.spawn(self._run, name="subagents-session-writer")
+        self._wake.set()
+        return ticket
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._ops:
+                batch: list[tuple[int, str, SessionId, Any]] = []
+                while self._ops and len(batch) < 4096:
+                    batch.append(self._ops.popleft())
+                self._write(batch)
+                with self._lock:
+                    self._committed = batch[-1][0]
+                    ready = [ev for t, ev in self._waiters if t <= self._committed]
+                    self._waiters = [(t, ev) for t, ev in self._waiters if t > self._committed]
+                for ev in ready:
+                    ev.set()
+            with self._lock:
+                if self._closing and not self._ops:
+                    return
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        if self._store.blocking:
+            return self._backend.run_blocking(fn, *args)
+        return fn(*args)
+
+    def _write(self, batch: list[tuple[int, str, SessionId, Any]]) -> None:
+        # Coalesce runs of appends to the same session into one store call.
+        i = 0
+        while i < len(batch):
+            _, op, sid, payload = batch[i]
+            if op == "append":
+                events = list(payload)
+                j = i + 1
+                while j < len(batch) and batch[j][1] == "append" and batch[j][2] == sid:
+                    events.extend(batch[j][3])
+                    j += 1
+                self._guarded(sid, self._append, sid, events)
+                i = j
+                continue
+            if op == "create":
+                header, events = payload
+                self._guarded(sid, self._store.create_session, header, events)
+            elif op == "delete":
+                self._guarded(sid, self._store.delete_session, sid)
+            i += 1
+
+    def _append(self, sid: SessionId, events: list[Event]) -> None:
+        seqs = self._call(self._store.append, sid, events)
+        if seqs:
+            self._sessions._committed(sid, seqs[-1])
+
+    def _guarded(self, sid: SessionId, fn: Any, *args: Any) -> None:
+        if sid in self._failed:
+            return  # a session whose earlier write failed gets no later writes: no holes
+        try:
+            if fn is self._append:
+                fn(*args)
+            else:
+                self._call(fn, *args)
+        except Exception as exc:
+            logger.exception("persisting session %s failed", sid)
+            self._failed[sid] = exc
+
+    def wait(self, ticket: int, timeout: float | None) -> bool:
+        event = current_backend().event()
+        with self._lock:
+            if self._committed >= ticket:
+                return True
+            self._waiters.append((ticket, event))
+        return bool(event.wait(timeout))
+
+    def take_failure(self, sid: SessionId) -> BaseException | None:
+        return self._failed.get(sid)
+
+    def forget(self, sid: SessionId) -> None:
+        self._failed.pop(sid, None)
+
+    @property
+    def ticket(self) -> int:
+        return self._ticket
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            task = self._task
+        self._wake.set()
+        if task is not None:
+            task.join()
+
+
+class SessionService:
+    """Live sessions of live agents, and write-behind to optional persistence.
+
+    Thread-safe. ``persistence`` is ``None`` for a runtime without a store.
+    """
+
+    def __init__(self, persistence: SessionStore | None, backend: Backend) -> None:
+        self.persistence = persistence
+        self._backend = backend
+        self._live: dict[SessionId, LiveSession] = {}
+        self._lock = threading.Lock()
+        self._writer = _Writer(persistence, backend, self) if persistence is not None else None
+
+    # -- lifecycle of live sessions -------------------------------------------------
+
+    def open(self, header: SessionHeader, events: Sequence[Event] = ()) -> LiveSession:
+        """Create a new session, live and (write-behind) persisted.
+
+        Raises:
+            SubagentError: ``SESSION_EXISTS`` when the id is live or persisted.
+        """
+        live = LiveSession(header, 0)
+        with self._lock:
+            if header.id in self._live:
+                raise SubagentError(f"session {header.id} exists", code=ErrorCode.SESSION_EXISTS)
+            self._live[header.id] = live
+        live._append(events)
+        if self._writer is not None:
+            self._writer.submit("create", header.id, (header, list(events)))
+        return live
+
+    def attach(self, header: SessionHeader, next_seq: int) -> LiveSession:
+        """Make a persisted session live again (cold resume); its log stays in persistence."""
+        live = LiveSession(header, next_seq)
+        with self._lock:
+            if header.id in self._live:
+                raise SubagentError(
+                    f"session {header.id} is already live", code=ErrorCode.SESSION_EXISTS
+                )
+            self._live[header.id] = live
+        return live
+
+    def append(self, live: LiveSession, events: Sequence[Event]) -> int:
+        """Append to a live session; returns the last seq. Persistence follows behind."""
+        if live.released:
+            raise SubagentError(
+                f"session {live.id} is no longer live", code=ErrorCode.SESSION_NOT_FOUND
+            )
+        last = live._append(events)
+        if self._writer is not None:
+            self._writer.submit("append", live.id, events)
+        return last
+
+    def _committed(self, sid: SessionId, seq: int) -> None:
+        live = self._live.get(sid)
+        if live is not None:
+            live._trim_through(seq)
+
+    def release(self, live: LiveSession) -> None:
+        """Drop a session from the live set (its agent left residency)."""
+        with self._lock:
+            if self._live.get(live.id) is live:
+                del self._live[live.id]
+            live.released = True
+
+    def discard(self, live: LiveSession, timeout: float | None = 30.0) -> None:
+        """Roll a session back: out of the live set and deleted from persistence."""
+        self.release(live)
+        if self._writer is not None:
+            ticket = self._writer.submit("delete", live.id, None)
+            self._writer.wait(ticket, timeout)
+            self._writer.forget(live.id)
+
+    # -- reading -------------------------------------------------------------------
+
+    def live(self, session_id: SessionId) -> LiveSession | None:
+        return self._live.get(session_id)
+
+    def live_ids(self) -> list[SessionId]:
+        with self._lock:
+            return list(self._live)
+
+    def header(self, session_id: SessionId) -> SessionHeader | None:
+        """Live header, else the persisted one, else None."""
+        live = self._live.get(session_id)
+        if live is not None:
+            return live.header
+        if self.persistence is None:
+            return None
+        return self._call(self.persistence.header, session_id)  # type: ignore[no-any-return]
+
+    def read(self, session_id: SessionId, from_seq: int = 0) -> list[LogRecord]:
+        """The log from ``from_seq``: persisted prefix plus the live tail.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row.
+        """
+        live = self._live.get(session_id)
+        records: list[LogRecord] = []
+        if live is not None:
+            base, tail = live.snapshot()
+            if from_seq < base and self.persistence is not None:
+                persisted = self._call(self.persistence.read, session_id, from_seq)
+                records.extend(r for r in persisted if r.seq < base)
+            start = max(from_seq, base)
+            records.extend(
+                LogRecord(seq=base + i, event=e) for i, e in enumerate(tail) if base + i >= start
+            )
+            return records
+        if self.persistence is None:
+            raise SubagentError(f"no session {session_id}", code=ErrorCode.SESSION_NOT_FOUND)
+        result: list[LogRecord] = self._call(self.persistence.read, session_id, from_seq)
+        return result
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        if self.persistence is not None and self.persistence.blocking:
+            return self._backend.run_blocking(fn, *args)
+        return fn(*args)
+
+    # -- durability ----------------------------------------------------------------
+
+    def flush(self, session_id: SessionId | None = None, timeout: float | None = 30.0) -> None:
+        """Wait until every write submitted so far is committed to persistence.
+
+        Raises:
+            SubagentError: the write failure of ``session_id``, or ``TIMEOUT``.
+        """
+        if self._writer is None:
+            return
+        if not self._writer.wait(self._writer.ticket, timeout):
+            raise SubagentError("flush timed out", code=ErrorCode.TIMEOUT)
+        if session_id is not None:
+            failure = self._writer.take_failure(session_id)
+            if failure is not None:
+                raise SubagentError(
+                    f"session {session_id} did not reach persistence: {failure}",
+                    code=ErrorCode.INTERNAL,
+                ) from failure
+
+    def close(self) -> None:
+        """Stop the writer after it drained; idempotent."""
+        if self._writer is not None:
+            self._writer.close()
