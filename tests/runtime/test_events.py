@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 
 from subagents.actors import (
@@ -167,10 +168,8 @@ def test_failed_start_emits_nothing(rt: Runtime) -> None:
     """R-EVT-5: a start that raises emits neither event."""
     probe = LifecycleProbe(rt)
     parent = rt.spawn("echo")
-    try:
+    with contextlib.suppress(Exception):
         rt.subagents.start("local", _req(parent, model="missing"))
-    except Exception:
-        pass
     assert probe.events == []
 
 
