@@ -78,17 +78,71 @@ def _default(obj: Any) -> Any:
     raise EncodeError(f"cannot pack a value of type {type(obj).__name__}")
 
 
-def packb(obj: Any) -> bytes:
-    """Pack ``obj`` to bytes, or raise :class:`EncodeError`."""
+def _check_shape(obj: Any, max_depth: int) -> None:
+    """Refuse nesting deeper than ``max_depth`` and containers used as map keys.
+
+    Tuples count as arrays (they pack as arrays). A container key would decode as
+    an unhashable list. Exact types suffice: packing refuses other subclasses.
+    """
+    kind = type(obj)
+    if kind is not dict and kind is not list and kind is not tuple:
+        return
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        value, depth = pop()
+        if depth > max_depth:
+            raise EncodeError(f"nesting deeper than max_depth ({max_depth})")
+        if type(value) is dict:
+            for k, v in value.items():
+                kind = type(k)
+                if kind is dict or kind is list or kind is tuple:
+                    raise EncodeError(f"a map key must not be a container, got {kind.__name__}")
+                kind = type(v)
+                if kind is dict or kind is list or kind is tuple:
+                    push((v, depth + 1))
+        else:
+            for v in value:
+                kind = type(v)
+                if kind is dict or kind is list or kind is tuple:
+                    push((v, depth + 1))
+
+
+def packb(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """Pack ``obj`` to bytes, or raise :class:`EncodeError`.
+
+    Packing refuses what it cannot represent (sets, arbitrary objects, naive
+    datetimes, ints beyond 64 bits, subclasses of the builtin types other than the
+    ids) and also what :func:`unpackb` with the same ``limits`` would refuse, so a
+    record that is written can always be read back.
+    """
+    _check_shape(obj, limits.max_depth)
     try:
         data: bytes = msgpack.packb(
             obj, default=_default, use_bin_type=True, datetime=True, strict_types=True
         )
-        return data
     except EncodeError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise EncodeError(f"cannot pack value: {exc}") from exc
+    size = len(data)
+    if size > limits.max_buffer_size:
+        raise EncodeError(f"a frame of {size} bytes exceeds max_buffer_size")
+    # No str, bin, array or map in a frame can be longer than the frame itself, so
+    # only a frame past the smallest of those bounds (or a max_ext_len below the
+    # 16 bytes of an id) needs the exact check: read it back with the same limits.
+    if size > _size_safe(limits):
+        try:
+            unpackb(data, limits=limits)
+        except DecodeError as exc:
+            raise EncodeError(f"the decoder would refuse this value: {exc.args[0]}") from None
+    return data
+
+
+def _size_safe(limits: Limits) -> int:
+    if limits.max_ext_len < 16:
+        return 0
+    return min(limits.max_str_len, limits.max_bin_len, limits.max_array_len, limits.max_map_len)
 
 
 def _ext_hook(code: int, data: bytes) -> Any:

@@ -84,10 +84,12 @@ class SubagentError(Exception):
         return f"[{self.code}] {super().__str__()}"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Errors cross process boundaries (pickle); keep code and hint.
+        # Errors cross process boundaries (pickle); keep code and hint, and the
+        # instance dict so subclasses' extra attributes (session_id, seq) survive.
         return (
             _rebuild_error,
             (type(self), self.args[0] if self.args else "", self.code, self.hint),
+            self.__dict__,
         )
 
 

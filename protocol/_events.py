@@ -310,16 +310,44 @@ def _wire_value(v: Any) -> Any:
     return v.to_wire() if isinstance(v, MessageSource) else v
 
 
+def _validate(
+    owner: str, checkers: tuple[tuple[str, Checker, bool], ...], wire: dict[str, Any]
+) -> None:
+    """Run the decode-side checkers on an outgoing map: refuse what reading refuses."""
+    for name, check, _ in checkers:
+        try:
+            check(wire[name])
+        except DecodeError as exc:
+            raise EncodeError(f"{owner}.{name}: {exc.args[0]}") from None
+
+
 def event_to_wire(event: Event) -> dict[str, Any]:
-    """The msgpack-ready map of ``event`` (``{"type": ..., field: value}``)."""
+    """The msgpack-ready map of ``event`` (``{"type": ..., field: value}``).
+
+    Raises:
+        EncodeError: ``event`` is not a session event, or a field holds a value
+            :func:`event_from_wire` would reject (a log must never receive a record
+            that cannot be read back). An :class:`UnknownEvent` must keep a
+            ``type_name`` this runtime does not know and no ``"type"`` key in its
+            data, or it would not decode as itself.
+    """
     if isinstance(event, UnknownEvent):
-        return {**event.data, "type": event.type_name}
-    names = _FIELD_NAMES.get(type(event))
+        if type(event.type_name) is not str or event.type_name in EVENT_TYPES:
+            raise EncodeError(
+                f"an UnknownEvent needs a str type_name this runtime does not know, "
+                f"got {event.type_name!r}"[:200]
+            )
+        if not isinstance(event.data, Mapping) or "type" in event.data:
+            raise EncodeError("an UnknownEvent's data is a mapping without a 'type' key")
+        return {"type": event.type_name, **event.data}
+    cls = type(event)
+    names = _FIELD_NAMES.get(cls)
     if names is None:
-        raise EncodeError(f"not a session event: {type(event).__name__}")
+        raise EncodeError(f"not a session event: {cls.__name__}")
     wire = {"type": event.type}
     for name in names:
         wire[name] = _wire_value(getattr(event, name))
+    _validate(cls.__name__, _CHECKERS[cls], wire)
     return wire
 
 
@@ -362,7 +390,12 @@ def decode_event(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> Event:
 
 
 def header_to_wire(header: SessionHeader) -> dict[str, Any]:
-    return {name: getattr(header, name) for name, _, _ in _HEADER_CHECKERS}
+    """The msgpack-ready map of ``header``; :class:`EncodeError` as :func:`event_to_wire`."""
+    if not isinstance(header, SessionHeader):
+        raise EncodeError(f"not a SessionHeader: {type(header).__name__}")
+    wire = {name: getattr(header, name) for name, _, _ in _HEADER_CHECKERS}
+    _validate("SessionHeader", _HEADER_CHECKERS, wire)
+    return wire
 
 
 def header_from_wire(wire: Any) -> SessionHeader:
@@ -373,8 +406,10 @@ def header_from_wire(wire: Any) -> SessionHeader:
 
 
 def encode_header(header: SessionHeader) -> bytes:
+    """Pack a session header (:class:`EncodeError` as :func:`encode_event`)."""
     return packb(header_to_wire(header))
 
 
 def decode_header(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> SessionHeader:
+    """Decode a session header from untrusted bytes; raises :class:`DecodeError` only."""
     return header_from_wire(unpackb(data, limits=limits))
