@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from subagents.protocol import (
     MessageEvent,
     MessageSource,
@@ -78,7 +77,9 @@ def make_events() -> MakeEvents:
     def make(n: int, tag: str = "") -> list[MessageEvent]:
         source = MessageSource(kind="parent", session_id=new_session_id())
         return [
-            MessageEvent(message_id=new_message_id(), content=f"{tag}:{i}:" + "x" * 150, source=source)
+            MessageEvent(
+                message_id=new_message_id(), content=f"{tag}:{i}:" + "x" * 150, source=source
+            )
             for i in range(n)
         ]
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from subagents.protocol import ErrorCode, MessageEvent, SessionHeader, SubagentError, new_session_id
 from subagents.store import SessionStore, SqliteStore
 

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from subagents.protocol import (
     CorruptRecordError,
     ErrorCode,
@@ -89,7 +88,9 @@ def test_events_of_every_kind_round_trip(store: SessionStore, make_header: MakeH
     assert [r.event for r in store.read(h.id)] == events
 
 
-def test_memory_store_borrows_event_objects(make_header: MakeHeader, make_events: MakeEvents) -> None:
+def test_memory_store_borrows_event_objects(
+    make_header: MakeHeader, make_events: MakeEvents
+) -> None:
     """R-REG-9: same-process values are borrowed, not copied."""
     with MemoryStore() as store:
         h = make_header()
@@ -223,7 +224,9 @@ def test_list_headers_orders_by_created_at_then_id(
     assert store.all_headers()[0] == grandchild
 
 
-def test_header_and_created_at_survive_exactly(store: SessionStore, make_header: MakeHeader) -> None:
+def test_header_and_created_at_survive_exactly(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
     h = make_header(
         created_at=dt.datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC), label="a label"
     )

@@ -1,0 +1,389 @@
+"""SqliteStore and its file: durability, identification, schema, corruption."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from subagents.protocol import (
+    CorruptRecordError,
+    ErrorCode,
+    MessageEvent,
+    SessionHeader,
+    SubagentError,
+)
+from subagents.store import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    LogRecord,
+    MemoryStore,
+    SqliteStore,
+    _schema,
+    open_store,
+)
+
+MakeHeader = Callable[..., SessionHeader]
+MakeEvents = Callable[..., list[MessageEvent]]
+
+
+def _fingerprint(path: Path) -> tuple[str, int, list[str]]:
+    """Bytes, mtime and the directory listing: what "untouched" means."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digest, path.stat().st_mtime_ns, sorted(os.listdir(path.parent))
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+# -- durability -----------------------------------------------------------------
+
+
+def test_everything_survives_reopening(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    path = tmp_path / "d.db"
+    parent = make_header()
+    child = make_header(parent=parent.id, depth=1, label="kid")
+    events = make_events(5)
+    with SqliteStore(path) as store:
+        store.create_session(parent, events[:2])
+        store.append(parent.id, events[2:])
+        store.create_session(child)
+        store.raise_delegation_depth(child.id, 3)
+        store.put_checkpoint(parent.id, 4, b"folded")
+    with SqliteStore(str(path)) as store:
+        assert store.read(parent.id) == [LogRecord(i, e) for i, e in enumerate(events)]
+        assert store.header(child.id).delegation_depth == 3  # type: ignore[union-attr]
+        assert store.list_headers(parent.id)[0].label == "kid"
+        assert store.get_checkpoint(parent.id) == (4, b"folded")
+        assert store.append(parent.id, make_events(1)) == [5]  # seqs continue
+
+
+def test_new_file_is_stamped_and_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    SqliteStore(path).close()
+    head = path.read_bytes()[:100]
+    assert head.startswith(b"SQLite format 3\x00")
+    assert int.from_bytes(head[68:72], "big") == APPLICATION_ID
+    conn = _raw(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type='table'")}
+        assert {"schema_version", "sessions", "events", "checkpoints"} <= tables
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("kind", ["empty file", "empty sqlite"])
+def test_empty_files_are_initialised(tmp_path: Path, kind: str, make_header: MakeHeader) -> None:
+    path = tmp_path / "e.db"
+    if kind == "empty file":
+        path.write_bytes(b"")
+    else:
+        conn = _raw(path)
+        conn.execute("VACUUM")  # writes a valid header and an empty schema
+        conn.close()
+        assert path.stat().st_size > 0
+    with SqliteStore(path) as store:
+        h = make_header()
+        store.create_session(h)
+        assert store.header(h.id) == h
+
+
+def test_synchronous_normal_with_flush(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    path = tmp_path / "n.db"
+    h = make_header()
+    with SqliteStore(path, synchronous="normal") as store:
+        store.create_session(h, make_events(3))
+        store.flush()
+        store.flush(h.id)
+    with SqliteStore(path) as store:
+        assert store.last_seq(h.id) == 2
+
+
+# -- refusing files that are not ours -------------------------------------------
+
+
+def _other_app_db(path: Path, *, app_id: int = 0, wal: bool = False) -> None:
+    conn = _raw(path)
+    if wal:
+        conn.execute("PRAGMA journal_mode=WAL")
+    if app_id:
+        conn.execute(f"PRAGMA application_id={app_id}")
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.execute("INSERT INTO users VALUES ('ada')")
+    conn.close()
+
+
+FOREIGN: dict[str, Callable[[Path], None]] = {
+    "text": lambda p: p.write_text("hello, I am a text file\n" * 20),
+    "short text": lambda p: p.write_text("hi"),
+    "random bytes": lambda p: p.write_bytes(bytes(range(256)) * 64),
+    "sqlite header then garbage": lambda p: p.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000),
+    "other app sqlite": _other_app_db,
+    "other app sqlite (wal)": lambda p: _other_app_db(p, wal=True),
+    "other app id": lambda p: _other_app_db(p, app_id=0x1234),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FOREIGN))
+def test_foreign_files_are_refused_untouched(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "foreign.db"
+    FOREIGN[kind](path)
+    before = _fingerprint(path)
+    with pytest.raises(SubagentError) as exc_info:
+        SqliteStore(path)
+    assert exc_info.value.code == ErrorCode.NOT_A_DATABASE
+    assert _fingerprint(path) == before
+    with pytest.raises(SubagentError):
+        open_store(path)
+    assert _fingerprint(path) == before
+
+
+def _write_version(path: Path, version: int) -> None:
+    conn = _raw(path)
+    conn.execute("UPDATE schema_version SET version = ?", (version,))
+    conn.close()  # the last connection checkpoints the WAL into the file
+
+
+def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    SqliteStore(path).close()
+    _write_version(path, SCHEMA_VERSION + 1)
+    before = _fingerprint(path)
+    with pytest.raises(SubagentError) as exc_info:
+        SqliteStore(path)
+    assert exc_info.value.code == ErrorCode.SCHEMA_TOO_NEW
+    assert exc_info.value.hint["version"] == SCHEMA_VERSION + 1
+    assert _fingerprint(path) == before
+
+
+def test_newer_schema_still_in_the_wal_is_refused(tmp_path: Path) -> None:
+    """A newer version whose bump is not yet checkpointed is caught under the lock."""
+    path = tmp_path / "future.db"
+    SqliteStore(path).close()
+    holder = _raw(path)  # keeps the WAL from being checkpointed on close
+    holder.execute("PRAGMA wal_autocheckpoint = 0")
+    holder.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 5,))
+    try:
+        with pytest.raises(SubagentError) as exc_info:
+            SqliteStore(path)
+        assert exc_info.value.code == ErrorCode.SCHEMA_TOO_NEW
+    finally:
+        holder.close()
+
+
+def test_our_magic_without_version_table_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "odd.db"
+    _other_app_db(path, app_id=APPLICATION_ID)
+    before = _fingerprint(path)
+    with pytest.raises(SubagentError) as exc_info:
+        SqliteStore(path)
+    assert exc_info.value.code == ErrorCode.NOT_A_DATABASE
+    assert _fingerprint(path) == before
+
+
+def test_unusable_locations(tmp_path: Path) -> None:
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    for path in (tmp_path, tmp_path / "missing" / "s.db", a_file / "s.db"):
+        with pytest.raises(SubagentError) as exc_info:
+            SqliteStore(path)
+        assert exc_info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE, path
+        assert str(path) in str(exc_info.value)
+    assert sorted(os.listdir(tmp_path)) == ["file.txt"]
+
+
+def test_constructor_argument_checks(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    bad: list[Callable[[], object]] = [
+        lambda: SqliteStore(":memory:"),
+        lambda: SqliteStore(""),
+        lambda: SqliteStore(42),  # type: ignore[arg-type]
+        lambda: SqliteStore(b"bytes.db"),  # type: ignore[arg-type]
+        lambda: SqliteStore(path, synchronous="SOMETIMES"),
+        lambda: SqliteStore(path, busy_timeout_s=-1),
+        lambda: SqliteStore(path, busy_timeout_s="1"),  # type: ignore[arg-type]
+        lambda: SqliteStore(path, limits={}),  # type: ignore[arg-type]
+    ]
+    for i, make in enumerate(bad):
+        with pytest.raises(SubagentError) as exc_info:
+            make()
+        assert exc_info.value.code == ErrorCode.INVALID_ARGUMENT, i
+    assert not path.exists()
+
+
+# -- migrations -----------------------------------------------------------------
+
+
+def _add_inbox(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE inbox (message BLOB PRIMARY KEY) WITHOUT ROWID")
+
+
+def _broken(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE half_done (x)")
+    raise sqlite3.OperationalError("migration failed halfway")
+
+
+def test_migration_hook_upgrades_in_a_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_header: MakeHeader
+) -> None:
+    path = tmp_path / "m.db"
+    h = make_header()
+    with SqliteStore(path) as store:
+        store.create_session(h)
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, _broken))
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    with pytest.raises(SubagentError) as exc_info:
+        SqliteStore(path)
+    assert exc_info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+    conn = _raw(path)
+    try:  # rolled back: still the old version, no half-made table
+        assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        assert not conn.execute("SELECT 1 FROM sqlite_schema WHERE name='half_done'").fetchall()
+    finally:
+        conn.close()
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS[:-1], _add_inbox))
+    with SqliteStore(path) as store:
+        assert store.header(h.id) == h
+    conn = _raw(path)
+    try:
+        assert (
+            conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION + 1
+        )
+        assert conn.execute("SELECT 1 FROM sqlite_schema WHERE name='inbox'").fetchall()
+    finally:
+        conn.close()
+
+
+# -- corrupt rows ---------------------------------------------------------------
+
+
+def test_corrupt_row_is_named_and_the_rest_stays_readable(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    path = tmp_path / "c.db"
+    bad, good = make_header(), make_header()
+    events = make_events(4)
+    with SqliteStore(path) as store:
+        store.create_session(bad, events)
+        store.create_session(good, events)
+        conn = _raw(path)
+        conn.execute(
+            "UPDATE events SET body = ? WHERE session = ? AND seq = 1",
+            (b"\xc1garbage", bad.id.to_bytes()),
+        )
+        conn.execute(
+            "UPDATE events SET body = 'text, not a blob' WHERE session = ? AND seq = 3",
+            (bad.id.to_bytes(),),
+        )
+        conn.close()
+
+        with pytest.raises(CorruptRecordError) as exc_info:
+            store.read(bad.id)
+        err = exc_info.value
+        assert (err.code, err.session_id, err.seq) == (ErrorCode.CORRUPT_RECORD, bad.id, 1)
+        assert str(bad.id) in str(err)
+        assert isinstance(err, ValueError)
+
+        scanned = list(store.scan(bad.id))
+        assert [type(r) for r in scanned] == [
+            LogRecord,
+            CorruptRecordError,
+            LogRecord,
+            CorruptRecordError,
+        ]
+        assert [r.seq for r in scanned] == [0, 1, 2, 3]
+        assert [r.event for r in scanned if isinstance(r, LogRecord)] == [events[0], events[2]]
+        with pytest.raises(CorruptRecordError) as exc_info:
+            store.read(bad.id, 2)
+        assert exc_info.value.seq == 3
+        assert [r.event for r in store.read(good.id)] == events
+        assert store.last_seq(bad.id) == 3
+        assert store.append(bad.id, make_events(1)) == [4]  # the log goes on
+
+
+def test_corrupt_header_names_the_session(tmp_path: Path, make_header: MakeHeader) -> None:
+    path = tmp_path / "h.db"
+    h = make_header()
+    with SqliteStore(path) as store:
+        store.create_session(h)
+        conn = _raw(path)
+        conn.execute("UPDATE sessions SET header = x'00' WHERE id = ?", (h.id.to_bytes(),))
+        conn.close()
+        with pytest.raises(CorruptRecordError) as exc_info:
+            store.header(h.id)
+        assert (exc_info.value.session_id, exc_info.value.seq) == (h.id, -1)
+        assert store.exists(h.id)
+        assert store.last_seq(h.id) == -1
+
+
+# -- another writer on the same file ---------------------------------------------
+
+
+def test_two_stores_on_one_file_share_a_session(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """The next-seq cache notices another connection's commits (data_version)."""
+    path = tmp_path / "two.db"
+    h = make_header()
+    with SqliteStore(path) as a, SqliteStore(path) as b:
+        a.create_session(h)
+        for i in range(6):
+            writer = a if i % 2 == 0 else b
+            assert writer.append(h.id, make_events(2)) == [2 * i, 2 * i + 1]
+        b.delete_session(h.id)
+        a.create_session(h)
+        assert a.append(h.id, make_events(1)) == [0]
+        assert b.append(h.id, make_events(1)) == [1]
+
+
+def test_seq_conflict_is_retried_when_the_cache_is_stale(
+    sqlite_store: SqliteStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Second line of defence: a primary-key conflict re-reads max(seq)."""
+    h = make_header()
+    sqlite_store.create_session(h, make_events(2))
+    sqlite_store.append(h.id, make_events(1))  # seq 2; the cache now says 3
+    conn = _raw(Path(sqlite_store.path))
+    conn.execute(
+        "INSERT INTO events (session, seq, body) SELECT session, 3, body FROM events"
+        " WHERE session = ? AND seq = 0",
+        (h.id.to_bytes(),),
+    )
+    conn.close()
+    # Hide the commit from the data_version check, as if it had been missed.
+    writer = sqlite_store._writer
+    writer._data_version = writer.conn.execute("PRAGMA data_version").fetchone()[0]
+    assert sqlite_store.append(h.id, make_events(2)) == [4, 5]
+    assert [r.seq for r in sqlite_store.read(h.id)] == list(range(6))
+
+
+# -- open_store -----------------------------------------------------------------
+
+
+def test_open_store(tmp_path: Path) -> None:
+    assert open_store(None) is None
+    memory = MemoryStore()
+    assert open_store(memory) is memory
+    memory.close()
+    for spec in (tmp_path / "p.db", str(tmp_path / "s.db")):
+        store = open_store(spec)
+        try:
+            assert isinstance(store, SqliteStore)
+            assert store.path == os.fspath(spec)
+        finally:
+            assert store is not None
+            store.close()
+    for bad in (42, b"x.db", object(), ["a"]):
+        with pytest.raises(SubagentError) as exc_info:
+            open_store(bad)  # type: ignore[arg-type]
+        assert exc_info.value.code == ErrorCode.INVALID_ARGUMENT
