@@ -29,6 +29,7 @@ becomes quiescent (the supervisor derives residency from them).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import threading
@@ -169,6 +170,7 @@ class Agent:
         self._context: list[Message] = []
         self._next_turn = next_turn
         self._loop: Any = None
+        self._flush_on_stop = True
         self._ref: pykka.ActorRef[Any] = _actor_class(backend.actor_class).start(self)
 
     # -- identity ----------------------------------------------------------------
@@ -362,20 +364,23 @@ class Agent:
                 self._stopped.wait(timeout)
             return
         self._runtime.agents._unregister(self)
+        self._flush_on_stop = flush
         self.cancel("disposed", keep_inbox=False)
         if self._in_own_loop():
-            self._ref.tell(pykka.messages._ActorStop())  # the loop stops after this turn
-            self._finish_dispose(flush)
+            # Stop after this turn; the actor's on_stop finishes the disposal.
+            self._ref.tell(pykka.messages._ActorStop())
             return
-        try:
+        with contextlib.suppress(pykka.ActorDeadError):
             self._ref.stop(block=True, timeout=timeout)
-        except pykka.ActorDeadError:
-            pass
-        self._finish_dispose(flush)
+        self._stopped.wait(timeout)
 
-    def _finish_dispose(self, flush: bool) -> None:
+    def _finish_dispose(self) -> None:
+        """Runs in the actor's ``on_stop``: after the last turn, before the loop exits."""
+        with self._lock:
+            self._disposed = True  # also when stopped from outside (ActorRegistry.stop_all)
+        self._runtime.agents._unregister(self)
         sessions = self._runtime.sessions
-        if flush:
+        if self._flush_on_stop:
             try:
                 sessions.flush(self.session_id)
             except Exception:
@@ -526,6 +531,9 @@ def _actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
 
             def on_receive(self, message: Any) -> Any:
                 self._agent._handle(message)
+
+            def on_stop(self) -> None:
+                self._agent._finish_dispose()
 
         _AgentActor.__name__ = f"AgentActor[{base.__name__}]"
         cls = _ACTOR_CLASSES[base] = _AgentActor
