@@ -1,0 +1,307 @@
+"""Fixtures every test in the project uses.
+
+* ``backend``: session-scoped, parametrised over ``threading`` and ``gevent`` (ids
+  ``threading``/``gevent``); a test that takes it runs once per runtime.
+* an autouse leak guard: after each test it stops every pykka actor still
+  registered, and fails the test (an error at teardown) if an actor, an OS thread
+  or a greenlet outlived it. Details in :func:`_leak_guard`.
+* ``run_in``: run a function in a task of a backend (a thread, or a greenlet of the
+  calling thread's hub) and return its result or raise its exception.
+* ``start_os_thread``: a real OS thread, even under monkey-patching (where
+  ``threading.Thread`` makes greenlets), for cross-thread tests.
+
+On a hang, pytest's ``faulthandler_timeout`` dumps every thread's stack; ``kill
+-USR1 <pid>`` dumps them on demand.
+
+This file imports only the runtime modules it owns (``_backend``, ``_gevent``).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+import gevent
+import gevent.monkey
+import greenlet
+import pykka
+import pytest
+from gevent._hub_local import get_hub_if_exists
+from gevent.hub import Hub
+from subagents.actors._backend import Backend, get_backend
+
+if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+MONKEYPATCHED = gevent.monkey.is_module_patched("threading")
+
+_native_start_thread = gevent.monkey.get_original("_thread", "start_new_thread")
+_native_lock = gevent.monkey.get_original("_thread", "allocate_lock")
+
+# Grace for threads that are already on their way out (a stopped ThreadingActor's
+# thread returns right after replying to the stop): total, not per thread.
+THREAD_GRACE_SECONDS = 2.0
+
+
+# -- backends ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", params=["threading", "gevent"], ids=["threading", "gevent"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """The runtime under test: ``THREADING`` or ``GEVENT``."""
+    return get_backend(request.param)
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+class OsThread:
+    """A handle on a native OS thread started by :func:`start_os_thread`."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._done = _native_lock()
+        self._done.acquire()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        _native_start_thread(self._run, (fn, args))
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            self.value = fn(*args)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            # A foreign thread that touched threading.current_thread() (logging
+            # does) leaves a _DummyThread behind for ever; drop ours.
+            dummy = threading._active.get(threading.get_ident())  # type: ignore[attr-defined]
+            if isinstance(dummy, threading._DummyThread):  # type: ignore[attr-defined]
+                threading._active.pop(threading.get_ident(), None)  # type: ignore[attr-defined]
+            self._done.release()
+
+    def join(self, timeout: float = 10.0) -> bool:
+        """Wait on a native lock; True when the thread finished."""
+        if self._done.acquire(True, timeout):
+            self._done.release()
+            return True
+        return False
+
+    def result(self, timeout: float = 10.0) -> Any:
+        assert self.join(timeout), "OS thread did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@pytest.fixture
+def start_os_thread() -> Iterator[Callable[..., OsThread]]:
+    """``start_os_thread(fn, *args) -> OsThread``: a real OS thread, joined at teardown.
+
+    Joining from a greenlet blocks the hub: use it only when the thread cannot be
+    waiting for that hub, or poll ``join(timeout=0)`` cooperatively.
+    """
+    started: list[OsThread] = []
+
+    def start(fn: Callable[..., Any], *args: Any) -> OsThread:
+        thread = OsThread(fn, args)
+        started.append(thread)
+        return thread
+
+    yield start
+    for thread in started:
+        assert thread.join(10.0), "an OS thread started by the test did not finish"
+
+
+@pytest.fixture
+def run_in() -> Callable[..., Any]:
+    """``run_in(backend, fn, *args, timeout=10.0, **kw)``: run fn in a backend task.
+
+    On gevent the task is a greenlet of the calling thread's hub, and the caller
+    waits cooperatively, so the main greenlet can drive gevent code. Returns what
+    ``fn`` returned; re-raises what it raised.
+    """
+
+    def run(
+        backend: Backend, fn: Callable[..., Any], *args: Any, timeout: float = 10.0, **kwargs: Any
+    ) -> Any:
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as exc:
+                box["error"] = exc
+
+        task = backend.spawn(target, name=f"run_in-{getattr(fn, '__name__', 'fn')}")
+        assert task.join(timeout), f"{fn!r} did not finish in {timeout}s on {backend.name}"
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    return run
+
+
+# -- the leak guard ---------------------------------------------------------------
+
+_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_REPORT] = report
+    return report
+
+
+def _ignored_thread_idents() -> set[int]:
+    """gevent threadpool workers of this thread's hub: pooled for reuse, by design."""
+    hub = get_hub_if_exists()
+    pool = getattr(hub, "_threadpool", None) if hub is not None else None
+    if pool is None:
+        return set()
+    return {
+        ident
+        for worker in list(getattr(pool, "_worker_greenlets", ()))
+        if (ident := getattr(worker, "_thread_ident", None)) is not None
+    }
+
+
+def _live_threads() -> list[threading.Thread]:
+    ignored = _ignored_thread_idents()
+    return [
+        t
+        for t in threading.enumerate()
+        if t.ident not in ignored
+        # pytest-timeout's timer thread in its "thread" method (named after it).
+        and not t.name.startswith("pytest_timeout")
+    ]
+
+
+def _is_infrastructure(glet: greenlet.greenlet) -> bool:
+    # A thread's root greenlet (parent None), gevent hubs (one per thread that used
+    # gevent, kept for reuse), and gevent threadpool worker greenlets (they live in
+    # the pooled worker threads).
+    return (
+        glet.parent is None
+        or isinstance(glet, Hub)
+        or type(glet).__name__ in {"ThreadPoolWorker", "_WorkerGreenlet"}
+    )
+
+
+def _live_greenlets() -> list[greenlet.greenlet]:
+    # One pass over the gc-tracked objects: a few milliseconds per test.
+    return [
+        obj
+        for obj in gc.get_objects()
+        if isinstance(obj, greenlet.greenlet) and not obj.dead and not _is_infrastructure(obj)
+    ]
+
+
+def _describe_greenlet(glet: greenlet.greenlet) -> str:
+    run = getattr(glet, "_run", None) or getattr(glet, "run", None)
+    frame = glet.gr_frame
+    if frame is None:
+        return f"{glet!r} run={run!r}"
+    code = frame.f_code
+    return f"{glet!r} run={run!r} at {code.co_qualname} ({code.co_filename}:{frame.f_lineno})"
+
+
+def _drain_hub() -> None:
+    # Let this thread's hub run what is already scheduled (wake-ups of greenlets
+    # that are about to finish) before counting.
+    if get_hub_if_exists() is not None:
+        for _ in range(3):
+            gevent.sleep(0)
+
+
+@pytest.fixture(autouse=True)
+def _leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaks an actor, an OS thread or a greenlet.
+
+    After the test (and after its other fixtures are torn down, this one being set
+    up first): every actor in ``pykka.ActorRegistry`` is stopped, and its presence
+    is a failure. A thread alive now that was not alive before is a leak once a
+    bounded grace join (``THREAD_GRACE_SECONDS`` in total) has passed. A greenlet
+    that is neither dead nor present before is a leak (live greenlets are found by
+    one ``gc.get_objects()`` pass; a suspect list is re-checked after
+    ``gc.collect()`` so garbage does not count).
+
+    Ignored, because they outlive tests by design:
+    * gevent threadpool worker threads (and their ``_DummyThread`` entries) and
+      worker greenlets: gevent pools them for reuse by ``run_blocking``;
+    * pytest-timeout's timer thread (``timeout_method = thread``);
+    * gevent hubs and each thread's root greenlet: a hub stays with its thread.
+
+    When the test itself failed, leaks are cleaned up but not reported again.
+    """
+    threads_before = set(_live_threads())
+    greenlets_before: weakref.WeakSet[greenlet.greenlet] = weakref.WeakSet(_live_greenlets())
+
+    yield
+
+    problems: list[str] = []
+
+    leaked_actors = pykka.ActorRegistry.get_all()
+    if leaked_actors:
+        problems.append("actors still running: " + ", ".join(str(ref) for ref in leaked_actors))
+        try:
+            pykka.ActorRegistry.stop_all(block=True, timeout=10.0)
+        except pykka.Timeout:
+            problems.append("and they did not stop within 10s")
+
+    _drain_hub()
+
+    leaked_threads = [t for t in _live_threads() if t not in threads_before]
+    if leaked_threads:
+        deadline = THREAD_GRACE_SECONDS
+        for thread in leaked_threads:
+            started = time.monotonic()
+            thread.join(max(deadline, 0.0))
+            deadline -= time.monotonic() - started
+        leaked_threads = [t for t in leaked_threads if t.is_alive()]
+    if leaked_threads:
+        problems.append(
+            "threads still alive: "
+            + ", ".join(f"{t.name} (ident={t.ident}, daemon={t.daemon})" for t in leaked_threads)
+        )
+
+    leaked_greenlets = [g for g in _live_greenlets() if g not in greenlets_before]
+    if leaked_greenlets:
+        gc.collect()
+        _drain_hub()
+        leaked_greenlets = [g for g in leaked_greenlets if not g.dead]
+    if leaked_greenlets:
+        problems.append(
+            "greenlets still alive:\n  "
+            + "\n  ".join(_describe_greenlet(g) for g in leaked_greenlets)
+        )
+        _kill_greenlets(leaked_greenlets)
+
+    report = request.node.stash.get(_CALL_REPORT, None)
+    if problems and (report is None or report.passed):
+        pytest.fail("test leaked resources:\n" + "\n".join(problems), pytrace=False)
+
+
+def _kill_greenlets(glets: list[greenlet.greenlet]) -> None:
+    # Best effort, so the next test starts clean: only greenlets of this thread's
+    # hub can be killed from here.
+    hub = get_hub_if_exists()
+    if hub is None:
+        return
+    for glet in glets:
+        if glet.parent is hub and not glet.dead:
+            gevent.kill(glet)
+    _drain_hub()
+
+
+def pytest_report_header() -> str:
+    return f"subagents: gevent monkey-patched={MONKEYPATCHED}, python {sys.version.split()[0]}"
