@@ -23,7 +23,7 @@ from subagents.protocol import (
     SubagentError,
 )
 
-__all__ = ["LogRecord", "SessionStore", "store_closed"]
+__all__ = ["LogRecord", "SessionStore", "not_found", "session_exists", "store_closed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,24 @@ class LogRecord:
 def store_closed(store: object) -> SubagentError:
     """The error every call on a closed store raises."""
     return SubagentError(f"{type(store).__name__} is closed", code=ErrorCode.STORE_CLOSED)
+
+
+def not_found(session_id: SessionId) -> SubagentError:
+    """``SESSION_NOT_FOUND`` for ``session_id``."""
+    return SubagentError(
+        f"no session {session_id}",
+        code=ErrorCode.SESSION_NOT_FOUND,
+        hint={"session_id": session_id},
+    )
+
+
+def session_exists(session_id: SessionId) -> SubagentError:
+    """``SESSION_EXISTS`` for ``session_id``."""
+    return SubagentError(
+        f"session {session_id} exists",
+        code=ErrorCode.SESSION_EXISTS,
+        hint={"session_id": session_id},
+    )
 
 
 class SessionStore(abc.ABC):

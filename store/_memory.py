@@ -13,14 +13,12 @@ from dataclasses import replace
 
 from subagents.protocol import (
     CorruptRecordError,
-    ErrorCode,
     Event,
     SessionHeader,
     SessionId,
-    SubagentError,
 )
 
-from ._base import LogRecord, SessionStore, store_closed
+from ._base import LogRecord, SessionStore, not_found, session_exists, store_closed
 from ._native import native_lock
 from ._validate import check_blob, check_events, check_header, check_int, check_session_id, invalid
 
@@ -34,14 +32,6 @@ class _Session:
         self.header = header
         self.events = events
         self.checkpoint: tuple[int, bytes] | None = None
-
-
-def _not_found(session_id: SessionId) -> SubagentError:
-    return SubagentError(
-        f"no session {session_id}",
-        code=ErrorCode.SESSION_NOT_FOUND,
-        hint={"session_id": session_id},
-    )
 
 
 def _ordered(headers: list[SessionHeader]) -> list[SessionHeader]:
@@ -72,7 +62,7 @@ class MemoryStore(SessionStore):
             raise store_closed(self)
         session = self._sessions.get(session_id)
         if session is None:
-            raise _not_found(session_id)
+            raise not_found(session_id)
         return session
 
     def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
@@ -82,11 +72,7 @@ class MemoryStore(SessionStore):
             if self._closed:
                 raise store_closed(self)
             if header.id in self._sessions:
-                raise SubagentError(
-                    f"session {header.id} exists",
-                    code=ErrorCode.SESSION_EXISTS,
-                    hint={"session_id": header.id},
-                )
+                raise session_exists(header.id)
             self._sessions[header.id] = _Session(header, initial)
             self._children.setdefault(header.parent_session, set()).add(header.id)
         return len(initial) - 1

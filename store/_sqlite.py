@@ -42,12 +42,12 @@ from subagents.protocol import (
     encode_header,
 )
 
-from ._base import LogRecord, SessionStore, store_closed
+from ._base import LogRecord, SessionStore, not_found, store_closed
 from ._group import GroupCommitter
 from ._native import native_lock
 from ._schema import migrate, probe, unavailable
 from ._validate import check_blob, check_events, check_header, check_int, check_session_id, invalid
-from ._writer import Writer, decode_header_row, not_found
+from ._writer import NEXT_SEQ, Writer, decode_header_row
 
 __all__ = ["SqliteStore", "StoreStatistics"]
 
@@ -59,10 +59,6 @@ _READ: Final = (
     "SELECT e.seq, e.body FROM sessions AS s"
     " LEFT JOIN events AS e ON e.session = s.id AND e.seq >= ?2"
     " WHERE s.id = ?1 ORDER BY e.seq"
-)
-_LAST_SEQ: Final = (
-    "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),"
-    " (SELECT max(seq) FROM events WHERE session = ?1)"
 )
 
 
@@ -239,7 +235,7 @@ class SqliteStore(SessionStore):
 
     def last_seq(self, session_id: SessionId | str) -> int:
         sid = check_session_id(session_id)
-        exists, last = self._query(_LAST_SEQ, (sid.to_bytes(),))[0]
+        exists, last = self._query(NEXT_SEQ, (sid.to_bytes(),))[0]
         if not exists:
             raise not_found(sid)
         return -1 if last is None else int(last)

@@ -36,28 +36,22 @@ from subagents.protocol import (
     encode_header,
 )
 
+from ._base import not_found, session_exists
 from ._group import WriteRequest
 from ._validate import invalid
 
-__all__ = ["Txn", "Writer", "decode_header_row", "not_found"]
+__all__ = ["NEXT_SEQ", "Txn", "Writer", "decode_header_row"]
 
 _EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 #: Forget cached next-seqs beyond this many sessions (a bound, not a tuning knob).
 _CACHE_LIMIT: Final = 65_536
 
 _INSERT_EVENT: Final = "INSERT INTO events (session, seq, body) VALUES (?, ?, ?)"
-_NEXT_SEQ: Final = (
+#: ``(session exists, max(seq))`` of one session, in one statement (one snapshot).
+NEXT_SEQ: Final = (
     "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),"
     " (SELECT max(seq) FROM events WHERE session = ?1)"
 )
-
-
-def not_found(session_id: SessionId) -> SubagentError:
-    return SubagentError(
-        f"no session {session_id}",
-        code=ErrorCode.SESSION_NOT_FOUND,
-        hint={"session_id": session_id},
-    )
 
 
 def decode_header_row(session_id: SessionId, blob: bytes) -> SessionHeader:
@@ -93,7 +87,7 @@ class Txn:
         else:
             nxt = self._cache.get(key)
             if nxt is None:
-                exists, last = self.conn.execute(_NEXT_SEQ, (key,)).fetchone()
+                exists, last = self.conn.execute(NEXT_SEQ, (key,)).fetchone()
                 nxt = (-1 if last is None else last) + 1 if exists else None
         if nxt is None:
             raise not_found(session_id)
@@ -119,11 +113,7 @@ class Txn:
         key = header.id.to_bytes()
         known = self.overlay.get(key, self._cache.get(key)) is not None
         if known or self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (key,)).fetchone():
-            raise SubagentError(
-                f"session {header.id} exists",
-                code=ErrorCode.SESSION_EXISTS,
-                hint={"session_id": header.id},
-            )
+            raise session_exists(header.id)
         parent = None if header.parent_session is None else header.parent_session.to_bytes()
         self.conn.execute(
             "INSERT INTO sessions (id, parent, origin, depth, created_at, header)"

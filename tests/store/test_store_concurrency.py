@@ -226,3 +226,28 @@ def test_close_during_concurrent_appends_ends_every_caller(
         store.read(h.id)
     with SqliteStore(tmp_path / "c.db") as reopened:
         assert reopened.last_seq(h.id) == appended - 1
+
+
+def test_sqlite_store_from_gevent_threadpool(
+    sqlite_store: SqliteStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """How the gevent runtime calls a blocking store: greenlets hand calls to the threadpool."""
+    import gevent
+
+    assert SqliteStore.blocking
+    shared = make_header()
+    sqlite_store.create_session(shared)
+    pool = gevent.get_hub().threadpool
+
+    def greenlet_body(i: int) -> list[int]:
+        seqs: list[int] = []
+        for j in range(10):
+            seqs += pool.apply(sqlite_store.append, (shared.id, make_events(1, f"{i}.{j}")))
+        return seqs
+
+    greenlets = [gevent.spawn(greenlet_body, i) for i in range(8)]
+    gevent.joinall(greenlets, timeout=60, raise_error=True)
+    assert all(g.dead for g in greenlets)
+    seqs = sorted(s for g in greenlets for s in g.value)
+    assert seqs == list(range(80))
+    assert [r.seq for r in sqlite_store.read(shared.id)] == list(range(80))
