@@ -50,6 +50,7 @@ from subagents.protocol import (
     SubagentError,
     TurnEnd,
     TurnStart,
+    descriptor_payload,
     new_message_id,
     packb,
     resolve_delegation_depth,
@@ -83,7 +84,7 @@ class TurnOutcome:
         self.error = error
 
     def __repr__(self) -> str:
-        return f"TurnOutcome(turn={self.turn}, stop_reason={self.stop_reason!r}, output={self.output!r})"
+        return f"TurnOutcome({self.turn}, {self.stop_reason!r}, {self.output!r})"
 
 
 class _Deliver:
@@ -171,6 +172,10 @@ class Agent:
         self._next_turn = next_turn
         self._loop: Any = None
         self._flush_on_stop = True
+        self._checkpoint_on_stop = False
+        self._descriptor: Any = None  # a continuable child's folded descriptor
+        self._extra_tools: dict[str, Callable[..., Any]] = {}  # from setup contributions
+        self._setup_releases: dict[Any, Callable[[], object]] = {}
         self._ref: pykka.ActorRef[Any] = _actor_class(backend.actor_class).start(self)
 
     # -- identity ----------------------------------------------------------------
@@ -350,25 +355,29 @@ class Agent:
     def _in_own_loop(self) -> bool:
         return self._loop is not None and greenlet.getcurrent() is self._loop
 
-    def dispose(self, *, flush: bool = True, timeout: float | None = 30.0) -> None:
+    def dispose(
+        self, *, flush: bool = True, timeout: float | None = 30.0, wait: bool = True
+    ) -> None:
         """Cancel everything, stop the actor, unregister, release the session.
 
         Idempotent; a concurrent second call waits for the first to finish.
-        Called from the agent's own turn it does not wait for the actor.
+        Called from the agent's own turn, or with ``wait=False``, it does not wait
+        for the actor: the release completes in the actor's ``on_stop``.
         """
         with self._lock:
             first = not self._disposed
             self._disposed = True
         if not first:
-            if not self._in_own_loop():
+            if wait and not self._in_own_loop():
                 self._stopped.wait(timeout)
             return
         self._runtime.agents._unregister(self)
         self._flush_on_stop = flush
         self.cancel("disposed", keep_inbox=False)
-        if self._in_own_loop():
+        if not wait or self._in_own_loop():
             # Stop after this turn; the actor's on_stop finishes the disposal.
-            self._ref.tell(pykka.messages._ActorStop())
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._ref.tell(pykka.messages._ActorStop())
             return
         with contextlib.suppress(pykka.ActorDeadError):
             self._ref.stop(block=True, timeout=timeout)
@@ -380,6 +389,11 @@ class Agent:
             self._disposed = True  # also when stopped from outside (ActorRegistry.stop_all)
         self._runtime.agents._unregister(self)
         sessions = self._runtime.sessions
+        if self._checkpoint_on_stop and self._descriptor is not None:
+            sessions.checkpoint(
+                self._session,
+                {"next_turn": self._next_turn, "descriptor": descriptor_payload(self._descriptor)},
+            )
         if self._flush_on_stop:
             try:
                 sessions.flush(self.session_id)

@@ -35,7 +35,13 @@ from subagents.protocol import (
 from ._agent import Agent, TurnOutcome
 from ._future import ResultFuture
 from ._models import AgentOptions
-from ._types import RunResult, SubagentRun, SubagentStartRequest
+from ._types import (
+    ContinuableCreateSpec,
+    ContinuableStartSpec,
+    RunResult,
+    SubagentRun,
+    SubagentStartRequest,
+)
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -102,6 +108,12 @@ class LocalProvider:
 
     def _seed(self, parent: Agent) -> tuple[Event, ...]:
         return ()
+
+    def prepare_continuable(self, request: ContinuableStartSpec) -> ContinuableCreateSpec:
+        """Data for a continuable child: the seed of its log (empty here, the
+        parent's completed history for ``fork``). The manager does the rest."""
+        seed = self._seed(request.parent)
+        return ContinuableCreateSpec(seed=seed or None)
 
     def start(self, request: SubagentStartRequest, descriptor: OneShotDescriptor) -> SubagentRun:
         runtime = self._runtime

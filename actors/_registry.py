@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from subagents.protocol import (
+    ContinuableDescriptor,
+    DescriptorFold,
     ErrorCode,
     Event,
     SessionHeader,
     SessionId,
     SubagentError,
     TurnStart,
+    parse_descriptor_payload,
     try_fold_subagent_descriptor,
 )
 
@@ -103,22 +106,13 @@ class AgentRegistry:
         """
         runtime = self._runtime
         sid = _as_session_id(session_id)
-        store = runtime.sessions.persistence
-        if store is None:
-            raise SubagentError(
-                "resume needs session persistence", code=ErrorCode.PERSISTENCE_UNAVAILABLE
-            )
         if self.get(sid) is not None:
             raise SubagentError(
                 f"an agent for {sid} is already live", code=ErrorCode.SESSION_EXISTS
             )
-        runtime.sessions.flush()
-        header = runtime.sessions._call(store.header, sid)
-        if header is None:
-            raise SubagentError(f"no persisted session {sid}", code=ErrorCode.SESSION_NOT_FOUND)
-        records = runtime.sessions._call(store.read, sid, 0)
+        header, next_seq, state, records = runtime.sessions.load_state(sid)
         events = [r.event for r in records]
-        fold = try_fold_subagent_descriptor(events)
+        fold = _fold(state, events)
         if options is None:
             options = self._options_from_fold(fold, sid, behaviour)
         built = (
@@ -126,9 +120,10 @@ class AgentRegistry:
             if behaviour is not None
             else runtime.models.create(options.model, options)
         )
-        next_seq = records[-1].seq + 1 if records else 0
+        next_turn = (state or {}).get("next_turn", 0) + sum(
+            1 for e in events if isinstance(e, TurnStart)
+        )
         session = runtime.sessions.attach(header, next_seq)
-        next_turn = sum(1 for e in events if isinstance(e, TurnStart))
         try:
             agent = Agent(
                 runtime, session, built, options, next_turn=next_turn, output_schema=output_schema
@@ -136,13 +131,32 @@ class AgentRegistry:
         except BaseException:
             runtime.sessions.release(session)
             raise
-        self._register(agent)
+        if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
+            agent._descriptor = fold.descriptor
+        try:
+            self._register(agent)
+        except BaseException:
+            agent.dispose(flush=False)
+            raise
         return agent
+
+    def _resume_continuable(self, session_id: SessionId) -> tuple[Agent, ContinuableDescriptor]:
+        """Cold-resume a continuable child from its folded descriptor alone.
+
+        Raises:
+            SubagentError: ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``, or
+                ``UNAUTHORIZED`` when the session is not a continuable child.
+        """
+        agent = self.resume(session_id)
+        if not isinstance(agent._descriptor, ContinuableDescriptor):
+            agent.dispose(flush=False)
+            raise SubagentError(
+                f"session {session_id} is not a continuable child", code=ErrorCode.UNAUTHORIZED
+            )
+        return agent, agent._descriptor
 
     @staticmethod
     def _options_from_fold(fold: Any, sid: SessionId, behaviour: Any) -> AgentOptions:
-        from subagents.protocol import ContinuableDescriptor
-
         if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
             d = fold.descriptor
             return AgentOptions(
@@ -202,6 +216,21 @@ class AgentRegistry:
             return list(self._agents.values())
 
 
+def _fold(state: dict[str, Any] | None, events: list[Event]) -> DescriptorFold:
+    """Fold the descriptor from a checkpoint plus the events after it (last wins)."""
+    fold = try_fold_subagent_descriptor(events)
+    if fold.verdict != "absent" or state is None or state.get("descriptor") is None:
+        return fold
+    try:
+        return DescriptorFold(
+            verdict="ok", descriptor=parse_descriptor_payload(state["descriptor"])
+        )
+    except SubagentError as exc:
+        if exc.code == ErrorCode.DESCRIPTOR_UNSUPPORTED:
+            return DescriptorFold(verdict="unsupported", reason=str(exc))
+        return DescriptorFold(verdict="corrupt", reason=str(exc))
+
+
 ToolFn = Callable[..., Any]
 
 
@@ -221,9 +250,14 @@ class ToolRegistry:
     def visible(self, agent: Agent) -> tuple[str, ...]:
         allowed = agent.options.tool_filter
         names = tuple(self._tools)
-        return names if allowed is None else tuple(n for n in names if n in allowed)
+        if allowed is not None:
+            names = tuple(n for n in names if n in allowed)
+        return names + tuple(n for n in agent._extra_tools if n not in names)
 
     def call(self, agent: Agent, name: str, turn: Turn, *args: Any, **kwargs: Any) -> Any:
+        extra = agent._extra_tools.get(name)
+        if extra is not None:
+            return extra(turn, *args, **kwargs)
         fn = self._tools.get(name)
         if fn is None:
             raise SubagentError(f"no tool named {name!r}", code=ErrorCode.INVALID_ARGUMENT)

@@ -20,6 +20,7 @@ from subagents.store import SessionStore, open_store
 
 from ._agent import Agent
 from ._backend import Backend, get_backend
+from ._continuation import ContinuationManager
 from ._models import AgentOptions, ModelRegistry, as_behaviour
 from ._providers import ForkProvider, LocalProvider
 from ._registry import AgentRegistry, ToolRegistry
@@ -66,6 +67,7 @@ class Runtime:
         self.tools = ToolRegistry()
         self.agents = AgentRegistry(self)
         self.subagents = SubagentService(self)
+        self.continuation = ContinuationManager(self)
         self._closed = False
         self._close_lock = threading.Lock()
         self.default_providers: list[ProviderRegistration] = []
@@ -142,6 +144,7 @@ class Runtime:
                 agent.dispose()
             except Exception:
                 logger.exception("disposing %r while closing the runtime failed", agent)
+        self.continuation.close()
         self.sessions.close()
         if self.store is not None:
             self.store.close()

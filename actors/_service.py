@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 from subagents.protocol import (
     ErrorCode,
+    MessageId,
+    MessageSource,
     OneShotDescriptor,
     RunId,
     SessionId,
@@ -38,10 +40,14 @@ from ._agent import Agent
 from ._signal import AbortSignal
 from ._types import (
     CAPABILITIES,
+    AncestorAuthority,
+    ContinuableHandle,
+    ContinuableStartSpec,
     SubagentEvent,
     SubagentProvider,
     SubagentRun,
     SubagentStartRequest,
+    UserAuthority,
 )
 
 if TYPE_CHECKING:
@@ -235,6 +241,99 @@ class SubagentService:
         if pending is not None:
             self._emit(pending, parent)
         return run_id
+
+    # -- continuable children (delegated to the continuation manager) ------------------
+
+    def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableHandle:
+        """Establish one durable continuable child and deliver its initial prompt.
+
+        Returns ``(child_id, message_id)`` once the child's inbox accepted the
+        prompt, without waiting for the turn. Any earlier failure raises and rolls
+        the child back entirely (no session, agent, Activation, ownership, setup
+        contribution or event remains). The caller's signal owns admission only.
+
+        Raises:
+            SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``PROVIDER_NOT_FOUND``,
+                ``CONTINUABLE_UNSUPPORTED``, ``DESCRIPTOR_INVALID`` (no label),
+                ``UNAUTHORIZED`` (parent not live), ``ADMISSION_CLOSED`` (drained),
+                ``CANCELLED``, ``MODEL_NOT_FOUND``, ``DEPTH_EXCEEDED``.
+        """
+        return self._runtime.continuation.start_continuable(spec)
+
+    def followup(
+        self,
+        parent: Agent,
+        child_id: SessionId | str,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """Deliver one message from the exact live direct parent as the child's next turn.
+
+        Running children enqueue it, waiting ones wake, absent ones cold-resume
+        from their persisted session (no provider involved). ``source`` is recorded
+        and grants nothing.
+
+        Raises:
+            SubagentError: ``UNAUTHORIZED``, ``SESSION_NOT_FOUND``,
+                ``PERSISTENCE_UNAVAILABLE``, ``ADMISSION_CLOSED``, ``CANCELLED``,
+                ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``.
+        """
+        return self._runtime.continuation.followup(
+            parent, child_id, content, source=source, signal=signal
+        )
+
+    def interrupt(
+        self, target_session_id: SessionId | str, authority: UserAuthority | AncestorAuthority
+    ) -> None:
+        """Cancel a live continuable child's current turn, keeping its inbox.
+
+        Returns without waiting for the child to observe it; an absent target is
+        an accepted no-op.
+
+        Raises:
+            SubagentError: ``UNAUTHORIZED`` for a wrong parent address or a stale,
+                self-targeting or non-ancestor agent.
+        """
+        self._runtime.continuation.interrupt(target_session_id, authority)
+
+    def report_from(
+        self,
+        child: Agent,
+        content: Any,
+        *,
+        delivery: str = "quiet",
+        signal: AbortSignal | None = None,
+    ) -> MessageId:
+        """Deliver a message from the exact live continuable child to its live direct parent.
+
+        ``quiet`` injects context into the parent's next turn; ``waking`` submits
+        one later parent turn.
+
+        Raises:
+            SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``, ``CANCELLED``.
+        """
+        return self._runtime.continuation.report_from(
+            child, content, delivery=delivery, signal=signal
+        )
+
+    def register_continuable_setup(self, contribution: Any) -> Any:
+        """Install ``contribution(scope)`` into every newly materialized continuable child.
+
+        ``contribution`` may return a release callable. Disposing the returned
+        registration revokes it from every resident child before returning.
+        """
+        return self._runtime.continuation.register_continuable_setup(contribution)
+
+    def drain_continuable_descendants(self, parents: Any, *, timeout: float | None = 60.0) -> None:
+        """Close admission below exact live host-owned parents and release their forests.
+
+        Cancels top-down, awaits admitted materializations, releases child-first,
+        and returns once every selected forest is released. The cutoff lasts until
+        each parent leaves the registry.
+        """
+        self._runtime.continuation.drain(parents, timeout)
 
     # -- one-shot ------------------------------------------------------------------
 

@@ -23,7 +23,15 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from subagents.protocol import ErrorCode, Event, SessionHeader, SessionId, SubagentError
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    packb,
+    unpackb,
+)
 from subagents.store import LogRecord, SessionStore
 
 from ._backend import Backend, TaskHandle, current_backend
@@ -50,10 +58,14 @@ class LiveSession:
     def id(self) -> SessionId:
         return self.header.id
 
-    def _append(self, events: Sequence[Event]) -> int:
+    def _append(self, events: Sequence[Event], writer: _Writer | None = None) -> int:
+        # One lock for the live append and the persistence hand-off keeps both
+        # logs in the same order (and so with the same seqs).
         with self._lock:
             self.events.extend(events)
             self.next_seq += len(events)
+            if writer is not None:
+                writer.submit("append", self.header.id, events)
             return self.next_seq - 1
 
     def _trim_through(self, seq: int) -> None:
@@ -141,6 +153,9 @@ class _Writer:
                 self._guarded(sid, self._store.create_session, header, events)
             elif op == "delete":
                 self._guarded(sid, self._store.delete_session, sid)
+            elif op == "checkpoint":
+                seq, data = payload
+                self._guarded(sid, self._store.put_checkpoint, sid, seq, data)
             i += 1
 
     def _append(self, sid: SessionId, events: list[Event]) -> None:
@@ -235,10 +250,61 @@ class SessionService:
             raise SubagentError(
                 f"session {live.id} is no longer live", code=ErrorCode.SESSION_NOT_FOUND
             )
-        last = live._append(events)
-        if self._writer is not None:
-            self._writer.submit("append", live.id, events)
-        return last
+        return live._append(events, self._writer)
+
+    def checkpoint(self, live: LiveSession, state: dict[str, Any]) -> None:
+        """Queue a checkpoint of folded ``state`` valid through the live log's last seq.
+
+        Cold resume reads it instead of refolding the whole log, so its cost does
+        not grow with the log.
+        """
+        if self._writer is None:
+            return
+        with live._lock:
+            seq = live.next_seq - 1
+            if seq >= 0:
+                self._writer.submit(
+                    "checkpoint", live.id, (seq, packb({"v": 1, "seq": seq, **state}))
+                )
+
+    def load_state(
+        self, session_id: SessionId
+    ) -> tuple[SessionHeader, int, dict[str, Any] | None, list[LogRecord]]:
+        """``(header, next_seq, checkpoint, records after it)`` from persistence.
+
+        Without a usable checkpoint ``records`` is the whole log.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``, ``PERSISTENCE_UNAVAILABLE``.
+        """
+        store = self.persistence
+        if store is None:
+            raise SubagentError(
+                "resume needs session persistence", code=ErrorCode.PERSISTENCE_UNAVAILABLE
+            )
+        self.flush()
+        header = self._call(store.header, session_id)
+        if header is None:
+            raise SubagentError(
+                f"no persisted session {session_id}", code=ErrorCode.SESSION_NOT_FOUND
+            )
+        state: dict[str, Any] | None = None
+        from_seq = 0
+        try:
+            found = self._call(store.get_checkpoint, session_id)
+            if found is not None:
+                decoded = unpackb(found[1])
+                if (
+                    isinstance(decoded, dict)
+                    and decoded.get("v") == 1
+                    and decoded.get("seq") == found[0]
+                ):
+                    state, from_seq = decoded, found[0] + 1
+        except SubagentError:
+            logger.warning("ignoring an unreadable checkpoint of %s", session_id)
+        records: list[LogRecord] = self._call(store.read, session_id, from_seq)
+        last = self._call(store.last_seq, session_id)
+        return header, last + 1, state, records
 
     def _committed(self, sid: SessionId, seq: int) -> None:
         live = self._live.get(sid)

@@ -17,6 +17,7 @@ from subagents.protocol import (
     Event,
     MessageId,
     MessageSource,
+    SessionId,
     SubagentDescriptorEvent,
 )
 
@@ -24,7 +25,7 @@ from ._signal import AbortController, AbortSignal
 
 if TYPE_CHECKING:
     from ._agent import Agent
-    from ._types import RunResult, SubagentRun
+    from ._types import ContinuableHandle, RunResult, SubagentRun
 
 __all__ = ["BoundSubagents", "Message", "Turn"]
 
@@ -157,3 +158,30 @@ class BoundSubagents:
             return run.result.get(timeout=timeout)
         finally:
             run.dispose()
+
+    def start_continuable(
+        self, provider: str, prompt: Any, *, label: str, **fields: Any
+    ) -> ContinuableHandle:
+        """Start a continuable child; returns ``(child_id, message_id)``."""
+        from ._types import ContinuableStartSpec
+
+        spec = ContinuableStartSpec(
+            parent=self._agent, provider=provider, prompt=prompt, label=label, **fields
+        )
+        return self._agent._runtime.subagents.start_continuable(spec)
+
+    def followup(self, child_id: SessionId | str, content: Any, **kwargs: Any) -> MessageId:
+        """Follow up a continuable child of this agent."""
+        return self._agent._runtime.subagents.followup(self._agent, child_id, content, **kwargs)
+
+    def report(self, content: Any, *, delivery: str = "quiet", **kwargs: Any) -> MessageId:
+        """Report to this (continuable) agent's direct parent."""
+        return self._agent._runtime.subagents.report_from(
+            self._agent, content, delivery=delivery, **kwargs
+        )
+
+    def interrupt(self, child_id: SessionId | str) -> None:
+        """Interrupt a continuable descendant's current turn (as its ancestor)."""
+        from ._types import AncestorAuthority
+
+        self._agent._runtime.subagents.interrupt(child_id, AncestorAuthority(self._agent))

@@ -1,3 +1,20 @@
-"""subagents.supervision (being built)."""
+"""``subagents.supervision``: residency and child-first release of continuable children.
 
-__all__: list[str] = []
+The :class:`Activation` record, the residency table (running / waiting /
+settled, derived from agent quiescence and the owned-children set), and the
+supervisor actor that settles Activations and releases them child-first.
+"""
+
+from ._activation import Activation, Residency, ResidentAgent, residency
+from ._supervisor import Quiescent, Released, SupervisorHooks, supervisor_actor_class
+
+__all__ = [
+    "Activation",
+    "Quiescent",
+    "Released",
+    "Residency",
+    "ResidentAgent",
+    "SupervisorHooks",
+    "residency",
+    "supervisor_actor_class",
+]

@@ -1,0 +1,116 @@
+"""The supervisor actor: owned children, settlement, child-first release.
+
+Theory of operation
+-------------------
+The supervisor is the one owner of release order. It never blocks: every step is
+a message, and disposal is asynchronous (an agent's handle is released in its own
+actor's ``on_stop``, which then reports back).
+
+Messages it accepts:
+
+* ``Quiescent(activation)`` -- something changed that may let the Activation
+  settle (its agent went idle, an owned child was released, an admission ended).
+  If :func:`residency` says ``settled`` -- checked under the registry lock, so no
+  admission can slip in between -- the Activation leaves the registry and its
+  agent is disposed (after a best-effort flush of its session).
+* ``Released(activation)`` -- the agent handle is disposed. The supervisor
+  revokes the scope's contributions, emits ``subagent/end``, removes the child
+  from its parent Activation's ``owned`` set, and re-evaluates that parent: a
+  parent therefore settles strictly after all of its children (child-first).
+
+What it never does: cancel a turn of an Activation that is running (teardown and
+drain cancel top-down first, then let quiescence drive release bottom-up), or
+touch top-level agents and one-shot children, which have no Activation.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import pykka
+
+from ._activation import Activation, residency
+
+__all__ = ["Quiescent", "Released", "SupervisorHooks", "supervisor_actor_class"]
+
+logger = logging.getLogger("subagents")
+
+
+class Quiescent:
+    __slots__ = ("activation",)
+
+    def __init__(self, activation: Activation) -> None:
+        self.activation = activation
+
+
+class Released:
+    __slots__ = ("activation",)
+
+    def __init__(self, activation: Activation) -> None:
+        self.activation = activation
+
+
+class SupervisorHooks(Protocol):
+    """What the supervisor needs from the continuation manager."""
+
+    lock: Any
+
+    def begin_settle(self, activation: Activation) -> None:
+        """Remove from the registry (lock held) -- the Activation is settling."""
+
+    def dispose_async(self, activation: Activation) -> None:
+        """Start disposing the agent handle; ``Released`` follows."""
+
+    def on_released(self, activation: Activation) -> None:
+        """Contributions revoked, ``subagent/end`` emitted, registry updated."""
+
+
+def _settle_if_ready(hooks: SupervisorHooks, activation: Activation) -> None:
+    with hooks.lock:
+        if activation.settling or residency(activation) != "settled":
+            return
+        activation.settling = True
+        hooks.begin_settle(activation)
+    hooks.dispose_async(activation)
+
+
+def _release(hooks: SupervisorHooks, activation: Activation) -> Activation | None:
+    try:
+        hooks.on_released(activation)
+    except Exception:
+        logger.exception("releasing %r failed", activation)
+    parent = activation.parent_activation
+    with hooks.lock:
+        if parent is not None:
+            parent.owned.discard(activation.child_id)
+    return parent
+
+
+_CLASSES: dict[type[pykka.Actor], type[pykka.Actor]] = {}
+
+
+def supervisor_actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
+    """The supervisor actor class for a backend's actor base (built once per base)."""
+    cls = _CLASSES.get(base)
+    if cls is None:
+
+        class _Supervisor(base):  # type: ignore[valid-type,misc]
+            def __init__(self, hooks: SupervisorHooks) -> None:
+                super().__init__()
+                self._hooks = hooks
+
+            def on_receive(self, message: Any) -> Any:
+                if isinstance(message, Quiescent):
+                    _settle_if_ready(self._hooks, message.activation)
+                elif isinstance(message, Released):
+                    parent = _release(self._hooks, message.activation)
+                    if parent is not None:
+                        _settle_if_ready(self._hooks, parent)
+                elif callable(message):
+                    message()
+                return None
+
+        _Supervisor.__name__ = f"Supervisor[{base.__name__}]"
+        cls = _CLASSES[base] = _Supervisor
+    return cls
