@@ -168,14 +168,14 @@ def store_group(ctx: Context) -> list[Row]:
         ctx.log(f"{workload} [{store}]: {value:,.0f} {UNIT}{vs}")
 
     def sqlite_appends(threads: int, per_call: int, name: str) -> float:
-        total = size(2000, 40) if per_call == 1 else size(100_000, 2000)
+        total = size(1000 * min(threads, 2), 40) if per_call == 1 else size(50_000, 2000)
         calls = max(1, total // (threads * per_call))
         with SqliteStore(ctx.tmpdir / f"{name}.db", synchronous="FULL") as store:
             return _append_rate(store, threads, per_call, calls)
 
     # The target pair first, interleaved and best of three: the machine's load
     # drifts, and a ratio of two figures taken minutes apart would carry it.
-    n_raw = size(100_000, 2000)
+    n_raw = size(50_000, 2000)
     raw_best = store_best = 0.0
     for i in range(size(3, 1)):
         raw_best = max(raw_best, _raw_sqlite(ctx.tmpdir / f"rawg{i}.db", n_raw, BIG_BATCH))
@@ -184,7 +184,7 @@ def store_group(ctx: Context) -> list[Row]:
     raw_single = base(
         "raw sqlite3 commit per event",
         "raw sqlite3",
-        _raw_sqlite(ctx.tmpdir / "raw1.db", size(3000, 50), 1),
+        _raw_sqlite(ctx.tmpdir / "raw1.db", size(1000, 50), 1),
     )
     measured(_label(BIG_BATCH, 1), "sqlite FULL", store_best, raw_group, target=0.4)
 
