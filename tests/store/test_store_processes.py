@@ -6,19 +6,21 @@ import datetime as dt
 import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from subagents.protocol import MessageEvent, SessionHeader, new_message_id
 from subagents.store import SqliteStore
 
 MakeHeader = Callable[..., SessionHeader]
 
-ROUNDS = 60
+ROUNDS = 100
 BATCH = 3
 
 
-def _worker(path: str, own: str, shared: str, tag: str) -> None:
+def _worker(path: str, own: str, shared: str, tag: str, start: Any) -> None:
     """Child process: append to its own session and to the shared one."""
     with SqliteStore(path) as store:
+        start.wait(30)  # both processes write at the same time
         for i in range(ROUNDS):
             events = [
                 MessageEvent(message_id=new_message_id(), content=f"{tag}:{i}:{j}")
@@ -36,8 +38,9 @@ def test_two_processes_append_without_loss(tmp_path: Path, make_header: MakeHead
         for h in (shared, a, b):
             store.create_session(h)
     ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(2)
     procs = [
-        ctx.Process(target=_worker, args=(str(path), str(h.id), str(shared.id), tag))
+        ctx.Process(target=_worker, args=(str(path), str(h.id), str(shared.id), tag, start))
         for h, tag in ((a, "a"), (b, "b"))
     ]
     for p in procs:
