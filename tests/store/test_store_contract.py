@@ -270,7 +270,7 @@ def test_checkpoints_latest_wins(
     assert store.get_checkpoint(h.id) is None
     store.put_checkpoint(h.id, 1, b"one")
     assert store.get_checkpoint(h.id) == (1, b"one")
-    store.put_checkpoint(h.id, 3, bytearray(b"three"))
+    store.put_checkpoint(h.id, 3, bytearray(b"three"))  # type: ignore[arg-type]
     assert store.get_checkpoint(h.id) == (3, b"three")
     store.put_checkpoint(h.id, 0, b"")  # latest write wins, even for a lower seq
     assert store.get_checkpoint(h.id) == (0, b"")
@@ -323,7 +323,7 @@ def test_bad_arguments_raise_invalid_argument(
         lambda: store.create_session(naive),
         lambda: store.create_session(dataclasses.replace(make_header(), delegation_depth=-1)),
         lambda: store.create_session(dataclasses.replace(make_header(), origin="robot")),
-        lambda: store.create_session(dataclasses.replace(make_header(), id="short")),
+        lambda: store.create_session(dataclasses.replace(make_header(), id="short")),  # type: ignore[arg-type]
     ]
     for i, call in enumerate(calls):
         with pytest.raises(SubagentError) as exc_info:
@@ -337,9 +337,9 @@ def test_header_with_str_ids_is_normalised(store: SessionStore, make_header: Mak
     parent = make_header()
     store.create_session(parent)
     child = make_header(parent=parent.id)
-    plain = dataclasses.replace(
-        child, id=str.__str__(child.id), parent_session=str.__str__(parent.id)
-    )
+    plain_ids: dict[str, Any] = {"id": str(child.id), "parent_session": str(parent.id)}
+    plain = dataclasses.replace(child, **plain_ids)
+    assert type(plain.id) is str
     store.create_session(plain)
     assert store.header(child.id) == child
     assert store.list_headers(parent.id) == [child]

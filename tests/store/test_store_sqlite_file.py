@@ -123,7 +123,7 @@ def _other_app_db(path: Path, *, app_id: int = 0, wal: bool = False) -> None:
     conn.close()
 
 
-FOREIGN: dict[str, Callable[[Path], None]] = {
+FOREIGN: dict[str, Callable[[Path], object]] = {
     "text": lambda p: p.write_text("hello, I am a text file\n" * 20),
     "short text": lambda p: p.write_text("hi"),
     "random bytes": lambda p: p.write_bytes(bytes(range(256)) * 64),
