@@ -192,22 +192,20 @@ class Writer:
             self._transaction(batch)
             return
         except sqlite3.IntegrityError:
-            # Another writer took seqs we had cached: re-read them and retry once.
-            self._cache.clear()
-        except sqlite3.Error:
-            if len(batch) == 1:
-                raise
-        if len(batch) > 1:
-            for request in batch:
-                try:
-                    self._transaction([request])
-                except sqlite3.Error as exc:
-                    request.finish(error=_storage_error(exc))
-            return
-        try:
-            self._transaction(batch)
+            # Another writer took seqs we had cached (the cache is now dropped), or
+            # one request broke a constraint: retry each request on its own.
+            pass
         except sqlite3.Error as exc:
-            batch[0].finish(error=_storage_error(exc))
+            if len(batch) == 1 or _is_busy(exc):
+                # Retrying would wait for the lock again, once per request.
+                for request in batch:
+                    request.finish(error=_storage_error(exc))
+                return
+        for request in batch:
+            try:
+                self._transaction([request])
+            except sqlite3.Error as exc:
+                request.finish(error=_storage_error(exc))
 
     def _transaction(self, batch: list[WriteRequest]) -> None:
         conn = self.conn
@@ -244,9 +242,20 @@ class Writer:
             request.finish(result, error)
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def _storage_error(exc: sqlite3.Error) -> SubagentError:
-    err = SubagentError(
-        f"session store write failed: {exc}", code=ErrorCode.PERSISTENCE_UNAVAILABLE
-    )
+    """``TIMEOUT`` when the write lock stayed busy, else ``PERSISTENCE_UNAVAILABLE``."""
+    if _is_busy(exc):
+        err = SubagentError(
+            f"session store write timed out waiting for the database lock: {exc}",
+            code=ErrorCode.TIMEOUT,
+        )
+    else:
+        err = SubagentError(
+            f"session store write failed: {exc}", code=ErrorCode.PERSISTENCE_UNAVAILABLE
+        )
     err.__cause__ = exc
     return err

@@ -251,3 +251,31 @@ def test_sqlite_store_from_gevent_threadpool(
     seqs = sorted(s for g in greenlets for s in g.value)
     assert seqs == list(range(80))
     assert [r.seq for r in sqlite_store.read(shared.id)] == list(range(80))
+
+
+def test_a_busy_lock_times_out_once_for_the_whole_batch(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents, threads: RunThreads
+) -> None:
+    path = tmp_path / "busy.db"
+    with SqliteStore(path, busy_timeout_s=0.2) as store:
+        sessions = [make_header() for _ in range(4)]
+        for h in sessions:
+            store.create_session(h)
+        lock = _hold_write_lock(path)
+        try:
+            outcomes = threads(
+                [lambda h=h: _code_of(lambda: store.append(h.id, make_events(1))) for h in sessions]
+            )
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert outcomes == [ErrorCode.TIMEOUT] * 4
+        assert store.append(sessions[0].id, make_events(1)) == [0]  # usable again
+
+
+def _code_of(call: Callable[[], object]) -> str:
+    try:
+        call()
+    except SubagentError as exc:
+        return exc.code
+    return "ok"
