@@ -25,7 +25,8 @@ Every failure is a :class:`~subagents.protocol.SubagentError` with a code:
 ``SESSION_NOT_FOUND``, ``SESSION_EXISTS``, ``CORRUPT_RECORD``
 (:class:`~subagents.protocol.CorruptRecordError`, naming session and seq; seq
 ``-1`` is the header), ``NOT_A_DATABASE``, ``SCHEMA_TOO_NEW``,
-``PERSISTENCE_UNAVAILABLE``, ``STORE_CLOSED``, ``INVALID_ARGUMENT`` and, for
+``PERSISTENCE_UNAVAILABLE`` (and ``TIMEOUT`` for a write lock held too long by
+another process), ``STORE_CLOSED``, ``INVALID_ARGUMENT`` and, for
 event content the codec cannot pack, ``ENCODE_ERROR``.
 """
 

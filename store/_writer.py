@@ -7,7 +7,9 @@ checks before it writes: a request that fails a check (unknown session, id
 exists, seq out of range) raises :class:`SubagentError` having written nothing,
 and the rest of the batch commits. Anything else that fails rolls the batch back
 and every request is retried in a transaction of its own, so only the faulty one
-fails.
+fails (``PERSISTENCE_UNAVAILABLE``). The exception is a write lock that stayed
+busy past ``busy_timeout``: the whole batch fails once with ``TIMEOUT`` rather
+than waiting again for every request.
 
 Seqs are assigned inside the transaction from a per-session next-seq cache. The
 cache is only trusted while no other connection has committed: ``PRAGMA
