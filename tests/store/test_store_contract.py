@@ -398,3 +398,11 @@ def test_context_manager_closes(store: SessionStore) -> None:
     with pytest.raises(SubagentError) as exc_info:
         store.all_headers()
     assert exc_info.value.code == ErrorCode.STORE_CLOSED
+
+
+def test_public_names() -> None:
+    import subagents.store as store_module
+
+    assert sorted(store_module.__all__) == sorted(set(store_module.__all__))
+    for name in store_module.__all__:
+        assert getattr(store_module, name) is not None, name
