@@ -30,7 +30,6 @@ becomes quiescent (the supervisor derives residency from them).
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import logging
 import threading
 from collections.abc import Callable
@@ -130,8 +129,18 @@ class _Call:
         self.fn = fn
 
 
-def _utcnow() -> _dt.datetime:
-    return _dt.datetime.now(_dt.UTC)
+# Values the log always holds (str length aside, which packb checks): skipping the
+# trial pack for them saves ~1.5 us per follow-up and per turn.
+_SCALARS: frozenset[type] = frozenset({int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind is str:
+        return len(value) < 65536
+    if kind is int:
+        return bool(-(2**63) <= value < 2**64)
+    return kind in _SCALARS
 
 
 class Agent:
@@ -275,7 +284,8 @@ class Agent:
     ) -> MessageId:
         if source is not None and not isinstance(source, MessageSource):
             raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
-        packb(content)  # refuse what the log cannot hold before anything is accepted
+        if not _plain(content):
+            packb(content)  # refuse what the log cannot hold before anything is accepted
         mid = message_id if message_id is not None else new_message_id()
         n = self._reserve()
         self._admit(_Deliver(n, mid, content, source, kind, extra, on_end))
@@ -479,8 +489,7 @@ class Agent:
             )
         else:
             events.append(MessageEvent(message_id=d.message_id, content=d.content, source=d.source))
-        with self._lock:
-            self._current = turn
+        self._current = turn  # a reference swap; cancel() reads it under its lock
         output: Any = None
         structured: Any = None
         error: str | None = None
@@ -497,16 +506,16 @@ class Agent:
         except Exception as exc:
             stop, error = "failed", f"{type(exc).__name__}: {exc}"
             logger.exception("turn %d of %s failed", index, self.session_id)
-        with self._lock:
-            self._current = None
+        self._current = None
         if stop == "completed" and self._output_schema is not None:
             structured, error = runtime._check_output(self._output_schema, output)
             if error is not None:
                 stop = "failed"
-        try:
-            packb(output)
-        except SubagentError as exc:
-            stop, error, output = "failed", f"output cannot be recorded: {exc}", None
+        if not _plain(output):
+            try:
+                packb(output)
+            except SubagentError as exc:
+                stop, error, output = "failed", f"output cannot be recorded: {exc}", None
         try:
             sessions.append(
                 self._session,

@@ -281,12 +281,19 @@ class ContinuationManager:
             finally:
                 self._end_reservation(r)
         agent = msg.agent
-        agent.add_idle_listener(lambda _a: self._supervisor.tell(Quiescent(act)))
+        agent.add_idle_listener(lambda _a: self._on_idle(act))
         agent.add_dispose_listener(lambda _a: self._supervisor.tell(Released(act)))
         self._emit_epoch("subagent/start", act, None)
         if act.draining:
             agent.cancel("drained", keep_inbox=False)
         return act
+
+    def _on_idle(self, act: Activation) -> None:
+        # A waiting Activation (it owns children) cannot settle on its own going
+        # idle: the release of its last child re-evaluates it. Skipping the message
+        # keeps a busy parent's turn loop free of supervisor traffic.
+        if not act.owned or act.draining:
+            self._supervisor.tell(Quiescent(act))
 
     def _on_cutoff(self, msg: _Cutoff) -> tuple[list[Activation], list[Any]]:
         with self.lock:

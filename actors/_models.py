@@ -65,8 +65,10 @@ class _CallableBehaviour:
 
 def as_behaviour(obj: Any) -> Behaviour:
     """Accept a behaviour object or a plain callable; else ``INVALID_ARGUMENT``."""
-    if isinstance(obj, Behaviour):
-        return obj
+    # hasattr, not isinstance(obj, Behaviour): runtime-checkable Protocol checks
+    # cost microseconds, and this runs for every agent created.
+    if callable(getattr(obj, "on_turn", None)):
+        return obj  # type: ignore[no-any-return]
     if callable(obj):
         return _CallableBehaviour(obj)
     raise SubagentError(

@@ -1,0 +1,318 @@
+"""Actor-layer workloads on both runtimes, each beside raw pykka measured in the same run.
+
+* ``oneshot`` -- one-shot ``start -> result -> dispose`` cycles per second, against a
+  raw pykka ``start + ask + stop`` cycle (target ratio >= 0.3).
+* ``followup`` -- follow-up -> completed turn throughput, pipelined: on a top-level
+  agent, and on a resident continuable child with the memory and the SQLite store;
+  against raw ``tell`` (target >= 0.3, memory store). Request/response latency p50
+  and p99 (follow-up, then wait for the turn) against raw ``ask`` (target p50 <= 2x).
+  With SQLite every turn's events are durable before the clock stops; that row is
+  compared with raw sqlite3 group commit (target >= 0.1).
+* ``resume`` -- cold-resume latency (follow-up to a settled child until its turn
+  ends) at 10 and 10,000 prior events; the 10,000 row's baseline is the 10 row
+  (target <= 2x).
+* ``drain`` -- ``drain_continuable_descendants`` of a forest of 10,000 resident
+  continuable descendants on gevent (1,000 on threads), seconds (target <= 1 s on
+  gevent: the row's baseline is a fixed 1 s).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import pykka
+
+from bench._harness import Context, Row, compare, group
+from subagents.actors import (
+    AbortSignal,
+    ContinuableStartSpec,
+    GeventActor,
+    Runtime,
+    SubagentStartRequest,
+    get_backend,
+)
+from subagents.actors.testing import Block, Gate, ScriptedBehaviour
+from subagents.store import MemoryStore
+
+BACKENDS = ("threading", "gevent")
+
+
+def _actor_base(backend: str) -> type[pykka.Actor]:
+    return pykka.ThreadingActor if backend == "threading" else GeventActor
+
+
+def _raw_tell(backend: str, n: int) -> float:
+    class Counter(_actor_base(backend)):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def on_receive(self, message: Any) -> Any:
+            if message == "get":
+                return self.n
+            self.n += 1
+            return None
+
+    ref = Counter.start()
+    start = time.perf_counter()
+    for i in range(n):
+        ref.tell(i)
+    assert ref.ask("get") == n
+    elapsed = time.perf_counter() - start
+    ref.stop()
+    return n / elapsed
+
+
+def _raw_ask_latencies(backend: str, n: int) -> list[float]:
+    class Echo(_actor_base(backend)):  # type: ignore[misc,valid-type]
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    ref = Echo.start()
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        ref.ask(i)
+        out.append(time.perf_counter() - t)
+    ref.stop()
+    return out
+
+
+def _raw_cycle(backend: str, n: int) -> float:
+    class Echo(_actor_base(backend)):  # type: ignore[misc,valid-type]
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    start = time.perf_counter()
+    for i in range(n):
+        ref = Echo.start()
+        ref.ask(i)
+        ref.stop()
+    return n / (time.perf_counter() - start)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _best(fn: Callable[[], float], repeat: int) -> float:
+    return max(fn() for _ in range(repeat))
+
+
+# -- oneshot --------------------------------------------------------------------------
+
+
+@group("oneshot")
+def oneshot(ctx: Context) -> list[Row]:
+    n = ctx.size(2000, 50)
+    rows = []
+    for backend in BACKENDS:
+        raw = Row(workload="raw pykka start+ask+stop", backend=backend, store="-", value=_best(lambda: _raw_cycle(backend, n), 3), unit="cycles/s")
+
+        def ours() -> float:
+            with Runtime(backend=backend) as rt:
+                parent = rt.spawn("echo")
+                start = time.perf_counter()
+                for i in range(n):
+                    run = rt.subagents.start("local", SubagentStartRequest(parent=parent, prompt=i, signal=AbortSignal.never()))
+                    run.result.get(10)
+                    run.dispose()
+                return n / (time.perf_counter() - start)
+
+        value = _best(ours, 3)
+        rows += [raw, compare(Row(workload="oneshot start+result+dispose", backend=backend, store="none", value=value, unit="cycles/s"), raw, target=0.3)]
+        ctx.log(f"oneshot {backend}: {value:,.0f}/s vs raw {raw.value:,.0f}/s")
+    return rows
+
+
+# -- followup -------------------------------------------------------------------------
+
+
+def _resident_child(rt: Runtime, gate: Gate) -> tuple[Any, Any]:
+    """A continuable child kept resident (waiting) by a grandchild blocked on ``gate``."""
+    rt.models.register("blocker", lambda _o: ScriptedBehaviour([Block(gate)]), replace=True)
+
+    def child(turn: Any) -> Any:
+        if turn.index == 0:
+            turn.subagents.start_continuable("local", "hold", label="holder", model="blocker")
+        return None
+
+    rt.models.register("child", lambda _o: child, replace=True)
+    root = rt.spawn("echo", label="root")
+    handle = rt.subagents.start_continuable(ContinuableStartSpec(parent=root, provider="local", prompt="start", label="child", model="child"))
+    assert gate.wait_reached(30)
+    agent = rt.agents.get(handle.child_id)
+    assert agent is not None and agent.wait_idle(30)
+    return root, agent
+
+
+def _pipelined(rt: Runtime, root: Any, agent: Any, n: int, durable: bool) -> float:
+    subagents = rt.subagents
+    cid = agent.session_id
+    start = time.perf_counter()
+    for i in range(n):
+        subagents.followup(root, cid, i)
+    assert agent.wait_idle(120)
+    if durable:
+        rt.sessions.flush(cid)
+    return n / (time.perf_counter() - start)
+
+
+def _raw_sqlite_group(tmp: str, n: int) -> float:
+    path = os.path.join(tmp, "raw.db")
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("pragma journal_mode=wal")
+    con.execute("pragma synchronous=FULL")
+    con.execute("create table ev(session text, seq integer, body blob, primary key(session, seq))")
+    body = msgpack.packb({"type": "message", "content": "x" * 200, "source": {"kind": "parent", "id": "abc"}})
+    start = time.perf_counter()
+    for j in range(0, n, 1000):
+        con.execute("begin")
+        con.executemany("insert into ev values(?,?,?)", (("s", i, body) for i in range(j, min(n, j + 1000))))
+        con.execute("commit")
+    elapsed = time.perf_counter() - start
+    con.close()
+    return n / elapsed
+
+
+@group("followup")
+def followup(ctx: Context) -> list[Row]:
+    n = ctx.size(50_000, 500)
+    lat_n = ctx.size(3000, 50)
+    rows: list[Row] = []
+    raw_sqlite = Row(workload="raw sqlite3 group commit x1000", backend="-", store="sqlite", value=_raw_sqlite_group(str(ctx.tmpdir), ctx.size(200_000, 2000)), unit="rows/s")
+    rows.append(raw_sqlite)
+    for backend in BACKENDS:
+        tell = Row(workload="raw pykka tell", backend=backend, store="-", value=_best(lambda: _raw_tell(backend, n), 3), unit="msg/s")
+        rows.append(tell)
+        with Runtime(backend=backend) as rt:
+            top = rt.spawn(lambda t: None)
+
+            def top_level() -> float:
+                start = time.perf_counter()
+                for i in range(n):
+                    top.followup(i)
+                assert top.wait_idle(120)
+                return n / (time.perf_counter() - start)
+
+            rows.append(compare(Row(workload="followup_toplevel (pipelined)", backend=backend, store="none", value=_best(top_level, 3), unit="turns/s"), tell))
+        for store in ("memory", "sqlite"):
+            spec: Any = MemoryStore() if store == "memory" else str(ctx.tmpdir / f"f-{backend}.db")
+            gate = Gate()
+            with Runtime(spec, backend=backend) as rt:
+                root, agent = _resident_child(rt, gate)
+                value = _best(lambda: _pipelined(rt, root, agent, n, store == "sqlite"), 3)
+                row = Row(workload="followup_pipelined", backend=backend, store=store, value=value, unit="turns/s")
+                if store == "memory":
+                    rows.append(compare(row, tell, target=0.3))
+                else:
+                    # each turn appends 3 events: compare events/s with rows/s
+                    ev = Row(workload="followup_pipelined durable events", backend=backend, store=store, value=value * 3, unit="events/s")
+                    rows += [row, compare(ev, raw_sqlite, target=0.1)]
+                if store == "memory":
+                    asks = _raw_ask_latencies(backend, lat_n)
+                    ours = []
+                    cid = agent.session_id
+                    for i in range(lat_n):
+                        t = time.perf_counter()
+                        rt.subagents.followup(root, cid, i)
+                        agent.wait_idle(30)
+                        ours.append(time.perf_counter() - t)
+                    for q, name in ((0.5, "p50"), (0.99, "p99")):
+                        base = Row(workload=f"raw pykka ask {name}", backend=backend, store="-", value=_pct(asks, q) * 1e6, unit="us", better="lower")
+                        mine = Row(workload=f"followup_latency {name}", backend=backend, store=store, value=_pct(ours, q) * 1e6, unit="us", better="lower")
+                        rows += [base, compare(mine, base, target=2.0 if q == 0.5 else None)]
+                gate.release()
+        ctx.log(f"followup {backend} done")
+    return rows
+
+
+# -- resume ---------------------------------------------------------------------------
+
+
+@group("resume")
+def resume(ctx: Context) -> list[Row]:
+    sizes = (10, ctx.size(10_000, 200))
+    reps = ctx.size(20, 3)
+    rows: list[Row] = []
+    for backend in BACKENDS:
+        by_size: dict[int, Row] = {}
+        with Runtime(MemoryStore(), backend=backend) as rt:
+            root = rt.spawn("echo", label="root")
+            for size in sizes:
+                handle = rt.subagents.start_continuable(ContinuableStartSpec(parent=root, provider="local", prompt="p", label=f"c{size}"))
+                cid = handle.child_id
+                turns = max(1, size // 3)
+                for i in range(turns - 1):  # each turn appends 3 events
+                    rt.subagents.followup(root, cid, i)
+                _wait_settled(rt, cid)
+                lat = []
+                for i in range(reps):
+                    t = time.perf_counter()
+                    rt.subagents.followup(root, cid, f"resume {i}")
+                    agent = rt.agents.get(cid)
+                    if agent is not None:
+                        agent.wait_idle(30)
+                    lat.append(time.perf_counter() - t)
+                    _wait_settled(rt, cid)
+                by_size[size] = Row(workload=f"cold resume, {size} prior events", backend=backend, store="memory", value=statistics.median(lat) * 1e6, unit="us", better="lower")
+        small, big = by_size[sizes[0]], by_size[sizes[1]]
+        rows += [small, compare(big, small, target=2.0)]
+    return rows
+
+
+def _wait_settled(rt: Runtime, cid: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    backend = rt.backend
+    while rt.continuation.activation(cid) is not None or rt.agents.get(cid) is not None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{cid} did not settle")
+        backend.sleep(0.001)
+
+
+# -- drain ----------------------------------------------------------------------------
+
+
+@group("drain")
+def drain(ctx: Context) -> list[Row]:
+    rows: list[Row] = []
+    for backend in BACKENDS:
+        total = ctx.size(10_000 if backend == "gevent" else 1_000, 60)
+        fanout = 100 if total >= 10_000 else 10
+        gate = Gate()
+        with Runtime(MemoryStore(), backend=backend) as rt:
+            rt.models.register("leaf", lambda _o: ScriptedBehaviour([Block(gate)]))
+
+            def mid(turn: Any) -> Any:
+                if turn.index == 0:
+                    for j in range(turn.content):
+                        turn.subagents.start_continuable("local", "hold", label=f"leaf{j}", model="leaf")
+                return None
+
+            rt.models.register("mid", lambda _o: mid)
+            root = rt.spawn("echo", label="root")
+            mids = max(1, total // (fanout + 1))
+            for i in range(mids):
+                rt.subagents.start_continuable(ContinuableStartSpec(parent=root, provider="local", prompt=fanout, label=f"mid{i}", model="mid"))
+            expected = mids * (fanout + 1)
+            deadline = time.monotonic() + 300
+            while len(rt.continuation.activations()) < expected or gate.arrivals < mids * fanout:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("forest did not build")
+                get_backend(backend).sleep(0.01)
+            start = time.perf_counter()
+            rt.subagents.drain_continuable_descendants([root], timeout=300)
+            elapsed = time.perf_counter() - start
+            assert rt.continuation.activations() == []
+        one_second = Row(workload="fixed budget", backend=backend, store="-", value=1.0, unit="s", better="lower")
+        row = Row(workload=f"drain of {expected} descendants", backend=backend, store="memory", value=elapsed, unit="s", better="lower")
+        rows.append(compare(row, one_second, target=1.0 if backend == "gevent" else None))
+        ctx.log(f"drain {backend}: {expected} in {elapsed:.3f}s")
+    return rows
