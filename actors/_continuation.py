@@ -245,13 +245,13 @@ class ContinuationManager:
         self._reservations.pop(reservation.child_id, None)
         if reservation.parent_activation is not None:
             reservation.parent_activation.admissions -= 1
+            # The parent may settle now (a rolled-back child left it idle).
+            self._supervisor.tell(Quiescent(reservation.parent_activation))
         reservation.done.set()
 
     def _on_abandon(self, msg: _Abandon) -> None:
         with self.lock:
             self._end_reservation(msg.reservation)
-        if msg.reservation.parent_activation is not None:
-            self._supervisor.tell(Quiescent(msg.reservation.parent_activation))
 
     def _on_publish(self, msg: _Publish) -> Activation:
         r = msg.reservation
