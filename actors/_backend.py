@@ -116,7 +116,10 @@ class Backend(abc.ABC):
     def spawn(
         self, fn: Callable[..., object], /, *args: Any, name: str | None = None, **kwargs: Any
     ) -> TaskHandle:
-        """Start ``fn(*args, **kwargs)`` now, in a daemon thread or a greenlet.
+        """Start ``fn(*args, **kwargs)`` now: a daemon thread, or a greenlet.
+
+        The greenlet belongs to the calling thread's hub and first runs when the
+        caller next yields to it (blocks cooperatively, or ``sleep(0)``).
 
         An exception ``fn`` raises is logged to the ``subagents`` logger and kept on
         ``handle.exception``; it never reaches the thread excepthook or the hub.
@@ -245,7 +248,12 @@ class _ThreadingBackend(Backend):
 
 
 class _GeventLock(gevent.lock.BoundedSemaphore):  # type: ignore[misc]
-    """A gevent lock with :class:`threading.Lock`'s ``timeout=-1`` convention."""
+    """A gevent lock with :class:`threading.Lock`'s conventions.
+
+    ``timeout=-1`` means no timeout, and releasing an unlocked lock raises
+    ``RuntimeError``. Like gevent's semaphores, it may be released from another
+    OS thread (gevent >= 20.12 wakes the waiter's hub).
+    """
 
     def __init__(self) -> None:
         super().__init__(1)
@@ -254,6 +262,14 @@ class _GeventLock(gevent.lock.BoundedSemaphore):  # type: ignore[misc]
         if timeout is not None and timeout < 0:
             timeout = None
         return bool(super().acquire(blocking, timeout))
+
+    def release(self) -> Any:
+        # Returns the base class's int: release is a cpdef method whose C callers
+        # (__exit__) expect one.
+        try:
+            return super().release()
+        except ValueError:
+            raise RuntimeError("release unlocked lock") from None
 
 
 class _GeventRLock(gevent.lock.RLock):  # type: ignore[misc]

@@ -38,7 +38,7 @@ import gevent.event
 import gevent.monkey
 import pykka
 from gevent._hub_local import get_hub_if_exists
-from greenlet import getcurrent, greenlet
+from greenlet import GreenletExit, getcurrent, greenlet
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -230,6 +230,7 @@ class GeventActor(pykka.Actor):
     """
 
     actor_stopped: Any  # a gevent.event.Event here, see __init__
+    _actor_greenlet: greenlet
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -253,4 +254,16 @@ class GeventActor(pykka.Actor):
         # callback: what gevent.spawn_raw does, minus the ``loop`` attribute it sets
         # (which gives each greenlet a __dict__, ~380 bytes per idle actor).
         hub = gevent.get_hub()
-        hub.loop.run_callback(greenlet(self._actor_loop, hub).switch)
+        self._actor_greenlet = greenlet(self._run_actor_loop, hub)
+        hub.loop.run_callback(self._actor_greenlet.switch)
+
+    def _run_actor_loop(self) -> None:
+        try:
+            self._actor_loop()
+        except GreenletExit:
+            # Killed from outside (gevent.kill): stop as if asked to, and fail the
+            # queued asks with ActorDeadError, instead of leaving a registered
+            # actor that nobody serves.
+            if not self.actor_stopped.is_set():
+                self._stop()
+            self._actor_loop_teardown()

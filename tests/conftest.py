@@ -197,13 +197,31 @@ def _is_infrastructure(glet: greenlet.greenlet) -> bool:
     )
 
 
-def _live_greenlets() -> list[greenlet.greenlet]:
-    # One pass over the gc-tracked objects: a few milliseconds per test.
-    return [
-        obj
-        for obj in gc.get_objects()
-        if isinstance(obj, greenlet.greenlet) and not obj.dead and not _is_infrastructure(obj)
-    ]
+class _GreenletTracker:
+    """Remembers every greenlet switched to in this (the main) thread.
+
+    A ``greenlet.settrace`` hook costs well under a microsecond per switch, where a
+    ``gc.get_objects()`` scan costs ~15 ms per test on this suite (~17 s of a 76 s
+    run, measured). Any greenlet a test leaks here has been switched to at least
+    once: it started, or it is started by draining the hub before counting. The
+    trace is per thread, so greenlets of hubs in other OS threads are not seen.
+    """
+
+    def __init__(self) -> None:
+        self.seen: weakref.WeakSet[greenlet.greenlet] = weakref.WeakSet()
+        self._previous: Any = greenlet.settrace(self)
+
+    def __call__(self, event: str, args: tuple[greenlet.greenlet, greenlet.greenlet]) -> None:
+        if event in ("switch", "throw"):
+            self.seen.add(args[1])
+        if self._previous is not None:
+            self._previous(event, args)
+
+    def live(self) -> list[greenlet.greenlet]:
+        return [g for g in list(self.seen) if not g.dead and not _is_infrastructure(g)]
+
+
+_tracker = _GreenletTracker()
 
 
 def _describe_greenlet(glet: greenlet.greenlet) -> str:
@@ -231,9 +249,9 @@ def _leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     up first): every actor in ``pykka.ActorRegistry`` is stopped, and its presence
     is a failure. A thread alive now that was not alive before is a leak once a
     bounded grace join (``THREAD_GRACE_SECONDS`` in total) has passed. A greenlet
-    that is neither dead nor present before is a leak (live greenlets are found by
-    one ``gc.get_objects()`` pass; a suspect list is re-checked after
-    ``gc.collect()`` so garbage does not count).
+    of the main thread that is neither dead nor alive before is a leak (greenlets
+    are seen through a ``greenlet.settrace`` hook, see :class:`_GreenletTracker`;
+    suspects are re-checked after ``gc.collect()`` so garbage does not count).
 
     Ignored, because they outlive tests by design:
     * gevent threadpool worker threads (and their ``_DummyThread`` entries) and
@@ -244,7 +262,7 @@ def _leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     When the test itself failed, leaks are cleaned up but not reported again.
     """
     threads_before = set(_live_threads())
-    greenlets_before: weakref.WeakSet[greenlet.greenlet] = weakref.WeakSet(_live_greenlets())
+    greenlets_before: weakref.WeakSet[greenlet.greenlet] = weakref.WeakSet(_tracker.live())
 
     yield
 
@@ -274,7 +292,7 @@ def _leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
             + ", ".join(f"{t.name} (ident={t.ident}, daemon={t.daemon})" for t in leaked_threads)
         )
 
-    leaked_greenlets = [g for g in _live_greenlets() if g not in greenlets_before]
+    leaked_greenlets = [g for g in _tracker.live() if g not in greenlets_before]
     if leaked_greenlets:
         gc.collect()
         _drain_hub()

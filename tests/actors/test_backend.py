@@ -135,6 +135,8 @@ def test_lock_is_not_reentrant(backend: Backend) -> None:
         assert lock.acquire(False) is False
     assert lock.acquire(True, -1) is True
     lock.release()
+    with pytest.raises(RuntimeError):
+        lock.release()
 
 
 def test_lock_excludes_other_tasks(backend: Backend) -> None:

@@ -203,6 +203,26 @@ def test_on_start_failure_stops_the_actor(caplog: pytest.LogCaptureFixture) -> N
     assert not ref.is_alive()
 
 
+def test_killing_an_idle_actor_greenlet_stops_the_actor() -> None:
+    # (Killed while handling a message, pykka treats the GreenletExit like any
+    # BaseException: it stops every actor. Use stop(), not gevent.kill.)
+    events: list[str] = []
+    ref = Recorder.start(events)
+    assert ref.ask("warm") == "warm"  # parked in its inbox now
+    actor = ref._actor_weakref()
+    assert actor is not None
+    glet = actor._actor_greenlet
+    del actor
+    gevent.kill(glet)
+    gevent.sleep(0)
+    assert glet.dead
+    assert not ref.is_alive()
+    assert events == ["start", "got 'warm'", "stop"]
+    assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is None
+    with pytest.raises(pykka.ActorDeadError):
+        ref.ask("late")
+
+
 def test_actor_asks_another_actor_cooperatively() -> None:
     class Asker(GeventActor):
         def __init__(self, other: pykka.ActorRef[Any]) -> None:
