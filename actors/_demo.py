@@ -1,0 +1,358 @@
+"""``subagents demo``: an agent tree on the embedded SQLite store, offline and deterministic.
+
+The first run builds a tree of three levels below a root agent -- continuable
+researchers (``local``) and a writer (``fork``), one-shot summarizers and
+lookups, a continuable fact-checker -- then follows up, receives quiet and waking
+reports, interrupts one child and drains a side project. A second run on the same
+database resumes: the root is resumed from its session and its persisted
+children cold-resume when it follows up with them.
+
+Every turn is scripted: no model is called, nothing sleeps to order things
+(blocking points are :class:`~subagents.actors.testing.Gate` objects released by
+the demo itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+from subagents.protocol import (
+    MessageEvent,
+    ReportEvent,
+    SessionHeader,
+    SessionId,
+    TurnEnd,
+    TurnStart,
+    try_fold_subagent_descriptor,
+)
+
+from ._runtime import Runtime
+from ._turn import Turn
+from ._types import ContinuableStartSpec, UserAuthority
+from .testing import Gate
+
+__all__ = ["run_demo"]
+
+ROOT_LABEL = "demo-root"
+SIDE_LABEL = "side-project"
+
+
+@dataclass
+class _Script:
+    """The gates and records one demo run shares with its behaviours."""
+
+    slow_started: Gate = field(default_factory=lambda: Gate("researcher-B working"))
+    sketches_started: list[Gate] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _lead(turn: Turn) -> Any:
+    """The root: plans the tree, then acknowledges reports and follow-ups."""
+    if turn.content == "plan":
+        subs = turn.subagents
+        a = subs.start_continuable(
+            "local", "survey actor runtimes", label="researcher-A", model="researcher"
+        )
+        b = subs.start_continuable(
+            "local", "benchmark mailboxes", label="researcher-B", model="slow-researcher"
+        )
+        w = subs.start_continuable("fork", "draft the report", label="writer", model="writer")
+        return {"started": [str(a.child_id), str(b.child_id), str(w.child_id)]}
+    context = [str(m.content) for m in turn.context]
+    return {"ack": turn.content, "context": context}
+
+
+def _researcher(turn: Turn) -> Any:
+    subs = turn.subagents
+    if turn.index == 0:
+        summary = subs.delegate(
+            "fork",
+            f"summarise what is known about: {turn.content}",
+            model="summarizer",
+            label="summary",
+        )
+        subs.start_continuable(
+            "local", "check the claims", label="fact-checker", model="fact-checker"
+        )
+        subs.report(f"{turn.agent.label}: collected sources", delivery="quiet")
+        return {"summary": summary.output}
+    subs.report(f"{turn.agent.label}: finished '{turn.content}'", delivery="waking")
+    return f"{turn.agent.label} handled {turn.content!r} with {len(turn.context)} new reports"
+
+
+def _slow_researcher(script: _Script) -> Callable[[Turn], Any]:
+    def behaviour(turn: Turn) -> Any:
+        if turn.index == 0:
+            script.slow_started.pass_through(turn.signal)  # a long step, until interrupted
+        return f"{turn.agent.label} resumed with {turn.content!r}"
+
+    return behaviour
+
+
+def _fact_checker(turn: Turn) -> Any:
+    if turn.index == 0:
+        looked = turn.subagents.delegate("local", "look up claim 1", model="lookup", label="lookup")
+        turn.subagents.report(f"fact-checker: {looked.output}", delivery="quiet")
+        return "checked 3 claims"
+    return f"re-checked after {turn.content!r}"
+
+
+def _writer(turn: Turn) -> Any:
+    seen = sum(1 for e in turn.history if isinstance(e, MessageEvent))
+    return f"draft v{turn.index + 1}, built on {seen} earlier messages"
+
+
+def _sketch(script: _Script) -> Callable[[Turn], Any]:
+    def behaviour(turn: Turn) -> Any:
+        gate = Gate(f"sketch {turn.agent.label}")
+        script.sketches_started.append(gate)
+        gate.pass_through(turn.signal)  # drained before release
+        return "sketched"
+
+    return behaviour
+
+
+def _register(rt: Runtime, script: _Script) -> None:
+    rt.models.register("lead", lambda _o: _lead)
+    rt.models.register("researcher", lambda _o: _researcher)
+    rt.models.register("slow-researcher", lambda _o: _slow_researcher(script))
+    rt.models.register("fact-checker", lambda _o: _fact_checker)
+    rt.models.register("summarizer", lambda _o: lambda t: f"summary of {t.content!r}")
+    rt.models.register("lookup", lambda _o: lambda t: "claim 1 holds")
+    rt.models.register("writer", lambda _o: _writer)
+    rt.models.register("sketch", lambda _o: _sketch(script))
+
+
+# -- the live view --------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    header: SessionHeader
+    mode: str
+    state: str
+    turns: int
+    messages: int
+    active: float
+
+
+def _inspect(rt: Runtime, header: SessionHeader) -> _Node:
+    events = [r.event for r in rt.sessions.read(header.id)]
+    fold = try_fold_subagent_descriptor(events)
+    mode = (
+        fold.descriptor.mode
+        if fold.descriptor is not None
+        else ("top-level" if header.parent_session is None else "?")
+    )
+    turns = [e for e in events if isinstance(e, TurnStart)]
+    ends = [e for e in events if isinstance(e, TurnEnd)]
+    active = 0.0
+    starts = {e.turn: e.at for e in turns}
+    for end in ends:
+        if end.turn in starts:
+            active += (end.at - starts[end.turn]).total_seconds()
+    agent = rt.agents.get(header.id)
+    act = rt.continuation.activation(header.id)
+    if agent is not None and not agent.idle:
+        state = "running"
+    elif act is not None and act.owned:
+        state = "waiting"
+    elif agent is not None:
+        state = "idle"
+    elif ends and ends[-1].stop_reason == "cancelled":
+        state = "cancelled"
+    else:
+        state = "settled"
+    messages = sum(isinstance(e, (MessageEvent, ReportEvent)) for e in events)
+    return _Node(header, mode, state, len(turns), messages, active)
+
+
+_STYLE = {
+    "running": "bold green",
+    "waiting": "yellow",
+    "idle": "cyan",
+    "settled": "dim",
+    "cancelled": "red",
+}
+
+
+def _headers(rt: Runtime) -> list[SessionHeader]:
+    rt.sessions.flush()
+    found: dict[SessionId, SessionHeader] = {}
+    if rt.store is not None:
+        for h in rt.store.all_headers():
+            found[h.id] = h
+    for sid in rt.sessions.live_ids():
+        live = rt.sessions.live(sid)
+        if live is not None:
+            found[sid] = live.header
+    return sorted(found.values(), key=lambda h: (h.created_at, h.id))
+
+
+def _render(rt: Runtime, status: str) -> tuple[Group, list[_Node]]:
+    headers = _headers(rt)
+    nodes = {h.id: _inspect(rt, h) for h in headers}
+    tree = Tree(Text("agent tree", style="bold"))
+    branches: dict[SessionId, Tree] = {}
+    for h in headers:
+        node = nodes[h.id]
+        label = Text.assemble(
+            (h.label or "(unlabelled)", "bold"),
+            f"  {node.mode}  ",
+            (node.state, _STYLE.get(node.state, "")),
+            f"  turns {node.turns}  active {node.active * 1000:.1f} ms",
+        )
+        parent = branches.get(h.parent_session) if h.parent_session is not None else None
+        branches[h.id] = (parent or tree).add(label)
+    total_turns = sum(n.turns for n in nodes.values())
+    total_msgs = sum(n.messages for n in nodes.values())
+    progress = Text(f"{status} | agents {len(nodes)} | turns {total_turns} | messages {total_msgs}")
+    return Group(tree, progress), list(nodes.values())
+
+
+def _summary(nodes: list[_Node]) -> Table:
+    table = Table(title="summary")
+    for col in ("agent", "mode", "state", "turns", "messages", "active ms"):
+        table.add_column(col)
+    for n in nodes:
+        table.add_row(
+            n.header.label or "-",
+            n.mode,
+            n.state,
+            str(n.turns),
+            str(n.messages),
+            f"{n.active * 1000:.1f}",
+        )
+    return table
+
+
+# -- the run --------------------------------------------------------------------------
+
+
+class _Show:
+    def __init__(self, rt: Runtime, console: Console) -> None:
+        self.rt = rt
+        self.console = console
+        self.live = Live(console=console, auto_refresh=False, transient=False)
+        self.status = "starting"
+
+    def step(self, status: str) -> None:
+        self.status = status
+        if self.console.is_terminal:
+            self.live.update(_render(self.rt, status)[0], refresh=True)
+        else:
+            self.console.print(f"- {status}")
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"demo: {what} did not happen within {timeout} s")
+            self.rt.backend.sleep(0.02)
+            if self.console.is_terminal:
+                self.live.update(_render(self.rt, self.status)[0], refresh=True)
+
+
+def _quiet(rt: Runtime) -> bool:
+    """Every live agent idle (waiting Activations are idle agents that own children)."""
+    return all(a.idle for a in rt.agents.list())
+
+
+def _first_run(rt: Runtime, script: _Script, show: _Show) -> None:
+    root = rt.spawn("lead", label=ROOT_LABEL)
+    show.step("root plans the tree (continuable researchers, a fork writer)")
+    root.followup("plan")
+    show.wait(lambda: script.slow_started.arrivals > 0, "researcher-B starting")
+    show.wait(lambda: len(_children(rt, root.session_id)) >= 3, "three children")
+    children = _children(rt, root.session_id)
+    show.step("researcher-B is in a long step: the host interrupts it")
+    rt.subagents.interrupt(children["researcher-B"], UserAuthority(root.session_id))
+    show.wait(lambda: _quiet(rt), "the first wave to finish")
+    show.step("root follows up researcher-A and the writer")
+    for label in ("researcher-A", "writer"):
+        rt.subagents.followup(root, children[label], f"go deeper ({label})")
+    show.wait(lambda: _quiet(rt), "the follow-ups")
+    show.step("a side project starts three sketches, then the host drains it")
+    side = rt.spawn("echo", label=SIDE_LABEL)
+    for i in range(3):
+        rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=side,
+                provider="local",
+                prompt=f"idea {i}",
+                label=f"sketch-{i}",
+                model="sketch",
+            )
+        )
+    show.wait(lambda: len(script.sketches_started) >= 3, "the sketches to start")
+    rt.subagents.drain_continuable_descendants([side])
+    show.wait(lambda: _quiet(rt), "the drain")
+    show.step("first run complete; run `subagents demo` again to resume this tree")
+
+
+def _children(rt: Runtime, parent: SessionId) -> dict[str, SessionId]:
+    return {h.label or "": h.id for h in _headers(rt) if h.parent_session == parent}
+
+
+def _second_run(rt: Runtime, root_id: SessionId, show: _Show) -> list[str]:
+    said: list[str] = []
+    root = rt.agents.resume(root_id, behaviour=_lead)
+    show.step(f"resumed the root {ROOT_LABEL} from its session")
+    said.append(f"resumed {ROOT_LABEL} ({root_id})")
+    for label, cid in _children(rt, root_id).items():
+        events = [r.event for r in rt.sessions.read(cid)]
+        fold = try_fold_subagent_descriptor(events)
+        if fold.descriptor is None or fold.descriptor.mode != "continuable":
+            continue
+        prior = len(events)
+        rt.subagents.followup(root, cid, "welcome back: what changed?")
+        said.append(f"cold-resumed {label} from {prior} persisted events and followed up")
+        show.step(f"cold-resumed {label} ({prior} prior events)")
+    show.wait(lambda: _quiet(rt), "the resumed turns")
+    return said
+
+
+def run_demo(db: str, backend: str, console: Console | None = None) -> int:
+    """Run the demo on ``db``; returns a process exit code."""
+    console = console or Console()
+    script = _Script()
+    with Runtime(db, backend=backend) as rt:
+        _register(rt, script)
+        previous = (
+            [
+                h
+                for h in rt.store.all_headers()
+                if h.parent_session is None and h.label == ROOT_LABEL
+            ]
+            if rt.store
+            else []
+        )
+        show = _Show(rt, console)
+        with show.live if console.is_terminal else contextlib.nullcontext():
+            if previous:
+                console.print(f"found a demo tree in {db}: resuming it")
+                said = _second_run(rt, previous[-1].id, show)
+            else:
+                console.print(f"no demo tree in {db} yet: building one")
+                _first_run(rt, script, show)
+                said = []
+            group, nodes = _render(rt, "done")
+            if console.is_terminal:
+                show.live.update(group, refresh=True)
+        if not console.is_terminal:
+            console.print(group)
+        for line in said:
+            console.print(line)
+        console.print(_summary(nodes))
+        mode = "resumed" if previous else "created"
+        console.print(f"{mode}: {len(nodes)} sessions in {db} on the {backend} backend")
+    return 0

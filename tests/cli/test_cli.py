@@ -1,0 +1,103 @@
+"""The ``subagents`` command line: demo (first run and resume), show, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from subagents.actors._backend import Backend
+from subagents.actors._cli import main
+
+
+def test_demo_builds_then_resumes(tmp_path: Path, backend: Backend, capsys) -> None:
+    """The demo builds a tree of at least 3 levels, and a second run resumes it."""
+    db = str(tmp_path / "demo.db")
+    assert main(["demo", "--db", db, "--backend", backend.name]) == 0
+    first = capsys.readouterr().out
+    assert "building one" in first and "created: 11 sessions" in first
+    for label in ("researcher-A", "researcher-B", "writer", "fact-checker", "lookup", "sketch-0"):
+        assert label in first
+    assert "cancelled" in first  # the interrupted researcher and the drained sketches
+    assert main(["demo", "--db", db, "--backend", backend.name]) == 0
+    second = capsys.readouterr().out
+    assert "resuming it" in second
+    assert "cold-resumed researcher-A" in second and "cold-resumed writer" in second
+    assert "resumed: 11 sessions" in second
+
+
+def _a_session(db: str) -> str:
+    con = sqlite3.connect(db)
+    try:
+        tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
+        table = "sessions" if "sessions" in tables else tables[0]
+        row = con.execute(f"select id from {table} limit 1").fetchone()
+    finally:
+        con.close()
+    value = row[0]
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
+def test_show_prints_events_and_json(tmp_path: Path, capsys) -> None:
+    db = str(tmp_path / "demo.db")
+    assert main(["demo", "--db", db]) == 0
+    capsys.readouterr()
+    sid = _a_session(db)
+    assert main(["show", db, sid]) == 0
+    text = capsys.readouterr().out
+    assert f"session {sid}" in text
+    assert main(["show", db, sid, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["header"]["id"] == sid
+    assert all("seq" in e for e in data["events"])
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "random", "foreign", "directory"])
+def test_show_bad_files_one_line_error(tmp_path: Path, kind: str, capsys) -> None:
+    """Missing, empty, corrupt or foreign: one line, non-zero, no traceback, file untouched."""
+    path = tmp_path / "x.db"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "random":
+        path.write_bytes(os.urandom(4096))
+    elif kind == "foreign":
+        con = sqlite3.connect(path)
+        con.execute("create table t(x)")
+        con.commit()
+        con.close()
+    elif kind == "directory":
+        path.mkdir()
+    before = path.read_bytes() if path.is_file() else None
+    code = main(["show", str(path), "0" * 32])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    if before is not None:
+        assert path.read_bytes() == before
+    if kind == "missing":
+        assert not path.exists()
+
+
+def test_show_unknown_session_and_bad_id(tmp_path: Path, capsys) -> None:
+    db = str(tmp_path / "demo.db")
+    assert main(["demo", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["show", db, "f" * 32]) != 0
+    assert "no session" in capsys.readouterr().err
+    assert main(["show", db, "not-an-id"]) != 0
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_help_for_every_command() -> None:
+    for args in ([], ["demo"], ["show"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "subagents.actors._cli", *args, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0 and "usage:" in out.stdout
