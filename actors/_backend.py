@@ -239,8 +239,11 @@ class _ThreadingBackend(Backend):
         return _ThreadTask(_task_name(fn, name), fn, args, kwargs)
 
     def run_blocking(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        # The caller is an OS thread (or, under monkey-patching, a greenlet that
-        # chose THREADING knowingly): blocking it is the point.
+        # An OS thread: blocking it is the point. Under monkey-patching, though,
+        # "threads" are greenlets sharing one hub, so the call goes to that hub's
+        # threadpool exactly as on GEVENT.
+        if _threading_is_patched():
+            return GEVENT.run_blocking(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 
     def sleep(self, seconds: float) -> None:
@@ -339,6 +342,11 @@ def get_backend(spec: str | Backend) -> Backend:
     return backend
 
 
+def _threading_is_patched() -> bool:
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and bool(monkey.is_module_patched("threading"))
+
+
 def current_backend() -> Backend:
     """The backend whose primitives the caller may block on, here and now.
 
@@ -357,8 +365,7 @@ def current_backend() -> Backend:
     The answer can change from THREADING to GEVENT in a thread once something
     creates a hub there, so ask at the time you block, not once up front.
     """
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is not None and monkey.is_module_patched("threading"):
+    if _threading_is_patched():
         return THREADING
     if get_hub_if_exists() is not None:
         return GEVENT

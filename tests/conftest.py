@@ -181,6 +181,10 @@ def _live_threads() -> list[threading.Thread]:
         t
         for t in threading.enumerate()
         if t.ident not in ignored
+        # Threads threading did not start (C threads, _thread.start_new_thread, and
+        # under monkey-patching raw greenlets that called current_thread(), as
+        # logging does): they cannot be joined and CPython never drops them.
+        and not isinstance(t, threading._DummyThread)  # type: ignore[attr-defined]
         # pytest-timeout's timer thread in its "thread" method (named after it).
         and not t.name.startswith("pytest_timeout")
     ]
@@ -253,9 +257,13 @@ def _leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     are seen through a ``greenlet.settrace`` hook, see :class:`_GreenletTracker`;
     suspects are re-checked after ``gc.collect()`` so garbage does not count).
 
-    Ignored, because they outlive tests by design:
-    * gevent threadpool worker threads (and their ``_DummyThread`` entries) and
-      worker greenlets: gevent pools them for reuse by ``run_blocking``;
+    Ignored, because they outlive tests by design or cannot be checked:
+    * gevent threadpool worker threads and worker greenlets: gevent pools them for
+      reuse by ``run_blocking``;
+    * ``threading._DummyThread`` entries: threads ``threading`` did not start (raw
+      ``_thread`` threads, C threads; under monkey-patching, raw greenlets that
+      called ``current_thread()``). They cannot be joined and CPython 3.11 never
+      removes them, so a finished one would look leaked for ever;
     * pytest-timeout's timer thread (``timeout_method = thread``);
     * gevent hubs and each thread's root greenlet: a hub stays with its thread.
 
