@@ -404,6 +404,7 @@ class Agent:
                 self._session,
                 {"next_turn": self._next_turn, "descriptor": descriptor_payload(self._descriptor)},
             )
+        self._runtime._on_session_leaving(self._session)
         if self._flush_on_stop:
             try:
                 sessions.flush(self.session_id)

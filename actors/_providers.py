@@ -128,6 +128,7 @@ class LocalProvider:
             max_depth=request.max_depth,
         )
         runtime.models.require(options.model)
+        seed = self._seed(parent)
         header = SessionHeader(
             id=new_session_id(),
             parent_session=parent.session_id,
@@ -135,8 +136,8 @@ class LocalProvider:
             delegation_depth=depth,
             created_at=runtime.clock(),
             label=descriptor.label,
+            seed_len=len(seed),
         )
-        seed = self._seed(parent)
         self._step("create")
         child = runtime.agents.create(
             header=header, options=options, seed=seed, output_schema=request.output_schema

@@ -22,10 +22,11 @@ from ._agent import Agent
 from ._backend import Backend, get_backend
 from ._continuation import ContinuationManager
 from ._models import AgentOptions, ModelRegistry, as_behaviour
+from ._projections import ProjectionRegistry
 from ._providers import ForkProvider, LocalProvider
 from ._registry import AgentRegistry, ToolRegistry
 from ._service import ProviderRegistration, SubagentService, check_output_schema, validate_output
-from ._session import SessionService
+from ._session import LiveSession, SessionService
 
 __all__ = ["Runtime"]
 
@@ -47,6 +48,7 @@ class Runtime:
         backend: ``"threading"`` or ``"gevent"`` (or a Backend).
         clock: returns an aware UTC ``datetime``; inject one in tests.
         default_providers: register the ``local`` and ``fork`` providers.
+        projections: mount ``session_projections`` (listing needs it).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class Runtime:
         backend: str | Backend = "threading",
         clock: Callable[[], _dt.datetime] | None = None,
         default_providers: bool = True,
+        projections: bool = True,
     ) -> None:
         self.backend = get_backend(backend)
         if clock is not None and not callable(clock):
@@ -66,6 +69,9 @@ class Runtime:
         self.models = ModelRegistry()
         self.tools = ToolRegistry()
         self.agents = AgentRegistry(self)
+        self.session_projections: ProjectionRegistry | None = None
+        if projections:
+            self.session_projections = ProjectionRegistry()
         self.subagents = SubagentService(self)
         self.continuation = ContinuationManager(self)
         self._closed = False
@@ -124,6 +130,31 @@ class Runtime:
     def _check_open(self) -> None:
         if self._closed:
             raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
+
+    def _on_session_leaving(self, live: LiveSession) -> None:
+        """A session leaves the live set: cache its identity, drop its watermark."""
+        projections = self.session_projections
+        if projections is None:
+            return
+        if (
+            live.header.origin == "subagent"
+            and self.store is not None
+            and "subagent" in projections
+        ):
+            try:
+                seq, states = projections.snapshot(
+                    live.id,
+                    lambda start: ((r.seq, r.event) for r in self.sessions.read(live.id, start)),
+                )
+                raw = states.get("subagent")
+                at = raw["seq"] if isinstance(raw, dict) else seq
+                if seq >= 0 and at >= live.header.seed_len:
+                    self.sessions.cache_projection(
+                        live, "subagent", at, projections.values(states)["subagent"]
+                    )
+            except Exception:
+                logger.exception("caching the identity of %s failed", live.id)
+        projections.forget(live.id)
 
     def _check_output(self, schema: Mapping[str, Any], output: Any) -> tuple[Any, str | None]:
         return validate_output(schema, output)

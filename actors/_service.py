@@ -37,6 +37,8 @@ from subagents.protocol import (
 )
 
 from ._agent import Agent
+from ._listing import Catalog, Listing
+from ._projections import subagent_timing_unit, subagent_unit
 from ._signal import AbortSignal
 from ._types import (
     CAPABILITIES,
@@ -110,6 +112,48 @@ class SubagentService:
         self._lock = threading.Lock()
         self._providers: dict[str, SubagentProvider] = {}
         self._listeners: list[tuple[Listener, Any]] = []
+        projections = runtime.session_projections
+        if projections is not None:
+            for unit in (subagent_unit, subagent_timing_unit):
+                if unit.name not in projections:
+                    projections.register(unit)
+
+    # -- the durable catalog -----------------------------------------------------------
+
+    def _catalog(self) -> Catalog:
+        rt = self._runtime
+        return Catalog(
+            rt.sessions,
+            rt.sessions.persistence if rt.sessions is not None else None,
+            rt.session_projections,
+            rt.backend,
+            live_store_mounted=rt.sessions is not None,
+        )
+
+    def list_children(
+        self, parent_session_id: SessionId | str, signal: AbortSignal | None = None
+    ) -> Listing:
+        """Direct session-backed subagents of a session, without loading them.
+
+        Rows carry ``id``, ``mode``, ``label``, ``activity`` (``running`` /
+        ``inactive``), ``has_children`` and ``created_at``, ordered by creation then
+        id; ``diagnostics`` name children that are ``corrupt`` or ``unavailable``.
+
+        Raises:
+            SubagentError: ``CANCELLED``, ``SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE``,
+                ``SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE``, ``INVALID_ARGUMENT``.
+        """
+        return self._catalog().list_children(parent_session_id, signal)
+
+    def list_descendants(
+        self, root_session_id: SessionId | str, signal: AbortSignal | None = None
+    ) -> Listing:
+        """The root's complete session tree in stable pre-order (adds ``parent_id``, ``depth``).
+
+        Raises:
+            SubagentError: as :meth:`list_children`.
+        """
+        return self._catalog().list_descendants(root_session_id, signal)
 
     # -- provider registry ---------------------------------------------------------
 

@@ -156,6 +156,9 @@ class _Writer:
             elif op == "checkpoint":
                 seq, data = payload
                 self._guarded(sid, self._store.put_checkpoint, sid, seq, data)
+            elif op == "projection":
+                unit, seq, data = payload
+                self._guarded(sid, self._store.put_projection, sid, unit, seq, data)
             i += 1
 
     def _append(self, sid: SessionId, events: list[Event]) -> None:
@@ -266,6 +269,11 @@ class SessionService:
                 self._writer.submit(
                     "checkpoint", live.id, (seq, packb({"v": 1, "seq": seq, **state}))
                 )
+
+    def cache_projection(self, live: LiveSession, unit: str, seq: int, value: Any) -> None:
+        """Queue a durable projection-cache row (derived data) after the session's writes."""
+        if self._writer is not None:
+            self._writer.submit("projection", live.id, (unit, seq, packb(value)))
 
     def load_state(
         self, session_id: SessionId

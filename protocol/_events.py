@@ -175,6 +175,7 @@ class SessionHeader:
     delegation_depth: int
     created_at: _dt.datetime
     label: str | None = None
+    seed_len: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,6 +304,7 @@ _HEADER_CHECKERS: Final = (
     ("delegation_depth", _nonneg_int, True),
     ("created_at", _dt_utc, True),
     ("label", _opt_str, False),
+    ("seed_len", _nonneg_int, False),
 )
 
 
@@ -315,6 +317,8 @@ def _validate(
 ) -> None:
     """Run the decode-side checkers on an outgoing map: refuse what reading refuses."""
     for name, check, _ in checkers:
+        if name not in wire:
+            continue  # an optional field left out of the wire form
         try:
             check(wire[name])
         except DecodeError as exc:
@@ -394,6 +398,8 @@ def header_to_wire(header: SessionHeader) -> dict[str, Any]:
     if not isinstance(header, SessionHeader):
         raise EncodeError(f"not a SessionHeader: {type(header).__name__}")
     wire = {name: getattr(header, name) for name, _, _ in _HEADER_CHECKERS}
+    if not wire["seed_len"]:
+        del wire["seed_len"]  # absent means 0: headers without a fork seed keep their bytes
     _validate("SessionHeader", _HEADER_CHECKERS, wire)
     return wire
 

@@ -181,6 +181,22 @@ class SessionStore(abc.ABC):
         """``(seq, data)`` of the session's checkpoint, or ``None``."""
 
     @abc.abstractmethod
+    def put_projection(self, session_id: SessionId | str, unit: str, seq: int, data: bytes) -> None:
+        """Cache a projection ``unit``'s value of a session, folded at log position ``seq``.
+
+        Derived data: latest wins, dropped with the session or by
+        :meth:`drop_projections`. ``SESSION_NOT_FOUND`` for an unknown session.
+        """
+
+    @abc.abstractmethod
+    def get_projection(self, session_id: SessionId | str, unit: str) -> tuple[int, bytes] | None:
+        """``(seq, data)`` of a cached projection, or ``None``."""
+
+    @abc.abstractmethod
+    def drop_projections(self) -> None:
+        """Forget every cached projection (they are rebuilt from the logs)."""
+
+    @abc.abstractmethod
     def flush(self, session_id: SessionId | str | None = None) -> None:
         """Make everything appended so far durable (a no-op where append already is)."""
 

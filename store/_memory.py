@@ -26,12 +26,13 @@ __all__ = ["MemoryStore"]
 
 
 class _Session:
-    __slots__ = ("checkpoint", "events", "header")
+    __slots__ = ("checkpoint", "events", "header", "projections")
 
     def __init__(self, header: SessionHeader, events: list[Event]) -> None:
         self.header = header
         self.events = events
         self.checkpoint: tuple[int, bytes] | None = None
+        self.projections: dict[str, tuple[int, bytes]] = {}
 
 
 def _ordered(headers: list[SessionHeader]) -> list[SessionHeader]:
@@ -165,6 +166,30 @@ class MemoryStore(SessionStore):
                     seq=seq,
                 )
             session.checkpoint = (seq, blob)
+
+    def put_projection(self, session_id: SessionId | str, unit: str, seq: int, data: bytes) -> None:
+        sid = check_session_id(session_id)
+        if type(unit) is not str or not unit:
+            raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
+        check_int(seq, "seq", minimum=-1)
+        blob = check_blob(data)
+        with self._lock:
+            self._get(sid).projections[unit] = (seq, blob)
+
+    def get_projection(self, session_id: SessionId | str, unit: str) -> tuple[int, bytes] | None:
+        sid = check_session_id(session_id)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            session = self._sessions.get(sid)
+            return None if session is None else session.projections.get(unit)
+
+    def drop_projections(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            for session in self._sessions.values():
+                session.projections.clear()
 
     def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
         sid = check_session_id(session_id)

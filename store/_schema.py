@@ -24,6 +24,11 @@ Version 1:
   ROWID`` so a session's log is one contiguous range of the primary-key B-tree.
 * ``checkpoints(session, seq, data)``: one folded-state blob per session. A rowid
   table, because checkpoint blobs can be large and WITHOUT ROWID suits small rows.
+
+Version 2:
+
+* ``projection_cache(session, unit, seq, data)``: the durable projection cache
+  (derived data; ``seq`` is where the value was folded, the listing's fork-seed gate).
 """
 
 from __future__ import annotations
@@ -83,8 +88,22 @@ def _v0_to_v1(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    # The durable projection cache: derived data, one row per (session, unit),
+    # ``seq`` being the log position the value was folded at. Droppable at will.
+    conn.execute(
+        "CREATE TABLE projection_cache ("
+        " session BLOB NOT NULL,"
+        " unit TEXT NOT NULL,"
+        " seq INTEGER NOT NULL,"
+        " data BLOB NOT NULL,"
+        " PRIMARY KEY (session, unit)"
+        ") WITHOUT ROWID"
+    )
+
+
 #: ``MIGRATIONS[n]`` migrates version ``n`` to ``n + 1``; append, never edit.
-MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1,)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1, _v1_to_v2)
 #: The schema version this code reads and writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

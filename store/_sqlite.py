@@ -295,6 +295,24 @@ class SqliteStore(SessionStore):
         blob = check_blob(data)
         self._committer.submit(lambda txn: txn.put_checkpoint(sid, seq, blob))
 
+    def put_projection(self, session_id: SessionId | str, unit: str, seq: int, data: bytes) -> None:
+        sid = check_session_id(session_id)
+        name = _unit_name(unit)
+        check_int(seq, "seq", minimum=-1)
+        blob = check_blob(data)
+        self._committer.submit(lambda txn: txn.put_projection(sid, name, seq, blob))
+
+    def get_projection(self, session_id: SessionId | str, unit: str) -> tuple[int, bytes] | None:
+        sid = check_session_id(session_id)
+        rows = self._query(
+            "SELECT seq, data FROM projection_cache WHERE session = ? AND unit = ?",
+            (sid.to_bytes(), _unit_name(unit)),
+        )
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def drop_projections(self) -> None:
+        self._committer.submit(lambda txn: txn.drop_projections())
+
     def flush(self, session_id: SessionId | str | None = None) -> None:
         if session_id is not None:
             check_session_id(session_id)
@@ -331,3 +349,9 @@ class SqliteStore(SessionStore):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<SqliteStore {self.path!r} {state}>"
+
+
+def _unit_name(unit: object) -> str:
+    if type(unit) is not str or not unit or len(unit) > 200:
+        raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
+    return unit

@@ -130,6 +130,7 @@ class Txn:
         for table, column in (
             ("events", "session"),
             ("checkpoints", "session"),
+            ("projection_cache", "session"),
             ("sessions", "id"),
         ):
             self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
@@ -148,6 +149,18 @@ class Txn:
                 (depth, encode_header(header), key),
             )
         return header
+
+    def put_projection(self, session_id: SessionId, unit: str, seq: int, data: bytes) -> None:
+        key = session_id.to_bytes()
+        self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
+        self.conn.execute(
+            "INSERT OR REPLACE INTO projection_cache (session, unit, seq, data)"
+            " VALUES (?, ?, ?, ?)",
+            (key, unit, seq, data),
+        )
+
+    def drop_projections(self) -> None:
+        self.conn.execute("DELETE FROM projection_cache")
 
     def put_checkpoint(self, session_id: SessionId, seq: int, data: bytes) -> None:
         key = session_id.to_bytes()

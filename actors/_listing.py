@@ -1,0 +1,417 @@
+"""The durable catalog: ``list_children`` and ``list_descendants``.
+
+Theory of operation
+-------------------
+Listing reads the live session set and the optional persistence directly and
+merges their headers, the live side winning (``activity`` is ``running`` for a
+live session, ``inactive`` for one found only in persistence). It never consults
+Activations, the agent registry or providers, and never loads or resumes a child.
+
+Identity (mode + label) is served by the ``subagent`` projection unit, the single
+classification authority:
+
+* live child -- the projection registry's watermark snapshot of its session;
+* cold child -- a durable projection-cache row, when its ``seq`` proves it comes
+  from the child's own log (at or after ``header.seed_len``, past any fork seed);
+  a throwing cache read falls through silently;
+* else one persistence inspection (bounded concurrency), folded through the
+  registry, whose header must still be the enumerated one (a re-published id
+  degrades to a ``corrupt`` diagnostic).
+
+A settled candidate without identity is ``corrupt``; a failed inspection is
+``unavailable`` (retried next time); a running candidate without identity yet is
+omitted. The caller's signal is checked before and after every persistence read;
+any abort raises ``CANCELLED`` and no partial result is returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    packb,
+    unpackb,
+)
+
+from ._backend import THREADING, Backend
+from ._projections import ProjectionRegistry
+from ._signal import AbortSignal
+
+if TYPE_CHECKING:
+    from subagents.store import SessionStore
+
+    from ._session import SessionService
+
+__all__ = ["Catalog", "ChildRow", "DescendantRow", "Diagnostic", "Listing"]
+
+logger = logging.getLogger("subagents")
+
+#: How many persistence inspections one listing runs at once.
+INSPECTION_CONCURRENCY = 8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRow:
+    """One listed child."""
+
+    id: SessionId
+    mode: str
+    label: str | None
+    activity: str
+    has_children: bool
+    created_at: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescendantRow:
+    """One listed descendant, with its durable parent and root-relative depth."""
+
+    id: SessionId
+    mode: str
+    label: str | None
+    activity: str
+    has_children: bool
+    created_at: Any
+    parent_id: SessionId
+    depth: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnostic:
+    """A per-child problem: ``kind`` is ``"corrupt"`` or ``"unavailable"``."""
+
+    id: SessionId
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Rows (ordered by ``created_at`` then id) and diagnostics."""
+
+    rows: tuple[Any, ...]
+    diagnostics: tuple[Diagnostic, ...]
+
+    def __iter__(self) -> Any:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class _Index:
+    __slots__ = ("children", "headers", "live")
+
+    def __init__(self) -> None:
+        self.headers: dict[SessionId, SessionHeader] = {}
+        self.live: set[SessionId] = set()
+        self.children: dict[SessionId, list[SessionId]] = {}
+
+
+def _check(signal: AbortSignal) -> None:
+    if signal.aborted:
+        raise SubagentError("listing cancelled", code=ErrorCode.CANCELLED, hint=signal.reason)
+
+
+class Catalog:
+    """Listing over a live session set and optional persistence.
+
+    ``sessions`` may be None for a reader of a database without a runtime (the
+    CLI); ``projections`` is the mounted registry.
+    """
+
+    def __init__(
+        self,
+        sessions: SessionService | None,
+        persistence: SessionStore | None,
+        projections: ProjectionRegistry | None,
+        backend: Backend = THREADING,
+        *,
+        live_store_mounted: bool = True,
+    ) -> None:
+        self._sessions = sessions
+        self._persistence = persistence
+        self._projections = projections
+        self._backend = backend
+        self._live_store_mounted = live_store_mounted
+
+    def _require(self) -> ProjectionRegistry:
+        if self._projections is None or "subagent" not in self._projections:
+            raise SubagentError(
+                "no session projection registry is mounted", code=ErrorCode.PROJECTIONS_UNAVAILABLE
+            )
+        if not self._live_store_mounted:
+            raise SubagentError(
+                "no session store is mounted", code=ErrorCode.SESSION_STORE_UNAVAILABLE
+            )
+        return self._projections
+
+    def _read(self, fn: Callable[..., Any], signal: AbortSignal, *args: Any) -> Any:
+        _check(signal)
+        store = self._persistence
+        if store is not None and store.blocking:
+            result = self._backend.run_blocking(fn, *args)
+        else:
+            result = fn(*args)
+        _check(signal)
+        return result
+
+    # -- the merged corpus ---------------------------------------------------------
+
+    def _index(self, signal: AbortSignal) -> _Index:
+        index = _Index()
+        if self._persistence is not None:
+            for header in self._read(self._persistence.all_headers, signal):
+                index.headers[header.id] = header
+        if self._sessions is not None:
+            for sid in self._sessions.live_ids():
+                live = self._sessions.live(sid)
+                if live is not None:
+                    index.headers[sid] = live.header
+                    index.live.add(sid)
+        for header in sorted(index.headers.values(), key=lambda h: (h.created_at, h.id)):
+            if header.parent_session is not None:
+                index.children.setdefault(header.parent_session, []).append(header.id)
+        return index
+
+    @staticmethod
+    def _has_children(index: _Index, sid: SessionId) -> bool:
+        return any(index.headers[c].origin == "subagent" for c in index.children.get(sid, ()))
+
+    # -- identity --------------------------------------------------------------------
+
+    def _live_identity(self, projections: ProjectionRegistry, sid: SessionId) -> Any:
+        sessions = self._sessions
+        assert sessions is not None
+
+        def read_from(seq: int) -> Iterable[tuple[int, Event]]:
+            return ((r.seq, r.event) for r in sessions.read(sid, seq))
+
+        _, states = projections.snapshot(sid, read_from)
+        return projections.values(states).get("subagent")
+
+    def _cached_identity(self, header: SessionHeader, signal: AbortSignal) -> tuple[bool, Any]:
+        store = self._persistence
+        getter = getattr(store, "get_projection", None)
+        if getter is None:
+            return False, None
+        try:
+            found = self._read(getter, signal, header.id, "subagent")
+        except SubagentError as exc:
+            if exc.code == ErrorCode.CANCELLED:
+                raise
+            return False, None
+        except Exception:  # derived data: a broken cache row renders no verdict
+            return False, None
+        if found is None:
+            return False, None
+        seq, data = found
+        if seq < header.seed_len:
+            return False, None  # folded inside the fork seed: not the child's own identity
+        try:
+            value = unpackb(data)
+        except Exception:
+            return False, None
+        if value is not None and not (isinstance(value, dict) and "mode" in value):
+            return False, None
+        return True, value
+
+    def _inspect(
+        self, projections: ProjectionRegistry, header: SessionHeader, signal: AbortSignal
+    ) -> tuple[str, Any]:
+        """``("ok", identity-or-None)``, ``("corrupt", why)`` or ``("unavailable", why)``."""
+        store = self._persistence
+        assert store is not None
+        try:
+            records = self._read(store.read, signal, header.id, 0)
+            current = self._read(store.header, signal, header.id)
+        except SubagentError as exc:
+            if exc.code == ErrorCode.CANCELLED:
+                raise
+            if exc.code == ErrorCode.CORRUPT_RECORD:
+                return "corrupt", str(exc)
+            return "unavailable", str(exc)
+        except Exception as exc:
+            return "unavailable", repr(exc)
+        if (
+            current is None
+            or current.created_at != header.created_at
+            or current.parent_session != header.parent_session
+        ):
+            return "corrupt", "the session was re-published while it was being listed"
+        states = projections.fold((r.seq, r.event) for r in records)
+        identity = projections.values(states).get("subagent")
+        raw = states.get("subagent")
+        seq = raw["seq"] if isinstance(raw, dict) else (records[-1].seq if records else -1)
+        putter = getattr(store, "put_projection", None)
+        if putter is not None and seq >= header.seed_len:
+            try:
+                self._read(putter, signal, header.id, "subagent", seq, packb(identity))
+            except SubagentError as exc:
+                if exc.code == ErrorCode.CANCELLED:
+                    raise
+            except Exception:
+                logger.debug("could not cache the identity of %s", header.id, exc_info=True)
+        return "ok", identity
+
+    def _classify(
+        self,
+        projections: ProjectionRegistry,
+        index: _Index,
+        ids: list[SessionId],
+        signal: AbortSignal,
+    ) -> tuple[dict[SessionId, Any], list[Diagnostic]]:
+        """Identity per child id (rows to make) and diagnostics."""
+        served: dict[SessionId, Any] = {}
+        diagnostics: dict[SessionId, Diagnostic] = {}
+        to_inspect: deque[SessionHeader] = deque()
+        for sid in ids:
+            header = index.headers[sid]
+            if sid in index.live:
+                identity = self._live_identity(projections, sid)
+                if identity is not None:
+                    served[sid] = identity
+                continue  # a running candidate without identity yet is omitted
+            hit, identity = self._cached_identity(header, signal)
+            if hit:
+                if identity is None:
+                    diagnostics[sid] = Diagnostic(
+                        id=sid, kind="corrupt", detail="no identity in its log"
+                    )
+                else:
+                    served[sid] = identity
+            elif self._persistence is not None:
+                to_inspect.append(header)
+        if to_inspect:
+            self._inspect_all(projections, to_inspect, signal, served, diagnostics)
+        return served, [diagnostics[sid] for sid in ids if sid in diagnostics]
+
+    def _inspect_all(
+        self,
+        projections: ProjectionRegistry,
+        queue: deque[SessionHeader],
+        signal: AbortSignal,
+        served: dict[SessionId, Any],
+        diagnostics: dict[SessionId, Diagnostic],
+    ) -> None:
+        lock = threading.Lock()
+        failure: list[BaseException] = []
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not queue or failure:
+                        return
+                    header = queue.popleft()
+                try:
+                    verdict, detail = self._inspect(projections, header, signal)
+                except BaseException as exc:
+                    with lock:
+                        failure.append(exc)
+                    return
+                with lock:
+                    if verdict == "ok" and detail is not None:
+                        served[header.id] = detail
+                    elif verdict == "ok":
+                        diagnostics[header.id] = Diagnostic(
+                            id=header.id, kind="corrupt", detail="no identity in its log"
+                        )
+                    else:
+                        diagnostics[header.id] = Diagnostic(
+                            id=header.id, kind=verdict, detail=str(detail)
+                        )
+
+        if len(queue) == 1:
+            worker()
+        else:
+            tasks = [
+                self._backend.spawn(worker, name="subagents-inspect")
+                for _ in range(min(INSPECTION_CONCURRENCY, len(queue)))
+            ]
+            for task in tasks:
+                task.join()
+        if failure:
+            raise failure[0]
+        _check(signal)
+
+    # -- public ------------------------------------------------------------------------
+
+    def _row(self, index: _Index, sid: SessionId, identity: Any, **extra: Any) -> Any:
+        header = index.headers[sid]
+        fields = {
+            "id": sid,
+            "mode": identity["mode"],
+            "label": identity.get("label"),
+            "activity": "running" if sid in index.live else "inactive",
+            "has_children": self._has_children(index, sid),
+            "created_at": header.created_at,
+        }
+        if extra:
+            return DescendantRow(**fields, **extra)
+        return ChildRow(**fields)
+
+    def list_children(
+        self, parent_session_id: SessionId | str, signal: AbortSignal | None = None
+    ) -> Listing:
+        """Direct session-backed subagent children of ``parent_session_id``."""
+        projections = self._require()
+        signal = _signal(signal)
+        pid = SessionId(parent_session_id)
+        _check(signal)
+        index = self._index(signal)
+        ids = [c for c in index.children.get(pid, []) if index.headers[c].origin == "subagent"]
+        served, diagnostics = self._classify(projections, index, ids, signal)
+        rows = tuple(self._row(index, sid, served[sid]) for sid in ids if sid in served)
+        _check(signal)
+        return Listing(rows, tuple(diagnostics))
+
+    def list_descendants(
+        self, root_session_id: SessionId | str, signal: AbortSignal | None = None
+    ) -> Listing:
+        """The root's whole tree in stable pre-order, with ``parent_id`` and ``depth``."""
+        projections = self._require()
+        signal = _signal(signal)
+        root = SessionId(root_session_id)
+        _check(signal)
+        index = self._index(signal)
+        order: list[tuple[SessionId, SessionId, int]] = []  # (id, parent, depth) pre-order
+        seen = {root}
+        stack: list[tuple[SessionId, SessionId, int]] = [
+            (c, root, 1) for c in reversed(index.children.get(root, []))
+        ]
+        while stack:
+            sid, parent, depth = stack.pop()
+            if sid in seen:
+                continue  # a cycle in hand-written parent links
+            seen.add(sid)
+            order.append((sid, parent, depth))
+            stack.extend(
+                (c, sid, depth + 1) for c in reversed(index.children.get(sid, [])) if c not in seen
+            )
+        ids = [sid for sid, _, _ in order if index.headers[sid].origin == "subagent"]
+        served, diagnostics = self._classify(projections, index, ids, signal)
+        rows = tuple(
+            self._row(index, sid, served[sid], parent_id=parent, depth=depth)
+            for sid, parent, depth in order
+            if sid in served
+        )
+        _check(signal)
+        return Listing(rows, tuple(diagnostics))
+
+
+def _signal(signal: AbortSignal | None) -> AbortSignal:
+    if signal is None:
+        return AbortSignal.never()
+    if not isinstance(signal, AbortSignal):
+        raise SubagentError("signal must be an AbortSignal", code=ErrorCode.INVALID_ARGUMENT)
+    return signal
