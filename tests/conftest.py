@@ -13,7 +13,7 @@
 On a hang, pytest's ``faulthandler_timeout`` dumps every thread's stack; ``kill
 -USR1 <pid>`` dumps them on demand.
 
-This file imports only the runtime modules it owns (``_backend``, ``_gevent``).
+This file imports only the runtime module it owns (``subagents.actors._backend``).
 """
 
 from __future__ import annotations
