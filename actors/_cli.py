@@ -8,6 +8,7 @@ a traceback. Output has no colour when it does not go to a terminal.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -49,6 +50,15 @@ def _parser() -> argparse.ArgumentParser:
         default="threading",
         help="actor runtime (default: %(default)s)",
     )
+    tree = sub.add_parser(
+        "tree",
+        help="print the durable catalog of a database as a tree",
+        description="Print every session tree (or the one under ROOT): label, mode, activity, "
+        "diagnostics and active time, from the durable catalog.",
+    )
+    tree.add_argument("db", help="a subagents database file")
+    tree.add_argument("root", nargs="?", help="only the tree under this session id")
+    tree.add_argument("--json", action="store_true", help="machine-readable output")
     show = sub.add_parser(
         "show",
         help="print one session's events, decoded",
@@ -113,11 +123,94 @@ def _show(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _tree(args: argparse.Namespace, console: Console) -> int:
+    from rich.tree import Tree
+
+    from ._listing import Catalog
+    from ._projections import ProjectionRegistry, subagent_timing_unit, subagent_unit
+
+    projections = ProjectionRegistry()
+    projections.register(subagent_unit)
+    projections.register(subagent_timing_unit)
+    with _open_existing(args.db) as store:
+        catalog = Catalog(None, store, projections)
+        if args.root is not None:
+            root_header = store.header(SessionId(args.root))
+            if root_header is None:
+                raise SubagentError(f"{args.db}: no session {args.root}", code="SESSION_NOT_FOUND")
+            roots = [root_header]
+        else:
+            roots = [h for h in store.all_headers() if h.parent_session is None]
+
+        def active_seconds(sid: SessionId) -> float | None:
+            try:
+                states = projections.fold((r.seq, r.event) for r in store.read(sid))
+            except SubagentError:
+                return None
+            value = projections.values(states)["subagent_timing"]
+            return float(value["active_seconds"])
+
+        out: list[dict[str, Any]] = []
+        for header in roots:
+            listing = catalog.list_descendants(header.id)
+            out.append(
+                {
+                    "id": str(header.id),
+                    "label": header.label,
+                    "active_seconds": active_seconds(header.id),
+                    "descendants": [
+                        {
+                            "id": str(r.id),
+                            "parent_id": str(r.parent_id),
+                            "depth": r.depth,
+                            "label": r.label,
+                            "mode": r.mode,
+                            "activity": r.activity,
+                            "has_children": r.has_children,
+                            "active_seconds": active_seconds(r.id),
+                        }
+                        for r in listing.rows
+                    ],
+                    "diagnostics": [
+                        {"id": str(d.id), "kind": d.kind, "detail": d.detail}
+                        for d in listing.diagnostics
+                    ],
+                }
+            )
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for root in out:
+        top = Tree(
+            f"{root['label'] or '(unlabelled)'}  {root['id']}  {_ms(root['active_seconds'])}"
+        )
+        nodes = {root["id"]: top}
+        for row in root["descendants"]:
+            parent = nodes.get(row["parent_id"], top)
+            text = (
+                f"{row['label'] or '(unlabelled)'}  {row['mode']}  {row['activity']}"
+                f"  {_ms(row['active_seconds'])}  {row['id']}"
+            )
+            nodes[row["id"]] = parent.add(text, highlight=False)
+        for diag in root["diagnostics"]:
+            top.add(f"[{diag['kind']}] {diag['id']}: {diag['detail']}", highlight=False)
+        console.print(top, markup=False, highlight=False)
+    if not out:
+        console.print("no sessions", markup=False)
+    return 0
+
+
+def _ms(seconds: float | None) -> str:
+    return "active ?" if seconds is None else f"active {seconds * 1000:.1f} ms"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subagents`` command."""
     args = _parser().parse_args(argv)
     # soft_wrap: lines stay whole when piped (grep-able), tables still fit the width.
     console = Console(soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(soft_wrap=True, width=200)  # piped: never crop tree lines
     err = Console(stderr=True, soft_wrap=True)
     try:
         if args.command == "demo":
@@ -126,12 +219,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.db, args.backend, console)
         if args.command == "show":
             return _show(args, console)
+        if args.command == "tree":
+            return _tree(args, console)
     except SubagentError as exc:
         err.print(f"subagents {args.command}: {exc}", markup=False, highlight=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except BrokenPipeError:  # `subagents tree DB | head`: the reader left, so do we
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet
+        return 0
     return 1
 
 

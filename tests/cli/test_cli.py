@@ -93,7 +93,7 @@ def test_show_unknown_session_and_bad_id(tmp_path: Path, capsys) -> None:
 
 
 def test_help_for_every_command() -> None:
-    for args in ([], ["demo"], ["show"]):
+    for args in ([], ["demo"], ["show"], ["tree"]):
         out = subprocess.run(
             [sys.executable, "-m", "subagents.actors._cli", *args, "--help"],
             capture_output=True,
@@ -101,3 +101,45 @@ def test_help_for_every_command() -> None:
             timeout=60,
         )
         assert out.returncode == 0 and "usage:" in out.stdout
+
+
+def test_tree_prints_the_catalog(tmp_path: Path, capsys) -> None:
+    """``subagents tree DB`` shows every tree; ``--json`` matches; ROOT narrows it."""
+    db = str(tmp_path / "demo.db")
+    assert main(["demo", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["tree", db]) == 0
+    text = capsys.readouterr().out
+    for label in (
+        "demo-root",
+        "researcher-A",
+        "fact-checker",
+        "lookup",
+        "side-project",
+        "sketch-2",
+    ):
+        assert label in text
+    assert "continuable" in text and "one-shot" in text and "active" in text
+    assert main(["tree", db, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    roots = {r["label"]: r for r in data}
+    assert set(roots) == {"demo-root", "side-project"}
+    demo = roots["demo-root"]
+    depths = {d["label"]: d["depth"] for d in demo["descendants"]}
+    assert depths["researcher-A"] == 1 and depths["fact-checker"] == 2 and depths["lookup"] == 3
+    assert main(["tree", db, roots["side-project"]["id"], "--json"]) == 0
+    only = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in only] == ["side-project"]
+    assert len(only[0]["descendants"]) == 3
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "random"])
+def test_tree_bad_files(tmp_path: Path, kind: str, capsys) -> None:
+    path = tmp_path / "x.db"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "random":
+        path.write_bytes(os.urandom(2048))
+    assert main(["tree", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
