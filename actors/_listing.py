@@ -200,19 +200,37 @@ class Catalog:
         _, states = projections.snapshot(sid, read_from)
         return projections.values(states).get("subagent")
 
-    def _cached_identity(self, header: SessionHeader, signal: AbortSignal) -> tuple[bool, Any]:
+    def _cache_rows(self, ids: list[SessionId], signal: AbortSignal) -> Callable[[SessionId], Any]:
+        """A lookup of cached identity rows; one read for a big listing, per id for a small one."""
         store = self._persistence
-        getter = getattr(store, "get_projection", None)
-        if getter is None:
-            return False, None
-        try:
-            found = self._read(getter, signal, header.id, "subagent")
-        except SubagentError as exc:
-            if exc.code == ErrorCode.CANCELLED:
-                raise
-            return False, None
-        except Exception:  # derived data: a broken cache row renders no verdict
-            return False, None
+        if store is None:
+            return lambda _sid: None
+        if len(ids) >= 64:
+            try:
+                rows = self._read(store.get_projections, signal, "subagent")
+            except SubagentError as exc:
+                if exc.code == ErrorCode.CANCELLED:
+                    raise
+                rows = None
+            except Exception:  # derived data: a broken cache renders no verdict
+                rows = None
+            if rows is not None:
+                lookup: Callable[[SessionId], Any] = rows.get
+                return lookup
+
+        def one(sid: SessionId) -> Any:
+            try:
+                return self._read(store.get_projection, signal, sid, "subagent")
+            except SubagentError as exc:
+                if exc.code == ErrorCode.CANCELLED:
+                    raise
+                return None
+            except Exception:  # derived data: a broken cache row renders no verdict
+                return None
+
+        return one
+
+    def _cached_identity(self, header: SessionHeader, found: Any) -> tuple[bool, Any]:
         if found is None:
             return False, None
         seq, data = found
@@ -275,6 +293,8 @@ class Catalog:
         served: dict[SessionId, Any] = {}
         diagnostics: dict[SessionId, Diagnostic] = {}
         to_inspect: deque[SessionHeader] = deque()
+        cold = [sid for sid in ids if sid not in index.live]
+        cache = self._cache_rows(cold, signal) if cold else (lambda _sid: None)
         for sid in ids:
             header = index.headers[sid]
             if sid in index.live:
@@ -282,7 +302,7 @@ class Catalog:
                 if identity is not None:
                     served[sid] = identity
                 continue  # a running candidate without identity yet is omitted
-            hit, identity = self._cached_identity(header, signal)
+            hit, identity = self._cached_identity(header, cache(sid))
             if hit:
                 if identity is None:
                     diagnostics[sid] = Diagnostic(

@@ -27,8 +27,6 @@ from typing import Any
 
 import msgpack
 import pykka
-
-from bench._harness import Context, Row, compare, group
 from subagents.actors import (
     AbortSignal,
     ContinuableStartSpec,
@@ -39,6 +37,8 @@ from subagents.actors import (
 )
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.store import MemoryStore
+
+from bench._harness import Context, Row, compare, group
 
 BACKENDS = ("threading", "gevent")
 
@@ -114,20 +114,42 @@ def oneshot(ctx: Context) -> list[Row]:
     n = ctx.size(2000, 50)
     rows = []
     for backend in BACKENDS:
-        raw = Row(workload="raw pykka start+ask+stop", backend=backend, store="-", value=_best(lambda: _raw_cycle(backend, n), 3), unit="cycles/s")
+        raw = Row(
+            workload="raw pykka start+ask+stop",
+            backend=backend,
+            store="-",
+            value=_best(lambda: _raw_cycle(backend, n), 3),
+            unit="cycles/s",
+        )
 
         def ours() -> float:
             with Runtime(backend=backend) as rt:
                 parent = rt.spawn("echo")
                 start = time.perf_counter()
                 for i in range(n):
-                    run = rt.subagents.start("local", SubagentStartRequest(parent=parent, prompt=i, signal=AbortSignal.never()))
+                    run = rt.subagents.start(
+                        "local",
+                        SubagentStartRequest(parent=parent, prompt=i, signal=AbortSignal.never()),
+                    )
                     run.result.get(10)
                     run.dispose()
                 return n / (time.perf_counter() - start)
 
         value = _best(ours, 3)
-        rows += [raw, compare(Row(workload="oneshot start+result+dispose", backend=backend, store="none", value=value, unit="cycles/s"), raw, target=0.3)]
+        rows += [
+            raw,
+            compare(
+                Row(
+                    workload="oneshot start+result+dispose",
+                    backend=backend,
+                    store="none",
+                    value=value,
+                    unit="cycles/s",
+                ),
+                raw,
+                target=0.3,
+            ),
+        ]
         ctx.log(f"oneshot {backend}: {value:,.0f}/s vs raw {raw.value:,.0f}/s")
     return rows
 
@@ -146,7 +168,11 @@ def _resident_child(rt: Runtime, gate: Gate) -> tuple[Any, Any]:
 
     rt.models.register("child", lambda _o: child, replace=True)
     root = rt.spawn("echo", label="root")
-    handle = rt.subagents.start_continuable(ContinuableStartSpec(parent=root, provider="local", prompt="start", label="child", model="child"))
+    handle = rt.subagents.start_continuable(
+        ContinuableStartSpec(
+            parent=root, provider="local", prompt="start", label="child", model="child"
+        )
+    )
     assert gate.wait_reached(30)
     agent = rt.agents.get(handle.child_id)
     assert agent is not None and agent.wait_idle(30)
@@ -171,11 +197,15 @@ def _raw_sqlite_group(tmp: str, n: int) -> float:
     con.execute("pragma journal_mode=wal")
     con.execute("pragma synchronous=FULL")
     con.execute("create table ev(session text, seq integer, body blob, primary key(session, seq))")
-    body = msgpack.packb({"type": "message", "content": "x" * 200, "source": {"kind": "parent", "id": "abc"}})
+    body = msgpack.packb(
+        {"type": "message", "content": "x" * 200, "source": {"kind": "parent", "id": "abc"}}
+    )
     start = time.perf_counter()
     for j in range(0, n, 1000):
         con.execute("begin")
-        con.executemany("insert into ev values(?,?,?)", (("s", i, body) for i in range(j, min(n, j + 1000))))
+        con.executemany(
+            "insert into ev values(?,?,?)", (("s", i, body) for i in range(j, min(n, j + 1000)))
+        )
         con.execute("commit")
     elapsed = time.perf_counter() - start
     con.close()
@@ -187,10 +217,22 @@ def followup(ctx: Context) -> list[Row]:
     n = ctx.size(50_000, 500)
     lat_n = ctx.size(3000, 50)
     rows: list[Row] = []
-    raw_sqlite = Row(workload="raw sqlite3 group commit x1000", backend="-", store="sqlite", value=_raw_sqlite_group(str(ctx.tmpdir), ctx.size(200_000, 2000)), unit="rows/s")
+    raw_sqlite = Row(
+        workload="raw sqlite3 group commit x1000",
+        backend="-",
+        store="sqlite",
+        value=_raw_sqlite_group(str(ctx.tmpdir), ctx.size(200_000, 2000)),
+        unit="rows/s",
+    )
     rows.append(raw_sqlite)
     for backend in BACKENDS:
-        tell = Row(workload="raw pykka tell", backend=backend, store="-", value=_best(lambda: _raw_tell(backend, n), 3), unit="msg/s")
+        tell = Row(
+            workload="raw pykka tell",
+            backend=backend,
+            store="-",
+            value=_best(lambda: _raw_tell(backend, n), 3),
+            unit="msg/s",
+        )
         rows.append(tell)
         with Runtime(backend=backend) as rt:
             top = rt.spawn(lambda t: None)
@@ -202,19 +244,42 @@ def followup(ctx: Context) -> list[Row]:
                 assert top.wait_idle(120)
                 return n / (time.perf_counter() - start)
 
-            rows.append(compare(Row(workload="followup_toplevel (pipelined)", backend=backend, store="none", value=_best(top_level, 3), unit="turns/s"), tell))
+            rows.append(
+                compare(
+                    Row(
+                        workload="followup_toplevel (pipelined)",
+                        backend=backend,
+                        store="none",
+                        value=_best(top_level, 3),
+                        unit="turns/s",
+                    ),
+                    tell,
+                )
+            )
         for store in ("memory", "sqlite"):
             spec: Any = MemoryStore() if store == "memory" else str(ctx.tmpdir / f"f-{backend}.db")
             gate = Gate()
             with Runtime(spec, backend=backend) as rt:
                 root, agent = _resident_child(rt, gate)
                 value = _best(lambda: _pipelined(rt, root, agent, n, store == "sqlite"), 3)
-                row = Row(workload="followup_pipelined", backend=backend, store=store, value=value, unit="turns/s")
+                row = Row(
+                    workload="followup_pipelined",
+                    backend=backend,
+                    store=store,
+                    value=value,
+                    unit="turns/s",
+                )
                 if store == "memory":
                     rows.append(compare(row, tell, target=0.3))
                 else:
                     # each turn appends 3 events: compare events/s with rows/s
-                    ev = Row(workload="followup_pipelined durable events", backend=backend, store=store, value=value * 3, unit="events/s")
+                    ev = Row(
+                        workload="followup_pipelined durable events",
+                        backend=backend,
+                        store=store,
+                        value=value * 3,
+                        unit="events/s",
+                    )
                     rows += [row, compare(ev, raw_sqlite, target=0.1)]
                 if store == "memory":
                     asks = _raw_ask_latencies(backend, lat_n)
@@ -226,8 +291,22 @@ def followup(ctx: Context) -> list[Row]:
                         agent.wait_idle(30)
                         ours.append(time.perf_counter() - t)
                     for q, name in ((0.5, "p50"), (0.99, "p99")):
-                        base = Row(workload=f"raw pykka ask {name}", backend=backend, store="-", value=_pct(asks, q) * 1e6, unit="us", better="lower")
-                        mine = Row(workload=f"followup_latency {name}", backend=backend, store=store, value=_pct(ours, q) * 1e6, unit="us", better="lower")
+                        base = Row(
+                            workload=f"raw pykka ask {name}",
+                            backend=backend,
+                            store="-",
+                            value=_pct(asks, q) * 1e6,
+                            unit="us",
+                            better="lower",
+                        )
+                        mine = Row(
+                            workload=f"followup_latency {name}",
+                            backend=backend,
+                            store=store,
+                            value=_pct(ours, q) * 1e6,
+                            unit="us",
+                            better="lower",
+                        )
                         rows += [base, compare(mine, base, target=2.0 if q == 0.5 else None)]
                 gate.release()
         ctx.log(f"followup {backend} done")
@@ -247,7 +326,11 @@ def resume(ctx: Context) -> list[Row]:
         with Runtime(MemoryStore(), backend=backend) as rt:
             root = rt.spawn("echo", label="root")
             for size in sizes:
-                handle = rt.subagents.start_continuable(ContinuableStartSpec(parent=root, provider="local", prompt="p", label=f"c{size}"))
+                handle = rt.subagents.start_continuable(
+                    ContinuableStartSpec(
+                        parent=root, provider="local", prompt="p", label=f"c{size}"
+                    )
+                )
                 cid = handle.child_id
                 turns = max(1, size // 3)
                 for i in range(turns - 1):  # each turn appends 3 events
@@ -262,7 +345,14 @@ def resume(ctx: Context) -> list[Row]:
                         agent.wait_idle(30)
                     lat.append(time.perf_counter() - t)
                     _wait_settled(rt, cid)
-                by_size[size] = Row(workload=f"cold resume, {size} prior events", backend=backend, store="memory", value=statistics.median(lat) * 1e6, unit="us", better="lower")
+                by_size[size] = Row(
+                    workload=f"cold resume, {size} prior events",
+                    backend=backend,
+                    store="memory",
+                    value=statistics.median(lat) * 1e6,
+                    unit="us",
+                    better="lower",
+                )
         small, big = by_size[sizes[0]], by_size[sizes[1]]
         rows += [small, compare(big, small, target=2.0)]
     return rows
@@ -293,14 +383,20 @@ def drain(ctx: Context) -> list[Row]:
             def mid(turn: Any) -> Any:
                 if turn.index == 0:
                     for j in range(turn.content):
-                        turn.subagents.start_continuable("local", "hold", label=f"leaf{j}", model="leaf")
+                        turn.subagents.start_continuable(
+                            "local", "hold", label=f"leaf{j}", model="leaf"
+                        )
                 return None
 
             rt.models.register("mid", lambda _o: mid)
             root = rt.spawn("echo", label="root")
             mids = max(1, total // (fanout + 1))
             for i in range(mids):
-                rt.subagents.start_continuable(ContinuableStartSpec(parent=root, provider="local", prompt=fanout, label=f"mid{i}", model="mid"))
+                rt.subagents.start_continuable(
+                    ContinuableStartSpec(
+                        parent=root, provider="local", prompt=fanout, label=f"mid{i}", model="mid"
+                    )
+                )
             expected = mids * (fanout + 1)
             deadline = time.monotonic() + 300
             while len(rt.continuation.activations()) < expected or gate.arrivals < mids * fanout:
@@ -311,8 +407,17 @@ def drain(ctx: Context) -> list[Row]:
             rt.subagents.drain_continuable_descendants([root], timeout=300)
             elapsed = time.perf_counter() - start
             assert rt.continuation.activations() == []
-        one_second = Row(workload="fixed budget", backend=backend, store="-", value=1.0, unit="s", better="lower")
-        row = Row(workload=f"drain of {expected} descendants", backend=backend, store="memory", value=elapsed, unit="s", better="lower")
+        one_second = Row(
+            workload="fixed budget", backend=backend, store="-", value=1.0, unit="s", better="lower"
+        )
+        row = Row(
+            workload=f"drain of {expected} descendants",
+            backend=backend,
+            store="memory",
+            value=elapsed,
+            unit="s",
+            better="lower",
+        )
         rows.append(compare(row, one_second, target=1.0 if backend == "gevent" else None))
         ctx.log(f"drain {backend}: {expected} in {elapsed:.3f}s")
     return rows

@@ -193,6 +193,10 @@ class SessionStore(abc.ABC):
         """``(seq, data)`` of a cached projection, or ``None``."""
 
     @abc.abstractmethod
+    def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
+        """Every cached ``(seq, data)`` of ``unit``, by session (one read for a listing)."""
+
+    @abc.abstractmethod
     def drop_projections(self) -> None:
         """Forget every cached projection (they are rebuilt from the logs)."""
 

@@ -184,6 +184,16 @@ class MemoryStore(SessionStore):
             session = self._sessions.get(sid)
             return None if session is None else session.projections.get(unit)
 
+    def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            return {
+                sid: session.projections[unit]
+                for sid, session in self._sessions.items()
+                if unit in session.projections
+            }
+
     def drop_projections(self) -> None:
         with self._lock:
             if self._closed:

@@ -310,6 +310,12 @@ class SqliteStore(SessionStore):
         )
         return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
 
+    def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
+        rows = self._query(
+            "SELECT session, seq, data FROM projection_cache WHERE unit = ?", (_unit_name(unit),)
+        )
+        return {SessionId.from_bytes(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}  # type: ignore[misc]
+
     def drop_projections(self) -> None:
         self._committer.submit(lambda txn: txn.drop_projections())
 

@@ -1,0 +1,185 @@
+"""The durable catalog: ``list_children`` and ``list_descendants`` on SQLite.
+
+Trees are written straight into a ``SqliteStore`` (headers plus each child's own
+``subagent/descriptor``), then listed through a :class:`Catalog` with no runtime,
+as ``subagents tree`` does. "cold" lists right after ``drop_projections()`` (every
+child is inspected and its identity cached); "warm" lists again (served from the
+projection cache). Targets: ``list_descendants`` of 10,000 warm <= 0.3 s; 10,000 ->
+100,000 grows no worse than 12x.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+
+from subagents.actors._listing import Catalog
+from subagents.actors._projections import ProjectionRegistry, subagent_timing_unit, subagent_unit
+from subagents.protocol import (
+    ContinuableDescriptor,
+    OneShotDescriptor,
+    SessionHeader,
+    descriptor_event,
+    new_session_id,
+)
+from subagents.store import SqliteStore
+
+from bench._harness import Context, Row, compare, group
+
+_T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _build(store: SqliteStore, total: int, fanout: int) -> tuple[object, object]:
+    """A root plus ``total`` descendants, ``fanout`` children per node (breadth-first)."""
+    root = SessionHeader(
+        id=new_session_id(), parent_session=None, origin="user", delegation_depth=0, created_at=_T0
+    )
+    store.create_session(root)
+    frontier = [root]
+    made = 0
+    pending: list[tuple[SessionHeader, list]] = []
+    while made < total:
+        nxt = []
+        for parent in frontier:
+            for _ in range(fanout):
+                if made >= total:
+                    break
+                made += 1
+                if made % 2:
+                    d = ContinuableDescriptor(
+                        provider="local", label=f"c{made}", agent_provider="local", model="echo"
+                    )
+                else:
+                    d = OneShotDescriptor(provider="local", label=f"o{made}")
+                h = SessionHeader(
+                    id=new_session_id(),
+                    parent_session=parent.id,
+                    origin="subagent",
+                    delegation_depth=parent.delegation_depth + 1,
+                    created_at=_T0 + dt.timedelta(microseconds=made),
+                    label=d.label,
+                )
+                pending.append((h, [descriptor_event(d)]))
+                nxt.append(h)
+        frontier = nxt
+    _create_all(store, pending)
+    return root.id, frontier
+
+
+def _create_all(store: SqliteStore, pending: list) -> None:
+    # Several writers so the store's group commit coalesces the creates.
+    chunks = [pending[i::8] for i in range(8)]
+    threads = [
+        threading.Thread(target=lambda c=c: [store.create_session(h, ev) for h, ev in c])
+        for c in chunks
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _catalog(store: SqliteStore) -> Catalog:
+    projections = ProjectionRegistry()
+    projections.register(subagent_unit)
+    projections.register(subagent_timing_unit)
+    return Catalog(None, store, projections)
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+@group("catalog")
+def catalog(ctx: Context) -> list[Row]:
+    rows: list[Row] = []
+    sizes = (ctx.size(10_000, 200), ctx.size(100_000, 1_000))
+    by_size: dict[int, Row] = {}
+    for size in sizes:
+        path = ctx.tmpdir / f"catalog-{size}.db"
+        with SqliteStore(path, synchronous="NORMAL") as store:
+            start = time.perf_counter()
+            root, _ = _build(store, size, fanout=10)
+            ctx.log(f"built {size} sessions in {time.perf_counter() - start:.1f}s")
+            cat = _catalog(store)
+            store.drop_projections()
+            cold = _timed(lambda: cat.list_descendants(root))
+            listing = cat.list_descendants(root)
+            assert len(listing.rows) == size, (len(listing.rows), listing.diagnostics[:3])
+            warm = min(_timed(lambda: cat.list_descendants(root)) for _ in range(3))
+        rows.append(
+            Row(
+                workload=f"list_descendants {size} cold",
+                backend="threading",
+                store="sqlite",
+                value=cold,
+                unit="s",
+                better="lower",
+            )
+        )
+        warm_row = Row(
+            workload=f"list_descendants {size} warm",
+            backend="threading",
+            store="sqlite",
+            value=warm,
+            unit="s",
+            better="lower",
+        )
+        by_size[size] = warm_row
+        budget = Row(
+            workload="fixed budget 0.3 s",
+            backend="-",
+            store="-",
+            value=0.3,
+            unit="s",
+            better="lower",
+        )
+        rows.append(compare(warm_row, budget, target=1.0) if size == sizes[0] else warm_row)
+    small, big = by_size[sizes[0]], by_size[sizes[1]]
+    rows.append(
+        compare(
+            Row(
+                workload=f"list_descendants growth {sizes[0]}->{sizes[1]} warm",
+                backend="threading",
+                store="sqlite",
+                value=big.value,
+                unit="s",
+                better="lower",
+            ),
+            small,
+            target=12.0,
+        )
+    )
+    n = ctx.size(10_000, 200)
+    with SqliteStore(ctx.tmpdir / "children.db", synchronous="NORMAL") as store:
+        root, _ = _build(store, n, fanout=n)
+        cat = _catalog(store)
+        store.drop_projections()
+        cold = _timed(lambda: cat.list_children(root))
+        assert len(cat.list_children(root).rows) == n
+        warm = min(_timed(lambda: cat.list_children(root)) for _ in range(3))
+    rows.append(
+        Row(
+            workload=f"list_children of {n} cold",
+            backend="threading",
+            store="sqlite",
+            value=cold,
+            unit="s",
+            better="lower",
+        )
+    )
+    rows.append(
+        Row(
+            workload=f"list_children of {n} warm",
+            backend="threading",
+            store="sqlite",
+            value=warm,
+            unit="s",
+            better="lower",
+        )
+    )
+    return rows
