@@ -175,7 +175,8 @@ def _resident_child(rt: Runtime, gate: Gate) -> tuple[Any, Any]:
     )
     assert gate.wait_reached(30)
     agent = rt.agents.get(handle.child_id)
-    assert agent is not None and agent.wait_idle(30)
+    assert agent is not None
+    assert agent.wait_idle(30)
     return root, agent
 
 
