@@ -29,6 +29,9 @@ PATCHED_SUITE: list[str] = [
     "tests/actors/test_backend.py",
     "tests/actors/test_gevent_runtime.py",
     "tests/actors/test_signal.py",
+    "tests/runtime/test_agent.py",
+    "tests/runtime/test_oneshot.py",
+    "tests/runtime/test_events.py",
 ]
 
 CHILD = """
