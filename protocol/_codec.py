@@ -1,9 +1,12 @@
 """The msgpack codec: one ExtType registry, strict packing, bounded unpacking.
 
-Packing refuses what it cannot represent (:class:`EncodeError`). Decoding bytes
-from disk or wire always goes through ``msgpack.Unpacker`` with explicit limits
-(:class:`Limits`) and raises :class:`DecodeError` -- never another exception type --
-for every malformed input. An unpacker is thrown away after an error.
+Packing refuses what it cannot represent, and what decoding would refuse
+(:class:`EncodeError`). Decoding bytes from disk or wire first walks each frame's
+headers against explicit limits (:class:`Limits`) -- so a claimed length or a
+nesting depth is refused before anything is allocated for it -- then builds the
+complete frame with ``msgpack.unpackb``; it raises :class:`DecodeError` -- never
+another exception type -- for every malformed input. A decoder is thrown away
+after an error.
 
 ExtType registry (the only place codes are assigned):
 
@@ -155,7 +158,11 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def check_depth(obj: Any, max_depth: int) -> None:
-    """Raise :class:`DecodeError` when containers nest deeper than ``max_depth``."""
+    """Raise :class:`DecodeError` when containers nest deeper than ``max_depth``.
+
+    For already-decoded values; bytes are checked by the frame scanner instead,
+    before anything is built.
+    """
     stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
         value, depth = stack.pop()
@@ -173,40 +180,180 @@ def check_depth(obj: Any, max_depth: int) -> None:
                     stack.append((v, depth + 1))
 
 
-def _new_unpacker(limits: Limits) -> msgpack.Unpacker:
-    return msgpack.Unpacker(
-        raw=False,
-        use_list=True,
-        strict_map_key=False,
-        timestamp=3,
-        ext_hook=_ext_hook,
-        max_buffer_size=limits.max_buffer_size,
-        max_str_len=limits.max_str_len,
-        max_bin_len=limits.max_bin_len,
-        max_array_len=limits.max_array_len,
-        max_map_len=limits.max_map_len,
-        max_ext_len=limits.max_ext_len,
-    )
+# -- the frame scanner -----------------------------------------------------------------
+# Bytes are walked header by header *before* msgpack builds anything. Left alone, the
+# C unpacker checks a str/bin length only once its bytes have arrived, preallocates
+# (up to 10k slots) for every claimed array/map, and nests 1024 levels before any
+# depth check could run: 5 KB of nested "1M items" headers made it allocate ~80 MB.
+# The scanner refuses a claim the moment its header is read -- over its per-kind
+# limit, deeper than max_depth, or larger than the frame may be (every claimed item
+# takes at least one byte) -- and msgpack only ever sees complete frames, so what
+# gets built is proportional to bytes that really arrived.
+
+_SCALAR, _STR, _BIN, _EXT, _ARRAY, _MAP, _NEVER = range(7)
 
 
-def unpackb(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> Any:
+def _lead_table() -> tuple[tuple[int, int, int], ...]:
+    """Per lead byte: (kind, width of the length field, inline length or size)."""
+    table: list[tuple[int, int, int]] = [(_NEVER, 0, 0)] * 256
+    for b in range(0x80):
+        table[b] = (_SCALAR, 0, 1)  # positive fixint
+    for b in range(0xE0, 0x100):
+        table[b] = (_SCALAR, 0, 1)  # negative fixint
+    for b in range(0x80, 0x90):
+        table[b] = (_MAP, 0, b & 0x0F)
+    for b in range(0x90, 0xA0):
+        table[b] = (_ARRAY, 0, b & 0x0F)
+    for b in range(0xA0, 0xC0):
+        table[b] = (_STR, 0, b & 0x1F)
+    for b in (0xC0, 0xC2, 0xC3):
+        table[b] = (_SCALAR, 0, 1)  # nil, false, true
+    for b, size in ((0xCA, 5), (0xCB, 9), (0xCC, 2), (0xCD, 3), (0xCE, 5), (0xCF, 9)):
+        table[b] = (_SCALAR, 0, size)  # float32/64, uint8..64
+    for b, size in ((0xD0, 2), (0xD1, 3), (0xD2, 5), (0xD3, 9)):
+        table[b] = (_SCALAR, 0, size)  # int8..64
+    for b, width in ((0xC4, 1), (0xC5, 2), (0xC6, 4)):
+        table[b] = (_BIN, width, 0)
+    for b, width in ((0xC7, 1), (0xC8, 2), (0xC9, 4)):
+        table[b] = (_EXT, width, 0)
+    for b, length in ((0xD4, 1), (0xD5, 2), (0xD6, 4), (0xD7, 8), (0xD8, 16)):
+        table[b] = (_EXT, 0, length)  # fixext
+    for b, width in ((0xD9, 1), (0xDA, 2), (0xDB, 4)):
+        table[b] = (_STR, width, 0)
+    table[0xDC], table[0xDD] = (_ARRAY, 2, 0), (_ARRAY, 4, 0)
+    table[0xDE], table[0xDF] = (_MAP, 2, 0), (_MAP, 4, 0)
+    return tuple(table)
+
+
+_LEAD: Final = _lead_table()
+
+
+def _scan(
+    buf: bytes | bytearray, start: int, pos: int, stack: list[int], limits: Limits, budget: int
+) -> tuple[int, bool]:
+    """Walk the frame that begins at ``start`` from ``pos`` as far as ``buf`` allows.
+
+    ``stack`` holds the items still owed by each open container (mutated in place,
+    so a later call resumes). Returns ``(pos, complete)``: with ``complete`` the
+    frame is ``buf[start:pos]``; otherwise ``pos`` is where to resume once more
+    bytes have arrived. The frame may not extend past ``start + budget``.
+
+    Raises:
+        DecodeError: an invalid lead byte, a claim over its limit or past the
+            budget (every claimed item takes at least one byte), or nesting deeper
+            than ``limits.max_depth``.
+    """
+    end = len(buf)
+    limit_end = start + budget
+    lead_table = _LEAD
+    while pos < end:
+        lead = buf[pos]
+        if lead < 0x80 or lead > 0xDF or lead == 0xC0 or lead == 0xC2 or lead == 0xC3:
+            pos += 1  # fast path: fixints, nil, bools
+        else:
+            kind, width, value = lead_table[lead]
+            head = 1 + width
+            if width:
+                if pos + head > end:
+                    break
+                value = int.from_bytes(buf[pos + 1 : pos + head], "big")
+            if kind == _STR:
+                if value > limits.max_str_len:
+                    raise DecodeError(f"a str of {value} bytes exceeds max_str_len")
+                size = head + value
+            elif kind == _SCALAR:
+                size = value
+            elif kind in (_ARRAY, _MAP):
+                if len(stack) >= limits.max_depth:
+                    raise DecodeError(f"nesting deeper than {limits.max_depth}")
+                if kind == _ARRAY:
+                    if value > limits.max_array_len:
+                        raise DecodeError(f"an array of {value} items exceeds max_array_len")
+                    items = value
+                else:
+                    if value > limits.max_map_len:
+                        raise DecodeError(f"a map of {value} entries exceeds max_map_len")
+                    items = 2 * value
+                if pos + head + items > limit_end:
+                    raise DecodeError(
+                        f"a container claims {items} items, more than the frame may hold"
+                    )
+                if pos + head > end:
+                    break
+                pos += head
+                if items:
+                    stack.append(items)
+                    continue
+                size = 0
+            elif kind == _BIN:
+                if value > limits.max_bin_len:
+                    raise DecodeError(f"a bin of {value} bytes exceeds max_bin_len")
+                size = head + value
+            elif kind == _EXT:
+                if value > limits.max_ext_len:
+                    raise DecodeError(f"an ext of {value} bytes exceeds max_ext_len")
+                size = head + 1 + value  # the type byte
+            else:
+                raise DecodeError(f"invalid msgpack byte 0x{lead:02x} at offset {pos - start}")
+            if pos + size > limit_end:
+                raise DecodeError(f"an item claims {size} bytes, more than the frame may hold")
+            if pos + size > end:
+                break
+            pos += size
+        # One element is complete: count it against its container, closing every
+        # container it completes.
+        while stack:
+            stack[-1] -= 1
+            if stack[-1]:
+                break
+            stack.pop()
+        else:
+            return pos, True
+    return pos, False
+
+
+def _unpack_frame(frame: bytes | bytearray, limits: Limits) -> Any:
+    """Build the value of one complete, scanned frame; :class:`DecodeError` only."""
+    try:
+        return msgpack.unpackb(
+            frame,
+            raw=False,
+            use_list=True,
+            strict_map_key=False,
+            timestamp=3,
+            ext_hook=_ext_hook,
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_bin_len,
+            max_array_len=limits.max_array_len,
+            max_map_len=limits.max_map_len,
+            max_ext_len=limits.max_ext_len,
+        )
+    except DecodeError:
+        raise
+    except Exception as exc:  # ValueError, TypeError (unhashable key), OverflowError...
+        raise DecodeError(f"malformed frame: {exc!r}"[:300]) from exc
+
+
+def unpackb(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAULT_LIMITS) -> Any:
     """Decode exactly one msgpack object from ``data``.
 
     Raises:
         DecodeError: malformed, truncated, oversized or trailing data.
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
+    if isinstance(data, memoryview):
+        data = data.tobytes()
+    elif not isinstance(data, (bytes, bytearray)):
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
-    decoder = FrameDecoder(limits)
-    decoder.feed(data)
-    frames = decoder.frames()
-    try:
-        obj = next(frames)
-    except StopIteration:
-        raise DecodeError("truncated frame: no complete object") from None
-    if decoder.pending_bytes():
-        raise DecodeError("trailing data after the frame")
-    return obj
+    size = len(data)
+    if size > limits.max_buffer_size:
+        raise DecodeError(f"a frame of {size} bytes exceeds max_buffer_size")
+    # The budget is what was given: a claim beyond it is a truncated frame.
+    end, complete = _scan(data, 0, 0, [], limits, size)
+    if not complete:
+        raise DecodeError("truncated frame: no complete object")
+    if end != size:
+        raise DecodeError(f"trailing data after the frame ({size - end} bytes)")
+    return _unpack_frame(data, limits)
 
 
 class FrameDecoder:
@@ -216,19 +363,20 @@ class FrameDecoder:
     :meth:`frames`. Partial frames stay buffered until completed. Call
     :meth:`end_of_stream` when the source is exhausted: leftover bytes then raise.
     Any error is sticky -- the decoder refuses further use, as h11's error state.
+
+    Memory is bounded by ``limits.max_buffer_size``: bytes not yet returned as
+    frames may not exceed it, and a header whose claim could not fit in it fails
+    as soon as it is read.
     """
 
-    __slots__ = ("_consumed", "_error", "_fed", "_limits", "_unpacker")
+    __slots__ = ("_buf", "_error", "_limits", "_pos", "_stack", "_start")
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self._limits = limits
-        self._unpacker = _new_unpacker(limits)
-        self._fed = 0
-        # Stream offset of the end of the last frame handed out. Unpacker.tell() is
-        # not enough: the C unpacker consumes the header and finished items of an
-        # incomplete frame into its own stack, so tell() runs ahead of the frame
-        # boundary and its own buffer never sees the whole frame.
-        self._consumed = 0
+        self._buf = bytearray()
+        self._start = 0  # offset in _buf of the frame being scanned
+        self._pos = 0  # where the scan resumes
+        self._stack: list[int] = []  # items owed by each open container
         self._error: DecodeError | None = None
 
     def _fail(self, exc: BaseException) -> DecodeError:
@@ -238,6 +386,10 @@ class FrameDecoder:
         self._error = err
         return err
 
+    def _check(self) -> None:
+        if self._error is not None:
+            raise DecodeError("decoder already failed") from self._error
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer more bytes.
 
@@ -246,50 +398,46 @@ class FrameDecoder:
                 ``max_buffer_size`` (an incomplete frame is never allowed to grow
                 past it, however slowly it arrives).
         """
-        if self._error is not None:
-            raise DecodeError("decoder already failed") from self._error
+        self._check()
         try:
             size = memoryview(data).nbytes
-            if self._fed + size - self._consumed > self._limits.max_buffer_size:
+            if len(self._buf) - self._start + size > self._limits.max_buffer_size:
                 raise DecodeError(
                     f"more than max_buffer_size ({self._limits.max_buffer_size}) bytes "
                     "buffered without a complete frame"
                 )
-            self._unpacker.feed(data)
+            if self._start:
+                del self._buf[: self._start]
+                self._pos -= self._start
+                self._start = 0
+            self._buf += data
         except Exception as exc:
             raise self._fail(exc) from exc
-        self._fed += size
 
     def frames(self) -> Iterator[Any]:
         """Yield every complete frame buffered so far."""
-        if self._error is not None:
-            raise DecodeError("decoder already failed") from self._error
-        unpacker = self._unpacker
-        max_depth = self._limits.max_depth
+        self._check()
+        limits = self._limits
         while True:
             try:
-                obj = unpacker.unpack()
-            except msgpack.OutOfData:
-                return
+                self._pos, complete = _scan(
+                    self._buf, self._start, self._pos, self._stack, limits, limits.max_buffer_size
+                )
+                if not complete:
+                    return
+                obj = _unpack_frame(self._buf[self._start : self._pos], limits)
             except Exception as exc:
                 raise self._fail(exc) from exc
-            # After a complete object, tell() is exactly the frame boundary.
-            self._consumed = unpacker.tell()
-            if isinstance(obj, (dict, list)):
-                try:
-                    check_depth(obj, max_depth)
-                except DecodeError as exc:
-                    raise self._fail(exc) from exc
+            self._start = self._pos
             yield obj
 
     def pending_bytes(self) -> int:
         """Bytes fed that :meth:`frames` has not yet returned as complete frames."""
-        return self._fed - self._consumed
+        return len(self._buf) - self._start
 
     def end_of_stream(self) -> None:
         """Declare the stream over; raises if a partial frame is left."""
-        if self._error is not None:
-            raise DecodeError("decoder already failed") from self._error
+        self._check()
         left = self.pending_bytes()
         if left:
             raise self._fail(DecodeError(f"stream ended inside a frame ({left} bytes left)"))
