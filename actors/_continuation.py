@@ -214,6 +214,12 @@ class ContinuationManager:
     def _ask(self, message: Any) -> Any:
         return self._registry.ask(message)
 
+    def _require_agents(self) -> None:
+        if getattr(self._runtime, "agents", None) is None:
+            raise _err(
+                ErrorCode.AGENT_REGISTRY_UNAVAILABLE, "continuable children need the agent registry"
+            )
+
     # -- admission (runs in the registry actor) --------------------------------------
 
     def _on_reserve(self, msg: _Reserve) -> Any:
@@ -353,6 +359,7 @@ class ContinuationManager:
     def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableHandle:
         runtime = self._runtime
         self._validate_spec(spec)
+        self._require_agents()
         parent = spec.parent
         signal = spec.signal or AbortSignal.never()
         if runtime.sessions.persistence is None:
@@ -407,6 +414,7 @@ class ContinuationManager:
                 delegation_depth=depth,
                 created_at=runtime.clock(),
                 label=spec.label,
+                seed_len=len(seed),
             )
             agent = runtime.agents.create(
                 header=header, options=options, seed=(*seed, descriptor_event(descriptor))
@@ -509,6 +517,7 @@ class ContinuationManager:
             raise _err(ErrorCode.INVALID_ARGUMENT, "signal must be an AbortSignal")
         signal = signal or AbortSignal.never()
         packb(content)
+        self._require_agents()
         signal.raise_if_aborted()
         if not runtime.agents.is_live(parent):
             raise _err(ErrorCode.UNAUTHORIZED, "the caller is not a live agent")
