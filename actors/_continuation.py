@@ -578,6 +578,10 @@ class ContinuationManager:
         sessions = runtime.sessions
         header = sessions.header(cid)
         if header is None:
+            if sessions.persistence is None:  # an absent child can only be in persistence
+                raise _err(
+                    ErrorCode.PERSISTENCE_UNAVAILABLE, "cold resume needs session persistence"
+                )
             raise _err(ErrorCode.SESSION_NOT_FOUND, f"no session {cid}")
         self._authorize_parent(parent, header)  # before any reconstruction
         if sessions.persistence is None:
