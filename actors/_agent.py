@@ -400,9 +400,23 @@ class Agent:
         self._runtime.agents._unregister(self)
         sessions = self._runtime.sessions
         if self._checkpoint_on_stop and self._descriptor is not None:
+            # Quiet reports not yet seen by a turn are folded state too: the next
+            # turn of the next epoch sees them (R-REP-5).
+            pending = [
+                [
+                    m.message_id,
+                    m.content,
+                    *((m.source.kind, m.source.session_id) if m.source else ()),
+                ]
+                for m in self._context
+            ]
             sessions.checkpoint(
                 self._session,
-                {"next_turn": self._next_turn, "descriptor": descriptor_payload(self._descriptor)},
+                {
+                    "next_turn": self._next_turn,
+                    "descriptor": descriptor_payload(self._descriptor),
+                    "context": pending,
+                },
             )
         self._runtime._on_session_leaving(self._session)
         if self._flush_on_stop:
@@ -417,6 +431,14 @@ class Agent:
             except Exception:
                 logger.exception("dispose listener %r raised", fn)
         self._stopped.set()
+
+    def _restore_context(self, pending: Any) -> None:
+        """Quiet reports a checkpoint kept for the next turn (before the agent runs)."""
+        for message_id, content, *source in pending or ():
+            src = MessageSource(kind=source[0], session_id=source[1]) if source else None
+            self._context.append(
+                Message(message_id=message_id, content=content, source=src, kind="report")
+            )
 
     def wait_disposed(self, timeout: float | None = None) -> bool:
         return bool(self._stopped.wait(timeout))

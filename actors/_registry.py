@@ -133,6 +133,8 @@ class AgentRegistry:
             raise
         if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
             agent._descriptor = fold.descriptor
+        if state is not None and not any(isinstance(e, TurnStart) for e in events):
+            agent._restore_context(state.get("context"))
         try:
             self._register(agent)
         except BaseException:
