@@ -124,7 +124,11 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     def header(self, session_id: SessionId | str) -> SessionHeader | None:
-        """The session's header, ``None`` when the session does not exist."""
+        """The session's header, ``None`` when the session does not exist.
+
+        Raises:
+            CorruptRecordError: the stored header does not decode (``seq`` -1).
+        """
 
     @abc.abstractmethod
     def exists(self, session_id: SessionId | str) -> bool:
@@ -153,7 +157,8 @@ class SessionStore(abc.ABC):
     def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
         """Direct children of ``parent_session`` (``None``: sessions without a parent).
 
-        Ordered by ``(created_at, id)``.
+        Ordered by ``(created_at, id)``. A stored header that does not decode
+        raises :class:`CorruptRecordError` (``seq`` -1), as in :meth:`header`.
         """
 
     @abc.abstractmethod

@@ -31,12 +31,16 @@ def check_session_id(value: object) -> SessionId:
     return SessionId(value)  # raises INVALID_ARGUMENT for a malformed id
 
 
+#: SQLite integers are signed 64-bit.
+MAX_INT = 2**63 - 1
+
+
 def check_int(value: object, name: str, *, minimum: int = 0) -> int:
-    """An ``int`` (not ``bool``) no smaller than ``minimum``."""
+    """An ``int`` (not ``bool``) from ``minimum`` to :data:`MAX_INT`."""
     if type(value) is not int:
         raise invalid(f"{name} must be an int, got {type(value).__name__}", name=name)
-    if value < minimum:
-        raise invalid(f"{name} must be >= {minimum}, got {value}", name=name)
+    if not minimum <= value <= MAX_INT:
+        raise invalid(f"{name} must be in [{minimum}, 2**63 - 1], got {value}", name=name)
     return value
 
 

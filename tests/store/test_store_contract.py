@@ -307,6 +307,8 @@ def test_bad_arguments_raise_invalid_argument(
         lambda: store.append(h.id, "abc"),  # type: ignore[arg-type]
         lambda: store.append(h.id, None),  # type: ignore[arg-type]
         lambda: store.read(h.id, -1),
+        lambda: store.read(h.id, 2**63),
+        lambda: store.raise_delegation_depth(h.id, 2**64),
         lambda: store.read(h.id, True),
         lambda: store.read(h.id, "0"),  # type: ignore[arg-type]
         lambda: store.scan(h.id, -1),
