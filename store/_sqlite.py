@@ -47,7 +47,7 @@ from ._group import GroupCommitter
 from ._native import native_lock
 from ._schema import migrate, probe, unavailable
 from ._validate import check_blob, check_events, check_header, check_int, check_session_id, invalid
-from ._writer import NEXT_SEQ, Writer, decode_header_row
+from ._writer import NEXT_SEQ, Writer, decode_header_row, storage_error
 
 __all__ = ["SqliteStore", "StoreStatistics"]
 
@@ -174,6 +174,8 @@ class SqliteStore(SessionStore):
             conn = self._connect()
         try:
             return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
         finally:
             with self._pool_lock:
                 keep = not self._closed and len(self._idle) < _IDLE_READERS

@@ -43,7 +43,7 @@ from ._base import not_found, session_exists
 from ._group import WriteRequest
 from ._validate import invalid
 
-__all__ = ["NEXT_SEQ", "Txn", "Writer", "decode_header_row"]
+__all__ = ["NEXT_SEQ", "Txn", "Writer", "decode_header_row", "storage_error"]
 
 _EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 #: Forget cached next-seqs beyond this many sessions (a bound, not a tuning knob).
@@ -215,13 +215,13 @@ class Writer:
             if len(batch) == 1 or _is_busy(exc):
                 # Retrying would wait for the lock again, once per request.
                 for request in batch:
-                    request.finish(error=_storage_error(exc))
+                    request.finish(error=storage_error(exc))
                 return
         for request in batch:
             try:
                 self._transaction([request])
             except sqlite3.Error as exc:
-                request.finish(error=_storage_error(exc))
+                request.finish(error=storage_error(exc))
 
     def _transaction(self, batch: list[WriteRequest]) -> None:
         conn = self.conn
@@ -262,16 +262,18 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _storage_error(exc: sqlite3.Error) -> SubagentError:
-    """``TIMEOUT`` when the write lock stayed busy, else ``PERSISTENCE_UNAVAILABLE``."""
+def storage_error(exc: sqlite3.Error) -> SubagentError:
+    """An SQLite failure as a :class:`SubagentError`.
+
+    ``TIMEOUT`` when the database stayed locked past ``busy_timeout``, else
+    ``PERSISTENCE_UNAVAILABLE`` (I/O error, disk full, a damaged file...).
+    """
     if _is_busy(exc):
         err = SubagentError(
-            f"session store write timed out waiting for the database lock: {exc}",
+            f"session store timed out waiting for the database lock: {exc}",
             code=ErrorCode.TIMEOUT,
         )
     else:
-        err = SubagentError(
-            f"session store write failed: {exc}", code=ErrorCode.PERSISTENCE_UNAVAILABLE
-        )
+        err = SubagentError(f"session store failed: {exc}", code=ErrorCode.PERSISTENCE_UNAVAILABLE)
     err.__cause__ = exc
     return err
