@@ -387,3 +387,21 @@ def test_open_store(tmp_path: Path) -> None:
         with pytest.raises(SubagentError) as exc_info:
             open_store(bad)  # type: ignore[arg-type]
         assert exc_info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_sqlite_failures_surface_as_subagent_errors(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    path = tmp_path / "broken.db"
+    h = make_header()
+    with SqliteStore(path) as store:
+        store.create_session(h, make_events(1))
+        conn = _raw(path)
+        conn.execute("DROP TABLE events")  # damage the schema behind the store's back
+        conn.close()
+        for call in (lambda: store.read(h.id), lambda: store.append(h.id, make_events(1))):
+            with pytest.raises(SubagentError) as exc_info:
+                call()
+            assert exc_info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+            assert isinstance(exc_info.value.__cause__, sqlite3.Error)
+        assert store.header(h.id) == h  # what is intact stays readable
