@@ -6,7 +6,8 @@ explicit fields, the resolved child ``agent_options.provider``/``model`` plus th
 optional ``persona`` and ``tool_filter`` -- everything cold resume needs, and
 nothing else: never the merge-extensible agent options object, never the
 subagent depth (the header's ``delegation_depth`` is the floor), never an output
-schema (an Activation's result contract).
+schema (an Activation's result contract). :func:`snapshot_subagent_descriptor`
+refuses any key it does not record, so an extension value never reaches a payload.
 
 Wire payload (version 1)::
 
@@ -104,10 +105,16 @@ def _tool_filter(value: Any, err: type[Exception]) -> tuple[str, ...] | None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, frozenset, set)):
         raise err("tool_filter must be a sequence of tool names")
-    tools = tuple(sorted(value)) if isinstance(value, (set, frozenset)) else tuple(value)
+    tools = tuple(value)
     if len(tools) > MAX_TOOLS or not all(type(t) is str and t for t in tools):
         raise err("tool_filter must hold non-empty str tool names")
-    return tools
+    # A set has no order; sort it (only once every name is known to be a str).
+    return tuple(sorted(tools)) if isinstance(value, (set, frozenset)) else tools
+
+
+def _keys(keys: set[Any]) -> list[str]:
+    """Offending keys for a message; keys of mixed types do not sort."""
+    return sorted(repr(k) for k in keys)[:10]
 
 
 def _from_fields(record: Mapping[str, Any], err: type[Exception]) -> SubagentDescriptor:
@@ -116,12 +123,14 @@ def _from_fields(record: Mapping[str, Any], err: type[Exception]) -> SubagentDes
     if mode == "one-shot":
         extra = set(record) - {"mode", "provider", "label", "v"}
         if extra:
-            raise err(f"a one-shot descriptor has no field(s) {sorted(extra)}")
+            raise err(f"a one-shot descriptor has no field(s) {_keys(extra)}")
         return OneShotDescriptor(
             provider=provider, label=_label(record.get("label"), required=False, err=err)
         )
     if mode == "continuable":
         options = record.get("agent_options")
+        if "agent_options" in record and ("agent_provider" in record or "model" in record):
+            raise err("give agent_options or agent_provider/model, not both")
         if isinstance(options, Mapping):
             agent_provider, model = options.get("provider"), options.get("model")
         else:
@@ -139,7 +148,7 @@ def _from_fields(record: Mapping[str, Any], err: type[Exception]) -> SubagentDes
         }
         extra = set(record) - allowed
         if extra:
-            raise err(f"a continuable descriptor has no field(s) {sorted(extra)}")
+            raise err(f"a continuable descriptor has no field(s) {_keys(extra)}")
         if isinstance(options, Mapping) and set(options) - {"provider", "model"}:
             raise err("agent_options holds only provider and model")
         label = _label(record.get("label"), required=True, err=err)
@@ -163,6 +172,15 @@ def snapshot_subagent_descriptor(
     Called before any provider work: whatever the caller does with ``record``
     afterwards cannot change the descriptor that is appended.
 
+    ``record`` is a descriptor object or a mapping with ``mode``, ``provider``,
+    ``label`` and, for a continuable child, ``agent_options`` (exactly
+    ``provider`` and ``model``; or the flat ``agent_provider``/``model``, not
+    both), ``persona`` and ``tool_filter``; ``"v"`` may be given and must be
+    :data:`DESCRIPTOR_VERSION`. Any other key -- at the top level or inside
+    ``agent_options`` -- is refused: callers pass the explicit resolved fields,
+    never their merge-extensible agent options, so an unrelated extension value
+    can never reach the durable payload (and cannot break cold resume).
+
     Raises:
         DescriptorInvalidError: the input is not a valid descriptor.
     """
@@ -174,9 +192,9 @@ def snapshot_subagent_descriptor(
         return _from_fields(fields_map, DescriptorInvalidError)
     if not isinstance(record, Mapping):
         raise DescriptorInvalidError(f"a descriptor is a mapping, got {type(record).__name__}")
-    if "v" in record and record["v"] != DESCRIPTOR_VERSION:
+    if "v" in record and (type(record["v"]) is not int or record["v"] != DESCRIPTOR_VERSION):
         raise DescriptorInvalidError(
-            f"descriptor version {record['v']!r} is not {DESCRIPTOR_VERSION}"
+            f"descriptor version {record['v']!r} is not {DESCRIPTOR_VERSION}"[:200]
         )
     return _from_fields(record, DescriptorInvalidError)
 
