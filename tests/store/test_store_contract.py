@@ -386,6 +386,10 @@ def test_close_is_idempotent_and_later_calls_fail(
         lambda: store.put_checkpoint(h.id, 0, b""),
         lambda: store.get_checkpoint(h.id),
         lambda: store.flush(),
+        lambda: store.put_projection(h.id, "u", 0, b""),
+        lambda: store.get_projection(h.id, "u"),
+        lambda: store.get_projections("u"),
+        lambda: store.drop_projections(),
     ]
     for i, call in enumerate(calls):
         with pytest.raises(SubagentError) as exc_info:
@@ -408,3 +412,34 @@ def test_public_names() -> None:
     assert sorted(store_module.__all__) == sorted(set(store_module.__all__))
     for name in store_module.__all__:
         assert getattr(store_module, name) is not None, name
+
+
+# -- projection cache (schema v2) ---------------------------------------------------
+
+
+def test_projection_cache(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    a, b = make_header(), make_header()
+    store.create_session(a, make_events(2))
+    store.create_session(b)
+    assert store.get_projection(a.id, "subagent") is None
+    store.put_projection(a.id, "subagent", 1, b"one")
+    store.put_projection(a.id, "subagent", 0, b"latest wins")
+    store.put_projection(b.id, "subagent", -1, b"")  # folded from an empty log
+    store.put_projection(a.id, "subagent_timing", 1, b"t")
+    assert store.get_projection(a.id, "subagent") == (0, b"latest wins")
+    assert store.get_projections("subagent") == {a.id: (0, b"latest wins"), b.id: (-1, b"")}
+    assert store.get_projections("nothing") == {}
+    store.delete_session(b.id)
+    assert store.get_projections("subagent") == {a.id: (0, b"latest wins")}
+    store.drop_projections()
+    assert store.get_projection(a.id, "subagent") is None
+    assert store.get_projections("subagent_timing") == {}
+    with pytest.raises(SubagentError) as exc_info:
+        store.put_projection(new_session_id(), "subagent", 0, b"")
+    assert exc_info.value.code == ErrorCode.SESSION_NOT_FOUND
+    for unit in ("", 3, None):
+        with pytest.raises(SubagentError) as exc_info:
+            store.put_projection(a.id, unit, 0, b"")  # type: ignore[arg-type]
+        assert exc_info.value.code == ErrorCode.INVALID_ARGUMENT
