@@ -4,7 +4,9 @@ Theory of operation. A *session* is a header (its durable identity: id, parent,
 origin, delegation-depth floor, creation time, label), an append-only log of
 protocol events numbered ``seq = 0, 1, 2, ...`` without gaps, and at most one
 checkpoint (an opaque folded-state blob valid through some seq, so a cold resume
-need not replay the whole log). :class:`SessionStore` is the contract; two
+need not replay the whole log), plus a projection cache (schema v2): per session
+and projection unit, a derived value and the seq it was folded at, droppable at
+will since it is rebuilt from the logs. :class:`SessionStore` is the contract; two
 implementations ship:
 
 * :class:`MemoryStore`: live only, keeps event objects as given (no encoding),
