@@ -12,7 +12,9 @@ Two units ship, registered by the runtime:
   descriptor folds to ``None`` (indistinguishable from no descriptor, and it
   replaces an earlier identity). Never raises.
 * ``subagent_timing`` -- resets at each descriptor (so a fork seed's ancestor
-  turns never count), sums ``turn/start`` -> ``turn/end`` active time, and keeps
+  turns never count; a turn open at the descriptor, the one a one-shot child
+  appends its descriptor in, stays open and counts), sums ``turn/start`` ->
+  ``turn/end`` active time, and keeps
   ``active.since``/``active.through`` for an open turn, ``through`` following the
   latest folded event that carries a time.
 """
@@ -86,7 +88,11 @@ def _micros(delta: _dt.timedelta) -> int:
 
 def _timing_step(state: dict[str, Any], seq: int, event: Event) -> dict[str, Any]:
     if isinstance(event, SubagentDescriptorEvent):
-        return _timing_initial()
+        # The total resets (a fork seed's turns never count). A turn open at the
+        # descriptor is the child's own -- a one-shot child appends its descriptor
+        # inside its initial turn, and a seed holds only completed turns -- so it
+        # stays open and counts when it ends.
+        return {**_timing_initial(), "since": state["since"], "through": state["through"]}
     if isinstance(event, TurnStart):
         return {**state, "since": event.at, "through": event.at}
     if isinstance(event, TurnEnd):
