@@ -172,7 +172,7 @@ def strict_eq(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(strict_eq(x, y) for x, y in zip(a, b))
     if isinstance(a, dt.datetime):
-        return a == b and a.utcoffset() == b.utcoffset()
+        return bool(a == b and a.utcoffset() == b.utcoffset())
     if isinstance(a, float) and a == 0.0:
         # -0.0 == 0.0; the sign must survive too.
         return str(a) == str(b)

@@ -217,9 +217,7 @@ def test_encode_event_refuses_unrepresentable_content(event: Event) -> None:
 def _bad_events() -> dict[str, Event]:
     """Events that pack fine but that ``decode_event`` would reject."""
     return {
-        "plain str message_id": MessageEvent(
-            message_id="0123456789abcdef0123456789abcdef", content=1
-        ),  # type: ignore[arg-type]
+        "plain str message_id": MessageEvent(message_id=str(MID), content=1),  # type: ignore[arg-type]
         "session id as message_id": MessageEvent(message_id=SID, content=1),  # type: ignore[arg-type]
         "unknown source kind": MessageEvent(
             message_id=MID, content=1, source=MessageSource(kind="stranger")

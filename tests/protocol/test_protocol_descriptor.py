@@ -197,7 +197,9 @@ def test_snapshot_of_a_descriptor_object_is_validated_too() -> None:
         model="m",
         tool_filter=["a"],  # type: ignore[arg-type]
     )
-    assert snapshot_subagent_descriptor(listy).tool_filter == ("a",)
+    snap = snapshot_subagent_descriptor(listy)
+    assert isinstance(snap, ContinuableDescriptor)
+    assert snap.tool_filter == ("a",)
 
 
 def test_payload_and_event_carry_the_version() -> None:

@@ -42,7 +42,9 @@ VALUES: list[Any] = [
 STREAM = b"".join(packb(v) for v in VALUES)
 
 
-def _read(chunks: Iterable[bytes], limits: Limits | None = None) -> tuple[list[Any], FrameDecoder]:
+def _read(
+    chunks: Iterable[bytes | bytearray | memoryview], limits: Limits | None = None
+) -> tuple[list[Any], FrameDecoder]:
     decoder = FrameDecoder(limits) if limits is not None else FrameDecoder()
     out: list[Any] = []
     for chunk in chunks:
