@@ -310,6 +310,10 @@ class ContinuationManager:
             ]
             for act in forest:
                 act.draining = True
+            # Already settling (say, just published and discarded): not released yet.
+            forest += [
+                a for a in self._settling.values() if any(p in a.lineage for p in msg.parents)
+            ]
             pending = [
                 r.done
                 for r in self._reservations.values()
