@@ -255,7 +255,7 @@ def test_invalid_records_raise_descriptor_invalid_error(record: Any) -> None:
     assert isinstance(info.value, ValueError)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(record=arbitrary_records)
 def test_snapshot_of_anything_returns_a_descriptor_or_raises_invalid(record: Any) -> None:
     """R-DESC-2: whatever the input, the only failure is DescriptorInvalidError."""
@@ -577,7 +577,7 @@ payload_maps = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(payloads=st.lists(payload_maps, min_size=1, max_size=3))
 def test_try_fold_never_raises_and_agrees_with_fold(payloads: list[Any]) -> None:
     """R-DESC-11: any payload gets a verdict, consistent with what the fold raises."""
