@@ -288,6 +288,8 @@ class ContinuationManager:
                 self._end_reservation(r)
         agent = msg.agent
         agent.add_idle_listener(lambda _a: self._on_idle(act))
+        if agent.idle:  # its turn may have ended before the listener was added
+            self._supervisor.tell(Quiescent(act))
         agent.add_dispose_listener(lambda _a: self._supervisor.tell(Released(act)))
         self._emit_epoch("subagent/start", act, None)
         if act.draining:
