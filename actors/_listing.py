@@ -190,12 +190,19 @@ class Catalog:
 
     # -- identity --------------------------------------------------------------------
 
-    def _live_identity(self, projections: ProjectionRegistry, sid: SessionId) -> Any:
+    def _live_identity(
+        self, projections: ProjectionRegistry, sid: SessionId, signal: AbortSignal
+    ) -> Any:
         sessions = self._sessions
         assert sessions is not None
 
         def read_from(seq: int) -> Iterable[tuple[int, Event]]:
-            return ((r.seq, r.event) for r in sessions.read(sid, seq))
+            # Past the watermark a live log may start in persistence (the live tail
+            # is trimmed once committed): a persistence read, checked around.
+            _check(signal)
+            records = sessions.read(sid, seq)
+            _check(signal)
+            return ((r.seq, r.event) for r in records)
 
         _, states = projections.snapshot(sid, read_from)
         return projections.values(states).get("subagent")
@@ -298,7 +305,7 @@ class Catalog:
         for sid in ids:
             header = index.headers[sid]
             if sid in index.live:
-                identity = self._live_identity(projections, sid)
+                identity = self._live_identity(projections, sid, signal)
                 if identity is not None:
                     served[sid] = identity
                 continue  # a running candidate without identity yet is omitted
