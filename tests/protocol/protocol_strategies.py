@@ -151,6 +151,7 @@ headers = st.builds(
     delegation_depth=non_neg,
     created_at=utc_datetimes,
     label=opt_text,
+    seed_len=st.just(0) | non_neg,
 )
 
 

@@ -155,6 +155,20 @@ VECTORS: dict[str, Vector] = {
             label="reviewer",
         ),
     ),
+    # A child whose log starts with a fork seed of 4 events (seed_len is written
+    # only when non-zero, so the two headers above keep their bytes).
+    "header_forked": Vector(
+        "header",
+        SessionHeader(
+            id=CHILD,
+            parent_session=PARENT,
+            origin="subagent",
+            delegation_depth=2,
+            created_at=AT,
+            label="forked reviewer",
+            seed_len=4,
+        ),
+    ),
     # -- descriptor payloads -------------------------------------------------------
     "descriptor_one_shot": Vector("descriptor", ONE_SHOT),
     "descriptor_continuable": Vector("descriptor", CONTINUABLE),

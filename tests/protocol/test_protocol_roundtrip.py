@@ -25,6 +25,7 @@ from subagents.protocol import (
     EVENT_TYPES,
     Event,
     SessionHeader,
+    SessionId,
     decode_event,
     decode_header,
     encode_event,
@@ -121,3 +122,17 @@ def test_other_aware_timezones_decode_to_the_same_instant_in_utc(
 def test_tuples_pack_as_arrays_and_decode_as_lists() -> None:
     """Documented asymmetry: msgpack has one array type; decoding gives lists."""
     assert unpackb(packb((1, (2, 3)))) == [1, [2, 3]]
+
+
+def test_header_omits_a_zero_seed_len_from_the_wire() -> None:
+    """Headers without a fork seed keep the bytes they had before ``seed_len`` existed."""
+    base = {
+        "id": SessionId("00112233445566778899aabbccddeeff"),
+        "parent_session": None,
+        "origin": "user",
+        "delegation_depth": 0,
+        "created_at": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+    }
+    assert "seed_len" not in header_to_wire(SessionHeader(**base))
+    assert header_to_wire(SessionHeader(**base, seed_len=3))["seed_len"] == 3
+    assert decode_header(packb({**base, "label": None})).seed_len == 0
