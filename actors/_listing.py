@@ -305,7 +305,18 @@ class Catalog:
         for sid in ids:
             header = index.headers[sid]
             if sid in index.live:
-                identity = self._live_identity(projections, sid, signal)
+                try:
+                    identity = self._live_identity(projections, sid, signal)
+                except Exception as exc:  # its log could not be read: like an inspection
+                    if isinstance(exc, SubagentError) and exc.code == ErrorCode.CANCELLED:
+                        raise
+                    corrupt = (
+                        isinstance(exc, SubagentError) and exc.code == ErrorCode.CORRUPT_RECORD
+                    )
+                    diagnostics[sid] = Diagnostic(
+                        id=sid, kind="corrupt" if corrupt else "unavailable", detail=str(exc)
+                    )
+                    continue
                 if identity is not None:
                     served[sid] = identity
                 continue  # a running candidate without identity yet is omitted
