@@ -126,7 +126,7 @@ def test_tuples_pack_as_arrays_and_decode_as_lists() -> None:
 
 def test_header_omits_a_zero_seed_len_from_the_wire() -> None:
     """Headers without a fork seed keep the bytes they had before ``seed_len`` existed."""
-    base = {
+    base: dict[str, Any] = {
         "id": SessionId("00112233445566778899aabbccddeeff"),
         "parent_session": None,
         "origin": "user",
