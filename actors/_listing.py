@@ -30,7 +30,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from subagents.protocol import (
@@ -268,11 +268,8 @@ class Catalog:
             return "unavailable", str(exc)
         except Exception as exc:
             return "unavailable", repr(exc)
-        if (
-            current is None
-            or current.created_at != header.created_at
-            or current.parent_session != header.parent_session
-        ):
+        # The enumerated lifecycle: the whole header (only the depth floor may rise).
+        if current is None or replace(current, delegation_depth=header.delegation_depth) != header:
             return "corrupt", "the session was re-published while it was being listed"
         states = projections.fold((r.seq, r.event) for r in records)
         identity = projections.values(states).get("subagent")
