@@ -13,8 +13,9 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from protocol_strategies import json_trees, strict_eq
 from subagents.protocol import (
@@ -24,6 +25,7 @@ from subagents.protocol import (
     MessageId,
     SessionId,
     packb,
+    unpackb,
 )
 
 UTC = dt.UTC
@@ -275,3 +277,75 @@ def test_an_incomplete_frame_streamed_in_chunks_is_bounded(chunk: int) -> None:
     assert failed_at <= 64 + chunk
     with pytest.raises(DecodeError):
         decoder.feed(b"\xc0")
+
+
+# -- every msgpack format family frames exactly as msgpack reads it ---------------------
+
+
+def _family_samples() -> dict[str, bytes]:
+    samples: dict[str, Any] = {
+        "str fix/8/16/32": ["a" * 31, "b" * 32, "c" * 255, "d" * 256, "e" * 65535, "f" * 65536],
+        "bin 8/16/32": [b"x" * 255, b"y" * 256, b"z" * 65535, b"w" * 65536],
+        "array fix/16/32": [[0] * 15, [1] * 16, [None] * 65535, [True] * 65536],
+        "map fix/16/32": [
+            {i: i for i in range(15)},
+            dict.fromkeys(range(16)),
+            dict.fromkeys(range(65536), 0),
+        ],
+        "ints": [
+            *(0, 127, 128, 255, 256, 65535, 65536, 2**32, 2**64 - 1),
+            *(-1, -32, -33, -128, -129, -(2**15) - 1, -(2**31) - 1, -(2**63)),
+        ],
+        "floats": [0.0, -0.0, 1.5, float("inf"), -1e300],
+    }
+    out = {name: msgpack.packb(values) for name, values in samples.items()}
+    out["float32"] = msgpack.packb([1.5, -2.25], use_single_float=True)
+    out["ext fixext 1/2/4/8/16, ext 8/16/32 (raw)"] = (
+        b"\x98"
+        + b"".join(bytes([0xD4 + i, 5]) + b"\x00" * (1 << i) for i in range(5))
+        + b"\xc7\x03\x05abc"
+        + b"\xc8\x01\x00\x05"
+        + b"\x00" * 256
+        + b"\xc9\x00\x00\x00\x03\x05xyz"  # ext32 need not be minimal
+    )
+    return out
+
+
+FAMILIES = _family_samples()
+
+
+def _reference(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=msgpack.ExtType)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_frame_boundaries_match_msgpack_for_every_format_family(name: str) -> None:
+    data = FAMILIES[name]
+    expected = _reference(data)
+    if "ext" in name:
+        # Unregistered ext codes are refused -- after a correct frame boundary.
+        with pytest.raises(DecodeError, match="ExtType"):
+            unpackb(data)
+        return
+    assert unpackb(data) == expected
+    stream = data + packb("next")
+    got, decoder = _read([stream[i : i + 997] for i in range(0, len(stream), 997)])
+    assert got == [expected, "next"]
+    assert decoder.pending_bytes() == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(json_trees, min_size=1, max_size=4), single=st.booleans())
+def test_frame_boundaries_match_msgpack_for_foreign_writers(
+    values: list[Any], single: bool
+) -> None:
+    """Bytes from plain msgpack (float32 too) frame and decode the same way."""
+    try:
+        frames = [msgpack.packb(v, use_single_float=single) for v in values]
+    except OverflowError:  # a double beyond float32's range
+        assume(False)
+    stream = b"".join(frames)
+    expected = [_reference(frame) for frame in frames]
+    got, decoder = _read([stream[: len(stream) // 2], stream[len(stream) // 2 :]])
+    assert got == expected
+    decoder.end_of_stream()
