@@ -334,7 +334,7 @@ def test_frame_boundaries_match_msgpack_for_every_format_family(name: str) -> No
     assert decoder.pending_bytes() == 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(values=st.lists(json_trees, min_size=1, max_size=4), single=st.booleans())
 def test_frame_boundaries_match_msgpack_for_foreign_writers(
     values: list[Any], single: bool

@@ -36,7 +36,7 @@ from subagents.protocol import (
 
 pytestmark = pytest.mark.timeout(60)
 
-FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 DECODERS: dict[str, Callable[[bytes], Any]] = {
     "decode_event": decode_event,
