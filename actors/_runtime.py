@@ -131,6 +131,24 @@ class Runtime:
         if self._closed:
             raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
 
+    def wait_idle(self, timeout: float | None = 30.0) -> bool:
+        """Wait until every live agent is idle (checked until nothing new started).
+
+        Useful in scripts: a continuable child's turns run after ``followup``
+        returns, and may start more work. True when quiescent, False on timeout.
+        """
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            busy = [a for a in self.agents.list() if not a.idle]
+            if not busy:
+                return True
+            for agent in busy:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not agent.wait_idle(remaining) and not agent.disposed:
+                    return False
+
     def _on_session_leaving(self, live: LiveSession) -> None:
         """A session leaves the live set: cache its identity, drop its watermark."""
         projections = self.session_projections
