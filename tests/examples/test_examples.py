@@ -1,0 +1,234 @@
+"""The examples run for real: the tree script, and the gevent server under HTTP load."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+TOKEN = "t0ken"
+
+
+def test_agent_tree_script(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "agent_tree.py"), str(tmp_path / "tree.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "researcher (continuable" in out.stdout
+    assert "collected:" in out.stdout  # the quiet report reached the root's next turn
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc = proc
+        self.port = port
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        client: str = "c",
+        token: str | None = TOKEN,
+        raw: bytes | None = None,
+    ) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            headers = {"X-Client-Id": client}
+            if token is not None:
+                headers["Authorization"] = f"Bearer {token}"
+            data = (
+                raw
+                if raw is not None
+                else (json.dumps(body).encode() if body is not None else None)
+            )
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            return response.status, json.loads(response.read() or b"null")
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLES / "gevent_server.py"),
+            "--port",
+            "0",
+            "--db",
+            str(tmp_path / "s.db"),
+            "--token",
+            TOKEN,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:"), (
+            line,
+            proc.stderr.read() if proc.poll() is not None else "",
+        )
+        yield Server(proc, int(line.rsplit(":", 1)[1]))
+    finally:
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        assert "Traceback" not in err, err
+
+
+def _turn_message_ids(srv: Server, child: str, client: str) -> list[str]:
+    status, data = srv.call("GET", f"/sessions/{child}", client=client)
+    assert status == 200, data
+    return [m for e in data["events"] if e["type"] == "turn/start" for m in e["message_ids"]]
+
+
+def test_server_under_concurrent_clients(server: Server) -> None:
+    """50 concurrent clients: each accepted message runs once; the server stays responsive."""
+    accepted: dict[tuple[str, str], list[str]] = {}
+    lock = threading.Lock()
+    errors: list[str] = []
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def client(i: int) -> None:
+        name = f"client-{i}"
+        try:
+            status, agent = server.call("POST", "/agents", {"label": f"boss-{i}"}, client=name)
+            assert status == 200, agent
+            aid = agent["session_id"]
+            for j in range(2):
+                status, child = server.call(
+                    "POST",
+                    f"/agents/{aid}/children",
+                    {"prompt": f"p{j}", "label": f"k{j}"},
+                    client=name,
+                )
+                assert status == 200, child
+                ids = [child["message_id"]]
+                for k in range(4):
+                    status, res = server.call(
+                        "POST",
+                        f"/agents/{aid}/children/{child['child_id']}/followup",
+                        {"content": k},
+                        client=name,
+                    )
+                    assert status == 200, res
+                    ids.append(res["message_id"])
+                status, res = server.call(
+                    "POST", f"/agents/{aid}/children/{child['child_id']}/interrupt", {}, client=name
+                )
+                assert status == 200, res
+                with lock:
+                    accepted[(name, child["child_id"])] = ids
+            status, listing = server.call("GET", f"/agents/{aid}/children", client=name)
+            assert status == 200 and len(listing["rows"]) + len(listing["diagnostics"]) <= 2, (
+                listing
+            )
+            status, listing = server.call("GET", f"/agents/{aid}/descendants", client=name)
+            assert status == 200, listing
+        except Exception as exc:  # collected and asserted in the main thread
+            with lock:
+                errors.append(f"{name}: {exc!r}")
+
+    def prober() -> None:
+        while not stop.is_set():
+            start = time.monotonic()
+            status, _ = server.call("GET", "/agents/" + "0" * 32 + "/children", client="prober")
+            latencies.append(time.monotonic() - start)
+            assert status == 404
+
+    probe = threading.Thread(target=prober)
+    probe.start()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stop.set()
+    probe.join(30)
+    assert not errors, errors[:5]
+    assert len(accepted) == 100
+    assert latencies and max(latencies) < 5.0, max(latencies)
+    deadline = time.monotonic() + 60
+    for (name, child), ids in accepted.items():
+        while True:
+            claimed = _turn_message_ids(server, child, name)
+            if all(claimed.count(m) == 1 for m in ids) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)  # polling the server for completion, not ordering
+        assert sorted(claimed) == sorted(ids), (child, claimed, ids)
+
+
+def test_server_errors_are_4xx_with_codes(server: Server) -> None:
+    status, body = server.call("POST", "/agents", {"label": "x"}, token=None)
+    assert status == 401 and body["error"]["code"] == "UNAUTHENTICATED"
+    status, body = server.call("POST", "/agents", {"label": "x"}, token="wrong")
+    assert status == 401
+    status, agent = server.call("POST", "/agents", {"label": "x"})
+    aid = agent["session_id"]
+    status, body = server.call("POST", f"/agents/{aid}/children", raw=b"{not json")
+    assert status == 400 and body["error"]["code"] == "INVALID_ARGUMENT"
+    status, body = server.call("POST", f"/agents/{aid}/children", raw=b"[1, 2]")
+    assert status == 400
+    status, body = server.call("POST", f"/agents/{aid}/children", {"prompt": "p", "label": ""})
+    assert 400 <= status < 500 and body["error"]["code"] == "DESCRIPTOR_INVALID"
+    status, body = server.call(
+        "POST", "/agents/" + "f" * 32 + "/children", {"prompt": "p", "label": "l"}
+    )
+    assert status == 404 and body["error"]["code"] == "SESSION_NOT_FOUND"
+    status, body = server.call("POST", "/agents/nothex/children/alsonot/followup", {"content": 1})
+    assert 400 <= status < 500
+    status, body = server.call("GET", f"/agents/{aid}/children", client="intruder")
+    assert status == 404  # another client's agent is invisible
+    status, body = server.call("GET", "/no/such/route")
+    assert status == 404
+
+
+def test_event_stream(server: Server) -> None:
+    status, agent = server.call("POST", "/agents", {"label": "streamer"}, client="s")
+    aid = agent["session_id"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request(
+        "GET", "/events?limit=2", headers={"Authorization": f"Bearer {TOKEN}", "X-Client-Id": "s"}
+    )
+    response = conn.getresponse()
+    assert response.status == 200
+    assert json.loads(response.readline())["type"] == "subscribed"
+    status, child = server.call(
+        "POST", f"/agents/{aid}/children", {"prompt": "go", "label": "k"}, client="s"
+    )
+    assert status == 200
+    lines = [json.loads(response.readline()) for _ in range(2)]
+    conn.close()
+    assert [e["type"] for e in lines] == ["subagent/start", "subagent/end"]
+    assert {e["child_id"] for e in lines} == {child["child_id"]}
+
+
+def test_server_binds_loopback_by_default() -> None:
+    source = (EXAMPLES / "gevent_server.py").read_text()
+    assert 'default="127.0.0.1"' in source
+    assert os.path.exists(EXAMPLES / "agent_tree.py")
