@@ -274,7 +274,8 @@ class Catalog:
         states = projections.fold((r.seq, r.event) for r in records)
         identity = projections.values(states).get("subagent")
         raw = states.get("subagent")
-        seq = raw["seq"] if isinstance(raw, dict) else (records[-1].seq if records else -1)
+        # Where the identity was folded (a unit that does not say is never cached).
+        seq = raw.get("seq", -1) if isinstance(raw, dict) else (records[-1].seq if records else -1)
         putter = getattr(store, "put_projection", None)
         if putter is not None and seq >= header.seed_len:
             try:
