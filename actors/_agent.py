@@ -430,6 +430,9 @@ class Agent:
                 fn(self)
             except Exception:
                 logger.exception("dispose listener %r raised", fn)
+        # A thread's greenlet must not outlive the thread through this handle: freed
+        # later by another thread's garbage collector, it crashes the interpreter.
+        self._loop = None
         self._stopped.set()
 
     def _restore_context(self, pending: Any) -> None:
