@@ -1,0 +1,293 @@
+"""Helpers of the durable-catalog suite: hooked stores, clocks, hand-written sessions.
+
+* :class:`HookedMemoryStore` / :class:`HookedSqliteStore` -- the two real stores,
+  counting every persistence read by method and session, tracking how many
+  ``read`` calls run at once, and calling ``hooks[method](*args)`` before a read
+  (a test blocks at a :class:`~subagents.actors.testing.Gate`, aborts a signal
+  or raises there).
+* :class:`StepClock` -- an injectable clock: each call returns ``start + n *
+  step`` (``step=0`` gives equal times), so durations and orders are exact.
+* :func:`write_child` -- write a session straight into a store, with an optional
+  fork seed and its own events, the way a runtime would have persisted it.
+* :class:`InTask` -- run a call in a backend task (a thread or a greenlet) and
+  collect its result later, while the test drives gates.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from subagents.actors import Backend, Runtime
+from subagents.protocol import (
+    ContinuableDescriptor,
+    Event,
+    MessageEvent,
+    OneShotDescriptor,
+    SessionHeader,
+    SessionId,
+    SubagentDescriptorEvent,
+    TurnEnd,
+    TurnStart,
+    descriptor_event,
+    new_message_id,
+    new_session_id,
+    packb,
+)
+from subagents.store import LogRecord, MemoryStore, SessionStore, SqliteStore
+
+__all__ = [
+    "T0",
+    "HookedMemoryStore",
+    "HookedSqliteStore",
+    "InTask",
+    "StepClock",
+    "continuable",
+    "future_descriptor",
+    "identity_blob",
+    "one_shot",
+    "sid",
+    "turn",
+    "write_child",
+]
+
+T0 = _dt.datetime(2030, 1, 1, tzinfo=_dt.UTC)
+
+
+class StepClock:
+    """``start + n * step`` on the n-th call; thread-safe."""
+
+    def __init__(self, step: float = 1.0, start: _dt.datetime = T0) -> None:
+        self._step = _dt.timedelta(seconds=step)
+        self._start = start
+        self._count = itertools.count()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> _dt.datetime:
+        with self._lock:
+            n = next(self._count)
+        return self._start + n * self._step
+
+
+def at(seconds: float) -> _dt.datetime:
+    return T0 + _dt.timedelta(seconds=seconds)
+
+
+# -- events and sessions -------------------------------------------------------------
+
+
+def one_shot(label: str | None = None, provider: str = "local") -> SubagentDescriptorEvent:
+    return descriptor_event(OneShotDescriptor(provider=provider, label=label))
+
+
+def continuable(label: str, provider: str = "local") -> SubagentDescriptorEvent:
+    return descriptor_event(
+        ContinuableDescriptor(provider=provider, label=label, agent_provider="local", model="echo")
+    )
+
+
+def future_descriptor(label: str = "from the future") -> SubagentDescriptorEvent:
+    return SubagentDescriptorEvent(
+        payload={"v": 2, "mode": "continuable", "provider": "local", "label": label}
+    )
+
+
+def turn(index: int, start: float, end: float | None) -> list[Event]:
+    """A turn's events at ``T0 + start`` .. ``T0 + end`` (left open when ``end`` is None)."""
+    mid = new_message_id()
+    events: list[Event] = [
+        TurnStart(turn=index, at=at(start), message_ids=(mid,)),
+        MessageEvent(message_id=mid, content=f"turn {index}"),
+    ]
+    if end is not None:
+        events.append(TurnEnd(turn=index, at=at(end), stop_reason="completed", output="ok"))
+    return events
+
+
+def sid(n: int) -> SessionId:
+    """A session id whose hex order follows ``n``."""
+    return SessionId(f"{n:032x}")
+
+
+def identity_blob(mode: str, label: str | None) -> bytes:
+    return packb({"mode": mode, "label": label})
+
+
+def write_child(
+    store: SessionStore,
+    parent: SessionId | None,
+    own: Sequence[Event],
+    *,
+    seed: Sequence[Event] = (),
+    created_at: _dt.datetime = T0,
+    origin: str = "subagent",
+    session_id: SessionId | None = None,
+) -> SessionHeader:
+    """Persist a session whose log is ``seed`` then ``own`` (``seed_len`` set)."""
+    header = SessionHeader(
+        id=session_id or new_session_id(),
+        parent_session=parent,
+        origin=origin,
+        delegation_depth=0 if parent is None else 1,
+        created_at=created_at,
+        seed_len=len(seed),
+    )
+    store.create_session(header, [*seed, *own])
+    return header
+
+
+# -- hooked stores -------------------------------------------------------------------
+
+
+class _Hooks:
+    """Counting and hooks shared by both hooked stores (a mixin over a real store)."""
+
+    def _init_hooks(self) -> None:
+        self.hook_lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.reads_of: Counter[SessionId] = Counter()
+        self.read_log: list[tuple[str, Any]] = []
+        #: ``hooks[method](*args)`` runs before ``method``; ``create_session`` too.
+        self.hooks: dict[str, Callable[..., None]] = {}
+        self.inside_read = 0
+        self.max_inside_read = 0
+
+    def reset_counts(self) -> None:
+        with self.hook_lock:
+            self.calls.clear()
+            self.reads_of.clear()
+            self.read_log.clear()
+            self.max_inside_read = 0
+
+    def _enter(self, method: str, *args: Any) -> None:
+        with self.hook_lock:
+            self.calls[method] += 1
+            self.read_log.append((method, args[0] if args else None))
+            if method in ("read", "scan"):
+                self.reads_of[SessionId(args[0])] += 1
+        hook = self.hooks.get(method)
+        if hook is not None:
+            hook(*args)
+
+
+class HookedMemoryStore(_Hooks, MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self._init_hooks()
+
+    def all_headers(self) -> list[SessionHeader]:
+        self._enter("all_headers")
+        return super().all_headers()
+
+    def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
+        self._enter("list_headers", parent_session)
+        return super().list_headers(parent_session)
+
+    def read(self, session_id: SessionId | str, from_seq: int = 0) -> list[LogRecord]:
+        with self.hook_lock:
+            self.inside_read += 1
+            self.max_inside_read = max(self.max_inside_read, self.inside_read)
+        try:
+            self._enter("read", session_id, from_seq)
+            return super().read(session_id, from_seq)
+        finally:
+            with self.hook_lock:
+                self.inside_read -= 1
+
+    def header(self, session_id: SessionId | str) -> SessionHeader | None:
+        self._enter("header", session_id)
+        return super().header(session_id)
+
+    def get_projection(self, session_id: SessionId | str, unit: str) -> tuple[int, bytes] | None:
+        self._enter("get_projection", session_id, unit)
+        return super().get_projection(session_id, unit)
+
+    def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
+        self._enter("get_projections", unit)
+        return super().get_projections(unit)
+
+    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+        hook = self.hooks.get("create_session")
+        if hook is not None:
+            hook(header, events)
+        return super().create_session(header, events)
+
+
+class HookedSqliteStore(_Hooks, SqliteStore):
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._init_hooks()
+
+    def all_headers(self) -> list[SessionHeader]:
+        self._enter("all_headers")
+        return super().all_headers()
+
+    def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
+        self._enter("list_headers", parent_session)
+        return super().list_headers(parent_session)
+
+    def read(self, session_id: SessionId | str, from_seq: int = 0) -> list[LogRecord]:
+        with self.hook_lock:
+            self.inside_read += 1
+            self.max_inside_read = max(self.max_inside_read, self.inside_read)
+        try:
+            self._enter("read", session_id, from_seq)
+            return super().read(session_id, from_seq)
+        finally:
+            with self.hook_lock:
+                self.inside_read -= 1
+
+    def header(self, session_id: SessionId | str) -> SessionHeader | None:
+        self._enter("header", session_id)
+        return super().header(session_id)
+
+    def get_projection(self, session_id: SessionId | str, unit: str) -> tuple[int, bytes] | None:
+        self._enter("get_projection", session_id, unit)
+        return super().get_projection(session_id, unit)
+
+    def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
+        self._enter("get_projections", unit)
+        return super().get_projections(unit)
+
+    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+        hook = self.hooks.get("create_session")
+        if hook is not None:
+            hook(header, events)
+        return super().create_session(header, events)
+
+
+HookedStore = HookedMemoryStore | HookedSqliteStore
+
+
+def hooked(rt: Runtime) -> HookedStore:
+    store = rt.store
+    assert isinstance(store, (HookedMemoryStore, HookedSqliteStore))
+    return store
+
+
+# -- running a call in a backend task -------------------------------------------------
+
+
+class InTask:
+    """``fn()`` in a task of ``backend``; ``result()`` joins and returns or raises."""
+
+    def __init__(self, backend: Backend, fn: Callable[[], Any]) -> None:
+        self._box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                self._box["value"] = fn()
+            except BaseException as exc:
+                self._box["error"] = exc
+
+        self._task = backend.spawn(target, name="catalog-test-task")
+
+    def result(self, timeout: float = 20.0) -> Any:
+        assert self._task.join(timeout), "the task did not finish"
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box.get("value")
