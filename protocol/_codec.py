@@ -23,6 +23,7 @@ code  Python type      payload
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -120,13 +121,35 @@ def packb(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> bytes:
     record that is written can always be read back.
     """
     _check_shape(obj, limits.max_depth)
-    try:
-        data: bytes = msgpack.packb(
-            obj, default=_default, use_bin_type=True, datetime=True, strict_types=True
+    return pack_shaped(obj, limits)
+
+
+_local = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    # One Packer per thread: building one per call costs ~0.7 us of a ~3 us pack.
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = msgpack.Packer(
+            default=_default, use_bin_type=True, datetime=True, strict_types=True
         )
+    return packer
+
+
+def pack_shaped(obj: Any, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """:func:`packb` for a value whose nesting the caller already checked.
+
+    The event encoders check only their free-form fields (content, output,
+    payload): the rest of an event's map has a fixed, shallow shape.
+    """
+    try:
+        data: bytes = _packer().pack(obj)
     except EncodeError:
+        _local.packer = None  # a failed pack may leave bytes in its buffer
         raise
     except (TypeError, ValueError, OverflowError) as exc:
+        _local.packer = None
         raise EncodeError(f"cannot pack value: {exc}") from exc
     size = len(data)
     if size > limits.max_buffer_size:
@@ -140,6 +163,11 @@ def packb(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> bytes:
         except DecodeError as exc:
             raise EncodeError(f"the decoder would refuse this value: {exc.args[0]}") from None
     return data
+
+
+def check_shape(obj: Any, max_depth: int) -> None:
+    """Public form of the encode-side nesting check (raises :class:`EncodeError`)."""
+    _check_shape(obj, max_depth)
 
 
 def _size_safe(limits: Limits) -> int:

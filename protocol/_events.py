@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Final, Literal
 
-from ._codec import DEFAULT_LIMITS, Limits, packb, unpackb
+from ._codec import DEFAULT_LIMITS, Limits, check_shape, pack_shaped, packb, unpackb
 from ._errors import DecodeError, EncodeError
 from ._ids import MessageId, SessionId
 
@@ -383,9 +383,21 @@ def event_from_wire(wire: Any) -> Event:
     return result
 
 
+#: Fields holding caller values of any shape; the rest of an event map is shallow.
+_FREE_FORM: Final = ("content", "output", "structured", "payload")
+
+
 def encode_event(event: Event) -> bytes:
     """Pack one event to bytes (:class:`EncodeError` for unrepresentable content)."""
-    return packb(event_to_wire(event))
+    wire = event_to_wire(event)
+    if type(event) is UnknownEvent:
+        return packb(wire)
+    depth = DEFAULT_LIMITS.max_depth - 1  # free-form values sit one level inside the map
+    for name in _FREE_FORM:
+        value = wire.get(name)
+        if value is not None and type(value) in (dict, list, tuple):
+            check_shape(value, depth)
+    return pack_shaped(wire)
 
 
 def decode_event(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> Event:
