@@ -1,0 +1,199 @@
+"""``drain_continuable_descendants``: cutoff, top-down cancel, child-first release.
+
+R-DRAIN-1..9, R-RES-5, R-RES-6.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from continuable_kit import Kit, spawn
+from subagents.actors import AbortSignal, AgentOptions, ContinuableStartSpec, SubagentStartRequest
+from subagents.protocol import ErrorCode, SubagentError
+
+
+def _chain(kit: Kit, slow: str | None = None, root_label: str = "root") -> Any:
+    """root -> A -> B -> C blocked at gates a, b, c (``slow`` holds after its cancel)."""
+
+    def block(label: str) -> list[Any]:
+        gate = label.lower()
+        return ["block_slow", gate, "hold"] if label == slow else ["block", gate]
+
+    root = kit.root(root_label)
+    root.followup(
+        [
+            [
+                "start",
+                "A",
+                [["start", "B", [["start", "C", [block("C")]], block("B")]], block("A")],
+            ]
+        ]
+    )
+    for g in ("a", "b", "c"):
+        assert kit.gate(g).wait_reached(10)
+    return root
+
+
+def _refused_start(kit: Kit, parent: Any, label: str = "late") -> str:
+    with pytest.raises(SubagentError) as err:
+        kit.rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=parent, provider="local", prompt="x", label=label, model="cmd"
+            )
+        )
+    return err.value.code
+
+
+@pytest.mark.parametrize("slow", ["A", "B", "C"])
+def test_drain_cancels_top_down_then_releases_child_first(kit: Kit, slow: str) -> None:
+    """R-RES-5, R-RES-6, R-DRAIN-1, R-DRAIN-4, R-DRAIN-5: cancellation reaches every
+    level of a three-level continuable forest while one slow level (at the top, the
+    middle or the bottom) still ignores it; admission below the root is closed at
+    once; each child is released strictly before its parent, and the drain returns
+    only after the whole forest is released."""
+    rt = kit.rt
+    root = _chain(kit, slow=slow)
+    ids = {label: kit.sid(label) for label in "ABC"}
+    agents = {label: kit.agent(label) for label in "ABC"}
+    drain = spawn(rt, rt.subagents.drain_continuable_descendants, [root])
+    notes = kit.script.notes
+    # Every level sees the cancellation although the slow one has not finished.
+    assert notes.wait_for(lambda n: all(("cancelled", x) in n for x in "ABC")), notes.items()
+    assert ("slow-done", slow) not in notes.items()
+    assert not drain.done()
+    assert _refused_start(kit, root) == ErrorCode.ADMISSION_CLOSED  # closed at once
+    released_before = [e.child_id for e in kit.probe.events if e.type == "subagent/end"]
+    assert str(ids[slow]) not in released_before
+    kit.gate("hold").release()
+    drain.result(20)
+    ends = [e for e in kit.probe.events if e.type == "subagent/end"]
+    assert [e.child_id for e in ends] == [str(ids[x]) for x in "CBA"]  # child-first
+    assert {e.stop_reason for e in ends} == {"cancelled"}
+    items = notes.items()
+    disposed = [items.index(("disposed", x)) for x in "CBA"]
+    assert disposed == sorted(disposed)
+    assert items.index(("slow-done", slow)) < items.index(("disposed", slow))
+    assert all(rt.continuation.activation(i) is None for i in ids.values())
+    assert all(a is not None and a.disposed for a in agents.values())
+
+
+@pytest.mark.parametrize("outcome", ["publishes", "rolls-back"])
+def test_drain_awaits_materializations_admitted_before_the_cutoff(kit: Kit, outcome: str) -> None:
+    """R-DRAIN-3, R-DRAIN-5: a materialization admitted below the root before the
+    cutoff is awaited until it publishes (then it is released with the rest) or
+    rolls back; the drain returns only afterwards."""
+    rt = kit.rt
+    root = kit.root()
+    mat = kit.gate("materializing")
+
+    def contribution(scope: Any) -> None:
+        if scope.agent.label == "late-comer":
+            mat.pass_through(None)
+            if outcome == "rolls-back":
+                raise RuntimeError("materialization failed")
+
+    rt.subagents.register_continuable_setup(contribution)
+    start = spawn(rt, kit.start, root, "never runs", "late-comer")
+    assert mat.wait_reached(10)
+    drain = spawn(rt, rt.subagents.drain_continuable_descendants, [root])
+    assert kit.script.notes.wait_for(lambda n: False, timeout=0.2) is False  # let it cut off
+    assert _refused_start(kit, root) == ErrorCode.ADMISSION_CLOSED
+    assert not drain.join(0.3)  # still awaiting the admitted materialization
+    mat.release()
+    if outcome == "publishes":
+        child_id, _ = start.result(10)
+    else:
+        assert isinstance(start.error(10), RuntimeError)
+    drain.result(20)
+    if outcome == "publishes":
+        assert [e.type for e in kit.events_of(child_id)] == ["subagent/start", "subagent/end"]
+        assert rt.continuation.activation(child_id) is None and rt.agents.get(child_id) is None
+        assert kit.started_ids(child_id) == []  # accepted, then discarded by the drain
+    assert rt.continuation.activations() == []
+    assert not [t for t in kit.script.turns if t.content == "never runs"]
+
+
+def test_drain_spares_one_shot_runs_and_other_forests(kit: Kit) -> None:
+    """R-DRAIN-2, R-DRAIN-8: a drained parent's one-shot runs are not cancelled; a
+    forest under a parent not passed to the drain keeps running, and that parent (and
+    any other) can still start and follow up continuable children."""
+    rt = kit.rt
+    drained, spared = kit.root("drained"), kit.root("spared")
+    kit.start(drained, [["block", "d"]], label="D")
+    kit.start(spared, [["block", "s"]], label="S")
+    run = rt.subagents.start(
+        "local",
+        SubagentStartRequest(
+            parent=drained,
+            prompt=[["block", "one-shot"]],
+            signal=AbortSignal.never(),
+            model="cmd",
+            label="O",
+        ),
+    )
+    for g in ("d", "s", "one-shot"):
+        assert kit.gate(g).wait_reached(10)
+    rt.subagents.drain_continuable_descendants([drained])
+    assert kit.act("D") is None and kit.act("S") is not None
+    assert ("cancelled", "S") not in kit.script.notes.items()
+    assert ("cancelled", "O") not in kit.script.notes.items()
+    rt.subagents.followup(spared, kit.sid("S"), "still open")
+    kit.start(spared, "hi", label="S2")
+    kit.wait_settled("S2", epochs=1)
+    kit.start(kit.root("other"), "hi", label="X")
+    kit.wait_settled("X", epochs=1)
+    kit.gate("one-shot").release()
+    assert run.result.get(10).stop_reason == "completed"
+    run.dispose()
+    kit.gate("s").release()
+    kit.wait_settled("S", epochs=1)
+    assert kit.contents("S")[-1] == "still open"
+
+
+def test_cutoff_lasts_while_the_exact_parent_is_registered(kit: Kit) -> None:
+    """R-DRAIN-1, R-DRAIN-6, R-DRAIN-7, R-DRAIN-9: after the drain returned, starts
+    and follow-ups below the root (and starts by a draining descendant) are refused;
+    the durable sessions stay; once the exact root leaves the registry the cutoff
+    ends, and a new Agent for the same session starts and resumes children."""
+    rt = kit.rt
+    root = kit.root()
+    root.followup([["start", "A", [["block_try", "a", "grandchild"]]]])
+    assert kit.gate("a").wait_reached(10)
+    a_id = kit.sid("A")
+    rt.subagents.drain_continuable_descendants([root])
+    assert ("start-refused", "A", ErrorCode.ADMISSION_CLOSED) in kit.script.notes.items()
+    assert "grandchild" not in kit.ids
+    events = len(kit.probe.events)
+    assert _refused_start(kit, root) == ErrorCode.ADMISSION_CLOSED
+    with pytest.raises(SubagentError) as err:
+        rt.subagents.followup(root, a_id, "refused")
+    assert err.value.code == ErrorCode.ADMISSION_CLOSED
+    assert len(kit.probe.events) == events and kit.act("A") is None
+    assert kit.persisted("A")  # only residency was released
+    root.dispose()
+    replacement = rt.agents.resume(root.session_id, options=AgentOptions(model="cmd"))
+    kit.start(replacement, "hi", label="fresh")
+    kit.wait_settled("fresh", epochs=1)
+    rt.subagents.followup(replacement, a_id, "resumed after the drain")
+    kit.wait_settled("A", epochs=2)
+    assert kit.contents("A") == [[["block_try", "a", "grandchild"]], "resumed after the drain"]
+
+
+def test_drain_takes_exact_live_host_owned_parents(kit: Kit) -> None:
+    """R-DRAIN-1: a continuable (not host-owned) parent or a stale parent is refused."""
+    rt = kit.rt
+    root = kit.root()
+    kit.start(root, [["block", "g"]], label="kid")
+    assert kit.gate("g").wait_reached(10)
+    with pytest.raises(SubagentError) as err:
+        rt.subagents.drain_continuable_descendants([kit.agent("kid")])
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+    gone = kit.root("gone")
+    gone.dispose()
+    with pytest.raises(SubagentError) as err:
+        rt.subagents.drain_continuable_descendants([gone])
+    assert err.value.code == ErrorCode.UNAUTHORIZED
+    assert ("cancelled", "kid") not in kit.script.notes.items()
+    kit.gate("g").release()
+    kit.wait_settled("kid", epochs=1)
