@@ -165,8 +165,10 @@ class Runtime:
                     lambda start: ((r.seq, r.event) for r in self.sessions.read(live.id, start)),
                 )
                 raw = states.get("subagent")
-                at = raw["seq"] if isinstance(raw, dict) else seq
-                if seq >= 0 and at >= live.header.seed_len:
+                # The built-in unit records where its identity was decided; another
+                # unit's value cannot prove it postdates a fork seed, so skip caching.
+                at = raw.get("seq") if isinstance(raw, dict) else (seq if raw is None else None)
+                if seq >= 0 and isinstance(at, int) and at >= live.header.seed_len:
                     self.sessions.cache_projection(
                         live, "subagent", at, projections.values(states)["subagent"]
                     )

@@ -34,7 +34,8 @@ from subagents.protocol import (
 )
 from subagents.store import LogRecord, SessionStore
 
-from ._backend import Backend, TaskHandle, current_backend
+from ._backend import Backend, TaskHandle
+from ._future import _Waiter
 
 __all__ = ["LiveSession", "SessionService"]
 
@@ -97,6 +98,7 @@ class _Writer:
         self._failed: dict[SessionId, BaseException] = {}
         self._closing = False
         self._task: TaskHandle | None = None
+        self._awake = False  # the writer is draining: no need to signal it again
 
     def submit(self, op: str, session_id: SessionId, payload: Any) -> int:
         with self._lock:
@@ -107,6 +109,11 @@ class _Writer:
             self._ops.append((ticket, op, session_id, payload))
             if self._task is None:
                 self._task = self._backend.spawn(self._run, name="subagents-session-writer")
+            if self._awake:
+                return ticket
+            self._awake = True
+        # Setting an event costs microseconds (a gevent one schedules a callback);
+        # only the submit that finds the writer asleep pays it.
         self._wake.set()
         return ticket
 
@@ -114,20 +121,30 @@ class _Writer:
         while True:
             self._wake.wait()
             self._wake.clear()
-            while self._ops:
+            self._drain()
+            with self._lock:
+                if self._ops:
+                    self._wake.set()  # raced with a submit that saw us awake
+                    continue
+                self._awake = False
+                if self._closing:
+                    return
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._ops:
+                    return
                 batch: list[tuple[int, str, SessionId, Any]] = []
                 while self._ops and len(batch) < 4096:
                     batch.append(self._ops.popleft())
-                self._write(batch)
-                with self._lock:
-                    self._committed = batch[-1][0]
-                    ready = [ev for t, ev in self._waiters if t <= self._committed]
-                    self._waiters = [(t, ev) for t, ev in self._waiters if t > self._committed]
-                for ev in ready:
-                    ev.set()
+            self._write(batch)
             with self._lock:
-                if self._closing and not self._ops:
-                    return
+                self._committed = batch[-1][0]
+                ready = [ev for t, ev in self._waiters if t <= self._committed]
+                self._waiters = [(t, ev) for t, ev in self._waiters if t > self._committed]
+            for ev in ready:
+                ev.wake()
 
     def _call(self, fn: Any, *args: Any) -> Any:
         if self._store.blocking:
@@ -179,12 +196,12 @@ class _Writer:
             self._failed[sid] = exc
 
     def wait(self, ticket: int, timeout: float | None) -> bool:
-        event = current_backend().event()
+        waiter = _Waiter()  # woken from the writer's thread, which may not be ours
         with self._lock:
             if self._committed >= ticket:
                 return True
-            self._waiters.append((ticket, event))
-        return bool(event.wait(timeout))
+            self._waiters.append((ticket, waiter))
+        return waiter.wait(timeout)
 
     def take_failure(self, sid: SessionId) -> BaseException | None:
         return self._failed.get(sid)
@@ -200,6 +217,7 @@ class _Writer:
         with self._lock:
             self._closing = True
             task = self._task
+            self._awake = True
         self._wake.set()
         if task is not None:
             task.join()

@@ -32,6 +32,7 @@ PATCHED_SUITE: list[str] = [
     "tests/runtime/test_agent.py",
     "tests/runtime/test_oneshot.py",
     "tests/runtime/test_events.py",
+    "tests/catalog",
 ]
 
 CHILD = """
