@@ -110,12 +110,13 @@ class Listing:
 
 
 class _Index:
-    __slots__ = ("children", "headers", "live")
+    __slots__ = ("broken", "children", "headers", "live")
 
     def __init__(self) -> None:
         self.headers: dict[SessionId, SessionHeader] = {}
         self.live: set[SessionId] = set()
         self.children: dict[SessionId, list[SessionId]] = {}
+        self.broken: dict[SessionId, list[Diagnostic]] = {}  # by parent: undecodable headers
 
 
 def _check(signal: AbortSignal) -> None:
@@ -171,8 +172,16 @@ class Catalog:
     def _index(self, signal: AbortSignal) -> _Index:
         index = _Index()
         if self._persistence is not None:
-            for header in self._read(self._persistence.all_headers, signal):
-                index.headers[header.id] = header
+            for item in self._read(self._persistence.scan_headers, signal):
+                if isinstance(item, SessionHeader):
+                    index.headers[item.id] = item
+                    continue
+                parent = (item.hint or {}).get("parent_session")
+                if parent is not None:
+                    diag = Diagnostic(
+                        id=SessionId(item.session_id), kind="corrupt", detail=str(item)
+                    )
+                    index.broken.setdefault(SessionId(parent), []).append(diag)
         if self._sessions is not None:
             for sid in self._sessions.live_ids():
                 live = self._sessions.live(sid)
@@ -408,6 +417,7 @@ class Catalog:
         ids = [c for c in index.children.get(pid, []) if index.headers[c].origin == "subagent"]
         served, diagnostics = self._classify(projections, index, ids, signal)
         rows = tuple(self._row(index, sid, served[sid]) for sid in ids if sid in served)
+        diagnostics.extend(d for d in index.broken.get(pid, ()) if d.id not in index.headers)
         _check(signal)
         return Listing(rows, tuple(diagnostics))
 
@@ -436,6 +446,8 @@ class Catalog:
             )
         ids = [sid for sid, _, _ in order if index.headers[sid].origin == "subagent"]
         served, diagnostics = self._classify(projections, index, ids, signal)
+        for node in (root, *(sid for sid, _, _ in order)):
+            diagnostics.extend(d for d in index.broken.get(node, ()) if d.id not in index.headers)
         rows = tuple(
             self._row(index, sid, served[sid], parent_id=parent, depth=depth)
             for sid, parent, depth in order

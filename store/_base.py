@@ -165,6 +165,12 @@ class SessionStore(abc.ABC):
     def all_headers(self) -> list[SessionHeader]:
         """Every session's header, ordered by ``(created_at, id)``."""
 
+    def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
+        """Like :meth:`all_headers`, but a header that does not decode is returned as
+        its :class:`CorruptRecordError` (seq ``-1``) in place, so one bad row does
+        not hide the others."""
+        return list(self.all_headers())
+
     @abc.abstractmethod
     def delete_session(self, session_id: SessionId | str) -> None:
         """Remove header, events and checkpoint; no error when absent.

@@ -257,6 +257,18 @@ class SqliteStore(SessionStore):
     def all_headers(self) -> list[SessionHeader]:
         return self._headers("", ())
 
+    def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
+        rows = self._query("SELECT id, parent, header FROM sessions ORDER BY created_at, id", ())
+        out: list[SessionHeader | CorruptRecordError] = []
+        for key, parent, blob in rows:
+            try:
+                out.append(decode_header_row(SessionId(key.hex()), blob))
+            except CorruptRecordError as exc:
+                # The indexed parent column still says where the broken row belongs.
+                exc.hint["parent_session"] = bytes(parent).hex() if parent is not None else None
+                out.append(exc)
+        return out
+
     def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
         sid = check_session_id(session_id)
         rows = self._query("SELECT seq, data FROM checkpoints WHERE session = ?", (sid.to_bytes(),))

@@ -25,6 +25,7 @@ from typing import Any
 from subagents.actors import Backend, Runtime
 from subagents.protocol import (
     ContinuableDescriptor,
+    CorruptRecordError,
     Event,
     MessageEvent,
     OneShotDescriptor,
@@ -183,6 +184,10 @@ class HookedMemoryStore(_Hooks, MemoryStore):
         self._enter("all_headers")
         return super().all_headers()
 
+    def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
+        self._enter("scan_headers")
+        return list(MemoryStore.all_headers(self))
+
     def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
         self._enter("list_headers", parent_session)
         return super().list_headers(parent_session)
@@ -225,6 +230,10 @@ class HookedSqliteStore(_Hooks, SqliteStore):
     def all_headers(self) -> list[SessionHeader]:
         self._enter("all_headers")
         return super().all_headers()
+
+    def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
+        self._enter("scan_headers")
+        return super().scan_headers()
 
     def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
         self._enter("list_headers", parent_session)

@@ -239,3 +239,25 @@ def test_dropping_the_projection_cache_changes_no_listing(
     assert rt.subagents.list_children(root.session_id) == first
     assert {s for s in store.reads_of if s != running} == set()
     gate.release()
+
+
+def test_garbled_header_row_is_a_diagnostic_not_a_failure(
+    backend: Backend, damaged: Damaged
+) -> None:
+    """R-LIST-14, R-ERR-1: a session whose stored *header* does not decode does not
+    hide its siblings: the listing (and the tree below the root) reports it as a
+    ``corrupt`` diagnostic under the parent its indexed column names."""
+    with sqlite3.connect(damaged.path) as conn:
+        cur = conn.execute(
+            "UPDATE sessions SET header = ? WHERE id = ?", (GARBAGE, damaged.future.id.to_bytes())
+        )
+        assert cur.rowcount == 1
+    conn.close()
+    with Runtime(str(damaged.path), backend=backend) as rt:
+        children = rt.subagents.list_children(damaged.root)
+        assert damaged.good.id in {r.id for r in children.rows}
+        assert diagnostics(children)[damaged.future.id] == "corrupt"
+        assert damaged.future.id not in {r.id for r in children.rows}
+        tree = rt.subagents.list_descendants(damaged.root)
+        assert diagnostics(tree)[damaged.future.id] == "corrupt"
+        assert damaged.good.id in {r.id for r in tree.rows}

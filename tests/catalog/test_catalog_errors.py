@@ -80,7 +80,7 @@ def test_an_aborted_signal_cancels_a_live_only_listing(rt: Runtime, which: str) 
 
 
 @pytest.mark.parametrize("which", LISTINGS)
-@pytest.mark.parametrize("method", ["all_headers", "get_projection", "read", "header"])
+@pytest.mark.parametrize("method", ["scan_headers", "get_projection", "read", "header"])
 def test_an_abort_inside_a_persistence_read_cancels_at_once(
     rtp: Runtime, which: str, method: str
 ) -> None:
@@ -260,6 +260,6 @@ def test_an_abort_inside_the_bulk_cache_read(rtp: Runtime) -> None:
     for which in LISTINGS:
         code = code_of(lambda: listing(rtp, which, root.session_id, controller.signal))  # noqa: B023
         assert code == ErrorCode.CANCELLED
-        assert [m for m, _ in store.read_log] == ["all_headers", "get_projections"]
+        assert [m for m, _ in store.read_log] == ["scan_headers", "get_projections"]
         store.reset_counts()
         controller = AbortController()
