@@ -270,6 +270,12 @@ class ContinuationManager:
                         ErrorCode.UNAUTHORIZED,
                         "the parent is no longer the exact live direct parent",
                     )
+                # A registration disposed during the materialization: its revocation
+                # found no resident child, so it is undone here, before the first turn.
+                for registration in [
+                    reg for reg in msg.agent._setup_releases if reg not in self._setups
+                ]:
+                    self._release_one(msg.agent, registration)
                 act = Activation(
                     msg.agent,
                     parent_session=r.parent.session_id,
@@ -483,6 +489,15 @@ class ContinuationManager:
         for registration in registrations:
             release = registration.contribution(scope)
             agent._setup_releases[registration] = release if callable(release) else _noop
+
+    @staticmethod
+    def _release_one(agent: Agent, registration: Any) -> None:
+        release = agent._setup_releases.pop(registration, None)
+        if release is not None:
+            try:
+                release()
+            except Exception:
+                logger.exception("revoking a setup contribution failed")
 
     @staticmethod
     def _release_setups(agent: Agent) -> None:
