@@ -197,3 +197,18 @@ def test_drain_takes_exact_live_host_owned_parents(kit: Kit) -> None:
     assert ("cancelled", "kid") not in kit.script.notes.items()
     kit.gate("g").release()
     kit.wait_settled("kid", epochs=1)
+
+
+def test_drain_reaches_running_descendants_through_waiting_parents(kit: Kit) -> None:
+    """R-DRAIN-4, R-RES-6: cancellation reaches a running grandchild below a waiting
+    (idle) child, and the forest is still released child-first."""
+    rt = kit.rt
+    root = kit.root()
+    root.followup([["start", "A", [["start", "B", [["block", "b"]]]]]])
+    assert kit.gate("b").wait_reached(10)
+    a = kit.act("A")
+    assert a is not None and a.agent.wait_idle(10)  # A waits; B runs
+    rt.subagents.drain_continuable_descendants([root])
+    assert ("cancelled", "B") in kit.script.notes.items()
+    ends = [e.child_id for e in kit.probe.events if e.type == "subagent/end"]
+    assert ends == [str(kit.sid("B")), str(kit.sid("A"))]

@@ -190,3 +190,28 @@ def test_contributions_reach_only_continuable_children(kit: Kit) -> None:
     with pytest.raises(SubagentError) as err:
         rt.subagents.report_from(root, "top-level cannot report")
     assert err.value.code == ErrorCode.UNAUTHORIZED
+
+
+def test_revocation_reaches_a_child_materializing_at_the_time(kit: Kit) -> None:
+    """R-SETUP-6: a registration disposed while a child is being materialized (the
+    contribution already installed, publication pending) does not survive into the
+    published Activation: it is released and its tool is gone."""
+    rt = kit.rt
+    one = Contribution(kit, "alpha")
+    registration = rt.subagents.register_continuable_setup(one)
+    mat = kit.gate("materializing")
+    rt.subagents.register_continuable_setup(lambda scope: mat.pass_through(None))
+    root = kit.root()
+    task = spawn(rt, kit.start, root, [["block", "g"]], "kid")
+    assert mat.wait_reached(10)
+    assert len(one.installs) == 1  # installed, not yet published
+    registration.dispose()
+    mat.release()
+    child_id, _ = task.result(10)
+    assert kit.gate("g").wait_reached(10)
+    assert one.releases == [str(child_id)]
+    assert "alpha" not in kit.live("kid")._extra_tools
+    assert "alpha" not in kit.script.turns_of("kid")[0].tools
+    kit.gate("g").release()
+    kit.wait_settled("kid", epochs=1)
+    assert one.releases == [str(child_id)]  # released once
