@@ -1,0 +1,332 @@
+"""Baselines measured in the same run, fan-out, and reports.
+
+* ``baselines`` -- the paths every ratio is read against (BASELINES.md):
+  ``collections.deque``, ``queue.Queue`` thread hand-off, gevent ``Queue`` between
+  greenlets, raw pykka ``tell`` on threads and on our gevent runtime, thespian
+  ``simpleSystemBase``, autogen-core ``SingleThreadedAgentRuntime`` (sequential
+  ``send_message``), raw sqlite3 group commit. A missing optional package (the
+  ``bench`` extra) skips its row with a note.
+* ``fanout`` -- one parent, 100 continuable children, 100 follow-ups each:
+  accepted follow-ups -> completed turns per second, both runtimes; compared
+  with autogen-core's sequential send rate (target >= 10x).
+* ``reports`` -- a resident continuable child reporting to its parent: quiet
+  reports/s and waking reports (each one parent turn)/s.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import msgpack
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors.testing import Block, Gate, ScriptedBehaviour
+from subagents.store import MemoryStore
+
+from bench._harness import Context, Row, compare, group
+
+BACKENDS = ("threading", "gevent")
+
+
+def _deque(n: int) -> float:
+    d: collections.deque[int] = collections.deque()
+    start = time.perf_counter()
+    for i in range(n):
+        d.append(i)
+        d.popleft()
+    return n / (time.perf_counter() - start)
+
+
+def _queue(n: int) -> float:
+    q: queue.Queue[int] = queue.Queue()
+
+    def consume() -> None:
+        for _ in range(n):
+            q.get()
+
+    t = threading.Thread(target=consume)
+    start = time.perf_counter()
+    t.start()
+    for i in range(n):
+        q.put(i)
+    t.join()
+    return n / (time.perf_counter() - start)
+
+
+def _gevent_queue(n: int) -> float:
+    import gevent
+    import gevent.queue
+
+    q: gevent.queue.Queue[int] = gevent.queue.Queue()
+
+    def consume() -> None:
+        for _ in range(n):
+            q.get()
+
+    g = gevent.spawn(consume)
+    start = time.perf_counter()
+    for i in range(n):
+        q.put(i)
+    g.join()
+    return n / (time.perf_counter() - start)
+
+
+def _thespian(n: int) -> float | None:
+    try:
+        from thespian.actors import Actor, ActorSystem
+    except ImportError:
+        return None
+
+    class Counter(Actor):  # type: ignore[misc]
+        count = 0
+
+        def receiveMessage(self, message: Any, sender: Any) -> None:
+            if message == "get":
+                self.send(sender, self.count)
+            elif isinstance(message, int):
+                self.count += 1
+
+    system = ActorSystem("simpleSystemBase")
+    try:
+        actor = system.createActor(Counter)
+        start = time.perf_counter()
+        for i in range(n):
+            system.tell(actor, i)
+        assert system.ask(actor, "get", 60) == n
+        return n / (time.perf_counter() - start)
+    finally:
+        system.shutdown()
+
+
+def _autogen(n: int) -> float | None:
+    try:
+        from bench._autogen_baseline import send_rate
+    except ImportError:
+        return None
+    return send_rate(n)
+
+
+def raw_sqlite_group(tmp: str, n: int) -> float:
+    path = os.path.join(tmp, f"raw-{n}.db")
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("pragma journal_mode=wal")
+    con.execute("pragma synchronous=FULL")
+    con.execute("create table ev(session text, seq integer, body blob, primary key(session, seq))")
+    body = msgpack.packb(
+        {"type": "message", "content": "x" * 200, "source": {"kind": "parent", "id": "abc"}}
+    )
+    start = time.perf_counter()
+    for j in range(0, n, 1000):
+        con.execute("begin")
+        con.executemany(
+            "insert into ev values(?,?,?)", (("s", i, body) for i in range(j, min(n, j + 1000)))
+        )
+        con.execute("commit")
+    elapsed = time.perf_counter() - start
+    con.close()
+    return n / elapsed
+
+
+def autogen_rate(ctx: Context) -> float | None:
+    return _autogen(ctx.size(5000, 100))
+
+
+@group("baselines")
+def baselines(ctx: Context) -> list[Row]:
+    from bench.actors_bench import _raw_tell
+
+    n = ctx.size(200_000, 2000)
+    rows = [
+        Row(
+            workload="deque append+popleft",
+            backend="-",
+            store="-",
+            value=_deque(n * 5),
+            unit="msg/s",
+        ),
+        Row(
+            workload="queue.Queue thread hand-off",
+            backend="threading",
+            store="-",
+            value=_queue(n),
+            unit="msg/s",
+        ),
+        Row(
+            workload="gevent Queue greenlet hand-off",
+            backend="gevent",
+            store="-",
+            value=_gevent_queue(n),
+            unit="msg/s",
+        ),
+        Row(
+            workload="raw pykka tell",
+            backend="threading",
+            store="-",
+            value=_raw_tell("threading", n),
+            unit="msg/s",
+        ),
+        Row(
+            workload="raw pykka tell",
+            backend="gevent",
+            store="-",
+            value=_raw_tell("gevent", n),
+            unit="msg/s",
+        ),
+        Row(
+            workload="raw sqlite3 group commit x1000",
+            backend="-",
+            store="sqlite",
+            value=raw_sqlite_group(str(ctx.tmpdir), n),
+            unit="rows/s",
+        ),
+    ]
+    thespian = _thespian(n)
+    if thespian is not None:
+        rows.append(
+            Row(
+                workload="thespian simpleSystemBase tell",
+                backend="-",
+                store="-",
+                value=thespian,
+                unit="msg/s",
+            )
+        )
+    else:
+        ctx.log("thespian not installed: row skipped (pip install -e '.[bench]')")
+    autogen = autogen_rate(ctx)
+    if autogen is not None:
+        rows.append(
+            Row(
+                workload="autogen-core send_message (sequential)",
+                backend="asyncio",
+                store="-",
+                value=autogen,
+                unit="msg/s",
+            )
+        )
+    else:
+        ctx.log("autogen-core not installed: row skipped (pip install -e '.[bench]')")
+    return rows
+
+
+# -- fan-out ----------------------------------------------------------------------------
+
+
+@group("fanout")
+def fanout(ctx: Context) -> list[Row]:
+    children = ctx.size(100, 5)
+    per_child = ctx.size(100, 5)
+    autogen = autogen_rate(ctx)
+    rows: list[Row] = []
+    base = (
+        Row(
+            workload="autogen-core send_message (sequential)",
+            backend="asyncio",
+            store="-",
+            value=autogen,
+            unit="msg/s",
+        )
+        if autogen
+        else None
+    )
+    if base is not None:
+        rows.append(base)
+    for backend in BACKENDS:
+        gate = Gate()
+        with Runtime(MemoryStore(), backend=backend) as rt:
+            rt.models.register("blocker", lambda _o: ScriptedBehaviour([Block(gate)]))
+
+            def child(turn: Any) -> Any:
+                if turn.index == 0:  # keep the child resident: it waits on a blocked grandchild
+                    turn.subagents.start_continuable(
+                        "local", "hold", label="holder", model="blocker"
+                    )
+                return None
+
+            rt.models.register("child", lambda _o: child)
+            root = rt.spawn("echo", label="root")
+            ids = [
+                rt.subagents.start_continuable(
+                    ContinuableStartSpec(
+                        parent=root, provider="local", prompt="s", label=f"c{i}", model="child"
+                    )
+                ).child_id
+                for i in range(children)
+            ]
+            while gate.arrivals < children:
+                rt.backend.sleep(0.005)
+            agents = [rt.agents.get(cid) for cid in ids]
+            assert all(a is not None and a.wait_idle(60) for a in agents)
+            start = time.perf_counter()
+            for k in range(per_child):
+                for cid in ids:
+                    rt.subagents.followup(root, cid, k)
+            assert all(a is not None and a.wait_idle(300) for a in agents)
+            value = children * per_child / (time.perf_counter() - start)
+            gate.release()
+        row = Row(
+            workload=f"fanout 1 parent x {children} children x {per_child}",
+            backend=backend,
+            store="memory",
+            value=value,
+            unit="turns/s",
+        )
+        rows.append(compare(row, base, target=10.0) if base is not None else row)
+    return rows
+
+
+# -- reports ------------------------------------------------------------------------------
+
+
+@group("reports")
+def reports(ctx: Context) -> list[Row]:
+    n = ctx.size(20_000, 200)
+    rows: list[Row] = []
+    for backend in BACKENDS:
+        for delivery in ("quiet", "waking"):
+            gate = Gate()
+            box: dict[str, Any] = {}
+            with Runtime(MemoryStore(), backend=backend) as rt:
+                rt.models.register("blocker", lambda _o: ScriptedBehaviour([Block(gate)]))
+
+                def child(turn: Any) -> Any:
+                    turn.subagents.start_continuable(
+                        "local", "hold", label="holder", model="blocker"
+                    )
+                    box["child"] = turn.agent
+                    return None
+
+                rt.models.register("child", lambda _o: child)
+                root = rt.spawn(lambda t: None, label="root")
+                rt.subagents.start_continuable(
+                    ContinuableStartSpec(
+                        parent=root, provider="local", prompt="s", label="reporter", model="child"
+                    )
+                )
+                while gate.arrivals < 1:
+                    rt.backend.sleep(0.005)
+                reporter = box["child"]
+                assert reporter.wait_idle(60)
+                start = time.perf_counter()
+                for i in range(n):
+                    rt.subagents.report_from(reporter, i, delivery=delivery)
+                if delivery == "quiet":
+                    root.followup("collect")  # the quiet reports are context of this turn
+                assert root.wait_idle(300)
+                value = n / (time.perf_counter() - start)
+                gate.release()
+            rows.append(
+                Row(
+                    workload=f"reports child->parent ({delivery})",
+                    backend=backend,
+                    store="memory",
+                    value=value,
+                    unit="reports/s",
+                )
+            )
+    return rows
