@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +182,7 @@ class Agent:
         self._next_turn = next_turn
         self._loop: Any = None
         self._flush_on_stop = True
+        self.idle_since = time.monotonic()  # when the agent last became quiescent
         self._checkpoint_on_stop = False
         self._descriptor: Any = None  # a continuable child's folded descriptor
         self._extra_tools: dict[str, Callable[..., Any]] = {}  # from setup contributions
@@ -357,6 +359,7 @@ class Agent:
             self._inflight -= 1
             idle = self._inflight == 0
             if idle:
+                self.idle_since = time.monotonic()
                 self._idle.set()
         return idle
 

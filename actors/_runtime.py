@@ -49,6 +49,10 @@ class Runtime:
         clock: returns an aware UTC ``datetime``; inject one in tests.
         default_providers: register the ``local`` and ``fork`` providers.
         projections: mount ``session_projections`` (listing needs it).
+        keep_warm: seconds an idle continuable child stays resident before it
+            settles (0, the default, settles at once as the specification says;
+            ``float("inf")`` keeps children resident until drained or closed). A
+            warm child takes follow-ups without a cold resume.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class Runtime:
         clock: Callable[[], _dt.datetime] | None = None,
         default_providers: bool = True,
         projections: bool = True,
+        keep_warm: float = 0.0,
     ) -> None:
         self.backend = get_backend(backend)
         if clock is not None and not callable(clock):
@@ -73,7 +78,7 @@ class Runtime:
         if projections:
             self.session_projections = ProjectionRegistry()
         self.subagents = SubagentService(self)
-        self.continuation = ContinuationManager(self)
+        self.continuation = ContinuationManager(self, keep_warm=keep_warm)
         self._closed = False
         self._close_lock = threading.Lock()
         self.default_providers: list[ProviderRegistration] = []

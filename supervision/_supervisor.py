@@ -9,10 +9,11 @@ actor's ``on_stop``, which then reports back).
 Messages it accepts:
 
 * ``Quiescent(activation)`` -- something changed that may let the Activation
-  settle (its agent went idle, an owned child was released, an admission ended).
-  If :func:`residency` says ``settled`` -- checked under the registry lock, so no
-  admission can slip in between -- the Activation leaves the registry and its
-  agent is disposed (after a best-effort flush of its session).
+  settle (its agent went idle, an owned child was released, an admission ended,
+  a keep-warm delay ran out). If :func:`residency` says ``settled`` -- checked
+  under the registry lock, so no admission can slip in between -- and no keep-warm
+  delay holds it, the Activation leaves the registry and its agent is disposed
+  (after a best-effort flush of its session).
 * ``Released(activation)`` -- the agent handle is disposed. The supervisor
   revokes the scope's contributions, emits ``subagent/end``, removes the child
   from its parent Activation's ``owned`` set, and re-evaluates that parent: a
@@ -65,10 +66,16 @@ class SupervisorHooks(Protocol):
     def on_released(self, activation: Activation) -> None:
         """Contributions revoked, ``subagent/end`` emitted, registry updated."""
 
+    def keep_warm(self, activation: Activation) -> bool:
+        """True to keep a settled Activation resident a while longer (lock held);
+        the hooks then send ``Quiescent`` again when the delay has passed."""
+
 
 def _settle_if_ready(hooks: SupervisorHooks, activation: Activation) -> None:
     with hooks.lock:
         if activation.settling or residency(activation) != "settled":
+            return
+        if hooks.keep_warm(activation):
             return
         activation.settling = True
         hooks.begin_settle(activation)
