@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ from subagents.supervision import Activation, Quiescent, Released, supervisor_ac
 
 from ._agent import Agent
 from ._providers import child_options
-from ._signal import AbortSignal
+from ._signal import AbortController, AbortSignal
 from ._types import (
     AncestorAuthority,
     ContinuableCreateSpec,
@@ -75,6 +76,28 @@ logger = logging.getLogger("subagents")
 
 def _err(code: str, message: str) -> SubagentError:
     return SubagentError(message, code=code)
+
+
+class _Latch:
+    """A one-shot event that a caller can also wait on together with its own signal."""
+
+    __slots__ = ("_controller",)
+
+    def __init__(self) -> None:
+        self._controller = AbortController()
+
+    @property
+    def signal(self) -> AbortSignal:
+        return self._controller.signal
+
+    def set(self) -> None:
+        self._controller.abort("set")
+
+    def is_set(self) -> bool:
+        return self._controller.signal.aborted
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._controller.signal.wait(timeout)
 
 
 class _Reservation:
@@ -170,7 +193,7 @@ class SetupRegistration:
 class ContinuationManager:
     """Admission, residency and release of continuable children (see module docstring)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, *, keep_warm: float = 0.0) -> None:
         self._runtime = runtime
         self.lock = threading.RLock()
         self._activations: dict[SessionId, Activation] = {}
@@ -178,6 +201,13 @@ class ContinuationManager:
         self._settling: dict[SessionId, Activation] = {}
         self._cutoffs: dict[SessionId, Agent] = {}
         self._setups: list[SetupRegistration] = []
+        if not isinstance(keep_warm, (int, float)) or keep_warm < 0:
+            raise _err(ErrorCode.INVALID_ARGUMENT, "keep_warm is a number of seconds >= 0")
+        self.keep_warm_seconds = float(keep_warm)
+        self._warm: dict[SessionId, Activation] = {}
+        self._sweeper: Any = None
+        self._sweeper_wake = runtime.backend.event()
+        self._closing = False
         backend = runtime.backend
         self._registry = _registry_actor_class(backend.actor_class).start(self)
         self._supervisor = supervisor_actor_class(backend.actor_class).start(self)
@@ -241,9 +271,7 @@ class ContinuationManager:
             parent_act = self._activation_of(msg.parent)
             if parent_act is not None:
                 parent_act.admissions += 1  # keeps the parent resident while we materialize
-            reservation = _Reservation(
-                msg.child_id, msg.parent, lineage, parent_act, self._runtime.backend.event()
-            )
+            reservation = _Reservation(msg.child_id, msg.parent, lineage, parent_act, _Latch())
             self._reservations[msg.child_id] = reservation
             return reservation
 
@@ -283,7 +311,7 @@ class ContinuationManager:
                     lineage=r.lineage,
                     provider=msg.descriptor.provider,
                     run_id=new_run_id(),
-                    released=self._runtime.backend.event(),
+                    released=_Latch(),
                 )
                 act.draining = self._closed_below(r.lineage)
                 self._activations[r.child_id] = act
@@ -335,6 +363,46 @@ class ContinuationManager:
         if self._activations.get(activation.child_id) is activation:
             del self._activations[activation.child_id]
         self._settling[activation.child_id] = activation
+
+    def keep_warm(self, activation: Activation) -> bool:
+        """Supervisor hook (registry lock held): hold a settled, idle Activation resident
+        until ``keep_warm`` seconds after its agent last went idle."""
+        delay = self.keep_warm_seconds
+        if delay <= 0 or activation.draining or self._closing:
+            return False
+        if time.monotonic() - activation.agent.idle_since >= delay:
+            return False
+        if delay != float("inf"):
+            self._warm[activation.child_id] = activation
+            if self._sweeper is None:
+                self._sweeper = self._runtime.backend.spawn(self._sweep, name="subagents-keep-warm")
+            else:
+                self._sweeper_wake.set()
+        return True
+
+    def _sweep(self) -> None:
+        """Re-offer warm Activations to the supervisor once their delay has passed."""
+        while True:
+            with self.lock:
+                if self._closing or not self._warm:
+                    self._sweeper = None
+                    return
+                now = time.monotonic()
+                due, soonest = [], self.keep_warm_seconds
+                for cid, act in list(self._warm.items()):
+                    left = self.keep_warm_seconds - (now - act.agent.idle_since)
+                    if act.settling or self._activations.get(cid) is not act:
+                        del self._warm[cid]
+                    elif left <= 0 or not act.agent.idle:
+                        del self._warm[cid]
+                        if act.agent.idle:
+                            due.append(act)
+                    else:
+                        soonest = min(soonest, left)
+            for act in due:
+                self._supervisor.tell(Quiescent(act))
+            self._sweeper_wake.wait(max(0.001, soonest))
+            self._sweeper_wake.clear()
 
     def dispose_async(self, activation: Activation) -> None:
         agent = activation.agent
@@ -478,8 +546,8 @@ class ContinuationManager:
                 return answer
             if isinstance(answer, Activation):
                 raise _ResidentNow(answer)
-            _, event = answer
-            event.wait(30.0)
+            _, latch = answer
+            AbortSignal.any(latch.signal, signal).wait(30.0)  # the caller may give up
 
     def _install_setups(self, agent: Agent) -> None:
         """Install every registered contribution into the unpublished scope."""
@@ -757,7 +825,13 @@ class ContinuationManager:
     # -- shutdown ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the registry and supervisor actors after their queued messages."""
+        """Stop the keep-warm sweeper and the registry and supervisor actors."""
+        with self.lock:
+            self._closing = True
+            sweeper = self._sweeper
+        self._sweeper_wake.set()
+        if sweeper is not None:
+            sweeper.join(30)
         for ref in (self._registry, self._supervisor):
             try:
                 ref.stop(block=True, timeout=30)
