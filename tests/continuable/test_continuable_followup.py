@@ -479,3 +479,37 @@ def test_child_without_descriptor_identity_is_not_resumed(kitp: Kit, variant: st
     assert len(kit.probe.events) == events
     assert len(kit.script.created) == built
     assert child_id not in rt.sessions.live_ids()
+
+
+def test_abort_while_waiting_for_another_materialization(kit: Kit) -> None:
+    """R-FUP-14, R-ERR-6: a follow-up queued behind another materialization of the
+    same child raises CANCELLED as soon as its signal aborts, while that other
+    materialization is still blocked; it delivers nothing."""
+    rt = kit.rt
+    root = kit.root()
+    child_id, _ = kit.start(root, "hi", label="kid")
+    kit.wait_settled("kid", epochs=1)
+    mat = kit.gate("materializing")
+    armed = [True]
+
+    def block(options: Any) -> None:
+        if armed[0]:
+            armed[0] = False
+            mat.pass_through(None)
+
+    kit.script.on_create = block
+    first = spawn(rt, rt.subagents.followup, root, child_id, "first")
+    assert mat.wait_reached(10)
+    controller = AbortController()
+    second = spawn(
+        rt, lambda: rt.subagents.followup(root, child_id, "second", signal=controller.signal)
+    )
+    assert not second.join(0.3)  # queued behind the first materialization
+    controller.abort("caller left")
+    error = second.error(5)
+    assert isinstance(error, SubagentError) and error.code == ErrorCode.CANCELLED
+    assert not first.done()  # ... while the first is still blocked
+    mat.release()
+    first.result(10)
+    kit.wait_settled("kid", epochs=2)
+    assert kit.contents("kid") == ["hi", "first"]
