@@ -208,6 +208,15 @@ class Agent:
         return self._session.header.parent_session
 
     @property
+    def _parent_source(self) -> MessageSource:
+        """The source of messages this agent sends its children (built once)."""
+        source = self.__dict__.get("_parent_source_cache")
+        if source is None:
+            source = MessageSource(kind="parent", session_id=self.session_id)
+            self.__dict__["_parent_source_cache"] = source
+        return source
+
+    @property
     def header_delegation_depth(self) -> int:
         return self._session.header.delegation_depth
 
@@ -500,8 +509,7 @@ class Agent:
         self._next_turn = index + 1
         context = tuple(self._context)
         self._context.clear()
-        message = Message(message_id=d.message_id, content=d.content, source=d.source, kind=d.kind)
-        turn = Turn(self, index, (message,), context, self._session.next_seq - 1)
+        turn = Turn(self, index, d, context, self._session.next_seq - 1)
         events: list[Event] = [TurnStart(turn=index, at=clock(), message_ids=(d.message_id,))]
         events.extend(d.extra)
         for q in context:

@@ -54,7 +54,7 @@ from subagents.protocol import (
 )
 from subagents.supervision import Activation, Quiescent, Released, supervisor_actor_class
 
-from ._agent import Agent
+from ._agent import Agent, _plain
 from ._providers import child_options
 from ._signal import AbortController, AbortSignal
 from ._types import (
@@ -230,8 +230,24 @@ class ContinuationManager:
         return act if act is not None and act.agent is agent else None
 
     def _lineage(self, parent: Agent) -> tuple[Agent, ...]:
-        act = self._activation_of(parent)
-        return (parent, *act.lineage) if act is not None else (parent,)
+        """``parent`` and its exact live ancestors, nearest first.
+
+        Above a parent outside continuation (a one-shot child) the chain goes on
+        through the live agents of the durable parent sessions, so a drain of a
+        host-owned ancestor also covers what is started below a one-shot child.
+        """
+        chain = [parent]
+        agent = parent
+        while True:
+            act = self._activation_of(agent)
+            if act is not None:
+                return (*chain, *act.lineage)
+            above = agent.parent_session
+            up = self._runtime.agents.get(above) if above is not None else None
+            if up is None or up in chain:
+                return tuple(chain)
+            chain.append(up)
+            agent = up
 
     def _closed_below(self, lineage: Sequence[Agent]) -> bool:
         agents = self._runtime.agents
@@ -604,17 +620,14 @@ class ContinuationManager:
             raise _err(ErrorCode.INVALID_ARGUMENT, "source must be a MessageSource")
         if signal is not None and not isinstance(signal, AbortSignal):
             raise _err(ErrorCode.INVALID_ARGUMENT, "signal must be an AbortSignal")
-        signal = signal or AbortSignal.never()
-        packb(content)
+        signal = signal or _NEVER
+        if not _plain(content):
+            packb(content)
         self._require_agents()
         signal.raise_if_aborted()
         if not runtime.agents.is_live(parent):
             raise _err(ErrorCode.UNAUTHORIZED, "the caller is not a live agent")
-        src = (
-            source
-            if source is not None
-            else MessageSource(kind="parent", session_id=parent.session_id)
-        )
+        src = source if source is not None else parent._parent_source
         message_id = new_message_id()
         for _ in range(100):
             delivered = self._deliver_resident(parent, cid, content, src, message_id)
@@ -639,7 +652,7 @@ class ContinuationManager:
             if act is None or act.settling:
                 return False
             self._authorize_parent(parent, act.agent.header)
-            if act.draining or self._closed_below(self._lineage(parent)):
+            if act.draining or (self._cutoffs and self._closed_below(self._lineage(parent))):
                 raise _err(
                     ErrorCode.ADMISSION_CLOSED, "admission is closed below this parent (drained)"
                 )
@@ -841,6 +854,9 @@ class ContinuationManager:
 
 def _noop() -> None:
     return None
+
+
+_NEVER = AbortSignal.never()
 
 
 class _ResidentNow(Exception):

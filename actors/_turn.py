@@ -43,22 +43,28 @@ class Message:
 class Turn:
     """The behaviour's view of one running turn (valid only while it runs)."""
 
-    __slots__ = ("_agent", "_controller", "_history_through", "context", "index", "messages")
+    __slots__ = ("_agent", "_controller", "_delivered", "_history_through", "context", "index")
 
     def __init__(
         self,
         agent: Agent,
         index: int,
-        messages: tuple[Message, ...],
+        delivered: Any,
         context: tuple[Message, ...],
         history_through: int,
     ) -> None:
         self._agent = agent
         self.index = index
-        self.messages = messages
+        self._delivered = delivered  # the inbox envelope: id, content, source, kind
         self.context = context
         self._history_through = history_through  # last seq before this turn began
         self._controller: AbortController | None = None
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The message(s) this turn claimed (one: a follow-up, prompt or waking report)."""
+        d = self._delivered
+        return (Message(message_id=d.message_id, content=d.content, source=d.source, kind=d.kind),)
 
     @property
     def agent(self) -> Agent:
@@ -68,7 +74,7 @@ class Turn:
     @property
     def content(self) -> Any:
         """Content of the delivered message."""
-        return self.messages[-1].content
+        return self._delivered.content
 
     @property
     def signal(self) -> AbortSignal:

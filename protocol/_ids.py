@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 from typing import Final
 
 from ._errors import ErrorCode, SubagentError
@@ -74,27 +73,24 @@ class RunId(_Id):
 
 
 class _Minter:
-    __slots__ = ("_counter", "_lock", "_pid", "_prefix")
+    __slots__ = ("_counter", "_prefix")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
         self._prefix = os.urandom(8).hex()
         self._counter = itertools.count(1)
 
     def next_hex(self) -> str:
-        if os.getpid() != self._pid:  # a forked child must not repeat its parent's ids
-            with self._lock:
-                if os.getpid() != self._pid:
-                    self._reset()
         # next() on itertools.count is atomic under the GIL.
         return f"{self._prefix}{next(self._counter):016x}"
 
 
 _minter = _Minter()
+# A forked child must not repeat its parent's ids: it draws a new prefix at fork
+# time (cheaper than comparing os.getpid() on every mint, which cost ~0.5 us).
+os.register_at_fork(after_in_child=_minter._reset)
 
 
 def new_session_id() -> SessionId:
