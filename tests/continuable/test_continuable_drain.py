@@ -212,3 +212,32 @@ def test_drain_reaches_running_descendants_through_waiting_parents(kit: Kit) -> 
     assert ("cancelled", "B") in kit.script.notes.items()
     ends = [e.child_id for e in kit.probe.events if e.type == "subagent/end"]
     assert ends == [str(kit.sid("B")), str(kit.sid("A"))]
+
+
+def test_drain_covers_continuable_descendants_below_a_one_shot_child(kit: Kit) -> None:
+    """R-DRAIN-1, R-DRAIN-2 (interpretation: a one-shot child of a drained parent is
+    one of its descendants): a continuable child that a one-shot child started is
+    drained, the one-shot run itself is not cancelled, and it may not start another
+    continuable child below the drained parent afterwards."""
+    rt = kit.rt
+    root = kit.root()
+    run = rt.subagents.start(
+        "local",
+        SubagentStartRequest(
+            parent=root,
+            prompt=[["start", "G", [["block", "g"]]], ["block", "o"], ["try_start", "G2", "hi"]],
+            signal=AbortSignal.never(),
+            model="cmd",
+            label="O",
+        ),
+    )
+    assert kit.gate("g").wait_reached(10) and kit.gate("o").wait_reached(10)
+    rt.subagents.drain_continuable_descendants([root])
+    assert ("cancelled", "G") in kit.script.notes.items()
+    assert kit.act("G") is None
+    assert ("cancelled", "O") not in kit.script.notes.items()
+    kit.gate("o").release()
+    assert run.result.get(10).stop_reason == "completed"
+    run.dispose()
+    assert ("start-refused", "O", ErrorCode.ADMISSION_CLOSED) in kit.script.notes.items()
+    assert "G2" not in kit.ids
