@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 import pytest
-from continuable_kit import Kit
+from continuable_kit import Kit, spawn
 from subagents.actors import AbortSignal, Agent, SubagentStartRequest
 from subagents.protocol import SubagentError, TurnEnd
 from subagents.supervision import residency
@@ -211,3 +211,38 @@ def test_epoch_events_have_one_shape_for_every_kind_of_epoch(kitp: Kit) -> None:
     for kind in ("subagent/start", "subagent/end"):
         shapes = [shape(e) for e in events + one_shot if e.type == kind]
         assert all(s == shapes[0] for s in shapes), shapes
+
+
+def test_runtime_close_cancels_every_level_then_releases_child_first(kit: Kit) -> None:
+    """R-RES-5, R-RES-6: closing the runtime (teardown) cancels every level of a
+    three-level continuable chain before it waits for the slow middle level, and
+    disposes children strictly before parents."""
+    rt = kit.rt
+    root = kit.root()
+    root.followup(
+        [
+            [
+                "start",
+                "A",
+                [
+                    [
+                        "start",
+                        "B",
+                        [["start", "C", [["block", "c"]]], ["block_slow", "b", "hold"]],
+                    ],
+                    ["block", "a"],
+                ],
+            ]
+        ]
+    )
+    for g in ("a", "b", "c"):
+        assert kit.gate(g).wait_reached(10)
+    closing = spawn(rt, rt.close)
+    notes = kit.script.notes
+    assert notes.wait_for(lambda n: all(("cancelled", x) in n for x in "ABC")), notes.items()
+    assert ("slow-done", "B") not in notes.items() and not closing.done()
+    kit.gate("hold").release()
+    closing.result(30)
+    items = notes.items()
+    disposed = [items.index(("disposed", x)) for x in ("C", "B", "A", "root")]
+    assert disposed == sorted(disposed)
