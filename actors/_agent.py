@@ -430,7 +430,7 @@ class Agent:
                     "context": pending,
                 },
             )
-        self._runtime._on_session_leaving(self._session)
+        self._runtime._on_session_leaving(self._session, self._descriptor)
         if self._flush_on_stop:
             try:
                 sessions.flush(self.session_id)

@@ -154,32 +154,40 @@ class Runtime:
                 if not agent.wait_idle(remaining) and not agent.disposed:
                     return False
 
-    def _on_session_leaving(self, live: LiveSession) -> None:
-        """A session leaves the live set: cache its identity, drop its watermark."""
+    def _on_session_leaving(self, live: LiveSession, descriptor: Any = None) -> None:
+        """A session leaves the live set: cache its identity, drop its watermark.
+
+        A continuable child knows its descriptor (appended at creation, right after
+        any fork seed, so at ``seed_len``): no log is read, and settling costs the
+        same however long the log is. Other subagent sessions fold their (short)
+        one-shot logs through the registry.
+        """
         projections = self.session_projections
         if projections is None:
             return
-        if (
-            live.header.origin == "subagent"
-            and self.store is not None
-            and "subagent" in projections
-        ):
-            try:
-                seq, states = projections.snapshot(
-                    live.id,
-                    lambda start: ((r.seq, r.event) for r in self.sessions.read(live.id, start)),
-                )
-                raw = states.get("subagent")
-                # The built-in unit records where its identity was decided; another
-                # unit's value cannot prove it postdates a fork seed, so skip caching.
-                at = raw.get("seq") if isinstance(raw, dict) else (seq if raw is None else None)
-                if seq >= 0 and isinstance(at, int) and at >= live.header.seed_len:
-                    self.sessions.cache_projection(
-                        live, "subagent", at, projections.values(states)["subagent"]
-                    )
-            except Exception:
-                logger.exception("caching the identity of %s failed", live.id)
+        try:
+            if self.store is not None and "subagent" in projections:
+                if descriptor is not None:
+                    value = {"mode": descriptor.mode, "label": descriptor.label}
+                    self.sessions.cache_projection(live, "subagent", live.header.seed_len, value)
+                elif live.header.origin == "subagent":
+                    self._cache_folded_identity(live, projections)
+        except Exception:
+            logger.exception("caching the identity of %s failed", live.id)
         projections.forget(live.id)
+
+    def _cache_folded_identity(self, live: LiveSession, projections: ProjectionRegistry) -> None:
+        seq, states = projections.snapshot(
+            live.id, lambda start: ((r.seq, r.event) for r in self.sessions.read(live.id, start))
+        )
+        raw = states.get("subagent")
+        # The built-in unit records where its identity was decided; another unit's
+        # value cannot prove it postdates a fork seed, so it is not cached.
+        at = raw.get("seq") if isinstance(raw, dict) else (seq if raw is None else None)
+        if seq >= 0 and isinstance(at, int) and at >= live.header.seed_len:
+            self.sessions.cache_projection(
+                live, "subagent", at, projections.values(states)["subagent"]
+            )
 
     def _check_output(self, schema: Mapping[str, Any], output: Any) -> tuple[Any, str | None]:
         return validate_output(schema, output)

@@ -12,6 +12,7 @@ from subagents.actors import (
     SubagentRun,
     SubagentStartRequest,
 )
+from subagents.actors._future import ResultFuture
 from subagents.actors.testing import Block, Gate, LifecycleProbe, ScriptedBehaviour
 from subagents.protocol import (
     ErrorCode,
@@ -503,3 +504,90 @@ def test_run_type(rt: Runtime) -> None:
     assert isinstance(run, SubagentRun)
     run.result.get(10)
     run.dispose()
+
+
+def test_capability_ids_named() -> None:
+    """R-CAP-2, R-CAP-3, R-CAP-4: covered by
+    ``test_unsupported_capability_rejected_before_child`` (output_schema, max_depth,
+    tool_filter, persona against a provider without them); this test pins the
+    mapping from request field to capability name that it relies on."""
+    from subagents.actors._service import SubagentService
+
+    parent = object()
+    request = SubagentStartRequest(
+        parent=parent,  # type: ignore[arg-type]
+        prompt="p",
+        signal=AbortSignal.never(),
+        output_schema={"type": "object"},
+        max_depth=1,
+        tool_filter=["t"],
+        persona="x",
+    )
+    assert SubagentService._requested_capabilities(request) == {
+        "output_schema",
+        "depth_limit",
+        "tool_filter",
+        "persona",
+    }
+
+
+class RejectingProvider(LocalProvider):
+    """A provider whose run's result is rejected by an infrastructure fault."""
+
+    def start(self, request, descriptor):
+        run = super().start(request, descriptor)
+        run.result.wait(10)
+        fault = ResultFuture()
+        fault.set_exception(RuntimeError("transport lost"))
+        return SubagentRun(
+            id=run.id, local_agent=run.local_agent, result=fault, dispose=run._dispose
+        )
+
+
+def test_rejected_result_stays_on_result(rt: Runtime) -> None:
+    """R-ONE-13: a rejected result stays on ``result``; ``dispose()`` does not re-raise it."""
+    rt.subagents.register_provider(RejectingProvider(rt, "rejecting"))
+    run = rt.subagents.start("rejecting", _req(rt.spawn("echo")))
+    with pytest.raises(RuntimeError, match="transport lost"):
+        run.result.get(5)
+    run.dispose()  # releases the child without raising the result's error
+    assert run.local_agent.disposed
+    with pytest.raises(RuntimeError, match="transport lost"):
+        run.result.get(0)
+
+
+def test_descriptor_is_log_only(rt_mem: Runtime) -> None:
+    """R-DESC-7: the descriptor is in the log but absent from the model history a
+    behaviour sees: a fork grandchild whose seed (its continuable parent's completed
+    history) starts with that parent's descriptor."""
+    from subagents.actors import ContinuableStartSpec
+
+    rt = rt_mem
+    seen: list[str] = []
+    runs: list = []
+
+    def leaf(turn):
+        seen.extend(type(e).__name__ for e in turn.history)
+        return
+
+    def middle(turn):
+        if turn.index == 1:  # turn 0 has completed: the fork seed holds it
+            run = turn.subagents.start("fork", "deeper", model="leaf")
+            runs.append(run.id)
+            run.result.get(10)
+            run.dispose()
+        return
+
+    rt.models.register("leaf", lambda _o: leaf)
+    rt.models.register("middle", lambda _o: middle)
+    top = rt.spawn("echo")
+    child_id, _ = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=top, provider="local", prompt="p", label="mid", model="middle")
+    )
+    rt.subagents.followup(top, child_id, "fork now")
+    assert rt.wait_idle(10)
+    rt.sessions.flush()
+    assert "TurnEnd" in seen
+    assert "SubagentDescriptorEvent" not in seen
+    logged = [type(r.event).__name__ for r in rt.sessions.read(runs[0])]
+    assert logged.count("SubagentDescriptorEvent") == 2  # the seed's and its own
