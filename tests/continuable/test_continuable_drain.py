@@ -79,7 +79,9 @@ def test_drain_cancels_top_down_then_releases_child_first(kit: Kit, slow: str) -
 
 
 @pytest.mark.parametrize("outcome", ["publishes", "rolls-back"])
-def test_drain_awaits_materializations_admitted_before_the_cutoff(kit: Kit, outcome: str) -> None:
+def test_drain_awaits_materializations_admitted_before_the_cutoff(
+    kit: Kit, outcome: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """R-DRAIN-3, R-DRAIN-5: a materialization admitted below the root before the
     cutoff is awaited until it publishes (then it is released with the rest) or
     rolls back; the drain returns only afterwards."""
@@ -96,8 +98,17 @@ def test_drain_awaits_materializations_admitted_before_the_cutoff(kit: Kit, outc
     rt.subagents.register_continuable_setup(contribution)
     start = spawn(rt, kit.start, root, "never runs", "late-comer")
     assert mat.wait_reached(10)
+    cont = rt.continuation
+    on_cutoff = cont._on_cutoff
+
+    def noted(msg: Any) -> Any:
+        result = on_cutoff(msg)
+        kit.script.notes.add("cutoff")
+        return result
+
+    monkeypatch.setattr(cont, "_on_cutoff", noted)
     drain = spawn(rt, rt.subagents.drain_continuable_descendants, [root])
-    assert kit.script.notes.wait_for(lambda n: False, timeout=0.2) is False  # let it cut off
+    assert kit.script.notes.has("cutoff")
     assert _refused_start(kit, root) == ErrorCode.ADMISSION_CLOSED
     assert not drain.join(0.3)  # still awaiting the admitted materialization
     mat.release()

@@ -481,7 +481,9 @@ def test_child_without_descriptor_identity_is_not_resumed(kitp: Kit, variant: st
     assert child_id not in rt.sessions.live_ids()
 
 
-def test_abort_while_waiting_for_another_materialization(kit: Kit) -> None:
+def test_abort_while_waiting_for_another_materialization(
+    kit: Kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """R-FUP-14, R-ERR-6: a follow-up queued behind another materialization of the
     same child raises CANCELLED as soon as its signal aborts, while that other
     materialization is still blocked; it delivers nothing."""
@@ -498,13 +500,23 @@ def test_abort_while_waiting_for_another_materialization(kit: Kit) -> None:
             mat.pass_through(None)
 
     kit.script.on_create = block
+    cont = rt.continuation
+    on_reserve = cont._on_reserve
+
+    def noted(msg: Any) -> Any:
+        answer = on_reserve(msg)
+        if isinstance(answer, tuple):  # told to wait for the materialization in flight
+            kit.script.notes.add("reserve-wait")
+        return answer
+
+    monkeypatch.setattr(cont, "_on_reserve", noted)
     first = spawn(rt, rt.subagents.followup, root, child_id, "first")
     assert mat.wait_reached(10)
     controller = AbortController()
     second = spawn(
         rt, lambda: rt.subagents.followup(root, child_id, "second", signal=controller.signal)
     )
-    assert not second.join(0.3)  # queued behind the first materialization
+    assert kit.script.notes.has("reserve-wait")  # queued behind the first materialization
     controller.abort("caller left")
     error = second.error(5)
     assert isinstance(error, SubagentError) and error.code == ErrorCode.CANCELLED
