@@ -18,19 +18,14 @@
 
 from __future__ import annotations
 
-import os
-import sqlite3
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-import msgpack
-import pykka
 from subagents.actors import (
     AbortSignal,
     ContinuableStartSpec,
-    GeventActor,
     Runtime,
     SubagentStartRequest,
     get_backend,
@@ -38,63 +33,10 @@ from subagents.actors import (
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.store import MemoryStore
 
+from bench._baselines import raw_ask_latencies, raw_cycle, raw_sqlite_group, raw_tell
 from bench._harness import Context, Row, compare, group
 
 BACKENDS = ("threading", "gevent")
-
-
-def _actor_base(backend: str) -> type[pykka.Actor]:
-    return pykka.ThreadingActor if backend == "threading" else GeventActor
-
-
-def _raw_tell(backend: str, n: int) -> float:
-    class Counter(_actor_base(backend)):  # type: ignore[misc,valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            self.n = 0
-
-        def on_receive(self, message: Any) -> Any:
-            if message == "get":
-                return self.n
-            self.n += 1
-            return None
-
-    ref = Counter.start()
-    start = time.perf_counter()
-    for i in range(n):
-        ref.tell(i)
-    assert ref.ask("get") == n
-    elapsed = time.perf_counter() - start
-    ref.stop()
-    return n / elapsed
-
-
-def _raw_ask_latencies(backend: str, n: int) -> list[float]:
-    class Echo(_actor_base(backend)):  # type: ignore[misc,valid-type]
-        def on_receive(self, message: Any) -> Any:
-            return message
-
-    ref = Echo.start()
-    out = []
-    for i in range(n):
-        t = time.perf_counter()
-        ref.ask(i)
-        out.append(time.perf_counter() - t)
-    ref.stop()
-    return out
-
-
-def _raw_cycle(backend: str, n: int) -> float:
-    class Echo(_actor_base(backend)):  # type: ignore[misc,valid-type]
-        def on_receive(self, message: Any) -> Any:
-            return message
-
-    start = time.perf_counter()
-    for i in range(n):
-        ref = Echo.start()
-        ref.ask(i)
-        ref.stop()
-    return n / (time.perf_counter() - start)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -118,7 +60,7 @@ def oneshot(ctx: Context) -> list[Row]:
             workload="raw pykka start+ask+stop",
             backend=backend,
             store="-",
-            value=_best(lambda: _raw_cycle(backend, n), 3),
+            value=_best(lambda: raw_cycle(backend, n), 3),
             unit="cycles/s",
         )
 
@@ -192,27 +134,6 @@ def _pipelined(rt: Runtime, root: Any, agent: Any, n: int, durable: bool) -> flo
     return n / (time.perf_counter() - start)
 
 
-def _raw_sqlite_group(tmp: str, n: int) -> float:
-    path = os.path.join(tmp, "raw.db")
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("pragma journal_mode=wal")
-    con.execute("pragma synchronous=FULL")
-    con.execute("create table ev(session text, seq integer, body blob, primary key(session, seq))")
-    body = msgpack.packb(
-        {"type": "message", "content": "x" * 200, "source": {"kind": "parent", "id": "abc"}}
-    )
-    start = time.perf_counter()
-    for j in range(0, n, 1000):
-        con.execute("begin")
-        con.executemany(
-            "insert into ev values(?,?,?)", (("s", i, body) for i in range(j, min(n, j + 1000)))
-        )
-        con.execute("commit")
-    elapsed = time.perf_counter() - start
-    con.close()
-    return n / elapsed
-
-
 @group("followup")
 def followup(ctx: Context) -> list[Row]:
     n = ctx.size(50_000, 500)
@@ -222,7 +143,7 @@ def followup(ctx: Context) -> list[Row]:
         workload="raw sqlite3 group commit x1000",
         backend="-",
         store="sqlite",
-        value=_raw_sqlite_group(str(ctx.tmpdir), ctx.size(200_000, 2000)),
+        value=raw_sqlite_group(str(ctx.tmpdir), ctx.size(200_000, 2000)),
         unit="rows/s",
     )
     rows.append(raw_sqlite)
@@ -231,7 +152,7 @@ def followup(ctx: Context) -> list[Row]:
             workload="raw pykka tell",
             backend=backend,
             store="-",
-            value=_best(lambda: _raw_tell(backend, n), 3),
+            value=_best(lambda: raw_tell(backend, n), 3),
             unit="msg/s",
         )
         rows.append(tell)
@@ -283,7 +204,7 @@ def followup(ctx: Context) -> list[Row]:
                     )
                     rows += [row, compare(ev, raw_sqlite, target=0.1)]
                 if store == "memory":
-                    asks = _raw_ask_latencies(backend, lat_n)
+                    asks = raw_ask_latencies(backend, lat_n)
                     ours = []
                     cid = agent.session_id
                     for i in range(lat_n):

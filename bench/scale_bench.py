@@ -15,130 +15,33 @@
 
 from __future__ import annotations
 
-import collections
-import os
-import queue
-import sqlite3
-import threading
 import time
 from typing import Any
 
-import msgpack
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.store import MemoryStore
 
+from bench._baselines import (
+    autogen_send_rate,
+    deque_rate,
+    gevent_queue_rate,
+    queue_rate,
+    raw_sqlite_group,
+    raw_tell,
+    thespian_rate,
+)
 from bench._harness import Context, Row, compare, group
 
 BACKENDS = ("threading", "gevent")
 
 
-def _deque(n: int) -> float:
-    d: collections.deque[int] = collections.deque()
-    start = time.perf_counter()
-    for i in range(n):
-        d.append(i)
-        d.popleft()
-    return n / (time.perf_counter() - start)
-
-
-def _queue(n: int) -> float:
-    q: queue.Queue[int] = queue.Queue()
-
-    def consume() -> None:
-        for _ in range(n):
-            q.get()
-
-    t = threading.Thread(target=consume)
-    start = time.perf_counter()
-    t.start()
-    for i in range(n):
-        q.put(i)
-    t.join()
-    return n / (time.perf_counter() - start)
-
-
-def _gevent_queue(n: int) -> float:
-    import gevent
-    import gevent.queue
-
-    q: gevent.queue.Queue[int] = gevent.queue.Queue()
-
-    def consume() -> None:
-        for _ in range(n):
-            q.get()
-
-    g = gevent.spawn(consume)
-    start = time.perf_counter()
-    for i in range(n):
-        q.put(i)
-    g.join()
-    return n / (time.perf_counter() - start)
-
-
-def _thespian(n: int) -> float | None:
-    try:
-        from thespian.actors import Actor, ActorSystem
-    except ImportError:
-        return None
-
-    class Counter(Actor):  # type: ignore[misc]
-        count = 0
-
-        def receiveMessage(self, message: Any, sender: Any) -> None:
-            if message == "get":
-                self.send(sender, self.count)
-            elif isinstance(message, int):
-                self.count += 1
-
-    system = ActorSystem("simpleSystemBase")
-    try:
-        actor = system.createActor(Counter)
-        start = time.perf_counter()
-        for i in range(n):
-            system.tell(actor, i)
-        assert system.ask(actor, "get", 60) == n
-        return n / (time.perf_counter() - start)
-    finally:
-        system.shutdown()
-
-
-def _autogen(n: int) -> float | None:
-    try:
-        from bench._autogen_baseline import send_rate
-    except ImportError:
-        return None
-    return send_rate(n)
-
-
-def raw_sqlite_group(tmp: str, n: int) -> float:
-    path = os.path.join(tmp, f"raw-{n}.db")
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("pragma journal_mode=wal")
-    con.execute("pragma synchronous=FULL")
-    con.execute("create table ev(session text, seq integer, body blob, primary key(session, seq))")
-    body = msgpack.packb(
-        {"type": "message", "content": "x" * 200, "source": {"kind": "parent", "id": "abc"}}
-    )
-    start = time.perf_counter()
-    for j in range(0, n, 1000):
-        con.execute("begin")
-        con.executemany(
-            "insert into ev values(?,?,?)", (("s", i, body) for i in range(j, min(n, j + 1000)))
-        )
-        con.execute("commit")
-    elapsed = time.perf_counter() - start
-    con.close()
-    return n / elapsed
-
-
 def autogen_rate(ctx: Context) -> float | None:
-    return _autogen(ctx.size(5000, 100))
+    return autogen_send_rate(ctx.size(5000, 100))
 
 
 @group("baselines")
 def baselines(ctx: Context) -> list[Row]:
-    from bench.actors_bench import _raw_tell
 
     n = ctx.size(200_000, 2000)
     rows = [
@@ -146,35 +49,35 @@ def baselines(ctx: Context) -> list[Row]:
             workload="deque append+popleft",
             backend="-",
             store="-",
-            value=_deque(n * 5),
+            value=deque_rate(n * 5),
             unit="msg/s",
         ),
         Row(
             workload="queue.Queue thread hand-off",
             backend="threading",
             store="-",
-            value=_queue(n),
+            value=queue_rate(n),
             unit="msg/s",
         ),
         Row(
             workload="gevent Queue greenlet hand-off",
             backend="gevent",
             store="-",
-            value=_gevent_queue(n),
+            value=gevent_queue_rate(n),
             unit="msg/s",
         ),
         Row(
             workload="raw pykka tell",
             backend="threading",
             store="-",
-            value=_raw_tell("threading", n),
+            value=raw_tell("threading", n),
             unit="msg/s",
         ),
         Row(
             workload="raw pykka tell",
             backend="gevent",
             store="-",
-            value=_raw_tell("gevent", n),
+            value=raw_tell("gevent", n),
             unit="msg/s",
         ),
         Row(
@@ -185,7 +88,7 @@ def baselines(ctx: Context) -> list[Row]:
             unit="rows/s",
         ),
     ]
-    thespian = _thespian(n)
+    thespian = thespian_rate(n)
     if thespian is not None:
         rows.append(
             Row(

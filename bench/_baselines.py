@@ -1,0 +1,172 @@
+"""Baselines: the raw paths every benchmark ratio is read against, measured in-run.
+
+Not a group module (no ``_bench`` suffix): ``actors_bench`` and ``scale_bench``
+both import these.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import msgpack
+import pykka
+from subagents.actors import GeventActor
+
+
+def actor_base(backend: str) -> type[pykka.Actor]:
+    return pykka.ThreadingActor if backend == "threading" else GeventActor
+
+
+def raw_tell(backend: str, n: int) -> float:
+    class Counter(actor_base(backend)):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def on_receive(self, message: Any) -> Any:
+            if message == "get":
+                return self.n
+            self.n += 1
+            return None
+
+    ref = Counter.start()
+    start = time.perf_counter()
+    for i in range(n):
+        ref.tell(i)
+    assert ref.ask("get") == n
+    elapsed = time.perf_counter() - start
+    ref.stop()
+    return n / elapsed
+
+
+def raw_ask_latencies(backend: str, n: int) -> list[float]:
+    class Echo(actor_base(backend)):  # type: ignore[misc,valid-type]
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    ref = Echo.start()
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        ref.ask(i)
+        out.append(time.perf_counter() - t)
+    ref.stop()
+    return out
+
+
+def raw_cycle(backend: str, n: int) -> float:
+    class Echo(actor_base(backend)):  # type: ignore[misc,valid-type]
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    start = time.perf_counter()
+    for i in range(n):
+        ref = Echo.start()
+        ref.ask(i)
+        ref.stop()
+    return n / (time.perf_counter() - start)
+
+
+def deque_rate(n: int) -> float:
+    d: collections.deque[int] = collections.deque()
+    start = time.perf_counter()
+    for i in range(n):
+        d.append(i)
+        d.popleft()
+    return n / (time.perf_counter() - start)
+
+
+def queue_rate(n: int) -> float:
+    q: queue.Queue[int] = queue.Queue()
+
+    def consume() -> None:
+        for _ in range(n):
+            q.get()
+
+    t = threading.Thread(target=consume)
+    start = time.perf_counter()
+    t.start()
+    for i in range(n):
+        q.put(i)
+    t.join()
+    return n / (time.perf_counter() - start)
+
+
+def gevent_queue_rate(n: int) -> float:
+    import gevent
+    import gevent.queue
+
+    q: gevent.queue.Queue[int] = gevent.queue.Queue()
+
+    def consume() -> None:
+        for _ in range(n):
+            q.get()
+
+    g = gevent.spawn(consume)
+    start = time.perf_counter()
+    for i in range(n):
+        q.put(i)
+    g.join()
+    return n / (time.perf_counter() - start)
+
+
+def thespian_rate(n: int) -> float | None:
+    try:
+        from thespian.actors import Actor, ActorSystem
+    except ImportError:
+        return None
+
+    class Counter(Actor):  # type: ignore[misc]
+        count = 0
+
+        def receiveMessage(self, message: Any, sender: Any) -> None:
+            if message == "get":
+                self.send(sender, self.count)
+            elif isinstance(message, int):
+                self.count += 1
+
+    system = ActorSystem("simpleSystemBase")
+    try:
+        actor = system.createActor(Counter)
+        start = time.perf_counter()
+        for i in range(n):
+            system.tell(actor, i)
+        assert system.ask(actor, "get", 60) == n
+        return n / (time.perf_counter() - start)
+    finally:
+        system.shutdown()
+
+
+def autogen_send_rate(n: int) -> float | None:
+    try:
+        from bench._autogen_baseline import send_rate
+    except ImportError:
+        return None
+    return send_rate(n)
+
+
+def raw_sqlite_group(tmp: str, n: int) -> float:
+    path = os.path.join(tmp, f"raw-{n}.db")
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("pragma journal_mode=wal")
+    con.execute("pragma synchronous=FULL")
+    con.execute("create table ev(session text, seq integer, body blob, primary key(session, seq))")
+    body = msgpack.packb(
+        {"type": "message", "content": "x" * 200, "source": {"kind": "parent", "id": "abc"}}
+    )
+    start = time.perf_counter()
+    for j in range(0, n, 1000):
+        con.execute("begin")
+        con.executemany(
+            "insert into ev values(?,?,?)", (("s", i, body) for i in range(j, min(n, j + 1000)))
+        )
+        con.execute("commit")
+    elapsed = time.perf_counter() - start
+    con.close()
+    return n / elapsed
