@@ -45,7 +45,7 @@ logger = logging.getLogger("subagents")
 class LiveSession:
     """In-memory state of one live session (owned by :class:`SessionService`)."""
 
-    __slots__ = ("_lock", "base_seq", "events", "header", "next_seq", "released")
+    __slots__ = ("_lock", "base_seq", "events", "header", "last_ticket", "next_seq", "released")
 
     def __init__(self, header: SessionHeader, next_seq: int) -> None:
         self.header = header
@@ -53,6 +53,7 @@ class LiveSession:
         self.next_seq = next_seq
         self.events: list[Event] = []
         self.released = False
+        self.last_ticket = 0  # the writer ticket of this session's latest write
         self._lock = threading.Lock()
 
     @property
@@ -66,7 +67,7 @@ class LiveSession:
             self.events.extend(events)
             self.next_seq += len(events)
             if writer is not None:
-                writer.submit("append", self.header.id, events)
+                self.last_ticket = writer.submit("append", self.header.id, events)
             return self.next_seq - 1
 
     def _trim_through(self, seq: int) -> None:
@@ -251,7 +252,7 @@ class SessionService:
             self._live[header.id] = live
         live._append(events)
         if self._writer is not None:
-            self._writer.submit("create", header.id, (header, list(events)))
+            live.last_ticket = self._writer.submit("create", header.id, (header, list(events)))
         return live
 
     def attach(self, header: SessionHeader, next_seq: int) -> LiveSession:
@@ -284,14 +285,16 @@ class SessionService:
         with live._lock:
             seq = live.next_seq - 1
             if seq >= 0:
-                self._writer.submit(
+                live.last_ticket = self._writer.submit(
                     "checkpoint", live.id, (seq, packb({"v": 1, "seq": seq, **state}))
                 )
 
     def cache_projection(self, live: LiveSession, unit: str, seq: int, value: Any) -> None:
         """Queue a durable projection-cache row (derived data) after the session's writes."""
         if self._writer is not None:
-            self._writer.submit("projection", live.id, (unit, seq, packb(value)))
+            ticket = self._writer.submit("projection", live.id, (unit, seq, packb(value)))
+            with live._lock:
+                live.last_ticket = max(live.last_ticket, ticket)
 
     def load_state(
         self, session_id: SessionId
@@ -408,7 +411,11 @@ class SessionService:
         """
         if self._writer is None:
             return
-        if not self._writer.wait(self._writer.ticket, timeout):
+        # A live session waits only for its own writes: settling thousands of
+        # children at once (a drain) must not make each wait for all the others.
+        live = self._live.get(session_id) if session_id is not None else None
+        ticket = live.last_ticket if live is not None else self._writer.ticket
+        if not self._writer.wait(ticket, timeout):
             raise SubagentError("flush timed out", code=ErrorCode.TIMEOUT)
         if session_id is not None:
             failure = self._writer.take_failure(session_id)
