@@ -352,7 +352,12 @@ class Agent:
         return None if turn is None else turn.index
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until quiescent; True when idle, False on timeout."""
+        """Block until quiescent; True when idle, False on timeout.
+
+        Raises:
+            SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent.
+        """
+        self._runtime._check_thread()
         return bool(self._idle.wait(timeout))
 
     def add_idle_listener(self, fn: Callable[[Agent], object]) -> Callable[[], None]:

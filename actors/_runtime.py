@@ -19,8 +19,9 @@ from subagents.protocol import ErrorCode, SessionHeader, SubagentError, new_sess
 from subagents.store import SessionStore, open_store
 
 from ._agent import Agent
-from ._backend import Backend, get_backend
+from ._backend import GEVENT, Backend, get_backend
 from ._continuation import ContinuationManager
+from ._gevent import native_get_ident
 from ._models import AgentOptions, ModelRegistry, as_behaviour
 from ._projections import ProjectionRegistry
 from ._providers import ForkProvider, LocalProvider
@@ -31,6 +32,13 @@ from ._session import LiveSession, SessionService
 __all__ = ["Runtime"]
 
 logger = logging.getLogger("subagents")
+
+
+def _patched() -> bool:
+    import sys
+
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey is not None and monkey.is_module_patched("threading"))
 
 
 def _utcnow() -> _dt.datetime:
@@ -66,6 +74,11 @@ class Runtime:
         keep_warm: float = 0.0,
     ) -> None:
         self.backend = get_backend(backend)
+        # A gevent runtime's actors are greenlets of this thread's hub: blocking calls
+        # from another OS thread would wait on a hub that cannot wake them.
+        self._home_thread: int | None = (
+            native_get_ident() if self.backend is GEVENT and not _patched() else None
+        )
         if clock is not None and not callable(clock):
             raise SubagentError("clock must be callable", code=ErrorCode.INVALID_ARGUMENT)
         self.clock: Callable[[], _dt.datetime] = clock or _utcnow
@@ -105,6 +118,7 @@ class Runtime:
             SubagentError: ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``, ``RUNTIME_CLOSED``.
         """
         self._check_open()
+        self._check_thread()
         if label is not None and type(label) is not str:
             raise SubagentError("label must be a str or None", code=ErrorCode.INVALID_ARGUMENT)
         if options is not None and not isinstance(options, AgentOptions):
@@ -132,6 +146,16 @@ class Runtime:
             header=header, options=options, behaviour=built, output_schema=output_schema
         )
 
+    def _check_thread(self) -> None:
+        """Refuse a blocking call from a foreign OS thread on a gevent runtime."""
+        home = self._home_thread
+        if home is not None and native_get_ident() != home:
+            raise SubagentError(
+                "a gevent runtime is driven from the OS thread that created it; hand the call"
+                " to that thread (e.g. hub.loop.run_callback_threadsafe)",
+                code=ErrorCode.WRONG_THREAD,
+            )
+
     def _check_open(self) -> None:
         if self._closed:
             raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
@@ -144,6 +168,7 @@ class Runtime:
         """
         import time
 
+        self._check_thread()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             busy = [a for a in self.agents.list() if not a.idle]

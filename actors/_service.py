@@ -143,6 +143,7 @@ class SubagentService:
             SubagentError: ``CANCELLED``, ``SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE``,
                 ``SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE``, ``INVALID_ARGUMENT``.
         """
+        self._runtime._check_thread()
         return self._catalog().list_children(parent_session_id, signal)
 
     def list_descendants(
@@ -153,6 +154,7 @@ class SubagentService:
         Raises:
             SubagentError: as :meth:`list_children`.
         """
+        self._runtime._check_thread()
         return self._catalog().list_descendants(root_session_id, signal)
 
     # -- provider registry ---------------------------------------------------------
@@ -302,6 +304,7 @@ class SubagentService:
                 ``UNAUTHORIZED`` (parent not live), ``ADMISSION_CLOSED`` (drained),
                 ``CANCELLED``, ``MODEL_NOT_FOUND``, ``DEPTH_EXCEEDED``.
         """
+        self._runtime._check_thread()
         return self._runtime.continuation.start_continuable(spec)
 
     def followup(
@@ -324,6 +327,7 @@ class SubagentService:
                 ``PERSISTENCE_UNAVAILABLE``, ``ADMISSION_CLOSED``, ``CANCELLED``,
                 ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``.
         """
+        self._runtime._check_thread()
         return self._runtime.continuation.followup(
             parent, child_id, content, source=source, signal=signal
         )
@@ -377,6 +381,7 @@ class SubagentService:
         and returns once every selected forest is released. The cutoff lasts until
         each parent leaves the registry.
         """
+        self._runtime._check_thread()
         self._runtime.continuation.drain(parents, timeout)
 
     # -- one-shot ------------------------------------------------------------------
@@ -394,6 +399,7 @@ class SubagentService:
         """
         if type(name) is not str:
             raise _bad("a provider name is a str")
+        self._runtime._check_thread()
         self._validate_request(request)
         provider = self._providers.get(name)
         if provider is None:

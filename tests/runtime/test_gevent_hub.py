@@ -45,3 +45,31 @@ def test_ticker_keeps_ticking_during_heavy_durable_appends(tmp_path: Path) -> No
     # Generous bound for a loaded 2-core CI machine; a hub blocked by the commits
     # (9,600 durable events) would show gaps of seconds.
     assert max(gaps) < 0.25, sorted(gaps)[-5:]
+
+
+def test_foreign_thread_gets_a_clear_error(start_os_thread) -> None:  # type: ignore[no-untyped-def]
+    """A gevent runtime is driven from its hub's thread: a blocking call from another
+    OS thread fails at once with WRONG_THREAD (instead of waiting on a hub that cannot
+    wake it); a plain follow-up, which only enqueues, is accepted from anywhere."""
+    from subagents.protocol import ErrorCode, SubagentError
+
+    with Runtime(backend="gevent") as rt:
+        agent = rt.spawn("echo")
+
+        def from_thread() -> list[str]:
+            codes = []
+            for call in (lambda: rt.spawn("echo"), lambda: agent.wait_idle(1), rt.wait_idle):
+                try:
+                    call()
+                except SubagentError as exc:
+                    codes.append(exc.code)
+            agent.followup("from another thread")
+            return codes
+
+        thread = start_os_thread(from_thread)
+        while not thread.join(0):
+            gevent.sleep(0.001)  # keep the hub running while the thread works
+        assert thread.result() == [ErrorCode.WRONG_THREAD] * 3
+        assert agent.wait_idle(10)
+        outputs = [r.event for r in rt.sessions.read(agent.session_id)]
+        assert any(getattr(e, "content", None) == "from another thread" for e in outputs)
