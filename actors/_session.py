@@ -153,48 +153,47 @@ class _Writer:
         return fn(*args)
 
     def _write(self, batch: list[tuple[int, str, SessionId, Any]]) -> None:
-        # Coalesce runs of appends to the same session into one store call.
+        """Write a batch through ``store.write_many``: one durable transaction.
+
+        Runs of appends to one session are merged into one op. A session whose
+        earlier write failed gets no later writes (no holes in its log).
+        """
+        ops: list[tuple[Any, ...]] = []
+        owners: list[SessionId] = []
         i = 0
         while i < len(batch):
             _, op, sid, payload = batch[i]
+            i += 1
+            if sid in self._failed:
+                continue
             if op == "append":
                 events = list(payload)
-                j = i + 1
-                while j < len(batch) and batch[j][1] == "append" and batch[j][2] == sid:
-                    events.extend(batch[j][3])
-                    j += 1
-                self._guarded(sid, self._append, sid, events)
-                i = j
-                continue
-            if op == "create":
+                while i < len(batch) and batch[i][1] == "append" and batch[i][2] == sid:
+                    events.extend(batch[i][3])
+                    i += 1
+                ops.append(("append", sid, events))
+            elif op == "create":
                 header, events = payload
-                self._guarded(sid, self._store.create_session, header, events)
+                ops.append(("create", header, events))
             elif op == "delete":
-                self._guarded(sid, self._store.delete_session, sid)
-            elif op == "checkpoint":
-                seq, data = payload
-                self._guarded(sid, self._store.put_checkpoint, sid, seq, data)
-            elif op == "projection":
-                unit, seq, data = payload
-                self._guarded(sid, self._store.put_projection, sid, unit, seq, data)
-            i += 1
-
-    def _append(self, sid: SessionId, events: list[Event]) -> None:
-        seqs = self._call(self._store.append, sid, events)
-        if seqs:
-            self._sessions._committed(sid, seqs[-1])
-
-    def _guarded(self, sid: SessionId, fn: Any, *args: Any) -> None:
-        if sid in self._failed:
-            return  # a session whose earlier write failed gets no later writes: no holes
+                ops.append(("delete", sid))
+            else:  # checkpoint, projection: payload is the rest of the op
+                ops.append((op, sid, *payload))
+            owners.append(sid)
+        if not ops:
+            return
         try:
-            if fn is self._append:
-                fn(*args)
-            else:
-                self._call(fn, *args)
-        except Exception as exc:
-            logger.exception("persisting session %s failed", sid)
-            self._failed[sid] = exc
+            results = self._call(self._store.write_many, ops)
+        except Exception as exc:  # the store itself failed: every session in the batch
+            logger.exception("persisting a batch of %d writes failed", len(ops))
+            results = [exc] * len(ops)
+        for sid, done, result in zip(owners, ops, results):
+            if isinstance(result, BaseException):
+                if done[0] != "projection":  # derived data: a lost cache row is harmless
+                    logger.error("persisting session %s failed: %s", sid, result)
+                    self._failed[sid] = result
+            elif done[0] == "append" and result:
+                self._sessions._committed(sid, result[-1])
 
     def wait(self, ticket: int, timeout: float | None) -> bool:
         waiter = _Waiter()  # woken from the writer's thread, which may not be ours

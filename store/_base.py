@@ -12,7 +12,7 @@ import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from subagents.protocol import (
     CorruptRecordError,
@@ -164,6 +164,39 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     def all_headers(self) -> list[SessionHeader]:
         """Every session's header, ordered by ``(created_at, id)``."""
+
+    def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Apply several writes, in order, as one batch where the store can.
+
+        Each op is ``("create", header, events)``, ``("append", session_id,
+        events)``, ``("delete", session_id)``, ``("checkpoint", session_id, seq,
+        data)`` or ``("projection", session_id, unit, seq, data)``. Returns, per op,
+        its result or the :class:`SubagentError` it failed with: one failing op does
+        not fail the others. :class:`SqliteStore` commits them in one durable
+        transaction, which is what a single writer (the runtime's write-behind
+        queue) needs to get group commit without concurrent callers.
+        """
+        out: list[Any] = []
+        for op in ops:
+            try:
+                out.append(self._apply(op))
+            except SubagentError as exc:
+                out.append(exc)
+        return out
+
+    def _apply(self, op: tuple[Any, ...]) -> Any:
+        kind = op[0]
+        if kind == "create":
+            return self.create_session(op[1], op[2])
+        if kind == "append":
+            return self.append(op[1], op[2])
+        if kind == "delete":
+            return self.delete_session(op[1])
+        if kind == "checkpoint":
+            return self.put_checkpoint(op[1], op[2], op[3])
+        if kind == "projection":
+            return self.put_projection(op[1], op[2], op[3], op[4])
+        raise SubagentError(f"unknown write op {kind!r}", code=ErrorCode.INVALID_ARGUMENT)
 
     def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
         """Like :meth:`all_headers`, but a header that does not decode is returned as

@@ -100,6 +100,26 @@ class GroupCommitter:
         self._lead(request)
         return request.outcome()
 
+    def submit_many(self, ops: list[Callable[[Any], Any]]) -> list[WriteRequest]:
+        """Queue every op at once (so one batch takes them all), wait, return the
+        finished requests: read each one's ``outcome()``."""
+        requests = [WriteRequest(op) for op in ops]
+        if not requests:
+            return requests
+        with self._mu:
+            if self._closed:
+                raise self._closed_error()
+            self._pending.extend(requests)  # atomically: a leader takes all or none
+            lead = not self._leading
+            self._leading = True
+        first = requests[0]
+        if not lead:
+            first._wake.acquire()  # woken when the batch is done, or promoted to lead
+            if not first.lead:
+                return requests
+        self._lead(first)
+        return requests
+
     def _lead(self, own: WriteRequest) -> None:
         with self._mu:
             batch, self._pending = self._pending, []

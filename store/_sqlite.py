@@ -37,6 +37,7 @@ from subagents.protocol import (
     Limits,
     SessionHeader,
     SessionId,
+    SubagentError,
     decode_event,
     encode_event,
     encode_header,
@@ -292,6 +293,52 @@ class SqliteStore(SessionStore):
             return []
         seqs: list[int] = self._committer.submit(lambda txn: txn.append(sid, bodies))
         return seqs
+
+    def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
+        # Validate and encode every op first (failures stay per op), then hand the
+        # rest to the committer at once: one transaction, one fsync.
+        prepared: list[Any] = []
+        results: list[Any] = [None] * len(ops)
+        slots: list[int] = []
+        for i, op in enumerate(ops):
+            try:
+                prepared.append(self._prepare(op))
+                slots.append(i)
+            except SubagentError as exc:
+                results[i] = exc
+        for i, request in zip(slots, self._committer.submit_many(prepared)):
+            try:
+                results[i] = request.outcome()
+            except SubagentError as exc:
+                results[i] = exc
+        return results
+
+    def _prepare(self, op: tuple[Any, ...]) -> Any:
+        kind = op[0]
+        if kind == "create":
+            header = check_header(op[1])
+            blob = encode_header(header)
+            bodies = [encode_event(e) for e in check_events(op[2])]
+            return lambda txn: txn.create(header, blob, bodies)
+        if kind == "append":
+            sid = check_session_id(op[1])
+            bodies = [encode_event(e) for e in check_events(op[2])]
+            return lambda txn: txn.append(sid, bodies)
+        if kind == "delete":
+            sid = check_session_id(op[1])
+            return lambda txn: txn.delete(sid)
+        if kind == "checkpoint":
+            sid = check_session_id(op[1])
+            seq = check_int(op[2], "seq")
+            blob = check_blob(op[3])
+            return lambda txn: txn.put_checkpoint(sid, seq, blob)
+        if kind == "projection":
+            sid = check_session_id(op[1])
+            unit = _unit_name(op[2])
+            seq = check_int(op[3], "seq", minimum=-1)
+            blob = check_blob(op[4])
+            return lambda txn: txn.put_projection(sid, unit, seq, blob)
+        raise invalid(f"unknown write op {kind!r}")
 
     def raise_delegation_depth(self, session_id: SessionId | str, depth: int) -> SessionHeader:
         sid = check_session_id(session_id)

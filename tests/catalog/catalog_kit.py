@@ -227,6 +227,10 @@ class HookedSqliteStore(_Hooks, SqliteStore):
         super().__init__(path)
         self._init_hooks()
 
+    def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
+        # One op at a time through the (hooked) single-op methods.
+        return SessionStore.write_many(self, ops)
+
     def all_headers(self) -> list[SessionHeader]:
         self._enter("all_headers")
         return super().all_headers()
