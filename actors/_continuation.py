@@ -819,11 +819,16 @@ class ContinuationManager:
         for event in pending:
             event.wait(timeout)
         forest2, _ = self._ask(_Cutoff(parent_list))
-        for act in sorted(forest2, key=lambda a: a.depth):
+        known = {id(a) for a in forest}
+        fresh = [a for a in forest2 if id(a) not in known]  # published since the cutoff
+        for act in sorted(fresh, key=lambda a: a.depth):
             act.agent.cancel("drained", keep_inbox=False)
-        everything = {id(a): a for a in (*forest, *forest2)}
+        everything = {id(a): a for a in (*forest, *fresh)}
         for act in everything.values():
-            self._supervisor.tell(Quiescent(act))
+            # A running agent reports its own idleness (draining Activations always
+            # do); only the ones idle already need a nudge.
+            if act.agent.idle:
+                self._supervisor.tell(Quiescent(act))
         for act in everything.values():
             if not act.released.wait(timeout):
                 raise _err(
