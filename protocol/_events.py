@@ -130,15 +130,27 @@ def _one_of(allowed: frozenset[str]) -> Checker:
     return check
 
 
+_source_kind = _one_of(SOURCE_KINDS)
+
+
 def _source(v: Any) -> MessageSource | None:
     if v is None:
         return None
     if not isinstance(v, dict):
         raise _fail("source map", v)
     return MessageSource(
-        kind=_one_of(SOURCE_KINDS)(v.get("kind")),
-        session_id=_opt_session_id(v.get("session_id")),
+        kind=_source_kind(v.get("kind")), session_id=_opt_session_id(v.get("session_id"))
     )
+
+
+def _source_ok(v: Any) -> None:
+    """Encode-side twin of :func:`_source`: the same checks, no object built."""
+    if v is None:
+        return
+    if not isinstance(v, dict):
+        raise _fail("source map", v)
+    _source_kind(v.get("kind"))
+    _opt_session_id(v.get("session_id"))
 
 
 def _mapping(v: Any) -> Mapping[str, Any]:
@@ -312,17 +324,31 @@ def _wire_value(v: Any) -> Any:
     return v.to_wire() if isinstance(v, MessageSource) else v
 
 
-def _validate(
-    owner: str, checkers: tuple[tuple[str, Checker, bool], ...], wire: dict[str, Any]
-) -> None:
-    """Run the decode-side checkers on an outgoing map: refuse what reading refuses."""
-    for name, check, _ in checkers:
+def _encode_checks(
+    checkers: tuple[tuple[str, Checker, bool], ...],
+) -> tuple[tuple[str, Checker], ...]:
+    # Free-form fields accept anything (their shape is checked when packing), and a
+    # source is checked without building the MessageSource the decoder would.
+    return tuple(
+        (name, _source_ok if check is _source else check)
+        for name, check, _ in checkers
+        if check is not _any
+    )
+
+
+def _validate(owner: str, checks: tuple[tuple[str, Checker], ...], wire: dict[str, Any]) -> None:
+    """Run the decode-side checks on an outgoing map: refuse what reading refuses."""
+    for name, check in checks:
         if name not in wire:
             continue  # an optional field left out of the wire form
         try:
             check(wire[name])
         except DecodeError as exc:
             raise EncodeError(f"{owner}.{name}: {exc.args[0]}") from None
+
+
+_ENCODE_CHECKS: Final = {cls: _encode_checks(checks) for cls, checks in _CHECKERS.items()}
+_HEADER_ENCODE_CHECKS: Final = _encode_checks(_HEADER_CHECKERS)
 
 
 def event_to_wire(event: Event) -> dict[str, Any]:
@@ -351,7 +377,7 @@ def event_to_wire(event: Event) -> dict[str, Any]:
     wire = {"type": event.type}
     for name in names:
         wire[name] = _wire_value(getattr(event, name))
-    _validate(cls.__name__, _CHECKERS[cls], wire)
+    _validate(cls.__name__, _ENCODE_CHECKS[cls], wire)
     return wire
 
 
@@ -412,7 +438,7 @@ def header_to_wire(header: SessionHeader) -> dict[str, Any]:
     wire = {name: getattr(header, name) for name, _, _ in _HEADER_CHECKERS}
     if not wire["seed_len"]:
         del wire["seed_len"]  # absent means 0: headers without a fork seed keep their bytes
-    _validate("SessionHeader", _HEADER_CHECKERS, wire)
+    _validate("SessionHeader", _HEADER_ENCODE_CHECKS, wire)
     return wire
 
 
