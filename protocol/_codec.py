@@ -68,8 +68,21 @@ class Limits:
 DEFAULT_LIMITS: Final = Limits()
 
 
+# Session ids recur in event after event (every source names one): their packed
+# ExtType is kept, bounded, instead of rebuilt from hex each time.
+_SESSION_EXT: dict[str, msgpack.ExtType] = {}
+
+
 def _default(obj: Any) -> Any:
-    code = _ID_CODES.get(type(obj))
+    kind = type(obj)
+    if kind is SessionId:
+        ext = _SESSION_EXT.get(obj)
+        if ext is None:
+            if len(_SESSION_EXT) >= 4096:
+                _SESSION_EXT.clear()
+            ext = _SESSION_EXT[obj] = msgpack.ExtType(_ID_CODES[SessionId], bytes.fromhex(obj))
+        return ext
+    code = _ID_CODES.get(kind)
     if code is not None:
         return msgpack.ExtType(code, bytes.fromhex(obj))
     if isinstance(obj, tuple):
