@@ -56,6 +56,11 @@ __all__ = ["Catalog", "ChildRow", "DescendantRow", "Diagnostic", "Listing"]
 
 logger = logging.getLogger("subagents")
 
+# Decoded cache rows by their bytes (identities repeat: many children share a mode
+# and label). Values are only read, never mutated.
+_IDENTITIES: dict[bytes, Any] = {}
+_MISSING: Any = object()
+
 #: How many persistence inspections one listing runs at once.
 INSPECTION_CONCURRENCY = 8
 
@@ -252,10 +257,15 @@ class Catalog:
         seq, data = found
         if seq < header.seed_len:
             return False, None  # folded inside the fork seed: not the child's own identity
-        try:
-            value = unpackb(data)
-        except Exception:
-            return False, None
+        value = _IDENTITIES.get(data, _MISSING)
+        if value is _MISSING:
+            try:
+                value = unpackb(data)
+            except Exception:
+                return False, None
+            if len(_IDENTITIES) >= 65_536:
+                _IDENTITIES.clear()
+            _IDENTITIES[bytes(data)] = value
         if value is not None and not (isinstance(value, dict) and "mode" in value):
             return False, None
         return True, value
@@ -446,8 +456,11 @@ class Catalog:
             )
         ids = [sid for sid, _, _ in order if index.headers[sid].origin == "subagent"]
         served, diagnostics = self._classify(projections, index, ids, signal)
-        for node in (root, *(sid for sid, _, _ in order)):
-            diagnostics.extend(d for d in index.broken.get(node, ()) if d.id not in index.headers)
+        if index.broken:
+            for node in (root, *(sid for sid, _, _ in order)):
+                diagnostics.extend(
+                    d for d in index.broken.get(node, ()) if d.id not in index.headers
+                )
         rows = tuple(
             self._row(index, sid, served[sid], parent_id=parent, depth=depth)
             for sid, parent, depth in order

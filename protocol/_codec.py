@@ -375,6 +375,40 @@ def _unpack_frame(frame: bytes | bytearray, limits: Limits) -> Any:
         raise DecodeError(f"malformed frame: {exc!r}"[:300]) from exc
 
 
+#: Frames up to this size skip the header scanner (most events and headers do).
+#: Every claimed item takes at least one byte, so with each per-kind length capped
+#: at the frame's size, msgpack can preallocate at most size slots per level and
+#: nest at most size levels: under 2 MiB for 512 bytes, whatever the bytes say.
+_SMALL_FRAME = 512
+
+
+def _unpack_small(data: bytes | bytearray, limits: Limits) -> Any:
+    size = len(data)
+    try:
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=False,
+            timestamp=3,
+            ext_hook=_ext_hook,
+            max_str_len=min(limits.max_str_len, size),
+            max_bin_len=min(limits.max_bin_len, size),
+            max_array_len=min(limits.max_array_len, size),
+            max_map_len=min(limits.max_map_len, size // 2),
+            max_ext_len=min(limits.max_ext_len, size),
+        )
+    except DecodeError:
+        raise
+    except msgpack.ExtraData:
+        raise DecodeError("trailing data after the frame") from None
+    except Exception as exc:  # incomplete input, bad format, unhashable key...
+        raise DecodeError(f"malformed or truncated frame: {exc!r}"[:300]) from exc
+    if type(obj) is dict or type(obj) is list:
+        check_depth(obj, limits.max_depth)
+    return obj
+
+
 def unpackb(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAULT_LIMITS) -> Any:
     """Decode exactly one msgpack object from ``data``.
 
@@ -388,6 +422,8 @@ def unpackb(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAULT_LI
     size = len(data)
     if size > limits.max_buffer_size:
         raise DecodeError(f"a frame of {size} bytes exceeds max_buffer_size")
+    if size <= _SMALL_FRAME:
+        return _unpack_small(data, limits)
     # The budget is what was given: a claim beyond it is a truncated frame.
     end, complete = _scan(data, 0, 0, [], limits, size)
     if not complete:

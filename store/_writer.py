@@ -57,10 +57,26 @@ NEXT_SEQ: Final = (
 )
 
 
+# Decoded headers by their exact stored bytes: a header is immutable but for its
+# depth floor (whose change changes the bytes), so equal bytes are the same header.
+# Listing a big tree decodes every header each time; this keeps warm listings from
+# paying the (bounded, validating) decoder again. Cleared when full.
+_HEADERS: dict[bytes, SessionHeader] = {}
+_HEADERS_MAX = 262_144
+
+
 def decode_header_row(session_id: SessionId, blob: bytes) -> SessionHeader:
     """Decode a stored header; a bad one is a :class:`CorruptRecordError` with seq -1."""
+    key = bytes(blob)
+    header = _HEADERS.get(key)
+    if header is not None and header.id == session_id:
+        return header
     try:
-        return decode_header(blob)
+        header = decode_header(key)
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[key] = header
+        return header
     except DecodeError as exc:
         raise CorruptRecordError(
             f"session {session_id}: stored header does not decode: {exc}",
