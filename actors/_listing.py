@@ -56,11 +56,6 @@ __all__ = ["Catalog", "ChildRow", "DescendantRow", "Diagnostic", "Listing"]
 
 logger = logging.getLogger("subagents")
 
-# Decoded cache rows by their bytes (identities repeat: many children share a mode
-# and label). Values are only read, never mutated.
-_IDENTITIES: dict[bytes, Any] = {}
-_MISSING: Any = object()
-
 #: How many persistence inspections one listing runs at once.
 INSPECTION_CONCURRENCY = 8
 
@@ -257,15 +252,10 @@ class Catalog:
         seq, data = found
         if seq < header.seed_len:
             return False, None  # folded inside the fork seed: not the child's own identity
-        value = _IDENTITIES.get(data, _MISSING)
-        if value is _MISSING:
-            try:
-                value = unpackb(data)
-            except Exception:
-                return False, None
-            if len(_IDENTITIES) >= 65_536:
-                _IDENTITIES.clear()
-            _IDENTITIES[bytes(data)] = value
+        try:
+            value = unpackb(data)
+        except Exception:
+            return False, None
         if value is not None and not (isinstance(value, dict) and "mode" in value):
             return False, None
         return True, value

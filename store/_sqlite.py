@@ -133,6 +133,8 @@ class SqliteStore(SessionStore):
         self._limits = limits
         self._pool_lock = native_lock()
         self._idle: list[sqlite3.Connection] = []
+        # Decoded headers by stored bytes, for this store's life (see decode_header_row).
+        self._header_cache: dict[bytes, SessionHeader] = {}
         self._closed = False
 
         probe(fspath)
@@ -230,7 +232,7 @@ class SqliteStore(SessionStore):
     def header(self, session_id: SessionId | str) -> SessionHeader | None:
         sid = check_session_id(session_id)
         rows = self._query("SELECT header FROM sessions WHERE id = ?", (sid.to_bytes(),))
-        return decode_header_row(sid, rows[0][0]) if rows else None
+        return decode_header_row(sid, rows[0][0], self._header_cache) if rows else None
 
     def exists(self, session_id: SessionId | str) -> bool:
         sid = check_session_id(session_id)
@@ -247,7 +249,8 @@ class SqliteStore(SessionStore):
         rows = self._query(
             f"SELECT id, header FROM sessions {where} ORDER BY created_at, id", params
         )
-        return [decode_header_row(SessionId(key.hex()), blob) for key, blob in rows]
+        cache = self._header_cache
+        return [decode_header_row(SessionId(key.hex()), blob, cache) for key, blob in rows]
 
     def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
         if parent_session is None:
@@ -263,7 +266,7 @@ class SqliteStore(SessionStore):
         out: list[SessionHeader | CorruptRecordError] = []
         for key, parent, blob in rows:
             try:
-                out.append(decode_header_row(SessionId(key.hex()), blob))
+                out.append(decode_header_row(SessionId(key.hex()), blob, self._header_cache))
             except CorruptRecordError as exc:
                 # The indexed parent column still says where the broken row belongs.
                 exc.hint["parent_session"] = bytes(parent).hex() if parent is not None else None
@@ -406,6 +409,7 @@ class SqliteStore(SessionStore):
         )
 
     def close(self) -> None:
+        self._header_cache.clear()
         with self._pool_lock:
             self._closed = True
             idle, self._idle = self._idle, []

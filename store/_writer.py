@@ -57,25 +57,30 @@ NEXT_SEQ: Final = (
 )
 
 
-# Decoded headers by their exact stored bytes: a header is immutable but for its
-# depth floor (whose change changes the bytes), so equal bytes are the same header.
-# Listing a big tree decodes every header each time; this keeps warm listings from
-# paying the (bounded, validating) decoder again. Cleared when full.
-_HEADERS: dict[bytes, SessionHeader] = {}
-_HEADERS_MAX = 262_144
+#: Most decoded headers one store keeps (see ``decode_header_row``).
+HEADER_CACHE_MAX = 131_072
 
 
-def decode_header_row(session_id: SessionId, blob: bytes) -> SessionHeader:
-    """Decode a stored header; a bad one is a :class:`CorruptRecordError` with seq -1."""
+def decode_header_row(
+    session_id: SessionId, blob: bytes, cache: dict[bytes, SessionHeader] | None = None
+) -> SessionHeader:
+    """Decode a stored header; a bad one is a :class:`CorruptRecordError` with seq -1.
+
+    ``cache`` maps exact stored bytes to decoded headers: a header is immutable but
+    for its depth floor (whose change changes the bytes), so equal bytes are the
+    same header, and a warm listing of a big tree skips the validating decoder.
+    """
     key = bytes(blob)
-    header = _HEADERS.get(key)
-    if header is not None and header.id == session_id:
-        return header
+    if cache is not None:
+        cached = cache.get(key)
+        if cached is not None and cached.id == session_id:
+            return cached
     try:
         header = decode_header(key)
-        if len(_HEADERS) >= _HEADERS_MAX:
-            _HEADERS.clear()
-        _HEADERS[key] = header
+        if cache is not None:
+            if len(cache) >= HEADER_CACHE_MAX:
+                cache.clear()
+            cache[key] = header
         return header
     except DecodeError as exc:
         raise CorruptRecordError(
