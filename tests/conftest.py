@@ -331,3 +331,24 @@ def _kill_greenlets(glets: list[greenlet.greenlet]) -> None:
 
 def pytest_report_header() -> str:
     return f"subagents: gevent monkey-patched={MONKEYPATCHED}, python {sys.version.split()[0]}"
+
+
+# -- runtimes ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def rt(backend: Backend) -> Iterator[Any]:
+    """A runtime without persistence (sessions live only), on ``backend``."""
+    from subagents.actors import Runtime
+
+    with Runtime(backend=backend) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+def rt_sqlite(backend: Backend, tmp_path: Any) -> Iterator[Any]:
+    """A runtime on the embedded SQLite store, on ``backend``."""
+    from subagents.actors import Runtime
+
+    with Runtime(str(tmp_path / "sessions.db"), backend=backend) as runtime:
+        yield runtime

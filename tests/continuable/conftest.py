@@ -21,23 +21,9 @@ from subagents.actors._backend import Backend
 
 
 @pytest.fixture
-def rt(backend: Backend) -> Iterator[Runtime]:
-    """A runtime without persistence (sessions live only)."""
-    with Runtime(backend=backend) as runtime:
-        yield runtime
-
-
-@pytest.fixture
 def rt_mem(backend: Backend) -> Iterator[Runtime]:
     """A runtime on a counting in-memory store (cold resume works)."""
     with Runtime(CountingStore(), backend=backend) as runtime:
-        yield runtime
-
-
-@pytest.fixture
-def rt_sqlite(backend: Backend, tmp_path: Path) -> Iterator[Runtime]:
-    """A runtime on the embedded SQLite store."""
-    with Runtime(str(tmp_path / "sessions.db"), backend=backend) as runtime:
         yield runtime
 
 
