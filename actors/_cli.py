@@ -151,8 +151,16 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
             return float(value["active_seconds"])
 
         out: list[dict[str, Any]] = []
-        for header in roots:
-            listing = catalog.list_descendants(header.id)
+        # Progress on stderr, only where a person watches (never in piped output).
+        status = Console(stderr=True)
+        progress = status.status("") if status.is_terminal else contextlib.nullcontext()
+        with progress as spinner:
+            listings = []
+            for n, header in enumerate(roots, 1):
+                if spinner is not None:
+                    spinner.update(f"listing tree {n}/{len(roots)} ({header.label or header.id})")
+                listings.append(catalog.list_descendants(header.id))
+        for header, listing in zip(roots, listings):
             out.append(
                 {
                     "id": str(header.id),
