@@ -49,6 +49,7 @@ from subagents.protocol import (
     descriptor_event,
     new_message_id,
     new_run_id,
+    new_session_id,
     packb,
     snapshot_subagent_descriptor,
 )
@@ -873,8 +874,6 @@ class _ResidentNow(Exception):
 
 
 def _new_child_id() -> SessionId:
-    from subagents.protocol import new_session_id
-
     return new_session_id()
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._backend import Backend
 from subagents.actors.testing import LifecycleProbe
@@ -50,7 +48,3 @@ def test_cold_resume_folds_the_descriptor_from_the_checkpoint(backend: Backend) 
         assert sum(isinstance(e, SubagentDescriptorEvent) for e in events) == 1
         outputs = [e.output for e in events if isinstance(e, TurnEnd)]
         assert outputs[-1] == "MSG 19"
-
-
-def _types(events: Sequence[object]) -> list[str]:
-    return [type(e).__name__ for e in events]
