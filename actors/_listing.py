@@ -188,9 +188,18 @@ class Catalog:
                 if live is not None:
                     index.headers[sid] = live.header
                     index.live.add(sid)
-        for header in sorted(index.headers.values(), key=lambda h: (h.created_at, h.id)):
-            if header.parent_session is not None:
-                index.children.setdefault(header.parent_session, []).append(header.id)
+        headers: Any = index.headers.values()
+        if index.live:  # persistence returns (created_at, id) order; live ones must merge in
+            headers = sorted(headers, key=lambda h: (h.created_at, h.id))
+        children = index.children
+        for header in headers:
+            parent = header.parent_session
+            if parent is not None:
+                siblings = children.get(parent)
+                if siblings is None:
+                    children[parent] = [header.id]
+                else:
+                    siblings.append(header.id)
         return index
 
     @staticmethod
@@ -391,19 +400,29 @@ class Catalog:
 
     # -- public ------------------------------------------------------------------------
 
-    def _row(self, index: _Index, sid: SessionId, identity: Any, **extra: Any) -> Any:
-        header = index.headers[sid]
-        fields = {
-            "id": sid,
-            "mode": identity["mode"],
-            "label": identity.get("label"),
-            "activity": "running" if sid in index.live else "inactive",
-            "has_children": self._has_children(index, sid),
-            "created_at": header.created_at,
-        }
-        if extra:
-            return DescendantRow(**fields, **extra)
-        return ChildRow(**fields)
+    def _row(self, index: _Index, sid: SessionId, identity: Any) -> ChildRow:
+        return ChildRow(
+            id=sid,
+            mode=identity["mode"],
+            label=identity.get("label"),
+            activity="running" if sid in index.live else "inactive",
+            has_children=self._has_children(index, sid),
+            created_at=index.headers[sid].created_at,
+        )
+
+    def _descendant_row(
+        self, index: _Index, sid: SessionId, identity: Any, parent: SessionId, depth: int
+    ) -> DescendantRow:
+        return DescendantRow(
+            id=sid,
+            mode=identity["mode"],
+            label=identity.get("label"),
+            activity="running" if sid in index.live else "inactive",
+            has_children=self._has_children(index, sid),
+            created_at=index.headers[sid].created_at,
+            parent_id=parent,
+            depth=depth,
+        )
 
     def list_children(
         self, parent_session_id: SessionId | str, signal: AbortSignal | None = None
@@ -452,7 +471,7 @@ class Catalog:
                     d for d in index.broken.get(node, ()) if d.id not in index.headers
                 )
         rows = tuple(
-            self._row(index, sid, served[sid], parent_id=parent, depth=depth)
+            self._descendant_row(index, sid, served[sid], parent, depth)
             for sid, parent, depth in order
             if sid in served
         )
