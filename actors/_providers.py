@@ -66,6 +66,9 @@ def child_options(
     depth = parent_depth + 1
     cap = parent.options.depth_cap
     assert_subagent_max_depth(depth, cap)
+    # The runtime-wide ceiling: a behaviour that delegates to its own model would
+    # otherwise recurse until threads or memory run out.
+    assert_subagent_max_depth(depth, parent._runtime.max_delegation_depth)
     if max_depth is not None:
         own = parent_depth + max_depth
         cap = own if cap is None else min(cap, own)

@@ -61,6 +61,9 @@ class Runtime:
             settles (0, the default, settles at once as the specification says;
             ``float("inf")`` keeps children resident until drained or closed). A
             warm child takes follow-ups without a cold resume.
+        max_delegation_depth: no agent of this runtime may have a deeper child
+            (``DEPTH_EXCEEDED``); a guard against runaway recursive delegation.
+            ``None`` lifts it; a request's ``max_depth`` can only tighten it.
     """
 
     def __init__(
@@ -72,8 +75,16 @@ class Runtime:
         default_providers: bool = True,
         projections: bool = True,
         keep_warm: float = 0.0,
+        max_delegation_depth: int | None = 32,
     ) -> None:
         self.backend = get_backend(backend)
+        if max_delegation_depth is not None and (
+            type(max_delegation_depth) is not int or max_delegation_depth < 1
+        ):
+            raise SubagentError(
+                "max_delegation_depth is an int >= 1 or None", code=ErrorCode.INVALID_ARGUMENT
+            )
+        self.max_delegation_depth = max_delegation_depth
         # A gevent runtime's actors are greenlets of this thread's hub: blocking calls
         # from another OS thread would wait on a hub that cannot wake them.
         self._home_thread: int | None = (

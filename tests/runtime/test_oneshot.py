@@ -591,3 +591,27 @@ def test_descriptor_is_log_only(rt_mem: Runtime) -> None:
     assert "SubagentDescriptorEvent" not in seen
     logged = [type(r.event).__name__ for r in rt.sessions.read(runs[0])]
     assert logged.count("SubagentDescriptorEvent") == 2  # the seed's and its own
+
+
+def test_runaway_recursive_delegation_stops_at_the_runtime_ceiling(backend) -> None:  # type: ignore[no-untyped-def]
+    """R-DEPTH-4 (runtime ceiling): a behaviour delegating to its own model stops at
+    ``max_delegation_depth`` with DEPTH_EXCEEDED instead of recursing for ever."""
+    depths: list[int] = []
+
+    def recurse(turn):
+        depths.append(delegation_depth_of(turn.agent))
+        try:
+            return turn.subagents.delegate("local", "again").output
+        except SubagentError as exc:
+            return exc.code
+
+    with Runtime(backend=backend, max_delegation_depth=5) as rt:
+        rt.models.register("recurse", lambda _o: recurse)
+        top = rt.spawn("recurse")
+        top.followup("go")
+        assert top.wait_idle(30)
+        assert depths == [0, 1, 2, 3, 4, 5]
+        assert rt.sessions.read(top.session_id)[-1].event.output == ErrorCode.DEPTH_EXCEEDED
+    with pytest.raises(SubagentError) as err:
+        Runtime(backend=backend, max_delegation_depth=0)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
