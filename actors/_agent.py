@@ -282,6 +282,12 @@ class Agent:
             SubagentError: ``AGENT_DISPOSED``; ``ENCODE_ERROR`` for content the
                 session log cannot represent; ``INVALID_ARGUMENT``.
         """
+        if source is not None and not isinstance(source, MessageSource):
+            raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
+        if message_id is not None and type(message_id) is not MessageId:
+            message_id = MessageId(message_id)
+        if not _plain(content):
+            packb(content)  # refuse what the log cannot hold before anything is accepted
         return self._deliver(content, source, "message", (), None, message_id)
 
     def _deliver(
@@ -293,10 +299,7 @@ class Agent:
         on_end: Callable[[TurnOutcome], object] | None,
         message_id: MessageId | None = None,
     ) -> MessageId:
-        if source is not None and not isinstance(source, MessageSource):
-            raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
-        if not _plain(content):
-            packb(content)  # refuse what the log cannot hold before anything is accepted
+        """Accept one turn; the caller has validated ``content`` and ``source``."""
         mid = message_id if message_id is not None else new_message_id()
         n = self._reserve()
         self._admit(_Deliver(n, mid, content, source, kind, extra, on_end))
@@ -305,7 +308,7 @@ class Agent:
     def _inject_quiet(
         self, content: Any, source: MessageSource | None, message_id: MessageId
     ) -> None:
-        packb(content)
+        """Accept a quiet report; the caller has validated ``content``."""
         n = self._reserve()
         self._admit(_Quiet(n, message_id, content, source))
 
@@ -317,10 +320,15 @@ class Agent:
     # -- cancellation and quiescence ----------------------------------------------
 
     def _turn_controller(self, turn: Turn) -> AbortController:
+        """The turn's controller, made on first use (most turns are never cancelled)."""
         with self._lock:
-            if turn._controller is None:
-                turn._controller = AbortController()
-            return turn._controller
+            return self._controller_locked(turn)
+
+    @staticmethod
+    def _controller_locked(turn: Turn) -> AbortController:
+        if turn._controller is None:
+            turn._controller = AbortController()
+        return turn._controller
 
     def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None:
         """Abort the running turn's signal; returns without waiting.
@@ -331,11 +339,7 @@ class Agent:
         """
         with self._lock:
             turn = self._current
-            controller = None
-            if turn is not None:
-                if turn._controller is None:
-                    turn._controller = AbortController()
-                controller = turn._controller
+            controller = self._controller_locked(turn) if turn is not None else None
             if not keep_inbox:
                 self._discard_through = self._accepted
         if controller is not None:

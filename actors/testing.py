@@ -131,10 +131,8 @@ class Report(Step):
     delivery: str = "quiet"
 
     def run(self, turn: Turn) -> Any:
-        report = getattr(turn.subagents, "report", None)
-        if report is None:
-            raise SubagentError("reports need a continuable child", code=ErrorCode.UNAUTHORIZED)
-        return report(self.content, delivery=self.delivery)
+        # Refused with UNAUTHORIZED unless the turn's agent is a live continuable child.
+        return turn.subagents.report(self.content, delivery=self.delivery)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from subagents.actors import ContinuableStartSpec, Runtime
@@ -42,78 +43,36 @@ def autogen_rate(ctx: Context) -> float | None:
 
 @group("baselines")
 def baselines(ctx: Context) -> list[Row]:
-
     n = ctx.size(200_000, 2000)
-    rows = [
-        Row(
-            workload="deque append+popleft",
-            backend="-",
-            store="-",
-            value=deque_rate(n * 5),
-            unit="msg/s",
+    measured: list[tuple[str, str, str, Callable[[], float | None], str]] = [
+        ("deque append+popleft", "-", "-", lambda: deque_rate(n * 5), "msg/s"),
+        ("queue.Queue thread hand-off", "threading", "-", lambda: queue_rate(n), "msg/s"),
+        ("gevent Queue greenlet hand-off", "gevent", "-", lambda: gevent_queue_rate(n), "msg/s"),
+        ("raw pykka tell", "threading", "-", lambda: raw_tell("threading", n), "msg/s"),
+        ("raw pykka tell", "gevent", "-", lambda: raw_tell("gevent", n), "msg/s"),
+        (
+            "raw sqlite3 group commit x1000",
+            "-",
+            "sqlite",
+            lambda: raw_sqlite_group(str(ctx.tmpdir), n),
+            "rows/s",
         ),
-        Row(
-            workload="queue.Queue thread hand-off",
-            backend="threading",
-            store="-",
-            value=queue_rate(n),
-            unit="msg/s",
-        ),
-        Row(
-            workload="gevent Queue greenlet hand-off",
-            backend="gevent",
-            store="-",
-            value=gevent_queue_rate(n),
-            unit="msg/s",
-        ),
-        Row(
-            workload="raw pykka tell",
-            backend="threading",
-            store="-",
-            value=raw_tell("threading", n),
-            unit="msg/s",
-        ),
-        Row(
-            workload="raw pykka tell",
-            backend="gevent",
-            store="-",
-            value=raw_tell("gevent", n),
-            unit="msg/s",
-        ),
-        Row(
-            workload="raw sqlite3 group commit x1000",
-            backend="-",
-            store="sqlite",
-            value=raw_sqlite_group(str(ctx.tmpdir), n),
-            unit="rows/s",
+        ("thespian simpleSystemBase tell", "-", "-", lambda: thespian_rate(n), "msg/s"),
+        (
+            "autogen-core send_message (sequential)",
+            "asyncio",
+            "-",
+            lambda: autogen_rate(ctx),
+            "msg/s",
         ),
     ]
-    thespian = thespian_rate(n)
-    if thespian is not None:
-        rows.append(
-            Row(
-                workload="thespian simpleSystemBase tell",
-                backend="-",
-                store="-",
-                value=thespian,
-                unit="msg/s",
-            )
-        )
-    else:
-        ctx.log("thespian not installed: row skipped (pip install -e '.[bench]')")
-    autogen = autogen_rate(ctx)
-    if autogen is not None:
-        rows.append(
-            Row(
-                workload="autogen-core send_message (sequential)",
-                backend="asyncio",
-                store="-",
-                value=autogen,
-                unit="msg/s",
-            )
-        )
-    else:
-        ctx.log("autogen-core not installed: row skipped (pip install -e '.[bench]')")
+    rows = []
+    for workload, backend, store, measure, unit in measured:
+        value = measure()
+        if value is None:  # an optional package of the `bench` extra is missing
+            ctx.log(f"{workload}: not installed, row skipped (pip install -e '.[bench]')")
+            continue
+        rows.append(Row(workload=workload, backend=backend, store=store, value=value, unit=unit))
     return rows
 
 
