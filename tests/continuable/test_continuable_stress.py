@@ -49,9 +49,13 @@ class Ledger:
         self.reports: dict[SessionId, list[tuple[MessageId, str]]] = defaultdict(list)
         self.done_ops = 0
 
-    def accept(self, child: SessionId, mid: MessageId) -> None:
+    def accept(self, child: SessionId, mid: MessageId, at: int | None = None) -> None:
+        """Record ``mid`` as accepted for ``child``. ``at`` is the tick taken before
+        the accepting call started: a follow-up can return after a concurrent drain
+        finished and still have been admitted before its cutoff, so the tick taken
+        when the call returns would wrongly place it after the drain."""
         with self.lock:
-            self.accepted[child].append((next(self.clock), mid))
+            self.accepted[child].append((next(self.clock) if at is None else at, mid))
 
     def tick(self) -> int:
         with self.lock:
