@@ -41,20 +41,18 @@ import pykka
 from subagents.protocol import (
     ErrorCode,
     Event,
-    MessageEvent,
     MessageId,
     MessageSource,
     ReportEvent,
     SessionHeader,
     SessionId,
     SubagentError,
-    TurnEnd,
-    TurnStart,
     descriptor_payload,
     new_message_id,
     packb,
     resolve_delegation_depth,
 )
+from subagents.protocol._events import _message_event, _turn_end, _turn_start
 
 from ._models import AgentOptions, Behaviour
 from ._session import LiveSession
@@ -266,7 +264,8 @@ class Agent:
                 )
             self._accepted += 1
             self._inflight += 1
-            self._idle.clear()
+            if self._inflight == 1:  # only the first one in flight: it is set otherwise
+                self._idle.clear()
             return self._accepted
 
     def followup(
@@ -514,33 +513,39 @@ class Agent:
         runtime = self._runtime
         sessions = runtime.sessions
         clock = runtime.clock
+        session = self._session
         index = self._next_turn
         self._next_turn = index + 1
-        context = tuple(self._context)
-        self._context.clear()
-        turn = Turn(self, index, d, context, self._session.next_seq - 1)
-        events: list[Event] = [TurnStart(turn=index, at=clock(), message_ids=(d.message_id,))]
-        events.extend(d.extra)
-        for q in context:
-            events.append(
-                ReportEvent(
-                    message_id=q.message_id, content=q.content, source=q.source, delivery="quiet"
-                )
-            )
+        turn = Turn(self, index, d, (), session.next_seq - 1)
+        mid = d.message_id
         if d.kind == "report":
-            events.append(
-                ReportEvent(
-                    message_id=d.message_id, content=d.content, source=d.source, delivery="waking"
-                )
+            delivered: Event = ReportEvent(
+                message_id=mid, content=d.content, source=d.source, delivery="waking"
             )
         else:
-            events.append(MessageEvent(message_id=d.message_id, content=d.content, source=d.source))
+            delivered = _message_event(mid, d.content, d.source)
+        events: list[Event] = [_turn_start(index, clock(), (mid,))]
+        if d.extra:
+            events.extend(d.extra)
+        if self._context:
+            context = turn.context = tuple(self._context)
+            self._context.clear()
+            for q in context:
+                events.append(
+                    ReportEvent(
+                        message_id=q.message_id,
+                        content=q.content,
+                        source=q.source,
+                        delivery="quiet",
+                    )
+                )
+        events.append(delivered)
         self._current = turn  # a reference swap; cancel() reads it under its lock
         output: Any = None
         structured: Any = None
         error: str | None = None
         try:
-            sessions.append(self._session, events)
+            sessions.append(session, events)
             output = self._behaviour.on_turn(turn)
             stop = "cancelled" if turn.cancelled else "completed"
         except SubagentError as exc:
@@ -563,19 +568,7 @@ class Agent:
             except SubagentError as exc:
                 stop, error, output = "failed", f"output cannot be recorded: {exc}", None
         try:
-            sessions.append(
-                self._session,
-                (
-                    TurnEnd(
-                        turn=index,
-                        at=clock(),
-                        stop_reason=stop,
-                        output=output,
-                        structured=structured,
-                        error=error,
-                    ),
-                ),
-            )
+            sessions.append(session, (_turn_end(index, clock(), stop, output, structured, error),))
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, self.session_id)
         if d.on_end is not None:

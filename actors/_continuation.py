@@ -616,7 +616,7 @@ class ContinuationManager:
         runtime = self._runtime
         if not isinstance(parent, Agent):
             raise _err(ErrorCode.INVALID_ARGUMENT, "parent must be an Agent")
-        cid = SessionId(child_id)
+        cid = child_id if type(child_id) is SessionId else SessionId(child_id)
         if source is not None and not isinstance(source, MessageSource):
             raise _err(ErrorCode.INVALID_ARGUMENT, "source must be a MessageSource")
         if signal is not None and not isinstance(signal, AbortSignal):
@@ -631,8 +631,7 @@ class ContinuationManager:
         src = source if source is not None else parent._parent_source
         message_id = new_message_id()
         for _ in range(100):
-            delivered = self._deliver_resident(parent, cid, content, src, message_id)
-            if delivered:
+            if self._deliver_resident(parent, cid, content, src, message_id):
                 return message_id
             try:
                 return self._cold_followup(parent, cid, content, src, message_id, signal)
@@ -648,16 +647,31 @@ class ContinuationManager:
         source: MessageSource,
         message_id: MessageId,
     ) -> bool:
+        """Enqueue into a resident child's inbox; False when it is not resident.
+
+        The hot path of every follow-up: authority, the drain cutoff and the
+        enqueue happen under the one lock that publication and settling take, so
+        the child cannot settle between the check and the enqueue.
+        """
         with self.lock:
             act = self._activations.get(cid)
             if act is None or act.settling:
                 return False
-            self._authorize_parent(parent, act.agent.header)
+            agent = act.agent
+            header = agent._session.header
+            if (
+                header.origin != "subagent"
+                or header.parent_session != parent.session_id
+                or not self._runtime.agents.is_live(parent)  # again: it may have gone since
+            ):
+                raise _err(
+                    ErrorCode.UNAUTHORIZED, "only the exact live direct parent may follow up"
+                )
             if act.draining or (self._cutoffs and self._closed_below(self._lineage(parent))):
                 raise _err(
                     ErrorCode.ADMISSION_CLOSED, "admission is closed below this parent (drained)"
                 )
-            act.agent._deliver(content, source, "message", (), None, message_id)
+            agent._deliver(content, source, "message", (), None, message_id)
             return True
 
     def _authorize_parent(self, parent: Agent, header: SessionHeader) -> None:

@@ -41,8 +41,12 @@ def _patched() -> bool:
     return bool(monkey is not None and monkey.is_module_patched("threading"))
 
 
+_now = _dt.datetime.now
+_UTC = _dt.UTC
+
+
 def _utcnow() -> _dt.datetime:
-    return _dt.datetime.now(_dt.UTC)
+    return _now(_UTC)
 
 
 class Runtime:

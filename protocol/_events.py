@@ -309,6 +309,66 @@ _CHECKERS: Final[dict[type[Event], tuple[tuple[str, Checker, bool], ...]]] = {
 EVENT_TYPES: Final[dict[str, type[Event]]] = {cls.type: cls for cls in _CHECKERS}
 _FIELD_NAMES: Final = {cls: tuple(f.name for f in fields(cls)) for cls in _CHECKERS}
 
+
+# -- trusted constructors (the runtime's turn loop) ------------------------------
+#
+# A frozen dataclass __init__ sets each field through object.__setattr__ (about
+# 0.15 us a field). The turn loop builds three events per turn from values it
+# made itself, so it uses these positional constructors, which store through the
+# slot descriptors directly: ~0.5 us less per turn. They skip nothing but the
+# keyword handling -- the values are the same, and equality, hashing, repr and
+# encoding see an ordinary instance. Not public: callers outside the runtime use
+# the dataclass constructors.
+
+_new = object.__new__
+
+
+def _slot_setters(cls: type[Event], *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_TS = _slot_setters(TurnStart, "turn", "at", "message_ids")
+_ME = _slot_setters(MessageEvent, "message_id", "content", "source")
+_TE = _slot_setters(TurnEnd, "turn", "at", "stop_reason", "output", "structured", "error")
+
+
+def _turn_start(turn: int, at: _dt.datetime, message_ids: tuple[MessageId, ...]) -> TurnStart:
+    ev = _new(TurnStart)
+    _TS[0](ev, turn)
+    _TS[1](ev, at)
+    _TS[2](ev, message_ids)
+    return ev  # type: ignore[no-any-return]
+
+
+def _message_event(
+    message_id: MessageId, content: Any, source: MessageSource | None
+) -> MessageEvent:
+    ev = _new(MessageEvent)
+    _ME[0](ev, message_id)
+    _ME[1](ev, content)
+    _ME[2](ev, source)
+    return ev  # type: ignore[no-any-return]
+
+
+def _turn_end(
+    turn: int,
+    at: _dt.datetime,
+    stop_reason: str,
+    output: Any,
+    structured: Any,
+    error: str | None,
+) -> TurnEnd:
+    ev = _new(TurnEnd)
+    set_turn, set_at, set_stop, set_output, set_structured, set_error = _TE
+    set_turn(ev, turn)
+    set_at(ev, at)
+    set_stop(ev, stop_reason)
+    set_output(ev, output)
+    set_structured(ev, structured)
+    set_error(ev, error)
+    return ev  # type: ignore[no-any-return]
+
+
 _HEADER_CHECKERS: Final = (
     ("id", _session_id, True),
     ("parent_session", _opt_session_id, True),
