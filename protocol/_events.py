@@ -337,7 +337,7 @@ def _turn_start(turn: int, at: _dt.datetime, message_ids: tuple[MessageId, ...])
     _TS[0](ev, turn)
     _TS[1](ev, at)
     _TS[2](ev, message_ids)
-    return ev  # type: ignore[no-any-return]
+    return ev
 
 
 def _message_event(
@@ -347,7 +347,7 @@ def _message_event(
     _ME[0](ev, message_id)
     _ME[1](ev, content)
     _ME[2](ev, source)
-    return ev  # type: ignore[no-any-return]
+    return ev
 
 
 def _turn_end(
@@ -366,7 +366,7 @@ def _turn_end(
     set_output(ev, output)
     set_structured(ev, structured)
     set_error(ev, error)
-    return ev  # type: ignore[no-any-return]
+    return ev
 
 
 _HEADER_CHECKERS: Final = (
