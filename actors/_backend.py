@@ -30,6 +30,7 @@ from gevent._hub_local import get_hub_if_exists
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._gevent import GeventActor, GeventFuture
+from ._threadinbox import ThreadActor
 
 __all__ = [
     "GEVENT",
@@ -219,7 +220,7 @@ def _task_name(fn: Callable[..., object], name: str | None) -> str:
 
 class _ThreadingBackend(Backend):
     name = "threading"
-    actor_class = pykka.ThreadingActor
+    actor_class = ThreadActor
 
     def future(self) -> pykka.Future[Any]:
         return pykka.ThreadingFuture()
