@@ -24,6 +24,7 @@ from subagents.actors._backend import (
     get_backend,
 )
 from subagents.actors._gevent import GeventActor, GeventFuture
+from subagents.actors._threadinbox import ThreadActor
 from subagents.protocol import ErrorCode, SubagentError
 
 MONKEYPATCHED = gevent.monkey.is_module_patched("threading")
@@ -34,8 +35,9 @@ MONKEYPATCHED = gevent.monkey.is_module_patched("threading")
 
 def test_names_and_actor_classes(backend: Backend) -> None:
     assert backend.name in {"threading", "gevent"}
-    expected = pykka.ThreadingActor if backend.name == "threading" else GeventActor
+    expected = ThreadActor if backend.name == "threading" else GeventActor
     assert backend.actor_class is expected
+    assert issubclass(backend.actor_class, pykka.ThreadingActor) == (backend.name == "threading")
     assert repr(backend) == f"<Backend {backend.name}>"
 
 
