@@ -8,7 +8,9 @@ live log, and one writer task (a thread, or a greenlet that runs blocking store
 calls in gevent's threadpool) drains every queued write in order and commits it.
 ``flush(session_id)`` waits until everything appended to that session so far is
 committed, so an agent that settles can make its log durable before it leaves
-residency. Without persistence the live log is the whole log and a session
+residency. A store that declares ``inline_writes`` (the in-memory store) is
+written synchronously by the appending thread instead, in the same order, with
+no writer task at all. Without persistence the live log is the whole log and a session
 vanishes when its agent is released.
 
 Seqs are assigned here, gapless from 0 per session, and persistence assigns the
@@ -67,7 +69,13 @@ class LiveSession:
             self.events.extend(events)
             self.next_seq += len(events)
             if writer is not None:
-                self.last_ticket = writer.submit("append", self.header.id, events)
+                if writer.inline:
+                    if writer.write_through(self.header.id, events):
+                        # The store holds the whole log now: no tail to keep.
+                        self.events.clear()
+                        self.base_seq = self.next_seq
+                else:
+                    self.last_ticket = writer.submit("append", self.header.id, events)
             return self.next_seq - 1
 
     def _trim_through(self, seq: int) -> None:
@@ -84,7 +92,14 @@ class LiveSession:
 
 
 class _Writer:
-    """The write-behind queue to persistence: one task, writes in order."""
+    """The write-behind queue to persistence: one task, writes in order.
+
+    A store that allows it (``store.inline_writes``: in memory, never blocks) is
+    written *inline* instead (:meth:`write_through` for appends, :meth:`submit` for the
+    other ops), by the caller under the writer lock: the same order, no task, and
+    no thread or greenlet hand-off per write, which cost a follow-up's round trip
+    more than the write itself.
+    """
 
     def __init__(self, store: SessionStore, backend: Backend, sessions: SessionService) -> None:
         self._store = store
@@ -100,6 +115,7 @@ class _Writer:
         self._closing = False
         self._task: TaskHandle | None = None
         self._awake = False  # the writer is draining: no need to signal it again
+        self.inline = store.inline_writes and not store.blocking
 
     def submit(self, op: str, session_id: SessionId, payload: Any) -> int:
         with self._lock:
@@ -107,6 +123,10 @@ class _Writer:
                 raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
             self._ticket += 1
             ticket = self._ticket
+            if self.inline:
+                self._write([(ticket, op, session_id, payload)])
+                self._committed = ticket
+                return ticket
             self._ops.append((ticket, op, session_id, payload))
             if self._task is None:
                 self._task = self._backend.spawn(self._run, name="subagents-session-writer")
@@ -117,6 +137,26 @@ class _Writer:
         # only the submit that finds the writer asleep pays it.
         self._wake.set()
         return ticket
+
+    def write_through(self, session_id: SessionId, events: Sequence[Event]) -> bool:
+        """Inline mode: append ``events`` to the store now; True when stored.
+
+        The caller holds the session's lock, so its appends reach the store in
+        seq order. A failure is logged and kept for ``flush`` to report, and the
+        session gets no later writes (no holes in its log).
+        """
+        with self._lock:
+            if self._closing:
+                raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
+            if session_id in self._failed:
+                return False
+            try:
+                self._store.append(session_id, events)
+            except Exception as exc:
+                logger.error("persisting session %s failed: %s", session_id, exc)
+                self._failed[session_id] = exc
+                return False
+            return True
 
     def _run(self) -> None:
         while True:

@@ -75,10 +75,16 @@ class SessionStore(abc.ABC):
         durable: whether appended events survive the process.
         blocking: whether calls do disk I/O; the gevent runtime then runs them in
             gevent's threadpool instead of on the hub.
+        inline_writes: whether the runtime may write to the store synchronously,
+            from the thread that appends, instead of through its write-behind
+            task. Only for stores whose writes are cheap and never block (default
+            False; :class:`MemoryStore` sets it): it spares every write a hand-off
+            to the writer thread or greenlet.
     """
 
     durable: ClassVar[bool]
     blocking: ClassVar[bool]
+    inline_writes: ClassVar[bool] = False
 
     @abc.abstractmethod
     def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:

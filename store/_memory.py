@@ -50,6 +50,7 @@ class MemoryStore(SessionStore):
 
     durable = False
     blocking = False
+    inline_writes = True  # an append is a lock and a list extend
 
     def __init__(self) -> None:
         self._lock = native_lock()

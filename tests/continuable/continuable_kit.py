@@ -65,7 +65,11 @@ class CountingStore(MemoryStore):
 
     ``before_append``/``before_create`` (``fn(session_id, events)``) run before
     each write, in the session writer: a test blocks or fails writes with them.
+    Its writes go through the write-behind writer (``inline_writes = False``),
+    like a real persistence store's, so a blocked write never blocks the agent.
     """
+
+    inline_writes = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,0 +1,80 @@
+"""Inline writes to a store that declares ``inline_writes`` (the in-memory store):
+synchronous, in order, no writer task, and a failing write is reported, never lost
+silently and never followed by later writes (no holes in the log).
+
+R-CONT-2 (acceptance never waits for *persistence*: a store that can block keeps
+the write-behind writer, see ``tests/continuable``), R-RES-3 (a failing flush is
+logged and reported, it never fails the agent).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+from subagents.actors import Runtime
+from subagents.actors._backend import Backend
+from subagents.protocol import ErrorCode, Event, MessageEvent, SessionId, SubagentError, TurnEnd
+from subagents.store import MemoryStore
+
+
+class FailingAppends(MemoryStore):
+    """Appends fail once ``fail`` is set (inline_writes stays True)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+        self.appends = 0
+
+    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+        self.appends += 1
+        if self.fail:
+            raise SubagentError("disk on fire", code=ErrorCode.INTERNAL)
+        return super().append(session_id, events)
+
+
+def test_memory_store_is_written_inline_without_a_writer_task(backend: Backend) -> None:
+    """Every turn's events are in the store when the turn ends (no flush needed),
+    in log order, and no session-writer thread or task was ever started."""
+    store = MemoryStore()
+    assert MemoryStore.inline_writes and not MemoryStore.blocking
+    with Runtime(store, backend=backend) as rt:
+        agent = rt.spawn(lambda t: f"re: {t.content}")
+        for i in range(50):
+            agent.followup(i)
+        assert agent.wait_idle(10)
+        records = store.read(agent.session_id)
+        assert [r.seq for r in records] == list(range(len(records)))
+        contents = [r.event.content for r in records if isinstance(r.event, MessageEvent)]
+        assert contents == list(range(50))
+        outputs = [r.event.output for r in records if isinstance(r.event, TurnEnd)]
+        assert outputs == [f"re: {i}" for i in range(50)]
+        assert rt.sessions._writer is not None and rt.sessions._writer._task is None
+        assert not [t for t in threading.enumerate() if t.name.startswith("subagents-session")]
+
+
+def test_a_failing_inline_write_is_reported_and_stops_later_writes(backend: Backend) -> None:
+    """The turn still completes; ``flush`` of the session raises INTERNAL with the
+    cause; no later event of that session is written (the log has no hole)."""
+    store = FailingAppends()
+    with Runtime(store, backend=backend) as rt:
+        agent = rt.spawn(lambda t: "done")
+        agent.followup("first")
+        assert agent.wait_idle(10)
+        good = len(store.read(agent.session_id))
+        store.fail = True
+        agent.followup("second")
+        assert agent.wait_idle(10)
+        tried = store.appends
+        store.fail = False
+        agent.followup("third")
+        assert agent.wait_idle(10)
+        assert store.appends == tried  # nothing more was attempted after the failure
+        assert len(store.read(agent.session_id)) == good
+        with pytest.raises(SubagentError) as info:
+            rt.sessions.flush(agent.session_id)
+        assert info.value.code == ErrorCode.INTERNAL and "disk on fire" in str(info.value)
+        # The live log still has everything, in order: nothing accepted is lost.
+        live = rt.sessions.read(agent.session_id)
+        assert sum(isinstance(r.event, TurnEnd) for r in live) == 3
