@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import greenlet
 import pykka
+from pykka._envelope import Envelope
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -248,13 +249,14 @@ class Agent:
     # -- inbox -------------------------------------------------------------------
 
     def _admit(self, message: Any) -> None:
-        try:
-            self._ref.tell(message)
-        except pykka.ActorDeadError:
+        # What ActorRef.tell does, minus two calls on the follow-up hot path.
+        ref = self._ref
+        if ref.actor_stopped.is_set():
             self._settle_one()
             raise SubagentError(
                 f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
-            ) from None
+            )
+        ref.actor_inbox.put(Envelope(message))
 
     def _reserve(self) -> int:
         with self._lock:
@@ -496,7 +498,7 @@ class Agent:
                 except Exception:
                     logger.exception("call in the loop of %s raised", self.session_id)
         finally:
-            if self._settle_one():
+            if self._settle_one() and self._idle_listeners:
                 for fn in list(self._idle_listeners):
                     try:
                         fn(self)
@@ -545,7 +547,7 @@ class Agent:
         structured: Any = None
         error: str | None = None
         try:
-            sessions.append(session, events)
+            sessions.append(session, events, defer=True)  # stored with turn/end
             output = self._behaviour.on_turn(turn)
             stop = "cancelled" if turn.cancelled else "completed"
         except SubagentError as exc:
@@ -575,6 +577,7 @@ class Agent:
             self._notify(d.on_end, TurnOutcome(index, stop, output, structured, error))
 
 
+_OWN = frozenset({_Deliver, _Quiet, _Call})
 _ACTOR_CLASSES: dict[type[pykka.Actor], type[pykka.Actor]] = {}
 
 
@@ -590,6 +593,14 @@ def _actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
 
             def on_start(self) -> None:
                 self._agent._on_start()
+
+            def _handle_receive(self, message: Any) -> Any:
+                # Our own messages first: pykka's dispatch tests four of its own
+                # types before it reaches on_receive.
+                if type(message) in _OWN:
+                    self._agent._handle(message)
+                    return None
+                return super()._handle_receive(message)
 
             def on_receive(self, message: Any) -> Any:
                 self._agent._handle(message)

@@ -621,11 +621,13 @@ class ContinuationManager:
             raise _err(ErrorCode.INVALID_ARGUMENT, "source must be a MessageSource")
         if signal is not None and not isinstance(signal, AbortSignal):
             raise _err(ErrorCode.INVALID_ARGUMENT, "signal must be an AbortSignal")
-        signal = signal or _NEVER
         if not _plain(content):
             packb(content)
         self._require_agents()
-        signal.raise_if_aborted()
+        if signal is None:
+            signal = _NEVER
+        else:
+            signal.raise_if_aborted()
         if not runtime.agents.is_live(parent):
             raise _err(ErrorCode.UNAUTHORIZED, "the caller is not a live agent")
         src = source if source is not None else parent._parent_source

@@ -47,7 +47,16 @@ logger = logging.getLogger("subagents")
 class LiveSession:
     """In-memory state of one live session (owned by :class:`SessionService`)."""
 
-    __slots__ = ("_lock", "base_seq", "events", "header", "last_ticket", "next_seq", "released")
+    __slots__ = (
+        "_lock",
+        "base_seq",
+        "events",
+        "header",
+        "last_ticket",
+        "next_seq",
+        "released",
+        "written",
+    )
 
     def __init__(self, header: SessionHeader, next_seq: int) -> None:
         self.header = header
@@ -56,13 +65,16 @@ class LiveSession:
         self.events: list[Event] = []
         self.released = False
         self.last_ticket = 0  # the writer ticket of this session's latest write
+        self.written = next_seq  # inline writes: events from this seq on are not stored yet
         self._lock = threading.Lock()
 
     @property
     def id(self) -> SessionId:
         return self.header.id
 
-    def _append(self, events: Sequence[Event], writer: _Writer | None = None) -> int:
+    def _append(
+        self, events: Sequence[Event], writer: _Writer | None = None, defer: bool = False
+    ) -> int:
         # One lock for the live append and the persistence hand-off keeps both
         # logs in the same order (and so with the same seqs).
         with self._lock:
@@ -70,13 +82,25 @@ class LiveSession:
             self.next_seq += len(events)
             if writer is not None:
                 if writer.inline:
-                    if writer.write_through(self.header.id, events):
-                        # The store holds the whole log now: no tail to keep.
-                        self.events.clear()
-                        self.base_seq = self.next_seq
+                    if not defer:
+                        self._write_inline(writer)
                 else:
                     self.last_ticket = writer.submit("append", self.header.id, events)
             return self.next_seq - 1
+
+    def _write_inline(self, writer: _Writer) -> None:
+        """Inline mode, lock held: store the events not stored yet, drop the tail."""
+        if self.written == self.next_seq:
+            return
+        pending = self.events[self.written - self.base_seq :]
+        if writer.write_through(self.header.id, pending):
+            # The store holds the whole log now: no tail to keep.
+            self.events.clear()
+            self.base_seq = self.written = self.next_seq
+
+    def _write_pending(self, writer: _Writer) -> None:
+        with self._lock:
+            self._write_inline(writer)
 
     def _trim_through(self, seq: int) -> None:
         with self._lock:
@@ -141,22 +165,23 @@ class _Writer:
     def write_through(self, session_id: SessionId, events: Sequence[Event]) -> bool:
         """Inline mode: append ``events`` to the store now; True when stored.
 
-        The caller holds the session's lock, so its appends reach the store in
-        seq order. A failure is logged and kept for ``flush`` to report, and the
-        session gets no later writes (no holes in its log).
+        The caller holds the session's lock, so the session's appends reach the
+        store in seq order; no other order matters to an append, so the writer
+        lock is not taken (the store has its own). A failure is logged and kept
+        for ``flush`` to report, and the session gets no later writes (no holes in
+        its log).
         """
-        with self._lock:
-            if self._closing:
-                raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
-            if session_id in self._failed:
-                return False
-            try:
-                self._store.append(session_id, events)
-            except Exception as exc:
-                logger.error("persisting session %s failed: %s", session_id, exc)
-                self._failed[session_id] = exc
-                return False
-            return True
+        if self._closing:
+            raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
+        if session_id in self._failed:
+            return False
+        try:
+            self._store.append(session_id, events)
+        except Exception as exc:
+            logger.error("persisting session %s failed: %s", session_id, exc)
+            self._failed[session_id] = exc
+            return False
+        return True
 
     def _run(self) -> None:
         while True:
@@ -290,8 +315,13 @@ class SessionService:
                 raise SubagentError(f"session {header.id} exists", code=ErrorCode.SESSION_EXISTS)
             self._live[header.id] = live
         live._append(events)
-        if self._writer is not None:
-            live.last_ticket = self._writer.submit("create", header.id, (header, list(events)))
+        writer = self._writer
+        if writer is not None:
+            live.last_ticket = writer.submit("create", header.id, (header, list(events)))
+            if writer.inline and writer.take_failure(header.id) is None:
+                with live._lock:  # created with its initial events: nothing pending
+                    live.events.clear()
+                    live.base_seq = live.written = live.next_seq
         return live
 
     def attach(self, header: SessionHeader, next_seq: int) -> LiveSession:
@@ -305,13 +335,20 @@ class SessionService:
             self._live[header.id] = live
         return live
 
-    def append(self, live: LiveSession, events: Sequence[Event]) -> int:
-        """Append to a live session; returns the last seq. Persistence follows behind."""
+    def append(self, live: LiveSession, events: Sequence[Event], *, defer: bool = False) -> int:
+        """Append to a live session; returns the last seq. Persistence follows behind.
+
+        ``defer=True`` lets an inline-written store (``inline_writes``) take these
+        events with the session's next append, flush or checkpoint instead of now:
+        the turn loop defers ``turn/start`` to its ``turn/end`` (one store write a
+        turn). Reads merge the live tail, so nothing is hidden from the runtime.
+        A write-behind store ignores it.
+        """
         if live.released:
             raise SubagentError(
                 f"session {live.id} is no longer live", code=ErrorCode.SESSION_NOT_FOUND
             )
-        return live._append(events, self._writer)
+        return live._append(events, self._writer, defer)
 
     def checkpoint(self, live: LiveSession, state: dict[str, Any]) -> None:
         """Queue a checkpoint of folded ``state`` valid through the live log's last seq.
@@ -322,6 +359,8 @@ class SessionService:
         if self._writer is None:
             return
         with live._lock:
+            if self._writer.inline:
+                live._write_inline(self._writer)  # the log through seq first
             seq = live.next_seq - 1
             if seq >= 0:
                 live.last_ticket = self._writer.submit(
@@ -331,6 +370,8 @@ class SessionService:
     def cache_projection(self, live: LiveSession, unit: str, seq: int, value: Any) -> None:
         """Queue a durable projection-cache row (derived data) after the session's writes."""
         if self._writer is not None:
+            if self._writer.inline:
+                live._write_pending(self._writer)  # the log through seq first
             ticket = self._writer.submit("projection", live.id, (unit, seq, packb(value)))
             with live._lock:
                 live.last_ticket = max(live.last_ticket, ticket)
@@ -453,6 +494,11 @@ class SessionService:
         # A live session waits only for its own writes: settling thousands of
         # children at once (a drain) must not make each wait for all the others.
         live = self._live.get(session_id) if session_id is not None else None
+        if self._writer.inline:  # deferred events are written now
+            with self._lock:
+                pending = [live] if live is not None else list(self._live.values())
+            for one in pending:
+                one._write_pending(self._writer)
         ticket = live.last_ticket if live is not None else self._writer.ticket
         if not self._writer.wait(ticket, timeout):
             raise SubagentError("flush timed out", code=ErrorCode.TIMEOUT)

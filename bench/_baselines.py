@@ -7,6 +7,7 @@ both import these.
 from __future__ import annotations
 
 import collections
+import datetime
 import os
 import queue
 import sqlite3
@@ -39,6 +40,57 @@ def raw_tell(backend: str, n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
         ref.tell(i)
+    assert ref.ask("get") == n
+    elapsed = time.perf_counter() - start
+    ref.stop()
+    return n / elapsed
+
+
+def turn_floor(backend: str, n: int) -> float:
+    """Turns/s of the least any runtime must do per follow-up -> turn, on a raw actor.
+
+    The producer mints a message id and ``tell``s; the actor records the turn as
+    the seed requires -- ``turn/start`` (with a timestamp), the message and
+    ``turn/end`` (another timestamp) -- built with the event types' own
+    constructors and appended to a list. No authority check, no inbox accounting,
+    no idle signalling, no store: a floor, not a competitor. When it sits below a
+    ratio target against raw ``tell``, that target is out of reach for any design
+    that records turns as typed events in this process.
+    """
+    from subagents.protocol import (
+        MessageEvent,
+        MessageSource,
+        TurnEnd,
+        TurnStart,
+        new_message_id,
+        new_session_id,
+    )
+
+    now, utc = datetime.datetime.now, datetime.UTC
+    source = MessageSource(kind="parent", session_id=new_session_id())
+
+    class Turns(actor_base(backend)):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.log: list[Any] = []
+            self.turn = 0
+
+        def on_receive(self, message: Any) -> Any:
+            if message == "get":
+                return self.turn
+            mid, content = message
+            index = self.turn
+            self.turn = index + 1
+            log = self.log
+            log.append(TurnStart(turn=index, at=now(utc), message_ids=(mid,)))
+            log.append(MessageEvent(message_id=mid, content=content, source=source))
+            log.append(TurnEnd(turn=index, at=now(utc), stop_reason="completed", output=None))
+            return None
+
+    ref = Turns.start()
+    start = time.perf_counter()
+    for i in range(n):
+        ref.tell((new_message_id(), i))
     assert ref.ask("get") == n
     elapsed = time.perf_counter() - start
     ref.stop()

@@ -73,24 +73,26 @@ class RunId(_Id):
 
 
 class _Minter:
-    __slots__ = ("_counter", "_prefix")
+    __slots__ = ("_counter",)
 
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
-        self._prefix = os.urandom(8).hex()
-        self._counter = itertools.count(1)
+        # The 64-bit random prefix is the counter's high half: one "%032x" of one
+        # int per mint (0.28 us; an f-string joining prefix and counter was 0.47).
+        self._counter = itertools.count((int.from_bytes(os.urandom(8), "big") << 64) + 1)
 
     def next_hex(self) -> str:
         # next() on itertools.count is atomic under the GIL.
-        return f"{self._prefix}{next(self._counter):016x}"
+        return "%032x" % next(self._counter)  # noqa: UP031 (the fastest form here)
 
 
 _minter = _Minter()
 # A forked child must not repeat its parent's ids: it draws a new prefix at fork
 # time (cheaper than comparing os.getpid() on every mint, which cost ~0.5 us).
 os.register_at_fork(after_in_child=_minter._reset)
+_new_str = str.__new__
 
 
 def new_session_id() -> SessionId:
@@ -100,7 +102,7 @@ def new_session_id() -> SessionId:
 
 def new_message_id() -> MessageId:
     """Mint a fresh :class:`MessageId` (before the message is accepted)."""
-    return str.__new__(MessageId, _minter.next_hex())
+    return _new_str(MessageId, "%032x" % next(_minter._counter))  # noqa: UP031
 
 
 def new_run_id() -> RunId:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import pytest
@@ -48,6 +49,26 @@ def test_minted_ids_are_typed_valid_and_unique(cls: type[Any]) -> None:
     for i in minted[:10]:
         assert cls(str(i)) == i  # passes its own validation
         assert unpackb(packb(i)) == i
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_mints_ids_its_parent_never_will() -> None:
+    """Minting is a random 64-bit prefix plus a counter; a forked child draws a new
+    prefix, so parent and child (which share the counter's state) never collide."""
+    before = new_message_id()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report two ids and leave without running atexit hooks
+        os.write(write_end, (new_message_id() + new_session_id()).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        got = pipe.read()
+    os.waitpid(pid, 0)
+    mine = new_message_id()
+    theirs = {got[:32], got[32:]}
+    assert len(got) == 64 and mine not in theirs and before not in theirs
+    assert {t[:16] for t in theirs} != {mine[:16]}  # a new prefix, not just a new count
 
 
 @given(raw=st.binary(min_size=16, max_size=16))
