@@ -78,3 +78,40 @@ def test_a_failing_inline_write_is_reported_and_stops_later_writes(backend: Back
         # The live log still has everything, in order: nothing accepted is lost.
         live = rt.sessions.read(agent.session_id)
         assert sum(isinstance(r.event, TurnEnd) for r in live) == 3
+
+
+def test_a_running_turns_start_is_live_at_once_and_stored_with_its_end(backend: Backend) -> None:
+    """While a turn runs, runtime reads (the live tail) already show its
+    ``turn/start`` and message; the inline store gets them with ``turn/end`` in one
+    write, or earlier on ``flush``; seqs stay gapless and in order either way."""
+    store = FailingAppends()
+    with Runtime(store, backend=backend) as rt:
+        inside = rt.backend.event()
+        release = rt.backend.event()
+
+        def behaviour(turn: object) -> str:
+            inside.set()
+            assert release.wait(10)
+            return "out"
+
+        agent = rt.spawn(behaviour)
+        sid = agent.session_id
+        agent.followup("one")
+        assert inside.wait(10)
+        live = [type(r.event).__name__ for r in rt.sessions.read(sid)]
+        assert live[-2:] == ["TurnStart", "MessageEvent"]
+        assert [type(r.event).__name__ for r in store.read(sid)] == live[:-2]
+        before = store.appends
+        rt.sessions.flush(sid)  # writes the deferred events now
+        assert store.appends == before + 1
+        assert [type(r.event).__name__ for r in store.read(sid)] == live
+        release.set()
+        assert agent.wait_idle(10)
+        stored = store.read(sid)
+        assert [r.seq for r in stored] == list(range(len(stored)))
+        assert [type(r.event).__name__ for r in stored][-3:] == [
+            "TurnStart",
+            "MessageEvent",
+            "TurnEnd",
+        ]
+        assert [r.event for r in stored] == [r.event for r in rt.sessions.read(sid)]
