@@ -623,22 +623,26 @@ class ContinuationManager:
             raise _err(ErrorCode.INVALID_ARGUMENT, "signal must be an AbortSignal")
         if not _plain(content):
             packb(content)
-        self._require_agents()
         if signal is None:
             signal = _NEVER
         else:
             signal.raise_if_aborted()
-        if not runtime.agents.is_live(parent):
-            raise _err(ErrorCode.UNAUTHORIZED, "the caller is not a live agent")
         src = source if source is not None else parent._parent_source
         message_id = new_message_id()
+        # The resident fast path first: it checks the parent's liveness under the
+        # lock itself, so the common case pays for that check once.
+        if self._deliver_resident(parent, cid, content, src, message_id):
+            return message_id
+        self._require_agents()
+        if not runtime.agents.is_live(parent):
+            raise _err(ErrorCode.UNAUTHORIZED, "the caller is not a live agent")
         for _ in range(100):
-            if self._deliver_resident(parent, cid, content, src, message_id):
-                return message_id
             try:
                 return self._cold_followup(parent, cid, content, src, message_id, signal)
             except _ResidentNow:
-                continue
+                pass
+            if self._deliver_resident(parent, cid, content, src, message_id):
+                return message_id
         raise _err(ErrorCode.INTERNAL, f"could not route a follow-up to {cid}")
 
     def _deliver_resident(
