@@ -84,10 +84,15 @@ class AbortSignal:
         if not self._aborted:
             return
         reason = self._reason
-        err = SubagentError(f"cancelled: {reason!r}", code=ErrorCode.CANCELLED, hint=reason)
+        # Raised without a local name: ``err = ...; raise err`` would leave the
+        # error in this frame, which its own traceback holds -- a reference cycle
+        # per cancelled turn that only the cyclic GC frees (a 10,000-child drain
+        # spent a third of its time collecting them).
         if isinstance(reason, BaseException):
-            raise err from reason
-        raise err
+            raise SubagentError(
+                f"cancelled: {reason!r}", code=ErrorCode.CANCELLED, hint=reason
+            ) from reason
+        raise SubagentError(f"cancelled: {reason!r}", code=ErrorCode.CANCELLED, hint=reason)
 
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(reason)`` once when aborted; return a function that removes it.
