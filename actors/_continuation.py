@@ -53,7 +53,13 @@ from subagents.protocol import (
     packb,
     snapshot_subagent_descriptor,
 )
-from subagents.supervision import Activation, Quiescent, Released, supervisor_actor_class
+from subagents.supervision import (
+    Activation,
+    Notices,
+    Quiescent,
+    Released,
+    supervisor_actor_class,
+)
 
 from ._agent import Agent, _plain
 from ._providers import child_options
@@ -211,7 +217,9 @@ class ContinuationManager:
         self._closing = False
         backend = runtime.backend
         self._registry = _registry_actor_class(backend.actor_class).start(self)
-        self._supervisor = supervisor_actor_class(backend.actor_class).start(self)
+        self._notices = Notices()
+        self._supervisor = supervisor_actor_class(backend.actor_class).start(self, self._notices)
+        self._notices.bind(self._supervisor)
 
     # -- helpers --------------------------------------------------------------------
 
@@ -297,7 +305,7 @@ class ContinuationManager:
         if reservation.parent_activation is not None:
             reservation.parent_activation.admissions -= 1
             # The parent may settle now (a rolled-back child left it idle).
-            self._supervisor.tell(Quiescent(reservation.parent_activation))
+            self._notices.post(Quiescent(reservation.parent_activation))
         reservation.done.set()
 
     def _on_abandon(self, msg: _Abandon) -> None:
@@ -340,8 +348,8 @@ class ContinuationManager:
         agent = msg.agent
         agent.add_idle_listener(lambda _a: self._on_idle(act))
         if agent.idle:  # its turn may have ended before the listener was added
-            self._supervisor.tell(Quiescent(act))
-        agent.add_dispose_listener(lambda _a: self._supervisor.tell(Released(act)))
+            self._notices.post(Quiescent(act))
+        agent.add_dispose_listener(lambda _a: self._notices.post(Released(act)))
         self._emit_epoch("subagent/start", act, None)
         if act.draining:
             agent.cancel("drained", keep_inbox=False)
@@ -352,7 +360,7 @@ class ContinuationManager:
         # idle: the release of its last child re-evaluates it. Skipping the message
         # keeps a busy parent's turn loop free of supervisor traffic.
         if not act.owned or act.draining:
-            self._supervisor.tell(Quiescent(act))
+            self._notices.post(Quiescent(act))
 
     def _on_cutoff(self, msg: _Cutoff) -> tuple[list[Activation], list[Any]]:
         with self.lock:
@@ -417,7 +425,7 @@ class ContinuationManager:
                     else:
                         soonest = min(soonest, left)
             for act in due:
-                self._supervisor.tell(Quiescent(act))
+                self._notices.post(Quiescent(act))
             self._sweeper_wake.wait(max(0.001, soonest))
             self._sweeper_wake.clear()
 
@@ -849,7 +857,7 @@ class ContinuationManager:
             # A running agent reports its own idleness (draining Activations always
             # do); only the ones idle already need a nudge.
             if act.agent.idle:
-                self._supervisor.tell(Quiescent(act))
+                self._notices.post(Quiescent(act))
         for act in everything.values():
             if not act.released.wait(timeout):
                 raise _err(
