@@ -439,6 +439,8 @@ class Agent:
                     "descriptor": descriptor_payload(self._descriptor),
                     "context": pending,
                 },
+                # A descriptor payload nests two levels; report contents are free-form.
+                shaped=not pending,
             )
         self._runtime._on_session_leaving(self._session, self._descriptor)
         if self._flush_on_stop:

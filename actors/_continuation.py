@@ -56,8 +56,6 @@ from subagents.protocol import (
 from subagents.supervision import (
     Activation,
     Notices,
-    Quiescent,
-    Released,
     supervisor_actor_class,
 )
 
@@ -305,7 +303,7 @@ class ContinuationManager:
         if reservation.parent_activation is not None:
             reservation.parent_activation.admissions -= 1
             # The parent may settle now (a rolled-back child left it idle).
-            self._notices.post(Quiescent(reservation.parent_activation))
+            self._notices.quiescent(reservation.parent_activation)
         reservation.done.set()
 
     def _on_abandon(self, msg: _Abandon) -> None:
@@ -348,8 +346,8 @@ class ContinuationManager:
         agent = msg.agent
         agent.add_idle_listener(lambda _a: self._on_idle(act))
         if agent.idle:  # its turn may have ended before the listener was added
-            self._notices.post(Quiescent(act))
-        agent.add_dispose_listener(lambda _a: self._notices.post(Released(act)))
+            self._notices.quiescent(act)
+        agent.add_dispose_listener(lambda _a: self._notices.released(act))
         self._emit_epoch("subagent/start", act, None)
         if act.draining:
             agent.cancel("drained", keep_inbox=False)
@@ -360,7 +358,7 @@ class ContinuationManager:
         # idle: the release of its last child re-evaluates it. Skipping the message
         # keeps a busy parent's turn loop free of supervisor traffic.
         if not act.owned or act.draining:
-            self._notices.post(Quiescent(act))
+            self._notices.quiescent(act)
 
     def _on_cutoff(self, msg: _Cutoff) -> tuple[list[Activation], list[Any]]:
         with self.lock:
@@ -425,7 +423,7 @@ class ContinuationManager:
                     else:
                         soonest = min(soonest, left)
             for act in due:
-                self._notices.post(Quiescent(act))
+                self._notices.quiescent(act)
             self._sweeper_wake.wait(max(0.001, soonest))
             self._sweeper_wake.clear()
 
@@ -857,7 +855,7 @@ class ContinuationManager:
             # A running agent reports its own idleness (draining Activations always
             # do); only the ones idle already need a nudge.
             if act.agent.idle:
-                self._notices.post(Quiescent(act))
+                self._notices.quiescent(act)
         for act in everything.values():
             if not act.released.wait(timeout):
                 raise _err(

@@ -209,7 +209,9 @@ class Runtime:
             if self.store is not None and "subagent" in projections:
                 if descriptor is not None:
                     value = {"mode": descriptor.mode, "label": descriptor.label}
-                    self.sessions.cache_projection(live, "subagent", live.header.seed_len, value)
+                    self.sessions.cache_projection(
+                        live, "subagent", live.header.seed_len, value, shaped=True
+                    )
                 elif live.header.origin == "subagent":
                     self._cache_folded_identity(live, projections)
         except Exception:

@@ -6,10 +6,11 @@ The supervisor is the one owner of release order. It never blocks: every step is
 a message, and disposal is asynchronous (an agent's handle is released in its own
 actor's ``on_stop``, which then reports back).
 
-Messages it accepts (through a :class:`Notices` bag: each is queued there, and one
-mailbox message per batch tells the supervisor to drain it, so a drain that
-quiets 10,000 children at once costs 10,000 queue entries, not 20,000 pykka
-envelopes that outlive young garbage collections):
+Messages it accepts (normally as :class:`Notices`: a notice is an Activation
+added to a dict, and one mailbox message per batch tells the supervisor to drain
+them, so a drain that quiets 10,000 children at once allocates no message
+objects -- 20,000 queued pykka envelopes used to outlive young garbage
+collections and set off a full one):
 
 * ``Quiescent(activation)`` -- something changed that may let the Activation
   settle (its agent went idle, an owned child was released, an admission ended,
@@ -32,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections import deque
 from typing import Any, Protocol
 
 import pykka
@@ -68,40 +68,61 @@ _DRAIN = _Drain()
 
 
 class Notices:
-    """``Quiescent``/``Released`` notices for one supervisor, FIFO, from any thread.
+    """Quiescence and release notices for one supervisor, from any thread.
 
-    ``post`` appends, then schedules a drain unless one is pending; the supervisor
-    clears the pending flag *before* it pops. So a notice either lands in a drain
-    already scheduled (its append precedes the flag read that saw it pending,
-    which precedes the clear, which precedes the pops) or schedules its own.
+    Neither kind needs a message object: a notice is its Activation, kept in an
+    insertion-ordered dict per kind (a repeated ``quiescent`` coalesces: it only
+    asks for a re-evaluation). Order across kinds does not matter -- a settling
+    Activation ignores ``Quiescent``, and ``Released`` re-evaluates the parent
+    itself. A poster schedules one drain message unless one is pending; the
+    supervisor clears the pending flag as it swaps the dicts out, under the same
+    lock, so every notice is either in the swapped-out dicts or schedules a drain.
     """
 
-    __slots__ = ("_items", "_lock", "_ref", "_scheduled")
+    __slots__ = ("_lock", "_quiet", "_ref", "_released", "_scheduled")
 
     def __init__(self) -> None:
-        self._items: deque[Quiescent | Released] = deque()
+        self._quiet: dict[Activation, None] = {}
+        self._released: dict[Activation, None] = {}
         self._lock = threading.Lock()
         self._scheduled = False
         self._ref: Any = None
 
     def bind(self, ref: Any) -> None:
-        """The supervisor's actor ref (set once, before the first ``post``)."""
+        """The supervisor's actor ref (set once, before the first notice)."""
         self._ref = ref
 
-    def post(self, notice: Quiescent | Released) -> None:
-        self._items.append(notice)
+    def quiescent(self, activation: Activation) -> None:
+        """Something changed that may let ``activation`` settle."""
         with self._lock:
-            already = self._scheduled
+            self._quiet[activation] = None
+            if self._scheduled:
+                return
             self._scheduled = True
-        if already:
-            return
+        self._schedule()
+
+    def released(self, activation: Activation) -> None:
+        """``activation``'s agent handle is disposed."""
+        with self._lock:
+            self._released[activation] = None
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._schedule()
+
+    def _schedule(self) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # closing: nobody settles now
             self._ref.tell(_DRAIN)
 
-    def _take(self) -> deque[Quiescent | Released]:
+    def _take(self) -> tuple[dict[Activation, None], dict[Activation, None]]:
         with self._lock:
             self._scheduled = False
-        return self._items
+            released, quiet = self._released, self._quiet
+            if released:
+                self._released = {}
+            if quiet:
+                self._quiet = {}
+        return released, quiet
 
 
 class SupervisorHooks(Protocol):
@@ -164,16 +185,24 @@ def supervisor_actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
                 if isinstance(message, Quiescent):
                     _settle_if_ready(self._hooks, message.activation)
                 elif isinstance(message, Released):
-                    parent = _release(self._hooks, message.activation)
-                    if parent is not None:
-                        _settle_if_ready(self._hooks, parent)
+                    self._on_released(message.activation)
+
+            def _on_released(self, activation: Activation) -> None:
+                parent = _release(self._hooks, activation)
+                if parent is not None:
+                    _settle_if_ready(self._hooks, parent)
 
             def on_receive(self, message: Any) -> Any:
                 # Every message first drains the notices posted before it, so a
                 # callable sent after some notices (a test barrier) runs after them.
-                items = self._notices._take()
-                while items:
-                    self._handle(items.popleft())
+                while True:
+                    released, quiet = self._notices._take()
+                    if not released and not quiet:
+                        break
+                    for activation in released:
+                        self._on_released(activation)
+                    for activation in quiet:
+                        _settle_if_ready(self._hooks, activation)
                 if message is _DRAIN:
                     return None
                 if callable(message):

@@ -1,6 +1,6 @@
-"""The supervisor's notice bag: notices from many threads or greenlets, batched into
-few mailbox messages, each handled exactly once, in each poster's order, before
-any later mailbox message (R-RES-5, R-RES-6: settlement and child-first release
+"""The supervisor's notices: from many threads or greenlets, batched into few
+mailbox messages, each handled exactly once, in each poster's order, before any
+later mailbox message (R-RES-5, R-RES-6: settlement and child-first release
 are driven by these notices; a lost one leaves an Activation resident forever).
 """
 
@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from subagents.actors._backend import Backend
-from subagents.supervision import Notices, Quiescent, Released, supervisor_actor_class
+from subagents.supervision import Notices, supervisor_actor_class
 
 
 class _Act:
@@ -54,7 +54,7 @@ def _round(backend: Backend, posters: int, per: int) -> None:
             for i in range(per):
                 act: Any = _Act(p, i)
                 act.parent_activation = None
-                notices.post(Released(act))
+                notices.released(act)
                 if i % 50 == 0:
                     backend.sleep(0)  # let the supervisor drain mid-stream
 
@@ -112,7 +112,7 @@ def test_quiescent_notices_settle_only_settled_activations(backend: Backend) -> 
         waiting = Actish("waiting", idle=True, owned={"kid"})
         done = Actish("settled", idle=True, owned=set())
         for act in (running, waiting, done, done, running):
-            notices.post(Quiescent(act))  # type: ignore[arg-type]
+            notices.quiescent(act)  # type: ignore[arg-type]
         ref.ask(lambda: None)  # a barrier: every notice above was handled
         assert settled == ["settled"] and disposing == ["settled"]
     finally:
