@@ -48,7 +48,7 @@ from ._group import GroupCommitter
 from ._native import native_lock
 from ._schema import migrate, probe, unavailable
 from ._validate import check_blob, check_events, check_header, check_int, check_session_id, invalid
-from ._writer import NEXT_SEQ, Writer, decode_header_row, storage_error
+from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, Writer, decode_header_row, storage_error
 
 __all__ = ["SqliteStore", "StoreStatistics"]
 
@@ -135,6 +135,10 @@ class SqliteStore(SessionStore):
         self._idle: list[sqlite3.Connection] = []
         # Decoded headers by stored bytes, for this store's life (see decode_header_row).
         self._header_cache: dict[bytes, SessionHeader] = {}
+        # Raw id bytes -> the SessionId object of its cached header: a big listing
+        # then allocates no id per row (each is a GC-tracked object, and 100,000
+        # of them outlived young collections and set off full ones).
+        self._id_cache: dict[bytes, SessionId] = {}
         self._closed = False
 
         probe(fspath)
@@ -249,8 +253,31 @@ class SqliteStore(SessionStore):
         rows = self._query(
             f"SELECT id, header FROM sessions {where} ORDER BY created_at, id", params
         )
-        cache = self._header_cache
-        return [decode_header_row(SessionId(key.hex()), blob, cache) for key, blob in rows]
+        return [self._decode_row(key, blob) for key, blob in rows]
+
+    def _session_id(self, key: bytes) -> SessionId:
+        """The SessionId for 16 raw id bytes of our own table (shared when known)."""
+        sid = self._id_cache.get(key)
+        if sid is None:
+            sid = SessionId.from_bytes(key)  # type: ignore[assignment]
+        return sid  # type: ignore[return-value]
+
+    def _decode_row(self, key: bytes, blob: bytes) -> SessionHeader:
+        key = bytes(key)
+        header = decode_header_row(self._session_id(key), blob, self._header_cache)
+        ids = self._id_cache
+        if key not in ids:
+            if len(ids) >= HEADER_CACHE_MAX:
+                ids.clear()
+            ids[key] = header.id
+            parent = header.parent_session
+            if parent is not None:
+                # Parents are stored (and scanned) before their children: share the
+                # parent header's id object instead of keeping an equal copy alive.
+                shared = ids.get(parent.to_bytes())
+                if shared is not None and shared is not parent:
+                    object.__setattr__(header, "parent_session", shared)
+        return header
 
     def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
         if parent_session is None:
@@ -266,7 +293,7 @@ class SqliteStore(SessionStore):
         out: list[SessionHeader | CorruptRecordError] = []
         for key, parent, blob in rows:
             try:
-                out.append(decode_header_row(SessionId(key.hex()), blob, self._header_cache))
+                out.append(self._decode_row(key, blob))
             except CorruptRecordError as exc:
                 # The indexed parent column still says where the broken row belongs.
                 exc.hint["parent_session"] = bytes(parent).hex() if parent is not None else None
@@ -378,7 +405,8 @@ class SqliteStore(SessionStore):
         rows = self._query(
             "SELECT session, seq, data FROM projection_cache WHERE unit = ?", (_unit_name(unit),)
         )
-        return {SessionId.from_bytes(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}  # type: ignore[misc]
+        ids = self._session_id
+        return {ids(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}
 
     def drop_projections(self) -> None:
         self._committer.submit(lambda txn: txn.drop_projections())
@@ -410,6 +438,7 @@ class SqliteStore(SessionStore):
 
     def close(self) -> None:
         self._header_cache.clear()
+        self._id_cache.clear()
         with self._pool_lock:
             self._closed = True
             idle, self._idle = self._idle, []
