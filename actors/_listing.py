@@ -487,11 +487,15 @@ class Catalog:
         depths: list[int] = []
         seen = {root}
         children = index.children
-        stack: list[tuple[SessionId, SessionId, int]] = [
-            (c, root, 1) for c in reversed(children.get(root, []))
-        ]
-        while stack:
-            sid, parent, depth = stack.pop()
+        # The DFS stack as parallel lists too (one tuple per node otherwise).
+        top = list(reversed(children.get(root, [])))
+        stack_ids: list[SessionId] = top
+        stack_parents: list[SessionId] = [root] * len(top)
+        stack_depths: list[int] = [1] * len(top)
+        while stack_ids:
+            sid = stack_ids.pop()
+            parent = stack_parents.pop()
+            depth = stack_depths.pop()
             if sid in seen:
                 continue  # a cycle in hand-written parent links
             seen.add(sid)
@@ -500,7 +504,10 @@ class Catalog:
             depths.append(depth)
             kids = children.get(sid)
             if kids:
-                stack.extend((c, sid, depth + 1) for c in reversed(kids) if c not in seen)
+                fresh = [c for c in reversed(kids) if c not in seen]
+                stack_ids.extend(fresh)
+                stack_parents.extend([sid] * len(fresh))
+                stack_depths.extend([depth + 1] * len(fresh))
         headers = index.headers
         ids = [sid for sid in order if headers[sid].origin == "subagent"]
         served, diagnostics = self._classify(projections, index, ids, signal)
