@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench._harness import (
     GROUPS,
@@ -48,7 +51,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-chart", action="store_true", help="do not draw the chart")
     parser.add_argument("--list", action="store_true", help="list the groups and exit")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every group in this interpreter (default: a fresh one per group)",
+    )
+    parser.add_argument("--rows-to", type=Path, help=argparse.SUPPRESS)  # a child's rows
     return parser
+
+
+def _run_isolated(name: str, quick: bool) -> list[Row]:
+    """Run one group in a fresh interpreter and read its rows back.
+
+    One group's heap must not tax the next: a group that leaves 100,000 objects
+    behind makes every later full garbage collection slower, and with them the
+    next group's ratios (fan-out once measured 5x slower after the catalog).
+    """
+    with tempfile.TemporaryDirectory(prefix="subagents-bench-rows-") as tmp:
+        out = Path(tmp) / "rows.json"
+        argv = [sys.executable, "-m", "bench", name, "--in-process", "--rows-to", str(out)]
+        if quick:
+            argv.append("--quick")
+        done = subprocess.run(argv, check=False)
+        if done.returncode not in (0, 1) or not out.exists():
+            raise SystemExit(f"group {name!r} failed (exit {done.returncode})")
+        data = json.loads(out.read_text())
+    return [Row(**row) for row in data["rows"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,12 +91,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = args.groups or sorted(GROUPS)
     machine = machine_info()
-    print(
-        f"python {machine['python']} on {machine['platform']}, {machine['cpu_count']} CPUs, "
-        + ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v)
-        + (" [--quick: sizes are tiny, figures mean nothing]" if args.quick else "")
-    )
+    if args.rows_to is None:
+        print(
+            f"python {machine['python']} on {machine['platform']}, {machine['cpu_count']} CPUs, "
+            + ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v)
+            + (" [--quick: sizes are tiny, figures mean nothing]" if args.quick else "")
+        )
     rows: list[Row] = []
+    if len(names) > 1 and not args.in_process:
+        for name in names:
+            start = time.perf_counter()
+            produced = _run_isolated(name, args.quick)
+            rows += produced
+            print(
+                f"[{name}] {len(produced)} rows in {time.perf_counter() - start:.1f}s", flush=True
+            )
+        return _report(args, rows, machine)
     for name in names:
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"subagents-bench-{name}-") as tmp:
@@ -79,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             produced = GROUPS[name](ctx)
         rows += [r if r.group else dataclasses.replace(r, group=name) for r in produced]
         print(f"[{name}] {len(produced)} rows in {time.perf_counter() - start:.1f}s", flush=True)
+    if args.rows_to:
+        write_json(args.rows_to, rows, machine)
+        return 0
+    return _report(args, rows, machine)
+
+
+def _report(args: argparse.Namespace, rows: list[Row], machine: dict[str, Any]) -> int:
     print()
     print(format_table(rows))
     if args.json:
