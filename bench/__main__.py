@@ -99,13 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     rows: list[Row] = []
     if len(names) > 1 and not args.in_process:
-        for name in names:
-            start = time.perf_counter()
-            produced = _run_isolated(name, args.quick)
-            rows += produced
-            print(
-                f"[{name}] {len(produced)} rows in {time.perf_counter() - start:.1f}s", flush=True
-            )
+        for name in names:  # each child prints its own progress
+            rows += _run_isolated(name, args.quick)
         return _report(args, rows, machine)
     for name in names:
         start = time.perf_counter()
