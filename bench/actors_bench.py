@@ -37,6 +37,7 @@ from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.store import MemoryStore
 
 from bench._baselines import (
+    autogen_send_rate,
     raw_ask_latencies,
     raw_cycle,
     raw_sqlite_group,
@@ -156,6 +157,20 @@ def followup(ctx: Context) -> list[Row]:
         unit="rows/s",
     )
     rows.append(raw_sqlite)
+    autogen_value = autogen_send_rate(ctx.size(5000, 100))
+    autogen = (
+        Row(
+            workload="autogen-core send_message (sequential)",
+            backend="asyncio",
+            store="-",
+            value=autogen_value,
+            unit="msg/s",
+        )
+        if autogen_value
+        else None
+    )
+    if autogen is not None:
+        rows.append(autogen)
     for backend in BACKENDS:
         tell = Row(
             workload="raw pykka tell",
@@ -214,6 +229,11 @@ def followup(ctx: Context) -> list[Row]:
                     # previous row) stays below 0.3x of it, so there the target is
                     # read against the floor instead (bench/README.md, "Targets
                     # revised").
+                    if autogen is not None:
+                        vs_autogen = dataclasses.replace(
+                            row, workload="followup_pipelined vs autogen"
+                        )
+                        rows.append(compare(vs_autogen, autogen, target=10.0))
                     if backend == "gevent":
                         rows.append(compare(row, tell))
                         vs_floor = dataclasses.replace(row, workload="followup_pipelined vs floor")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import pykka
@@ -114,14 +115,18 @@ class Notices:
         with contextlib.suppress(pykka.ActorDeadError):  # closing: nobody settles now
             self._ref.tell(_DRAIN)
 
-    def _take(self) -> tuple[dict[Activation, None], dict[Activation, None]]:
+    def _take(self) -> tuple[Iterable[Activation], Iterable[Activation]]:
+        """Swap out what was posted so far; the caller iterates without the lock."""
+        released: Iterable[Activation] = ()
+        quiet: Iterable[Activation] = ()
         with self._lock:
             self._scheduled = False
-            released, quiet = self._released, self._quiet
-            if released:
-                self._released = {}
-            if quiet:
-                self._quiet = {}
+            # Never hand out a live dict, not even an empty one: a poster adding
+            # to it while the supervisor iterates would break the iteration.
+            if self._released:
+                released, self._released = self._released, {}
+            if self._quiet:
+                quiet, self._quiet = self._quiet, {}
         return released, quiet
 
 
@@ -200,9 +205,9 @@ def supervisor_actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
                     if not released and not quiet:
                         break
                     for activation in released:
-                        self._on_released(activation)
+                        self._guarded(self._on_released, activation)
                     for activation in quiet:
-                        _settle_if_ready(self._hooks, activation)
+                        self._guarded(_settle_if_ready, self._hooks, activation)
                 if message is _DRAIN:
                     return None
                 if callable(message):
@@ -210,6 +215,15 @@ def supervisor_actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
                 else:
                     self._handle(message)
                 return None
+
+            @staticmethod
+            def _guarded(fn: Any, *args: Any) -> None:
+                # The supervisor is the one owner of release order: a failure
+                # with one Activation is logged, it must not stop the actor.
+                try:
+                    fn(*args)
+                except Exception:
+                    logger.exception("the supervisor failed on %r", args[-1])
 
         _Supervisor.__name__ = f"Supervisor[{base.__name__}]"
         cls = _CLASSES[base] = _Supervisor

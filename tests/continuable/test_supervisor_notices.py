@@ -40,8 +40,23 @@ class _Hooks:
         return False
 
 
+class _Busy:
+    """An agent that is never idle; records each residency check (a handled
+    ``Quiescent``)."""
+
+    def __init__(self, key: tuple[int, int], checks: list[tuple[int, int]]) -> None:
+        self._key = key
+        self._checks = checks
+
+    @property
+    def idle(self) -> bool:
+        self._checks.append(self._key)
+        return False
+
+
 def _round(backend: Backend, posters: int, per: int) -> None:
     hooks = _Hooks()
+    checks: list[tuple[int, int]] = []
     notices = Notices()
     ref = supervisor_actor_class(backend.actor_class).start(hooks, notices)
     notices.bind(ref)
@@ -54,7 +69,14 @@ def _round(backend: Backend, posters: int, per: int) -> None:
             for i in range(per):
                 act: Any = _Act(p, i)
                 act.parent_activation = None
-                notices.released(act)
+                if i % 2:  # both kinds, interleaved: the supervisor iterates one
+                    act.settling = False  # while posters add to the other
+                    act.admissions = 0
+                    act.owned = set()
+                    act.agent = _Busy((p, i), checks)
+                    notices.quiescent(act)
+                else:
+                    notices.released(act)
                 if i % 50 == 0:
                     backend.sleep(0)  # let the supervisor drain mid-stream
 
@@ -62,17 +84,25 @@ def _round(backend: Backend, posters: int, per: int) -> None:
         for t in tasks:
             t.join()
         order: list[Any] = []
-        ref.ask(lambda: order.extend(hooks.seen))  # a barrier: runs after every notice
-        assert sorted(k for _, k in order) == [(p, i) for p in range(posters) for i in range(per)]
+        ref.ask(lambda: order.extend(k for _, k in hooks.seen))  # runs after every notice
+        evens = [(p, i) for p in range(posters) for i in range(0, per, 2)]
+        odds = [(p, i) for p in range(posters) for i in range(1, per, 2)]
+        assert sorted(order) == evens, "a release notice was lost or doubled"
+        assert sorted(checks) == odds, "a quiescence notice was lost or doubled"
         for p in range(posters):
-            assert [i for q, i in (k for _, k in order) if q == p] == list(range(per))
+            assert [i for q, i in order if q == p] == list(range(0, per, 2))
+            assert [i for q, i in checks if q == p] == list(range(1, per, 2))
+        assert ref.is_alive(), "the supervisor died"
     finally:
         ref.stop()
 
 
 def test_notices_from_racing_posters_are_each_handled_once_in_order(backend: Backend) -> None:
-    """Four posters race one supervisor, 20 rounds: every notice handled exactly
-    once, each poster's in its order, all of them before a later ``ask``."""
+    """Four posters race one supervisor with both kinds of notice, 20 rounds:
+    every notice handled exactly once, each poster's in its order, all of them
+    before a later ``ask``, and the supervisor survives. (Handing out a live,
+    empty dict once let a poster change it under the supervisor's iteration,
+    which killed the supervisor in the stress test.)"""
     for _ in range(20):
         _round(backend, posters=4, per=300)
 
@@ -115,5 +145,48 @@ def test_quiescent_notices_settle_only_settled_activations(backend: Backend) -> 
             notices.quiescent(act)  # type: ignore[arg-type]
         ref.ask(lambda: None)  # a barrier: every notice above was handled
         assert settled == ["settled"] and disposing == ["settled"]
+    finally:
+        ref.stop()
+
+
+def test_notices_posted_while_the_supervisor_handles_notices(backend: Backend) -> None:
+    """Forced interleaving: handling one notice posts the next (a release makes a
+    parent quiescent, settling that parent posts another). Each lands in a fresh
+    batch, none is lost, and the supervisor keeps running."""
+
+    class Agentish:
+        idle = True
+
+    class Actish:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.settling = False
+            self.admissions = 0
+            self.owned: set[Any] = set()
+            self.agent = Agentish()
+            self.parent_activation = None
+
+    x, y = Actish("x"), Actish("y")
+    settled: list[str] = []
+    notices = Notices()
+
+    class Hooks(_Hooks):
+        def on_released(self, activation: Any) -> None:
+            notices.quiescent(x)  # while the supervisor iterates its releases
+
+        def begin_settle(self, activation: Any) -> None:
+            settled.append(activation.name)
+
+        def dispose_async(self, activation: Any) -> None:
+            if activation is x:
+                notices.quiescent(y)  # while it iterates its quiescent batch
+
+    ref = supervisor_actor_class(backend.actor_class).start(Hooks(), notices)
+    notices.bind(ref)
+    try:
+        notices.released(Actish("a"))
+        ref.ask(lambda: None)
+        assert settled == ["x", "y"]
+        assert ref.is_alive()
     finally:
         ref.stop()
