@@ -86,6 +86,7 @@ class DescendantRow:
     depth: int
 
 
+_MISS: Any = object()  # no usable cached identity
 _new = object.__new__
 # The listing builds one row per node from values it checked itself; storing
 # through the slot descriptors skips the frozen dataclass's per-field
@@ -286,19 +287,21 @@ class Catalog:
 
         return one
 
-    def _cached_identity(self, header: SessionHeader, found: Any) -> tuple[bool, Any]:
+    @staticmethod
+    def _cached_identity(header: SessionHeader, found: Any) -> Any:
+        """The cached identity (``None``: cached as absent), or ``_MISS``."""
         if found is None:
-            return False, None
+            return _MISS
         seq, data = found
         if seq < header.seed_len:
-            return False, None  # folded inside the fork seed: not the child's own identity
+            return _MISS  # folded inside the fork seed: not the child's own identity
         try:
             value = unpackb(data)
         except Exception:
-            return False, None
+            return _MISS
         if value is not None and not (isinstance(value, dict) and "mode" in value):
-            return False, None
-        return True, value
+            return _MISS
+        return value
 
     def _inspect(
         self, projections: ProjectionRegistry, header: SessionHeader, signal: AbortSignal
@@ -340,18 +343,25 @@ class Catalog:
         self,
         projections: ProjectionRegistry,
         index: _Index,
-        ids: list[SessionId],
+        heads: list[SessionHeader],
         signal: AbortSignal,
     ) -> tuple[dict[SessionId, Any], list[Diagnostic]]:
-        """Identity per child id (rows to make) and diagnostics."""
+        """Identity per candidate (rows to make) and diagnostics.
+
+        Takes the candidates' headers, not their ids: on a 100,000-node tree every
+        lookup in the 100,000-entry maps is a likely cache miss, so each row does
+        as few of them as it can.
+        """
         served: dict[SessionId, Any] = {}
         diagnostics: dict[SessionId, Diagnostic] = {}
         to_inspect: deque[SessionHeader] = deque()
-        cold = [sid for sid in ids if sid not in index.live]
+        live = index.live
+        cold = [h.id for h in heads if h.id not in live] if live else [h.id for h in heads]
         cache = self._cache_rows(cold, signal) if cold else (lambda _sid: None)
-        for sid in ids:
-            header = index.headers[sid]
-            if sid in index.live:
+        cached_identity = self._cached_identity
+        for header in heads:
+            sid = header.id
+            if live and sid in live:
                 try:
                     identity = self._live_identity(projections, sid, signal)
                 except Exception as exc:  # its log could not be read: like an inspection
@@ -367,19 +377,21 @@ class Catalog:
                 if identity is not None:
                     served[sid] = identity
                 continue  # a running candidate without identity yet is omitted
-            hit, identity = self._cached_identity(header, cache(sid))
-            if hit:
-                if identity is None:
-                    diagnostics[sid] = Diagnostic(
-                        id=sid, kind="corrupt", detail="no identity in its log"
-                    )
-                else:
-                    served[sid] = identity
-            elif self._persistence is not None:
-                to_inspect.append(header)
+            identity = cached_identity(header, cache(sid))
+            if identity is _MISS:
+                if self._persistence is not None:
+                    to_inspect.append(header)
+            elif identity is None:
+                diagnostics[sid] = Diagnostic(
+                    id=sid, kind="corrupt", detail="no identity in its log"
+                )
+            else:
+                served[sid] = identity
         if to_inspect:
             self._inspect_all(projections, to_inspect, signal, served, diagnostics)
-        return served, [diagnostics[sid] for sid in ids if sid in diagnostics]
+        if not diagnostics:
+            return served, []
+        return served, [diagnostics[h.id] for h in heads if h.id in diagnostics]
 
     def _inspect_all(
         self,
@@ -441,20 +453,6 @@ class Catalog:
             created_at=index.headers[sid].created_at,
         )
 
-    def _descendant_row(
-        self, index: _Index, sid: SessionId, identity: Any, parent: SessionId, depth: int
-    ) -> DescendantRow:
-        return _descendant_row(
-            sid,
-            identity["mode"],
-            identity.get("label"),
-            "running" if sid in index.live else "inactive",
-            self._has_children(index, sid),
-            index.headers[sid].created_at,
-            parent,
-            depth,
-        )
-
     def list_children(
         self, parent_session_id: SessionId | str, signal: AbortSignal | None = None
     ) -> Listing:
@@ -464,9 +462,12 @@ class Catalog:
         pid = SessionId(parent_session_id)
         _check(signal)
         index = self._index(signal)
-        ids = [c for c in index.children.get(pid, []) if index.headers[c].origin == "subagent"]
-        served, diagnostics = self._classify(projections, index, ids, signal)
-        rows = tuple(self._row(index, sid, served[sid]) for sid in ids if sid in served)
+        headers = index.headers
+        heads = [
+            h for h in (headers[c] for c in index.children.get(pid, [])) if h.origin == "subagent"
+        ]
+        served, diagnostics = self._classify(projections, index, heads, signal)
+        rows = tuple(self._row(index, h.id, served[h.id]) for h in heads if h.id in served)
         diagnostics.extend(d for d in index.broken.get(pid, ()) if d.id not in index.headers)
         _check(signal)
         return Listing(rows, tuple(diagnostics))
@@ -482,47 +483,72 @@ class Catalog:
         index = self._index(signal)
         # Pre-order as three parallel lists, not a tuple per node: on a 100,000-node
         # tree the tuples outlived young collections and set off full ones.
-        order: list[SessionId] = []
-        parents: list[SessionId] = []
-        depths: list[int] = []
-        seen = {root}
+        headers = index.headers
         children = index.children
-        # The DFS stack as parallel lists too (one tuple per node otherwise).
-        top = list(reversed(children.get(root, [])))
-        stack_ids: list[SessionId] = top
-        stack_parents: list[SessionId] = [root] * len(top)
+        # Pre-order in parallel lists indexed by position (no tuple per node, and a
+        # node's parent is a position, not another lookup): on a 100,000-node tree
+        # each lookup in a 100,000-entry map is a likely cache miss.
+        order: list[SessionHeader] = []
+        parent_at: list[int] = []  # position of the parent in ``order``; -1: the root
+        depths: list[int] = []
+        has_sub: list[bool] = []  # has a child of origin "subagent"
+        root_header = headers.get(root)
+        root_is_sub = root_header is not None and root_header.origin == "subagent"
+        top = children.get(root, [])
+        stack_ids: list[SessionId] = list(reversed(top))
+        stack_at: list[int] = [-1] * len(top)
         stack_depths: list[int] = [1] * len(top)
         while stack_ids:
             sid = stack_ids.pop()
-            parent = stack_parents.pop()
+            at = stack_at.pop()
             depth = stack_depths.pop()
-            if sid in seen:
-                continue  # a cycle in hand-written parent links
-            seen.add(sid)
-            order.append(sid)
-            parents.append(parent)
+            if sid == root:
+                # A cycle through the root in hand-written parent links. (Every
+                # other node is reached once: each header has exactly one parent.)
+                if root_is_sub and at >= 0:
+                    has_sub[at] = True
+                continue
+            header = headers[sid]
+            if at >= 0 and header.origin == "subagent":
+                has_sub[at] = True
+            here = len(order)
+            order.append(header)
+            parent_at.append(at)
             depths.append(depth)
+            has_sub.append(False)
             kids = children.get(sid)
             if kids:
-                fresh = [c for c in reversed(kids) if c not in seen]
-                stack_ids.extend(fresh)
-                stack_parents.extend([sid] * len(fresh))
-                stack_depths.extend([depth + 1] * len(fresh))
-        headers = index.headers
-        ids = [sid for sid in order if headers[sid].origin == "subagent"]
-        served, diagnostics = self._classify(projections, index, ids, signal)
+                stack_ids.extend(reversed(kids))
+                stack_at.extend([here] * len(kids))
+                stack_depths.extend([depth + 1] * len(kids))
+        heads = [h for h in order if h.origin == "subagent"]
+        served, diagnostics = self._classify(projections, index, heads, signal)
         if index.broken:
-            for node in (root, *order):
+            for node in (root, *(h.id for h in order)):
                 diagnostics.extend(
                     d for d in index.broken.get(node, ()) if d.id not in index.headers
                 )
-        rows = tuple(
-            self._descendant_row(index, sid, served[sid], parent, depth)
-            for sid, parent, depth in zip(order, parents, depths)
-            if sid in served
-        )
+        live = index.live
+        rows = []
+        for header, at, depth, sub in zip(order, parent_at, depths, has_sub):
+            sid = header.id
+            identity = served.get(sid, _MISS)
+            if identity is _MISS:
+                continue
+            rows.append(
+                _descendant_row(
+                    sid,
+                    identity["mode"],
+                    identity.get("label"),
+                    "running" if live and sid in live else "inactive",
+                    sub,
+                    header.created_at,
+                    order[at].id if at >= 0 else root,
+                    depth,
+                )
+            )
         _check(signal)
-        return Listing(rows, tuple(diagnostics))
+        return Listing(tuple(rows), tuple(diagnostics))
 
 
 def _signal(signal: AbortSignal | None) -> AbortSignal:

@@ -384,6 +384,16 @@ _SMALL_FRAME = 512
 
 def _unpack_small(data: bytes | bytearray, limits: Limits) -> Any:
     size = len(data)
+    if limits is DEFAULT_LIMITS and _DEFAULTS_COVER_SMALL:
+        # Every per-kind cap of the defaults is at least a small frame's size.
+        str_len = bin_len = array_len = ext_len = size
+        map_len = size // 2
+    else:
+        str_len = min(limits.max_str_len, size)
+        bin_len = min(limits.max_bin_len, size)
+        array_len = min(limits.max_array_len, size)
+        map_len = min(limits.max_map_len, size // 2)
+        ext_len = min(limits.max_ext_len, size)
     try:
         obj = msgpack.unpackb(
             data,
@@ -392,11 +402,11 @@ def _unpack_small(data: bytes | bytearray, limits: Limits) -> Any:
             strict_map_key=False,
             timestamp=3,
             ext_hook=_ext_hook,
-            max_str_len=min(limits.max_str_len, size),
-            max_bin_len=min(limits.max_bin_len, size),
-            max_array_len=min(limits.max_array_len, size),
-            max_map_len=min(limits.max_map_len, size // 2),
-            max_ext_len=min(limits.max_ext_len, size),
+            max_str_len=str_len,
+            max_bin_len=bin_len,
+            max_array_len=array_len,
+            max_map_len=map_len,
+            max_ext_len=ext_len,
         )
     except DecodeError:
         raise
@@ -404,9 +414,23 @@ def _unpack_small(data: bytes | bytearray, limits: Limits) -> Any:
         raise DecodeError("trailing data after the frame") from None
     except Exception as exc:  # incomplete input, bad format, unhashable key...
         raise DecodeError(f"malformed or truncated frame: {exc!r}"[:300]) from exc
-    if type(obj) is dict or type(obj) is list:
+    # Each level of nesting takes at least one byte: a frame no longer than
+    # max_depth cannot nest deeper than it.
+    if size > limits.max_depth and (type(obj) is dict or type(obj) is list):
         check_depth(obj, limits.max_depth)
     return obj
+
+
+_DEFAULTS_COVER_SMALL: Final = (
+    min(
+        DEFAULT_LIMITS.max_str_len,
+        DEFAULT_LIMITS.max_bin_len,
+        DEFAULT_LIMITS.max_array_len,
+        DEFAULT_LIMITS.max_map_len * 2,
+        DEFAULT_LIMITS.max_ext_len,
+    )
+    >= _SMALL_FRAME
+)
 
 
 def unpackb(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAULT_LIMITS) -> Any:
