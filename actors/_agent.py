@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import greenlet
 import pykka
-from pykka._envelope import Envelope
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -86,7 +85,20 @@ class TurnOutcome:
         return f"TurnOutcome({self.turn}, {self.stop_reason!r}, {self.output!r})"
 
 
-class _Deliver:
+class _Own:
+    """Base of the agent's own messages. Each is put into the inbox as its own
+    pykka envelope (``message`` is itself, ``reply_to`` is None: they are never
+    asked), which saves an Envelope allocation per follow-up."""
+
+    __slots__ = ()
+    reply_to = None
+
+    @property
+    def message(self) -> _Own:
+        return self
+
+
+class _Deliver(_Own):
     # Using slots: one of these is allocated per follow-up on the hot path.
     __slots__ = ("content", "extra", "kind", "message_id", "n", "on_end", "source")
 
@@ -109,7 +121,7 @@ class _Deliver:
         self.on_end = on_end
 
 
-class _Quiet:
+class _Quiet(_Own):
     __slots__ = ("content", "message_id", "n", "source")
 
     def __init__(
@@ -121,7 +133,7 @@ class _Quiet:
         self.source = source
 
 
-class _Call:
+class _Call(_Own):
     __slots__ = ("fn", "n")
 
     def __init__(self, n: int, fn: Callable[[], object]) -> None:
@@ -249,14 +261,15 @@ class Agent:
     # -- inbox -------------------------------------------------------------------
 
     def _admit(self, message: Any) -> None:
-        # What ActorRef.tell does, minus two calls on the follow-up hot path.
+        # What ActorRef.tell does, minus two calls and the Envelope: our own
+        # messages are their own envelopes (see _Own).
         ref = self._ref
         if ref.actor_stopped.is_set():
             self._settle_one()
             raise SubagentError(
                 f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
             )
-        ref.actor_inbox.put(Envelope(message))
+        ref.actor_inbox.put(message)
 
     def _reserve(self) -> int:
         with self._lock:
