@@ -481,8 +481,6 @@ class Catalog:
         root = SessionId(root_session_id)
         _check(signal)
         index = self._index(signal)
-        # Pre-order as three parallel lists, not a tuple per node: on a 100,000-node
-        # tree the tuples outlived young collections and set off full ones.
         headers = index.headers
         children = index.children
         # Pre-order in parallel lists indexed by position (no tuple per node, and a

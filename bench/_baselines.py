@@ -19,6 +19,8 @@ import msgpack
 import pykka
 from subagents.actors import GeventActor
 
+from bench._harness import Row
+
 
 def actor_base(backend: str) -> type[pykka.Actor]:
     return pykka.ThreadingActor if backend == "threading" else GeventActor
@@ -201,6 +203,21 @@ def autogen_send_rate(n: int) -> float | None:
     except ImportError:
         return None
     return send_rate(n)
+
+
+def autogen_row(n: int) -> Row | None:
+    """The autogen-core sequential send rate as a baseline row (None when the
+    optional ``bench`` extra is not installed)."""
+    value = autogen_send_rate(n)
+    if not value:
+        return None
+    return Row(
+        workload="autogen-core send_message (sequential)",
+        backend="asyncio",
+        store="-",
+        value=value,
+        unit="msg/s",
+    )
 
 
 def raw_sqlite_group(tmp: str, n: int) -> float:

@@ -37,7 +37,7 @@ from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.store import MemoryStore
 
 from bench._baselines import (
-    autogen_send_rate,
+    autogen_row,
     raw_ask_latencies,
     raw_cycle,
     raw_sqlite_group,
@@ -157,18 +157,7 @@ def followup(ctx: Context) -> list[Row]:
         unit="rows/s",
     )
     rows.append(raw_sqlite)
-    autogen_value = autogen_send_rate(ctx.size(5000, 100))
-    autogen = (
-        Row(
-            workload="autogen-core send_message (sequential)",
-            backend="asyncio",
-            store="-",
-            value=autogen_value,
-            unit="msg/s",
-        )
-        if autogen_value
-        else None
-    )
+    autogen = autogen_row(ctx.size(5000, 100))
     if autogen is not None:
         rows.append(autogen)
     for backend in BACKENDS:

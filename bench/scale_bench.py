@@ -24,6 +24,7 @@ from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.store import MemoryStore
 
 from bench._baselines import (
+    autogen_row,
     autogen_send_rate,
     deque_rate,
     gevent_queue_rate,
@@ -83,19 +84,8 @@ def baselines(ctx: Context) -> list[Row]:
 def fanout(ctx: Context) -> list[Row]:
     children = ctx.size(100, 5)
     per_child = ctx.size(100, 5)
-    autogen = autogen_rate(ctx)
     rows: list[Row] = []
-    base = (
-        Row(
-            workload="autogen-core send_message (sequential)",
-            backend="asyncio",
-            store="-",
-            value=autogen,
-            unit="msg/s",
-        )
-        if autogen
-        else None
-    )
+    base = autogen_row(ctx.size(5000, 100))
     if base is not None:
         rows.append(base)
     for backend in BACKENDS:
