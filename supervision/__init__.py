@@ -6,13 +6,11 @@ supervisor actor that settles Activations and releases them child-first.
 """
 
 from ._activation import Activation, Residency, ResidentAgent, residency
-from ._supervisor import Notices, Quiescent, Released, SupervisorHooks, supervisor_actor_class
+from ._supervisor import Notices, SupervisorHooks, supervisor_actor_class
 
 __all__ = [
     "Activation",
     "Notices",
-    "Quiescent",
-    "Released",
     "Residency",
     "ResidentAgent",
     "SupervisorHooks",

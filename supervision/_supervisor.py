@@ -6,19 +6,19 @@ The supervisor is the one owner of release order. It never blocks: every step is
 a message, and disposal is asynchronous (an agent's handle is released in its own
 actor's ``on_stop``, which then reports back).
 
-Messages it accepts (normally as :class:`Notices`: a notice is an Activation
-added to a dict, and one mailbox message per batch tells the supervisor to drain
-them, so a drain that quiets 10,000 children at once allocates no message
-objects -- 20,000 queued pykka envelopes used to outlive young garbage
-collections and set off a full one):
+Notices it takes, through :class:`Notices` (a notice is an Activation added to a
+dict, and one mailbox message per batch tells the supervisor to drain them, so a
+drain that quiets 10,000 children at once allocates no message objects -- 20,000
+queued pykka envelopes used to outlive young garbage collections and set off a
+full one); its mailbox otherwise takes only callables, run in its context:
 
-* ``Quiescent(activation)`` -- something changed that may let the Activation
+* ``quiescent(activation)`` -- something changed that may let the Activation
   settle (its agent went idle, an owned child was released, an admission ended,
   a keep-warm delay ran out). If :func:`residency` says ``settled`` -- checked
   under the registry lock, so no admission can slip in between -- and no keep-warm
   delay holds it, the Activation leaves the registry and its agent is disposed
   (after a best-effort flush of its session).
-* ``Released(activation)`` -- the agent handle is disposed. The supervisor
+* ``released(activation)`` -- the agent handle is disposed. The supervisor
   revokes the scope's contributions, emits ``subagent/end``, removes the child
   from its parent Activation's ``owned`` set, and re-evaluates that parent: a
   parent therefore settles strictly after all of its children (child-first).
@@ -40,23 +40,9 @@ import pykka
 
 from ._activation import Activation, residency
 
-__all__ = ["Notices", "Quiescent", "Released", "SupervisorHooks", "supervisor_actor_class"]
+__all__ = ["Notices", "SupervisorHooks", "supervisor_actor_class"]
 
 logger = logging.getLogger("subagents")
-
-
-class Quiescent:
-    __slots__ = ("activation",)
-
-    def __init__(self, activation: Activation) -> None:
-        self.activation = activation
-
-
-class Released:
-    __slots__ = ("activation",)
-
-    def __init__(self, activation: Activation) -> None:
-        self.activation = activation
 
 
 class _Drain:
@@ -74,7 +60,7 @@ class Notices:
     Neither kind needs a message object: a notice is its Activation, kept in an
     insertion-ordered dict per kind (a repeated ``quiescent`` coalesces: it only
     asks for a re-evaluation). Order across kinds does not matter -- a settling
-    Activation ignores ``Quiescent``, and ``Released`` re-evaluates the parent
+    Activation ignores ``quiescent``, and ``released`` re-evaluates the parent
     itself. A poster schedules one drain message unless one is pending; the
     supervisor clears the pending flag as it swaps the dicts out, under the same
     lock, so every notice is either in the swapped-out dicts or schedules a drain.
@@ -95,23 +81,18 @@ class Notices:
 
     def quiescent(self, activation: Activation) -> None:
         """Something changed that may let ``activation`` settle."""
-        with self._lock:
-            self._quiet[activation] = None
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._schedule()
+        self._post(activation, released=False)
 
     def released(self, activation: Activation) -> None:
         """``activation``'s agent handle is disposed."""
+        self._post(activation, released=True)
+
+    def _post(self, activation: Activation, *, released: bool) -> None:
         with self._lock:
-            self._released[activation] = None
+            (self._released if released else self._quiet)[activation] = None
             if self._scheduled:
                 return
             self._scheduled = True
-        self._schedule()
-
-    def _schedule(self) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # closing: nobody settles now
             self._ref.tell(_DRAIN)
 
@@ -139,14 +120,14 @@ class SupervisorHooks(Protocol):
         """Remove from the registry (lock held) -- the Activation is settling."""
 
     def dispose_async(self, activation: Activation) -> None:
-        """Start disposing the agent handle; ``Released`` follows."""
+        """Start disposing the agent handle; a ``released`` notice follows."""
 
     def on_released(self, activation: Activation) -> None:
         """Contributions revoked, ``subagent/end`` emitted, registry updated."""
 
     def keep_warm(self, activation: Activation) -> bool:
         """True to keep a settled Activation resident a while longer (lock held);
-        the hooks then send ``Quiescent`` again when the delay has passed."""
+        the hooks then post ``quiescent`` again when the delay has passed."""
 
 
 def _settle_if_ready(hooks: SupervisorHooks, activation: Activation) -> None:
@@ -186,12 +167,6 @@ def supervisor_actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
                 self._hooks = hooks
                 self._notices = notices
 
-            def _handle(self, message: Any) -> None:
-                if isinstance(message, Quiescent):
-                    _settle_if_ready(self._hooks, message.activation)
-                elif isinstance(message, Released):
-                    self._on_released(message.activation)
-
             def _on_released(self, activation: Activation) -> None:
                 parent = _release(self._hooks, activation)
                 if parent is not None:
@@ -208,12 +183,8 @@ def supervisor_actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
                         self._guarded(self._on_released, activation)
                     for activation in quiet:
                         self._guarded(_settle_if_ready, self._hooks, activation)
-                if message is _DRAIN:
-                    return None
-                if callable(message):
+                if message is not _DRAIN:
                     message()
-                else:
-                    self._handle(message)
                 return None
 
             @staticmethod

@@ -42,7 +42,7 @@ class _Hooks:
 
 class _Busy:
     """An agent that is never idle; records each residency check (a handled
-    ``Quiescent``)."""
+    ``quiescent`` notice)."""
 
     def __init__(self, key: tuple[int, int], checks: list[tuple[int, int]]) -> None:
         self._key = key
@@ -108,7 +108,7 @@ def test_notices_from_racing_posters_are_each_handled_once_in_order(backend: Bac
 
 
 def test_quiescent_notices_settle_only_settled_activations(backend: Backend) -> None:
-    """``Quiescent`` goes through the residency table: a running Activation (agent
+    """A ``quiescent`` notice goes through the residency table: a running Activation (agent
     busy) and a waiting one (it owns a child) stay; a settled one is settled and
     its disposal started, once, however many notices name it."""
 
