@@ -10,6 +10,7 @@ drift between machines and runs; ratios travel). Groups live in modules named
 from __future__ import annotations
 
 import dataclasses
+import gc
 import importlib
 import importlib.metadata
 import json
@@ -135,10 +136,31 @@ def timer() -> Iterator[Callable[[], float]]:
     end.append(time.perf_counter())
 
 
+def settle() -> None:
+    """Collect the garbage earlier work left before a timed region starts.
+
+    Without it a measurement pays for its predecessor's debt: the collector runs
+    when allocations cross a threshold, and a full collection walks every live
+    object, so whatever the last workload left behind is charged to the next.
+    The collector stays on while timing: its cost is part of ours.
+    """
+    gc.collect()
+
+
+def best_of(repeat: int, fn: Callable[[], float]) -> float:
+    """The highest of ``repeat`` calls of ``fn`` (each returns a rate), each started settled."""
+    best = 0.0
+    for _ in range(repeat):
+        settle()
+        best = max(best, fn())
+    return best
+
+
 def rate(n: int, fn: Callable[[], object], *, repeat: int = 1) -> float:
     """Operations per second of ``fn`` (which performs ``n``); best of ``repeat``."""
     best = float("inf")
     for _ in range(repeat):
+        settle()
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)
