@@ -141,6 +141,7 @@ class _Writer:
         self._task: TaskHandle | None = None
         self._awake = False  # the writer is draining: no need to signal it again
         self.inline = store.inline_writes and not store.blocking
+        self._append_owned = store._owned_appender()
 
     def submit(self, op: str, session_id: SessionId, payload: Any) -> int:
         with self._lock:
@@ -177,7 +178,7 @@ class _Writer:
         if session_id in self._failed:
             return False
         try:
-            self._store.append(session_id, events)
+            self._append_owned(session_id, events)
         except Exception as exc:
             logger.error("persisting session %s failed: %s", session_id, exc)
             self._failed[session_id] = exc

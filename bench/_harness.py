@@ -156,15 +156,20 @@ def best_of(repeat: int, fn: Callable[[], float]) -> float:
     return best
 
 
-def rate(n: int, fn: Callable[[], object], *, repeat: int = 1) -> float:
-    """Operations per second of ``fn`` (which performs ``n``); best of ``repeat``."""
+def min_time(repeat: int, fn: Callable[[], object]) -> float:
+    """The fewest seconds ``fn`` took in ``repeat`` calls, each started settled."""
     best = float("inf")
     for _ in range(repeat):
         settle()
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)
-    return n / best
+    return best
+
+
+def rate(n: int, fn: Callable[[], object], *, repeat: int = 1) -> float:
+    """Operations per second of ``fn`` (which performs ``n``); best of ``repeat``."""
+    return n / min_time(repeat, fn)
 
 
 def run_threads(workers: Sequence[Callable[[], object]]) -> float:

@@ -14,7 +14,6 @@ import datetime as dt
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 
 from subagents.actors._listing import Catalog
 from subagents.actors._projections import ProjectionRegistry, subagent_timing_unit, subagent_unit
@@ -27,7 +26,7 @@ from subagents.protocol import (
 )
 from subagents.store import SqliteStore
 
-from bench._harness import Context, Row, compare, group
+from bench._harness import Context, Row, compare, group, min_time
 
 _T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -113,12 +112,6 @@ def _raw_scan(path: object) -> float:
         con.close()
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 @group("catalog")
 def catalog(ctx: Context) -> list[Row]:
     rows: list[Row] = []
@@ -133,10 +126,11 @@ def catalog(ctx: Context) -> list[Row]:
             ctx.log(f"built {size} sessions in {time.perf_counter() - start:.1f}s")
             cat = _catalog(store)
             store.drop_projections()
-            cold = _timed(lambda: cat.list_descendants(root))
+            cold = min_time(1, lambda: cat.list_descendants(root))
             listing = cat.list_descendants(root)
             assert len(listing.rows) == size, (len(listing.rows), listing.diagnostics[:3])
-            warm = min(_timed(lambda: cat.list_descendants(root)) for _ in range(3))
+            del listing  # not alive while the warm listings are timed
+            warm = min_time(3, lambda: cat.list_descendants(root))
         raw[size] = Row(
             workload=f"raw sqlite3 read of {size} header + identity rows",
             backend="-",
@@ -204,9 +198,9 @@ def catalog(ctx: Context) -> list[Row]:
         root, _ = _build(store, n, fanout=n)
         cat = _catalog(store)
         store.drop_projections()
-        cold = _timed(lambda: cat.list_children(root))
+        cold = min_time(1, lambda: cat.list_children(root))
         assert len(cat.list_children(root).rows) == n
-        warm = min(_timed(lambda: cat.list_children(root)) for _ in range(3))
+        warm = min_time(3, lambda: cat.list_children(root))
     rows.append(
         Row(
             workload=f"list_children of {n} cold",

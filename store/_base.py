@@ -9,7 +9,7 @@ what events mean: folding, projections and residency belong to the layers above.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -96,6 +96,16 @@ class SessionStore(abc.ABC):
         Raises:
             SubagentError: ``SESSION_EXISTS`` when ``header.id`` exists.
         """
+
+    def _owned_appender(self) -> Callable[[SessionId, Sequence[Event]], object]:
+        """The append the runtime's inline writer calls (``inline_writes`` stores).
+
+        Its events were built by the runtime's own trusted constructors and its id
+        is a :class:`SessionId` of a session the runtime created, so a store may
+        hand back a variant that skips :meth:`append`'s argument checks and its
+        seq list. The default is :meth:`append` itself.
+        """
+        return self.append
 
     @abc.abstractmethod
     def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:

@@ -8,7 +8,7 @@ is never held across a call out of this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from subagents.protocol import (
@@ -87,6 +87,17 @@ class MemoryStore(SessionStore):
             start = len(log)
             log.extend(events)
         return list(range(start, start + len(events)))
+
+    def _owned_appender(self) -> Callable[[SessionId, Sequence[Event]], object]:
+        if type(self).append is not MemoryStore.append:
+            return self.append  # a subclass's own append (a hook, a fault) must run
+        return self._append_owned
+
+    def _append_owned(self, session_id: SessionId, events: Sequence[Event]) -> None:
+        # The runtime's inline writer, once a turn: no argument checks (see
+        # SessionStore._owned_appender) and no seq list nobody reads.
+        with self._lock:
+            self._get(session_id).events.extend(events)
 
     def read(self, session_id: SessionId | str, from_seq: int = 0) -> list[LogRecord]:
         sid = check_session_id(session_id)

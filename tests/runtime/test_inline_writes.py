@@ -115,3 +115,35 @@ def test_a_running_turns_start_is_live_at_once_and_stored_with_its_end(backend: 
             "TurnEnd",
         ]
         assert [r.event for r in stored] == [r.event for r in rt.sessions.read(sid)]
+
+
+def test_the_owned_appender_keeps_the_store_checks_that_matter() -> None:
+    """The inline writer's append skips only argument checks: an unknown session
+    is SESSION_NOT_FOUND and a closed store STORE_CLOSED, as from ``append``; a
+    subclass that overrides ``append`` gets its own ``append`` called."""
+    import datetime as dt
+
+    from subagents.protocol import SessionHeader, new_message_id, new_session_id
+
+    store = MemoryStore()
+    header = SessionHeader(
+        id=new_session_id(),
+        parent_session=None,
+        origin="user",
+        delegation_depth=0,
+        created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    )
+    store.create_session(header)
+    owned = store._owned_appender()
+    event = MessageEvent(message_id=new_message_id(), content="x")
+    owned(header.id, [event])
+    assert [r.event for r in store.read(header.id)] == [event]
+    with pytest.raises(SubagentError) as info:
+        owned(new_session_id(), [event])
+    assert info.value.code == ErrorCode.SESSION_NOT_FOUND
+    store.close()
+    with pytest.raises(SubagentError) as info:
+        owned(header.id, [event])
+    assert info.value.code == ErrorCode.STORE_CLOSED
+    hooked = FailingAppends()
+    assert hooked._owned_appender() == hooked.append
