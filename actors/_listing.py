@@ -87,6 +87,10 @@ class DescendantRow:
 
 
 _MISS: Any = object()  # no usable cached identity
+#: Decoded identities a Catalog remembers, by the exact bytes of their cache row
+#: (equal bytes decode to equal identities, so a changed row is decoded anew).
+#: Unpacking was a fifth of a warm listing of 100,000; a full memo is cleared.
+IDENTITY_CACHE_MAX = 131_072
 _new = object.__new__
 # The listing builds one row per node from values it checked itself; storing
 # through the slot descriptors skips the frozen dataclass's per-field
@@ -173,6 +177,7 @@ class Catalog:
         self._projections = projections
         self._backend = backend
         self._live_store_mounted = live_store_mounted
+        self._identities: dict[bytes, Any] = {}  # see IDENTITY_CACHE_MAX
 
     def _require(self) -> ProjectionRegistry:
         if self._projections is None or "subagent" not in self._projections:
@@ -287,20 +292,26 @@ class Catalog:
 
         return one
 
-    @staticmethod
-    def _cached_identity(header: SessionHeader, found: Any) -> Any:
+    def _cached_identity(self, header: SessionHeader, found: Any) -> Any:
         """The cached identity (``None``: cached as absent), or ``_MISS``."""
         if found is None:
             return _MISS
         seq, data = found
         if seq < header.seed_len:
             return _MISS  # folded inside the fork seed: not the child's own identity
+        known = self._identities
+        value = known.get(data, _MISS)
+        if value is not _MISS:
+            return value
         try:
             value = unpackb(data)
         except Exception:
             return _MISS
         if value is not None and not (isinstance(value, dict) and "mode" in value):
             return _MISS
+        if len(known) >= IDENTITY_CACHE_MAX:
+            known.clear()
+        known[data] = value
         return value
 
     def _inspect(

@@ -837,3 +837,29 @@ def test_the_subagent_unit_is_the_only_classification_authority(
         (), (Diagnostic(id=cold, kind="corrupt", detail="no identity in its log"),)
     )
     gate.release()
+
+
+@pytest.mark.parametrize("children", [1, 70], ids=["per-id-reads", "bulk-read"])
+def test_a_rewritten_cache_row_is_served_anew(rtp: Runtime, children: int) -> None:
+    """R-LIST-9: decoded identities are remembered by the exact bytes of their cache
+    row, so a listing after the row changed serves the new identity, never the one
+    an earlier listing decoded (both the per-id and the bulk cache read, which
+    starts at 64 candidates)."""
+    rt = rtp
+    store = store_of(rt)
+    root = rt.spawn("echo")
+    headers = [write_child(store, root.session_id, OWN) for _ in range(children)]
+    for h in headers:
+        store.put_projection(h.id, "subagent", 4, identity_blob("continuable", "first"))
+    listing = rt.subagents.list_children(root.session_id)
+    assert {row.label for row in listing.rows} == {"first"}
+    store.put_projection(headers[0].id, "subagent", 4, identity_blob("one-shot", "second"))
+    listing = rt.subagents.list_children(root.session_id)
+    assert len(listing.rows) == children
+    changed = [row for row in listing.rows if row.id == headers[0].id]
+    assert [(row.mode, row.label) for row in changed] == [("one-shot", "second")]
+    assert {row.label for row in listing.rows if row.id != headers[0].id} <= {"first"}
+    tree = rt.subagents.list_descendants(root.session_id)
+    assert [(r.mode, r.label) for r in tree.rows if r.id == headers[0].id] == [
+        ("one-shot", "second")
+    ]
