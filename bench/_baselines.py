@@ -11,15 +11,18 @@ import datetime
 import os
 import queue
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import msgpack
 import pykka
 from subagents.actors import GeventActor
 
-from bench._harness import Row, best_of
+from bench._harness import Row
 
 
 def actor_base(backend: str) -> type[pykka.Actor]:
@@ -197,26 +200,31 @@ def thespian_rate(n: int) -> float | None:
         system.shutdown()
 
 
-def autogen_send_rate(n: int) -> float | None:
-    try:
-        from bench._autogen_baseline import send_rate
-    except ImportError:
-        return None
-    return send_rate(n)
-
-
 def autogen_row(n: int) -> Row | None:
     """The autogen-core sequential send rate as a baseline row, best of three like
     the rows read against it (None when the optional ``bench`` extra is not
-    installed)."""
-    if autogen_send_rate(1) is None:
+    installed).
+
+    Measured in a fresh interpreter of its own, as every group is: autogen-core
+    imports pydantic and protobuf, and a heap that size in our process would make
+    each of our full garbage collections walk it (and ours would slow autogen's).
+    """
+    try:
+        import autogen_core  # noqa: F401
+    except ImportError:
         return None
-    value = best_of(3, lambda: autogen_send_rate(n) or 0.0)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench._autogen_baseline", str(n), "3"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     return Row(
         workload="autogen-core send_message (sequential)",
         backend="asyncio",
         store="-",
-        value=value,
+        value=float(done.stdout.strip().splitlines()[-1]),
         unit="msg/s",
     )
 
