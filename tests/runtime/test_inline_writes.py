@@ -9,13 +9,24 @@ logged and reported, it never fails the agent).
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Sequence
 
 import pytest
 from subagents.actors import Runtime
 from subagents.actors._backend import Backend
-from subagents.protocol import ErrorCode, Event, MessageEvent, SessionId, SubagentError, TurnEnd
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    MessageEvent,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    TurnEnd,
+    new_message_id,
+    new_session_id,
+)
 from subagents.store import MemoryStore
 
 
@@ -121,10 +132,6 @@ def test_the_owned_appender_keeps_the_store_checks_that_matter() -> None:
     """The inline writer's append skips only argument checks: an unknown session
     is SESSION_NOT_FOUND and a closed store STORE_CLOSED, as from ``append``; a
     subclass that overrides ``append`` gets its own ``append`` called."""
-    import datetime as dt
-
-    from subagents.protocol import SessionHeader, new_message_id, new_session_id
-
     store = MemoryStore()
     header = SessionHeader(
         id=new_session_id(),
