@@ -60,6 +60,7 @@ from ._signal import AbortController
 from ._turn import Message, Turn
 
 if TYPE_CHECKING:
+    from ._backend import EventLike
     from ._runtime import Runtime
 
 __all__ = ["Agent", "TurnOutcome"]
@@ -179,8 +180,10 @@ class Agent:
         self._output_schema = output_schema
         backend = runtime.backend
         self._lock = threading.Lock()
-        self._idle = backend.event()
-        self._idle.set()
+        # Made by the first wait_idle() that finds the agent busy, set and dropped
+        # when it next goes idle: a threading.Event set and cleared every turn
+        # cost a threaded fan-out turn about 0.9 us of Python, for no waiter.
+        self._idle_waiter: EventLike | None = None
         self._stopped = backend.event()
         self._accepted = 0  # messages accepted so far (monotone)
         self._inflight = 0
@@ -279,8 +282,6 @@ class Agent:
                 )
             self._accepted += 1
             self._inflight += 1
-            if self._inflight == 1:  # only the first one in flight: it is set otherwise
-                self._idle.clear()
             return self._accepted
 
     def followup(
@@ -376,7 +377,13 @@ class Agent:
             SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent.
         """
         self._runtime._check_thread()
-        return bool(self._idle.wait(timeout))
+        with self._lock:
+            if self._inflight == 0:
+                return True
+            waiter = self._idle_waiter
+            if waiter is None:
+                waiter = self._idle_waiter = self._runtime.backend.event()
+        return bool(waiter.wait(timeout))
 
     def add_idle_listener(self, fn: Callable[[Agent], object]) -> Callable[[], None]:
         """Call ``fn(agent)`` in the actor's context whenever it becomes idle."""
@@ -392,7 +399,10 @@ class Agent:
             idle = self._inflight == 0
             if idle:
                 self.idle_since = time.monotonic()
-                self._idle.set()
+                waiter = self._idle_waiter
+                if waiter is not None:
+                    self._idle_waiter = None
+                    waiter.set()
         return idle
 
     # -- disposal ----------------------------------------------------------------
