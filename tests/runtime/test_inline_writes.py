@@ -179,49 +179,95 @@ def tiny_switch_interval() -> Iterator[None]:
         sys.setswitchinterval(before)
 
 
+def _appends_racing_readers() -> None:
+    store = MemoryStore()
+    headers = [_header() for _ in range(8)]
+    for header in headers:
+        store.create_session(header)
+    owned = store._owned_appender()
+    events = {
+        h.id: [MessageEvent(message_id=new_message_id(), content=i) for i in range(200)]
+        for h in headers
+    }
+    start = threading.Barrier(len(headers) + 1)
+    done = threading.Event()
+    prefixes_ok: list[bool] = []
+
+    def write(sid: SessionId) -> None:
+        start.wait()
+        for event in events[sid]:
+            owned(sid, [event])
+
+    def read() -> None:
+        start.wait()
+        while not done.is_set():
+            for h in headers:
+                got = [r.event for r in store.read(h.id)]
+                prefixes_ok.append(got == events[h.id][: len(got)])
+            store.get_projections("subagent")
+
+    threads = [threading.Thread(target=write, args=(h.id,)) for h in headers]
+    reader = threading.Thread(target=read)
+    for t in [*threads, reader]:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join()
+    assert all(prefixes_ok)
+    for h in headers:
+        assert [r.event for r in store.read(h.id)] == events[h.id]
+
+
 @pytest.mark.usefixtures("tiny_switch_interval")
 def test_owned_appends_from_many_threads_lose_nothing() -> None:
     """About OS threads (the owned append takes no store lock on its common path):
     eight threads append to their own sessions while a ninth reads and lists the
     store; every log ends complete and in order, every read sees a prefix."""
     for _ in range(20):
-        store = MemoryStore()
-        headers = [_header() for _ in range(8)]
-        for header in headers:
-            store.create_session(header)
-        owned = store._owned_appender()
-        events = {
-            h.id: [MessageEvent(message_id=new_message_id(), content=i) for i in range(200)]
-            for h in headers
-        }
-        start = threading.Barrier(len(headers) + 1)
-        done = threading.Event()
-        prefixes_ok: list[bool] = []
+        _appends_racing_readers()
 
-        def write(sid: SessionId) -> None:
-            start.wait()
-            for event in events[sid]:
-                owned(sid, [event])
 
-        def read() -> None:
-            start.wait()
-            while not done.is_set():
-                for h in headers:
-                    got = [r.event for r in store.read(h.id)]
-                    prefixes_ok.append(got == events[h.id][: len(got)])
-                store.get_projections("subagent")
+def _appends_racing_delete_and_close() -> None:
+    store = MemoryStore()
+    doomed, kept = _header(), _header()
+    store.create_session(doomed)
+    store.create_session(kept)
+    owned = store._owned_appender()
+    start = threading.Barrier(3)
+    codes: set[ErrorCode] = set()
+    unexpected: list[BaseException] = []
 
-        threads = [threading.Thread(target=write, args=(h.id,)) for h in headers]
-        reader = threading.Thread(target=read)
-        for t in [*threads, reader]:
-            t.start()
-        for t in threads:
-            t.join()
-        done.set()
-        reader.join()
-        assert all(prefixes_ok)
-        for h in headers:
-            assert [r.event for r in store.read(h.id)] == events[h.id]
+    def write(sid: SessionId) -> None:
+        start.wait()
+        for i in range(300):
+            try:
+                owned(sid, [MessageEvent(message_id=new_message_id(), content=i)])
+            except SubagentError as exc:
+                codes.add(exc.code)
+            except BaseException as exc:  # pragma: no cover - the failure reported
+                unexpected.append(exc)
+
+    def destroy() -> None:
+        start.wait()
+        store.delete_session(doomed.id)
+        assert store.header(doomed.id) is None
+        store.close()
+
+    threads = [
+        threading.Thread(target=write, args=(doomed.id,)),
+        threading.Thread(target=write, args=(kept.id,)),
+        threading.Thread(target=destroy),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not unexpected
+    assert codes <= {ErrorCode.SESSION_NOT_FOUND, ErrorCode.STORE_CLOSED}
+    with pytest.raises(SubagentError) as info:
+        store.read(kept.id)
+    assert info.value.code == ErrorCode.STORE_CLOSED
 
 
 @pytest.mark.usefixtures("tiny_switch_interval")
@@ -230,42 +276,4 @@ def test_owned_appends_racing_close_and_delete_fail_only_with_their_codes() -> N
     (as if just before them) or raise SESSION_NOT_FOUND / STORE_CLOSED, nothing
     else; a deleted session stays deleted and a closed store stays unreadable."""
     for _ in range(50):
-        store = MemoryStore()
-        doomed, kept = _header(), _header()
-        store.create_session(doomed)
-        store.create_session(kept)
-        owned = store._owned_appender()
-        start = threading.Barrier(3)
-        codes: set[ErrorCode] = set()
-        unexpected: list[BaseException] = []
-
-        def write(sid: SessionId) -> None:
-            start.wait()
-            for i in range(300):
-                try:
-                    owned(sid, [MessageEvent(message_id=new_message_id(), content=i)])
-                except SubagentError as exc:
-                    codes.add(exc.code)
-                except BaseException as exc:  # pragma: no cover - the failure reported
-                    unexpected.append(exc)
-
-        def destroy() -> None:
-            start.wait()
-            store.delete_session(doomed.id)
-            assert store.header(doomed.id) is None
-            store.close()
-
-        threads = [
-            threading.Thread(target=write, args=(doomed.id,)),
-            threading.Thread(target=write, args=(kept.id,)),
-        ]
-        killer = threading.Thread(target=destroy)
-        for t in [*threads, killer]:
-            t.start()
-        for t in [*threads, killer]:
-            t.join()
-        assert not unexpected
-        assert codes <= {ErrorCode.SESSION_NOT_FOUND, ErrorCode.STORE_CLOSED}
-        with pytest.raises(SubagentError) as info:
-            store.read(kept.id)
-        assert info.value.code == ErrorCode.STORE_CLOSED
+        _appends_racing_delete_and_close()
