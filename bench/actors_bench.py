@@ -365,6 +365,11 @@ def drain(ctx: Context) -> list[Row]:
                 if time.monotonic() > deadline:
                     raise TimeoutError("forest did not build")
                 get_backend(backend).sleep(0.01)
+            # Building the forest (and, before it, the threaded forest's teardown)
+            # leaves the collector's counters anywhere: without this, whether one
+            # full collection of the million-object heap (0.22 s) fell inside the
+            # drain depended on a few thousand allocations either way.
+            settle()
             start = time.perf_counter()
             rt.subagents.drain_continuable_descendants([root], timeout=300)
             elapsed = time.perf_counter() - start
