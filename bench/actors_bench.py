@@ -213,17 +213,19 @@ def followup(ctx: Context) -> list[Row]:
                     unit="turns/s",
                 )
                 if store == "memory":
-                    # The issue's target, 0.3x raw tell, holds on threads. On gevent
-                    # raw tell is ~0.6 us and even the turn floor (the same run's
-                    # previous row) stays below 0.3x of it, so there the target is
-                    # read against the floor instead (bench/README.md, "Targets
-                    # revised").
+                    # The issue's target is 0.3x raw tell. Where the same run's turn
+                    # floor (a raw actor doing only what a turn must) is itself below
+                    # 0.3x tell, no design that records turns can meet it, and the
+                    # target is read against the floor instead (bench/README.md,
+                    # "Targets revised"): always on gevent (tell ~0.6 us), and on
+                    # threads in runs where the thread hand-off is in its fast mode
+                    # (raw tell 460-500k/s against the usual 170-220k/s).
                     if autogen is not None:
                         vs_autogen = dataclasses.replace(
                             row, workload="followup_pipelined vs autogen"
                         )
                         rows.append(compare(vs_autogen, autogen, target=10.0))
-                    if backend == "gevent":
+                    if floor.value < 0.3 * tell.value:
                         rows.append(compare(row, tell))
                         vs_floor = dataclasses.replace(row, workload="followup_pipelined vs floor")
                         rows.append(compare(vs_floor, floor, target=0.3))
