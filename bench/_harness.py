@@ -156,6 +156,21 @@ def best_of(repeat: int, fn: Callable[[], float]) -> float:
     return best
 
 
+def best_of_each(repeat: int, *fns: Callable[[], float]) -> list[float]:
+    """The highest rate of each of ``fns`` over ``repeat`` rounds, taken in turn.
+
+    A round calls every function once (each started settled), so a slow spell
+    of a shared machine lands on a baseline and on the figure compared with it
+    alike, instead of on whichever happened to be running.
+    """
+    best = [0.0] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            settle()
+            best[i] = max(best[i], fn())
+    return best
+
+
 def min_time(repeat: int, fn: Callable[[], object]) -> float:
     """The fewest seconds ``fn`` took in ``repeat`` calls, each started settled."""
     best = float("inf")

@@ -140,6 +140,21 @@ def _listing_floor(path: object) -> float:
         con.close()
 
 
+def _growth(workload: str, backend: str, big: Row, small: Row) -> Row:
+    """How many times ``small``'s seconds ``big`` took."""
+    return compare(
+        Row(
+            workload=workload,
+            backend=backend,
+            store="sqlite",
+            value=big.value,
+            unit="s",
+            better="lower",
+        ),
+        small,
+    )
+
+
 @group("catalog")
 def catalog(ctx: Context) -> list[Row]:
     rows: list[Row] = []
@@ -208,39 +223,9 @@ def catalog(ctx: Context) -> list[Row]:
         rows.append(compare(warm_row, budget, target=1.0) if size == sizes[0] else warm_row)
     small, big = by_size[sizes[0]], by_size[sizes[1]]
     span = f"{sizes[0]}->{sizes[1]}"
-    growth = compare(
-        Row(
-            workload=f"list_descendants growth {span} warm",
-            backend="threading",
-            store="sqlite",
-            value=big.value,
-            unit="s",
-            better="lower",
-        ),
-        small,
-    )
-    raw_growth = compare(
-        Row(
-            workload=f"raw sqlite3 read growth {span}",
-            backend="-",
-            store="sqlite",
-            value=raw[sizes[1]].value,
-            unit="s",
-            better="lower",
-        ),
-        raw[sizes[0]],
-    )
-    floor_growth = compare(
-        Row(
-            workload=f"listing floor growth {span}",
-            backend="-",
-            store="sqlite",
-            value=floor[sizes[1]].value,
-            unit="s",
-            better="lower",
-        ),
-        floor[sizes[0]],
-    )
+    growth = _growth(f"list_descendants growth {span} warm", "threading", big, small)
+    raw_growth = _growth(f"raw sqlite3 read growth {span}", "-", raw[sizes[1]], raw[sizes[0]])
+    floor_growth = _growth(f"listing floor growth {span}", "-", floor[sizes[1]], floor[sizes[0]])
     rows += [growth, raw_growth, floor_growth]
     # The issue's target was growth <= 12x. The floor above -- the same reads and
     # one row object per session, nothing else -- grows 14-16x itself in the
