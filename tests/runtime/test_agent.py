@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from subagents.actors import Runtime
@@ -207,3 +208,35 @@ def test_reply_formats_content(rt: Runtime) -> None:
     agent.followup("x")
     assert agent.wait_idle(10)
     assert _turn_ends(rt, agent)[0].output == "got x"
+
+
+def _wait_into(agent: Any, results: list[bool]) -> None:
+    results.append(agent.wait_idle(10))
+
+
+def test_wait_idle_wakes_on_quiescence_not_on_a_turn_end(rt: Runtime) -> None:
+    """Quiescence (nothing in flight), many rounds: waiters parked while turn 1
+    is open stay parked when it ends with turn 2 queued, and all wake when turn 2
+    ends; a waiter that timed out earlier does not spoil the next one's wait.
+    Orders are forced with gates carried in the messages."""
+    gates: dict[str, Gate] = {}
+    agent = rt.spawn(lambda t: gates[t.content].pass_through(t.signal))
+    backend = rt.backend
+    for i in range(100):
+        first = gates[f"first{i}"] = Gate("first")
+        second = gates[f"second{i}"] = Gate("second")
+        agent.followup(f"first{i}")
+        assert first.wait_reached(10)
+        assert agent.wait_idle(0) is False  # leaves a waiter behind, unset
+        results: list[bool] = []
+        waiters = [backend.spawn(_wait_into, agent, results) for _ in range(3)]
+        agent.followup(f"second{i}")
+        first.release()
+        assert second.wait_reached(10)
+        assert results == [] or not any(results)  # turn 1 ended; turn 2 still in flight
+        assert not agent.idle
+        second.release()
+        for waiter in waiters:
+            assert waiter.join(10)
+        assert results == [True, True, True]
+        assert agent.idle
