@@ -117,8 +117,9 @@ def test_many_parents_children_and_operations_at_once(kit: Kit, repetition: int)
             try:
                 if roll < 0.75:
                     action = rnd.choice(ACTIONS)
+                    at = ledger.tick()  # before the call: see Ledger.accept
                     mid = rt.subagents.followup(parent, child, [action, f"{i}-{k}"])
-                    ledger.accept(child, mid)
+                    ledger.accept(child, mid, at)
                 elif roll < 0.88:
                     rt.subagents.interrupt(child, UserAuthority(parent.session_id))
                 else:
