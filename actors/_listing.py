@@ -203,24 +203,52 @@ class Catalog:
     # -- the merged corpus ---------------------------------------------------------
 
     def _index(self, signal: AbortSignal) -> _Index:
+        """The whole merged corpus (a tree listing walks all of it)."""
         index = _Index()
         if self._persistence is not None:
-            for item in self._read(self._persistence.scan_headers, signal):
-                if isinstance(item, SessionHeader):
-                    index.headers[item.id] = item
-                    continue
-                parent = (item.hint or {}).get("parent_session")
-                if parent is not None:
-                    diag = Diagnostic(
-                        id=SessionId(item.session_id), kind="corrupt", detail=str(item)
-                    )
-                    index.broken.setdefault(SessionId(parent), []).append(diag)
-        if self._sessions is not None:
-            for sid in self._sessions.live_ids():
-                live = self._sessions.live(sid)
-                if live is not None:
-                    index.headers[sid] = live.header
-                    index.live.add(sid)
+            self._add_persisted(index, self._read(self._persistence.scan_headers, signal))
+        self._add_live(index, None)
+        return self._link(index)
+
+    def _children_index(self, parent: SessionId, signal: AbortSignal) -> _Index:
+        """Only ``parent``'s children and theirs (what ``has_children`` needs): two
+        reads of the store's parent index, whatever the size of the store."""
+        index = _Index()
+        store = self._persistence
+        if store is not None:
+            self._add_persisted(index, self._read(store.scan_children, signal, [parent]))
+        self._add_live(index, {parent})
+        kids = list(index.headers)
+        if kids:
+            if store is not None:
+                self._add_persisted(index, self._read(store.scan_children, signal, kids))
+            self._add_live(index, set(kids))
+        return self._link(index)
+
+    @staticmethod
+    def _add_persisted(index: _Index, items: Iterable[Any]) -> None:
+        for item in items:
+            if isinstance(item, SessionHeader):
+                index.headers[item.id] = item
+                continue
+            parent = (item.hint or {}).get("parent_session")
+            if parent is not None:
+                diag = Diagnostic(id=SessionId(item.session_id), kind="corrupt", detail=str(item))
+                index.broken.setdefault(SessionId(parent), []).append(diag)
+
+    def _add_live(self, index: _Index, parents: set[SessionId] | None) -> None:
+        """Live sessions (all, or those whose parent is in ``parents``) over persisted ones."""
+        sessions = self._sessions
+        if sessions is None:
+            return
+        for sid in sessions.live_ids():
+            live = sessions.live(sid)
+            if live is not None and (parents is None or live.header.parent_session in parents):
+                index.headers[sid] = live.header
+                index.live.add(sid)
+
+    @staticmethod
+    def _link(index: _Index) -> _Index:
         headers: Any = index.headers.values()
         if index.live:  # persistence returns (created_at, id) order; live ones must merge in
             headers = sorted(headers, key=lambda h: (h.created_at, h.id))
@@ -472,7 +500,7 @@ class Catalog:
         signal = _signal(signal)
         pid = SessionId(parent_session_id)
         _check(signal)
-        index = self._index(signal)
+        index = self._children_index(pid, signal)
         headers = index.headers
         heads = [
             h for h in (headers[c] for c in index.children.get(pid, [])) if h.origin == "subagent"

@@ -23,6 +23,8 @@ from subagents.protocol import (
     SubagentError,
 )
 
+from ._validate import check_session_ids
+
 __all__ = ["LogRecord", "SessionStore", "not_found", "session_exists", "store_closed"]
 
 
@@ -219,6 +221,32 @@ class SessionStore(abc.ABC):
         its :class:`CorruptRecordError` (seq ``-1``) in place, so one bad row does
         not hide the others."""
         return list(self.all_headers())
+
+    def scan_children(
+        self, parents: Sequence[SessionId | str]
+    ) -> list[SessionHeader | CorruptRecordError]:
+        """Like :meth:`scan_headers`, but only the sessions whose parent is one of
+        ``parents``: ordered by ``(created_at, id)``, a header that does not decode in
+        place as its :class:`CorruptRecordError` (its ``hint["parent_session"]`` the
+        parent's hex id). A listing of one parent's children reads this instead of
+        the whole store.
+
+        The default filters :meth:`scan_headers`; a store with a parent index
+        should override it.
+        """
+        wanted = check_session_ids(parents)
+        if not wanted:
+            return []
+        hexes = {str(p) for p in wanted}
+        return [
+            item
+            for item in self.scan_headers()
+            if (
+                item.parent_session in wanted
+                if isinstance(item, SessionHeader)
+                else (item.hint or {}).get("parent_session") in hexes
+            )
+        ]
 
     @abc.abstractmethod
     def delete_session(self, session_id: SessionId | str) -> None:

@@ -20,7 +20,15 @@ from subagents.protocol import (
 
 from ._base import LogRecord, SessionStore, not_found, session_exists, store_closed
 from ._native import native_lock
-from ._validate import check_blob, check_events, check_header, check_int, check_session_id, invalid
+from ._validate import (
+    check_blob,
+    check_events,
+    check_header,
+    check_int,
+    check_session_id,
+    check_session_ids,
+    invalid,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -156,6 +164,16 @@ class MemoryStore(SessionStore):
             ids = self._children.get(parent, ())
             headers = [self._sessions[i].header for i in ids]
         return _ordered(headers)
+
+    def scan_children(
+        self, parents: Sequence[SessionId | str]
+    ) -> list[SessionHeader | CorruptRecordError]:
+        wanted = check_session_ids(parents)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            headers = [self._sessions[i].header for p in wanted for i in self._children.get(p, ())]
+        return list(_ordered(headers))
 
     def all_headers(self) -> list[SessionHeader]:
         with self._lock:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -47,7 +47,15 @@ from ._base import LogRecord, SessionStore, not_found, store_closed
 from ._group import GroupCommitter
 from ._native import native_lock
 from ._schema import migrate, probe, unavailable
-from ._validate import check_blob, check_events, check_header, check_int, check_session_id, invalid
+from ._validate import (
+    check_blob,
+    check_events,
+    check_header,
+    check_int,
+    check_session_id,
+    check_session_ids,
+    invalid,
+)
 from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, Writer, decode_header_row, storage_error
 
 __all__ = ["SqliteStore", "StoreStatistics"]
@@ -55,6 +63,8 @@ __all__ = ["SqliteStore", "StoreStatistics"]
 _SYNC_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _IDLE_READERS: Final = 16
 _SCAN_CHUNK: Final = 512
+#: Parents per ``IN (...)``: under the 999 bound variables of older SQLite builds.
+_IN_CHUNK: Final = 500
 
 _READ: Final = (
     "SELECT e.seq, e.body FROM sessions AS s"
@@ -290,6 +300,10 @@ class SqliteStore(SessionStore):
 
     def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
         rows = self._query("SELECT id, parent, header FROM sessions ORDER BY created_at, id", ())
+        return self._scanned(rows)
+
+    def _scanned(self, rows: Iterable[Any]) -> list[SessionHeader | CorruptRecordError]:
+        """Decoded ``(id, parent, header)`` rows; a broken one as its error, in place."""
         out: list[SessionHeader | CorruptRecordError] = []
         for key, parent, blob in rows:
             try:
@@ -299,6 +313,23 @@ class SqliteStore(SessionStore):
                 exc.hint["parent_session"] = bytes(parent).hex() if parent is not None else None
                 out.append(exc)
         return out
+
+    def scan_children(
+        self, parents: Sequence[SessionId | str]
+    ) -> list[SessionHeader | CorruptRecordError]:
+        keys = sorted(p.to_bytes() for p in check_session_ids(parents))
+        rows: list[Any] = []
+        for i in range(0, len(keys), _IN_CHUNK):  # under SQLite's bound-variable limit
+            chunk = keys[i : i + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows += self._query(
+                "SELECT created_at, id, parent, header FROM sessions"
+                f" WHERE parent IN ({marks}) ORDER BY created_at, id",
+                tuple(chunk),
+            )
+        if len(keys) > _IN_CHUNK:
+            rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
+        return self._scanned((key, parent, blob) for _at, key, parent, blob in rows)
 
     def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
         sid = check_session_id(session_id)

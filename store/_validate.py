@@ -31,6 +31,13 @@ def check_session_id(value: object) -> SessionId:
     return SessionId(value)  # raises INVALID_ARGUMENT for a malformed id
 
 
+def check_session_ids(values: object) -> set[SessionId]:
+    """A collection of session ids (a list, tuple or set; not one ``str``)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
+        raise invalid(f"expected a list of session ids, got {type(values).__name__}")
+    return {check_session_id(v) for v in values}
+
+
 #: SQLite integers are signed 64-bit.
 MAX_INT = 2**63 - 1
 

@@ -186,6 +186,12 @@ class _HookedReads(_Hooks):
         self._enter("scan_headers")
         return super().scan_headers()  # type: ignore[misc, no-any-return]
 
+    def scan_children(
+        self, parents: Sequence[SessionId | str]
+    ) -> list[SessionHeader | CorruptRecordError]:
+        self._enter("scan_children", parents)
+        return super().scan_children(parents)  # type: ignore[misc, no-any-return]
+
     def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
         self._enter("list_headers", parent_session)
         return super().list_headers(parent_session)  # type: ignore[misc, no-any-return]

@@ -80,13 +80,16 @@ def test_an_aborted_signal_cancels_a_live_only_listing(rt: Runtime, which: str) 
 
 
 @pytest.mark.parametrize("which", LISTINGS)
-@pytest.mark.parametrize("method", ["scan_headers", "get_projection", "read", "header"])
+@pytest.mark.parametrize("method", ["headers", "get_projection", "read", "header"])
 def test_an_abort_inside_a_persistence_read_cancels_at_once(
     rtp: Runtime, which: str, method: str
 ) -> None:
     """R-ERR-2, R-ERR-3: the signal is checked right after each persistence read: an abort
     during any of them raises ``CANCELLED`` (never a partial result), and no later
-    persistence read begins."""
+    persistence read begins. ("headers": the header read, ``scan_children`` for
+    ``list_children`` and ``scan_headers`` for ``list_descendants``.)"""
+    if method == "headers":
+        method = "scan_children" if which == "list_children" else "scan_headers"
     store = hooked(rtp)
     root = rtp.spawn("echo")
     for i in range(3):
@@ -260,6 +263,9 @@ def test_an_abort_inside_the_bulk_cache_read(rtp: Runtime) -> None:
     for which in LISTINGS:
         code = code_of(lambda: listing(rtp, which, root.session_id, controller.signal))  # noqa: B023
         assert code == ErrorCode.CANCELLED
-        assert [m for m, _ in store.read_log] == ["scan_headers", "get_projections"]
+        headers = (
+            ["scan_children", "scan_children"] if which == "list_children" else ["scan_headers"]
+        )
+        assert [m for m, _ in store.read_log] == [*headers, "get_projections"]
         store.reset_counts()
         controller = AbortController()

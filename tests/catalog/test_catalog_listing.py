@@ -240,6 +240,34 @@ def test_listing_never_loads_or_resumes(rtp: Runtime, probe: LifecycleProbe) -> 
     assert len(probe.events) == events_before
 
 
+def test_list_children_reads_the_parents_slice_not_the_store(rtp: Runtime) -> None:
+    """R-LIST-1, R-LIST-3: ``list_children`` reads the parent's children, then theirs
+    (for ``has_children``), from the store's parent index: never the whole store, so
+    its cost follows the parent's family, not the number of sessions stored."""
+    rt = rtp
+    store = hooked(rt)
+    root = rt.spawn("echo")
+    elsewhere = rt.spawn("echo")
+    for i in range(40):  # a big unrelated family
+        write_child(store, elsewhere.session_id, [continuable(f"x{i}")], created_at=at(i))
+    kids = [
+        write_child(store, root.session_id, [continuable(f"k{i}")], created_at=at(i))
+        for i in range(3)
+    ]
+    write_child(store, kids[0].id, [continuable("grandchild")], created_at=at(9))
+    write_child(store, kids[1].id, [], origin="user", created_at=at(9))  # not a subagent
+    store.reset_counts()
+    listing = rt.subagents.list_children(root.session_id)
+    assert [(r.label, r.has_children) for r in listing.rows] == [
+        ("k0", True),
+        ("k1", False),
+        ("k2", False),
+    ]
+    assert store.calls["scan_headers"] == 0 and store.calls["all_headers"] == 0
+    scans = [args for method, args in store.read_log if method == "scan_children"]
+    assert [set(a) for a in scans] == [{root.session_id}, {k.id for k in kids}]
+
+
 # -- R-LIST-5, -8: live preferred, watermark identity ----------------------------------------
 
 

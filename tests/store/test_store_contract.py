@@ -443,3 +443,48 @@ def test_projection_cache(
         with pytest.raises(SubagentError) as exc_info:
             store.put_projection(a.id, unit, 0, b"")  # type: ignore[arg-type]
         assert exc_info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_scan_children_reads_the_given_parents_only_in_order(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
+    """``scan_children``: the sessions whose parent is one of the given ones, ordered
+    by ``(created_at, id)`` across parents; the same list for a repeated parent;
+    nothing for none or an unknown one; a bare id or a non-id is INVALID_ARGUMENT."""
+    root, other = make_header(created_at=T0), make_header(created_at=T0)
+    later = T0 + dt.timedelta(microseconds=1)
+    kids = [make_header(parent=root.id, created_at=t) for t in (later, T0) for _ in range(3)]
+    others = [make_header(parent=other.id, created_at=t) for t in (T0, later)]
+    grandchild = make_header(parent=kids[0].id, created_at=T0 - dt.timedelta(days=1))
+    everything = [root, other, *kids, *others, grandchild]
+    random.Random(11).shuffle(everything)
+    for h in everything:
+        store.create_session(h)
+
+    def order(headers: list[SessionHeader]) -> list[SessionHeader]:
+        return sorted(headers, key=lambda h: (h.created_at, str(h.id)))
+
+    assert store.scan_children([root.id]) == order(kids)
+    assert store.scan_children([str(root.id), other.id]) == order([*kids, *others])
+    assert store.scan_children([root.id, root.id]) == order(kids)
+    assert store.scan_children([kids[0].id, grandchild.id]) == [grandchild]
+    assert store.scan_children([]) == []
+    assert store.scan_children([new_session_id()]) == []
+    for bad in (root.id, [42], None):
+        with pytest.raises(SubagentError) as info:
+            store.scan_children(bad)  # type: ignore[arg-type]
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_scan_children_of_more_parents_than_one_query_binds(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
+    """1,200 parents (SQLite reads them in chunks of 500): one list, still in order."""
+    parents = [make_header(created_at=T0) for _ in range(1200)]
+    kids = [
+        make_header(parent=p.id, created_at=T0 + dt.timedelta(seconds=i % 7))
+        for i, p in enumerate(parents)
+    ]
+    store.write_many([("create", h, []) for h in [*parents, *kids]])
+    expected = sorted(kids, key=lambda h: (h.created_at, str(h.id)))
+    assert store.scan_children([p.id for p in reversed(parents)]) == expected

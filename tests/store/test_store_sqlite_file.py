@@ -326,6 +326,27 @@ def test_corrupt_header_names_the_session(tmp_path: Path, make_header: MakeHeade
         assert store.last_seq(h.id) == -1
 
 
+def test_scan_children_reports_a_corrupt_child_in_place(
+    tmp_path: Path, make_header: MakeHeader
+) -> None:
+    """A child header that does not decode comes back from ``scan_children`` as its
+    CorruptRecordError, in its place, naming its parent; its siblings still decode."""
+    path = tmp_path / "c.db"
+    root = make_header()
+    kids = [make_header(parent=root.id) for _ in range(3)]
+    with SqliteStore(path) as store:
+        for h in [root, *kids]:
+            store.create_session(h)
+        conn = _raw(path)
+        conn.execute("UPDATE sessions SET header = x'00' WHERE id = ?", (kids[1].id.to_bytes(),))
+        conn.close()
+        first, broken, last = store.scan_children([root.id])
+        assert (first, last) == (kids[0], kids[2])
+        assert isinstance(broken, CorruptRecordError)
+        assert (broken.session_id, broken.seq) == (kids[1].id, -1)
+        assert broken.hint["parent_session"] == str(root.id)
+
+
 # -- another writer on the same file ---------------------------------------------
 
 
