@@ -103,19 +103,29 @@ def turn_floor(backend: str, n: int) -> float:
     return n / elapsed
 
 
-def raw_ask_latencies(backend: str, n: int) -> list[float]:
-    class Echo(actor_base(backend)):  # type: ignore[misc,valid-type]
-        def on_receive(self, message: Any) -> Any:
-            return message
+class RawAsk:
+    """A raw pykka actor of ``backend`` that answers asks; :meth:`sample` times
+    round trips, so a caller can take them in turn with its own."""
 
-    ref = Echo.start()
-    out = []
-    for i in range(n):
-        t = time.perf_counter()
-        ref.ask(i)
-        out.append(time.perf_counter() - t)
-    ref.stop()
-    return out
+    def __init__(self, backend: str) -> None:
+        class Echo(actor_base(backend)):  # type: ignore[misc,valid-type]
+            def on_receive(self, message: Any) -> Any:
+                return message
+
+        self._ref = Echo.start()
+
+    def sample(self, n: int) -> list[float]:
+        """Seconds of each of ``n`` asks."""
+        ref = self._ref
+        out = []
+        for i in range(n):
+            t = time.perf_counter()
+            ref.ask(i)
+            out.append(time.perf_counter() - t)
+        return out
+
+    def stop(self) -> None:
+        self._ref.stop()
 
 
 def raw_cycle(backend: str, n: int) -> float:
