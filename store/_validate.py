@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from subagents.protocol import ORIGINS, ErrorCode, Event, SessionHeader, SessionId, SubagentError
@@ -32,8 +32,8 @@ def check_session_id(value: object) -> SessionId:
 
 
 def check_session_ids(values: object) -> set[SessionId]:
-    """A collection of session ids (a list, tuple or set; not one ``str``)."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
+    """Session ids from any iterable of them (a list, a tuple, a set...), not one ``str``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise invalid(f"expected a list of session ids, got {type(values).__name__}")
     return {check_session_id(v) for v in values}
 

@@ -467,6 +467,7 @@ def test_scan_children_reads_the_given_parents_only_in_order(
     assert store.scan_children([root.id]) == order(kids)
     assert store.scan_children([str(root.id), other.id]) == order([*kids, *others])
     assert store.scan_children([root.id, root.id]) == order(kids)
+    assert store.scan_children(iter([root.id])) == order(kids)  # type: ignore[arg-type]
     assert store.scan_children([kids[0].id, grandchild.id]) == [grandchild]
     assert store.scan_children([]) == []
     assert store.scan_children([new_session_id()]) == []
