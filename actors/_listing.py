@@ -142,9 +142,10 @@ class Listing:
 
 
 class _Index:
-    __slots__ = ("broken", "children", "headers", "live")
+    __slots__ = ("broken", "children", "headers", "live", "whole_store")
 
-    def __init__(self) -> None:
+    def __init__(self, *, whole_store: bool) -> None:
+        self.whole_store = whole_store  # every stored header was read (not one family)
         self.headers: dict[SessionId, SessionHeader] = {}
         self.live: set[SessionId] = set()
         self.children: dict[SessionId, list[SessionId]] = {}
@@ -204,7 +205,7 @@ class Catalog:
 
     def _index(self, signal: AbortSignal) -> _Index:
         """The whole merged corpus (a tree listing walks all of it)."""
-        index = _Index()
+        index = _Index(whole_store=True)
         if self._persistence is not None:
             self._add_persisted(index, self._read(self._persistence.scan_headers, signal))
         self._add_live(index, None)
@@ -213,7 +214,7 @@ class Catalog:
     def _children_index(self, parent: SessionId, signal: AbortSignal) -> _Index:
         """Only ``parent``'s children and theirs (what ``has_children`` needs): two
         reads of the store's parent index, whatever the size of the store."""
-        index = _Index()
+        index = _Index(whole_store=False)
         store = self._persistence
         if store is not None:
             self._add_persisted(index, self._read(store.scan_children, signal, [parent]))
@@ -290,14 +291,21 @@ class Catalog:
         _, states = projections.snapshot(sid, read_from)
         return projections.values(states).get("subagent")
 
-    def _cache_rows(self, ids: list[SessionId], signal: AbortSignal) -> Callable[[SessionId], Any]:
-        """A lookup of cached identity rows; one read for a big listing, per id for a small one."""
+    def _cache_rows(
+        self, ids: list[SessionId], signal: AbortSignal, *, whole_store: bool
+    ) -> Callable[[SessionId], Any]:
+        """A lookup of cached identity rows: one read for a big listing (of every row
+        when the listing covers the store anyway, else of ``ids``' rows), per id for
+        a small one."""
         store = self._persistence
         if store is None:
             return lambda _sid: None
         if len(ids) >= 64:
             try:
-                rows = self._read(store.get_projections, signal, "subagent")
+                if whole_store:
+                    rows = self._read(store.get_projections, signal, "subagent")
+                else:
+                    rows = self._read(store.get_projections_of, signal, "subagent", ids)
             except SubagentError as exc:
                 if exc.code == ErrorCode.CANCELLED:
                     raise
@@ -396,7 +404,11 @@ class Catalog:
         to_inspect: deque[SessionHeader] = deque()
         live = index.live
         cold = [h.id for h in heads if h.id not in live] if live else [h.id for h in heads]
-        cache = self._cache_rows(cold, signal) if cold else (lambda _sid: None)
+        cache = (
+            self._cache_rows(cold, signal, whole_store=index.whole_store)
+            if cold
+            else (lambda _sid: None)
+        )
         cached_identity = self._cached_identity
         for header in heads:
             sid = header.id

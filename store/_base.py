@@ -9,7 +9,7 @@ what events mean: folding, projections and residency belong to the layers above.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -283,6 +283,20 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
         """Every cached ``(seq, data)`` of ``unit``, by session (one read for a listing)."""
+
+    def get_projections_of(
+        self, unit: str, sessions: Iterable[SessionId | str]
+    ) -> dict[SessionId, tuple[int, bytes]]:
+        """The cached ``(seq, data)`` of ``unit`` for each of ``sessions`` that has one
+        (one read for a listing of one parent's children, whatever the store's size).
+
+        The default filters :meth:`get_projections`; a store with an index on the
+        session should override it.
+        """
+        wanted = check_session_ids(sessions)
+        if not wanted:
+            return {}
+        return {sid: row for sid, row in self.get_projections(unit).items() if sid in wanted}
 
     @abc.abstractmethod
     def drop_projections(self) -> None:

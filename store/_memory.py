@@ -8,7 +8,7 @@ is never held across a call out of this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from subagents.protocol import (
@@ -233,6 +233,22 @@ class MemoryStore(SessionStore):
                 sid: session.projections[unit]
                 for sid, session in self._sessions.items()
                 if unit in session.projections
+            }
+
+    def get_projections_of(
+        self, unit: str, sessions: Iterable[SessionId | str]
+    ) -> dict[SessionId, tuple[int, bytes]]:
+        if type(unit) is not str or not unit:
+            raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
+        wanted = check_session_ids(sessions)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            found = {sid: self._sessions.get(sid) for sid in wanted}
+            return {
+                sid: session.projections[unit]
+                for sid, session in found.items()
+                if session is not None and unit in session.projections
             }
 
     def drop_projections(self) -> None:

@@ -439,6 +439,24 @@ class SqliteStore(SessionStore):
         ids = self._session_id
         return {ids(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}
 
+    def get_projections_of(
+        self, unit: str, sessions: Iterable[SessionId | str]
+    ) -> dict[SessionId, tuple[int, bytes]]:
+        name = _unit_name(unit)
+        keys = [s.to_bytes() for s in check_session_ids(sessions)]
+        ids = self._session_id
+        out: dict[SessionId, tuple[int, bytes]] = {}
+        for i in range(0, len(keys), _IN_CHUNK):  # under SQLite's bound-variable limit
+            chunk = keys[i : i + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._query(
+                "SELECT session, seq, data FROM projection_cache"
+                f" WHERE unit = ? AND session IN ({marks})",
+                (name, *chunk),
+            )
+            out.update((ids(bytes(k)), (int(q), bytes(d))) for k, q, d in rows)
+        return out
+
     def drop_projections(self) -> None:
         self._committer.submit(lambda txn: txn.drop_projections())
 

@@ -19,7 +19,7 @@ import datetime as _dt
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from subagents.actors import Backend, Runtime
@@ -218,6 +218,12 @@ class _HookedReads(_Hooks):
     def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
         self._enter("get_projections", unit)
         return super().get_projections(unit)  # type: ignore[misc, no-any-return]
+
+    def get_projections_of(
+        self, unit: str, sessions: Iterable[SessionId | str]
+    ) -> dict[SessionId, tuple[int, bytes]]:
+        self._enter("get_projections_of", unit)
+        return super().get_projections_of(unit, sessions)  # type: ignore[misc, no-any-return]
 
     def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
         hook = self.hooks.get("create_session")

@@ -811,7 +811,7 @@ def test_a_big_listing_reads_the_cache_in_one_go(rtp: Runtime, bulk_read: str) -
         def broken(*_args: Any) -> None:
             raise OSError("cache table unreadable")
 
-        store.hooks["get_projections"] = broken
+        store.hooks["get_projections_of"] = broken
     store.reset_counts()
     listing = rt.subagents.list_children(r)
     assert listing.diagnostics == ()
@@ -820,7 +820,8 @@ def test_a_big_listing_reads_the_cache_in_one_go(rtp: Runtime, bulk_read: str) -
         (garbage.id, "g"),
         *((c, f"cached{i}") for i, c in enumerate(cached)),
     ]
-    assert store.calls["get_projections"] == 1
+    # One read of these children's rows, not of the whole cache table.
+    assert store.calls["get_projections_of"] == 1 and store.calls["get_projections"] == 0
     assert store.calls["get_projection"] == (0 if bulk_read == "works" else 70)
     assert dict(store.reads_of) == {seeded.id: 1, garbage.id: 1}
 

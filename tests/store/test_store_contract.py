@@ -389,6 +389,8 @@ def test_close_is_idempotent_and_later_calls_fail(
         lambda: store.put_projection(h.id, "u", 0, b""),
         lambda: store.get_projection(h.id, "u"),
         lambda: store.get_projections("u"),
+        lambda: store.get_projections_of("u", [h.id]),
+        lambda: store.scan_children([h.id]),
         lambda: store.drop_projections(),
     ]
     for i, call in enumerate(calls):
@@ -489,3 +491,27 @@ def test_scan_children_of_more_parents_than_one_query_binds(
     store.write_many([("create", h, []) for h in [*parents, *kids]])
     expected = sorted(kids, key=lambda h: (h.created_at, str(h.id)))
     assert store.scan_children([p.id for p in reversed(parents)]) == expected
+
+
+def test_get_projections_of_reads_the_given_sessions_only(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
+    """``get_projections_of``: the rows of the given sessions that have one (in
+    chunks past 500 on SQLite); bad arguments are INVALID_ARGUMENT."""
+    headers = [make_header() for _ in range(1100)]
+    store.write_many([("create", h, []) for h in headers])
+    with_rows = headers[::2]
+    for i, h in enumerate(with_rows):
+        store.put_projection(h.id, "subagent", i, f"row {i}".encode())
+    store.put_projection(headers[1].id, "subagent_timing", 0, b"other unit")
+    asked = [h.id for h in headers[:1050]] + [new_session_id()]
+    expected = {h.id: (i, f"row {i}".encode()) for i, h in enumerate(with_rows) if i < 525}
+    assert store.get_projections_of("subagent", asked) == expected
+    assert store.get_projections_of("subagent", []) == {}
+    assert store.get_projections_of("subagent_timing", [headers[1].id, headers[0].id]) == {
+        headers[1].id: (0, b"other unit")
+    }
+    for unit, sessions in (("", [headers[0].id]), ("subagent", headers[0].id), ("subagent", [7])):
+        with pytest.raises(SubagentError) as info:
+            store.get_projections_of(unit, sessions)  # type: ignore[arg-type]
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT
