@@ -318,15 +318,11 @@ class SqliteStore(SessionStore):
         self, parents: Sequence[SessionId | str]
     ) -> list[SessionHeader | CorruptRecordError]:
         keys = sorted(p.to_bytes() for p in check_session_ids(parents))
-        rows: list[Any] = []
-        for i in range(0, len(keys), _IN_CHUNK):  # under SQLite's bound-variable limit
-            chunk = keys[i : i + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows += self._query(
-                "SELECT created_at, id, parent, header FROM sessions"
-                f" WHERE parent IN ({marks}) ORDER BY created_at, id",
-                tuple(chunk),
-            )
+        rows = self._query_in(
+            "SELECT created_at, id, parent, header FROM sessions"
+            " WHERE parent IN ({}) ORDER BY created_at, id",
+            keys,
+        )
         if len(keys) > _IN_CHUNK:
             rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
         return self._scanned((key, parent, blob) for _at, key, parent, blob in rows)
@@ -444,18 +440,22 @@ class SqliteStore(SessionStore):
     ) -> dict[SessionId, tuple[int, bytes]]:
         name = _unit_name(unit)
         keys = [s.to_bytes() for s in check_session_ids(sessions)]
+        rows = self._query_in(
+            "SELECT session, seq, data FROM projection_cache WHERE unit = ? AND session IN ({})",
+            keys,
+            name,
+        )
         ids = self._session_id
-        out: dict[SessionId, tuple[int, bytes]] = {}
-        for i in range(0, len(keys), _IN_CHUNK):  # under SQLite's bound-variable limit
+        return {ids(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}
+
+    def _query_in(self, sql: str, keys: list[bytes], *params: Any) -> list[Any]:
+        """Rows of ``sql`` (whose ``{}`` is an ``IN`` list, after ``params``) for every
+        key, in chunks under SQLite's bound-variable limit."""
+        rows: list[Any] = []
+        for i in range(0, len(keys), _IN_CHUNK):
             chunk = keys[i : i + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self._query(
-                "SELECT session, seq, data FROM projection_cache"
-                f" WHERE unit = ? AND session IN ({marks})",
-                (name, *chunk),
-            )
-            out.update((ids(bytes(k)), (int(q), bytes(d))) for k, q, d in rows)
-        return out
+            rows += self._query(sql.format(",".join("?" * len(chunk))), (*params, *chunk))
+        return rows
 
     def drop_projections(self) -> None:
         self._committer.submit(lambda txn: txn.drop_projections())
