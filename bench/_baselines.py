@@ -234,14 +234,6 @@ def autogen_rate(n: int, repeat: int = 1) -> float | None:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def autogen_row(n: int, workload: str = "autogen-core send_message (sequential)") -> Row | None:
-    """:func:`autogen_rate`, best of three, as a baseline row."""
-    rate = autogen_rate(n, 3)
-    if rate is None:
-        return None
-    return Row(workload=workload, backend="asyncio", store="-", value=rate, unit="msg/s")
-
-
 def autogen_in_turn(
     n: int, ours: Callable[[], float], *, with_: str, repeat: int = 3
 ) -> tuple[Row | None, float]:

@@ -25,7 +25,7 @@ from subagents.store import MemoryStore
 
 from bench._baselines import (
     autogen_in_turn,
-    autogen_row,
+    autogen_rate,
     deque_rate,
     gevent_queue_rate,
     queue_rate,
@@ -36,11 +36,6 @@ from bench._baselines import (
 from bench._harness import Context, Row, compare, group
 
 BACKENDS = ("threading", "gevent")
-
-
-def autogen_rate(ctx: Context) -> float | None:
-    row = autogen_row(ctx.size(5000, 100))  # its own interpreter, like the compared rows
-    return None if row is None else row.value
 
 
 @group("baselines")
@@ -64,7 +59,7 @@ def baselines(ctx: Context) -> list[Row]:
             "autogen-core send_message (sequential)",
             "asyncio",
             "-",
-            lambda: autogen_rate(ctx),
+            lambda: autogen_rate(ctx.size(5000, 100), 3),  # best of three, its own interpreter
             "msg/s",
         ),
     ]

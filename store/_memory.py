@@ -27,6 +27,7 @@ from ._validate import (
     check_int,
     check_session_id,
     check_session_ids,
+    check_unit,
     invalid,
 )
 
@@ -210,8 +211,7 @@ class MemoryStore(SessionStore):
 
     def put_projection(self, session_id: SessionId | str, unit: str, seq: int, data: bytes) -> None:
         sid = check_session_id(session_id)
-        if type(unit) is not str or not unit:
-            raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
+        check_unit(unit)
         check_int(seq, "seq", minimum=-1)
         blob = check_blob(data)
         with self._lock:
@@ -238,8 +238,7 @@ class MemoryStore(SessionStore):
     def get_projections_of(
         self, unit: str, sessions: Iterable[SessionId | str]
     ) -> dict[SessionId, tuple[int, bytes]]:
-        if type(unit) is not str or not unit:
-            raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
+        check_unit(unit)
         wanted = check_session_ids(sessions)
         with self._lock:
             if self._closed:

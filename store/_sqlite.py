@@ -54,6 +54,7 @@ from ._validate import (
     check_int,
     check_session_id,
     check_session_ids,
+    check_unit,
     invalid,
 )
 from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, Writer, decode_header_row, storage_error
@@ -432,6 +433,10 @@ class SqliteStore(SessionStore):
         rows = self._query(
             "SELECT session, seq, data FROM projection_cache WHERE unit = ?", (_unit_name(unit),)
         )
+        return self._projection_rows(rows)
+
+    def _projection_rows(self, rows: Iterable[Any]) -> dict[SessionId, tuple[int, bytes]]:
+        """``(session, seq, data)`` rows by session id (shared id objects)."""
         ids = self._session_id
         return {ids(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}
 
@@ -445,8 +450,7 @@ class SqliteStore(SessionStore):
             keys,
             name,
         )
-        ids = self._session_id
-        return {ids(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}
+        return self._projection_rows(rows)
 
     def _query_in(self, sql: str, keys: list[bytes], *params: Any) -> list[Any]:
         """Rows of ``sql`` (whose ``{}`` is an ``IN`` list, after ``params``) for every
@@ -501,6 +505,4 @@ class SqliteStore(SessionStore):
 
 
 def _unit_name(unit: object) -> str:
-    if type(unit) is not str or not unit or len(unit) > 200:
-        raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
-    return unit
+    return check_unit(unit, max_len=200)

@@ -38,6 +38,13 @@ def check_session_ids(values: object) -> set[SessionId]:
     return {check_session_id(v) for v in values}
 
 
+def check_unit(unit: object, max_len: int | None = None) -> str:
+    """A projection unit's name: a non-empty ``str`` (of at most ``max_len``)."""
+    if type(unit) is not str or not unit or (max_len is not None and len(unit) > max_len):
+        raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
+    return unit
+
+
 #: SQLite integers are signed 64-bit.
 MAX_INT = 2**63 - 1
 
