@@ -5,19 +5,14 @@ FIFO inbox, the cancellation signal, behaviours by name, the session service, th
 agent registry, the built-in providers, and ``Runtime`` / ``SubagentService``.
 """
 
-from ._agent import Agent, TurnOutcome
-from ._backend import GEVENT, THREADING, Backend, current_backend, get_backend
-from ._future import ResultFuture
-from ._gevent import GeventActor, GeventFuture
-from ._models import AgentOptions, Behaviour, ModelRegistry, echo
-from ._providers import ForkProvider, LocalProvider
-from ._registry import AgentRegistry, ToolRegistry
-from ._runtime import Runtime
-from ._service import ProviderRegistration, SubagentService, Subscription
-from ._session import LiveSession, SessionService
-from ._signal import AbortController, AbortSignal
-from ._turn import BoundSubagents, Message, Turn
-from ._types import (
+from ._agents._agent import Agent, TurnOutcome
+from ._agents._behaviours import AgentOptions, Behaviour, ModelRegistry, echo
+from ._agents._registry import AgentRegistry, ToolRegistry
+from ._agents._sessions import LiveSession, SessionService
+from ._agents._turn import BoundSubagents, Message, Turn
+from ._children._providers import ForkProvider, LocalProvider
+from ._children._service import ProviderRegistration, SubagentService, Subscription
+from ._children._types import (
     CAPABILITIES,
     AncestorAuthority,
     ContinuableCreateSpec,
@@ -30,6 +25,11 @@ from ._types import (
     SubagentStartRequest,
     UserAuthority,
 )
+from ._kernel._backend import GEVENT, THREADING, Backend, current_backend, get_backend
+from ._kernel._future import ResultFuture
+from ._kernel._gevent import GeventActor, GeventFuture
+from ._kernel._signal import AbortController, AbortSignal
+from ._runtime import Runtime
 
 __all__ = [
     "CAPABILITIES",

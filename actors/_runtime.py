@@ -18,16 +18,21 @@ from typing import Any
 from subagents.protocol import ErrorCode, SessionHeader, SubagentError, new_session_id
 from subagents.store import SessionStore, open_store
 
-from ._agent import Agent
-from ._backend import GEVENT, Backend, get_backend
-from ._continuation import ContinuationManager
-from ._gevent import native_get_ident
-from ._models import AgentOptions, ModelRegistry, as_behaviour
-from ._projections import ProjectionRegistry
-from ._providers import ForkProvider, LocalProvider
-from ._registry import AgentRegistry, ToolRegistry
-from ._service import ProviderRegistration, SubagentService, check_output_schema, validate_output
-from ._session import LiveSession, SessionService
+from ._agents._agent import Agent
+from ._agents._behaviours import AgentOptions, ModelRegistry, as_behaviour
+from ._agents._registry import AgentRegistry, ToolRegistry
+from ._agents._sessions import LiveSession, SessionService
+from ._catalog._projections import ProjectionRegistry
+from ._children._continuation import ContinuationManager
+from ._children._providers import ForkProvider, LocalProvider
+from ._children._service import (
+    ProviderRegistration,
+    SubagentService,
+    check_output_schema,
+    validate_output,
+)
+from ._kernel._backend import GEVENT, Backend, get_backend
+from ._kernel._gevent import native_get_ident
 
 __all__ = ["Runtime"]
 

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from subagents.protocol import ErrorCode, SubagentError
 
-from ._signal import AbortController, AbortSignal
-from ._types import SubagentEvent
+from ._children._types import SubagentEvent
+from ._kernel._signal import AbortController, AbortSignal
 
 if TYPE_CHECKING:
+    from ._agents._turn import Turn
     from ._runtime import Runtime
-    from ._turn import Turn
 
 __all__ = [
     "Block",

@@ -13,7 +13,7 @@
 On a hang, pytest's ``faulthandler_timeout`` dumps every thread's stack; ``kill
 -USR1 <pid>`` dumps them on demand.
 
-This file imports only the runtime module it owns (``subagents.actors._backend``).
+This file imports only the runtime module it owns (``subagents.actors._kernel._backend``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import pykka
 import pytest
 from gevent._hub_local import get_hub_if_exists
 from gevent.hub import Hub
-from subagents.actors._backend import Backend, get_backend
+from subagents.actors._kernel._backend import Backend, get_backend
 
 if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
     faulthandler.register(signal.SIGUSR1, all_threads=True)

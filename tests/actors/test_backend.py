@@ -16,15 +16,15 @@ import gevent
 import gevent.monkey
 import pykka
 import pytest
-from subagents.actors._backend import (
+from subagents.actors._kernel._backend import (
     GEVENT,
     THREADING,
     Backend,
     current_backend,
     get_backend,
 )
-from subagents.actors._gevent import GeventActor, GeventFuture
-from subagents.actors._threadinbox import ThreadActor
+from subagents.actors._kernel._gevent import GeventActor, GeventFuture
+from subagents.actors._kernel._threadinbox import ThreadActor
 from subagents.protocol import ErrorCode, SubagentError
 
 MONKEYPATCHED = gevent.monkey.is_module_patched("threading")
@@ -339,7 +339,7 @@ LEAKY_SUITE = """
 import threading
 import gevent, gevent.event
 import pykka
-from subagents.actors._gevent import GeventActor
+from subagents.actors._kernel._gevent import GeventActor
 
 _keep = []
 

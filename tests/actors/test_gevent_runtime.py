@@ -24,8 +24,8 @@ import gevent.monkey
 import greenlet
 import pykka
 import pytest
-from subagents.actors._backend import GEVENT, THREADING, current_backend
-from subagents.actors._gevent import GeventActor, GeventFuture, native_allocate_lock
+from subagents.actors._kernel._backend import GEVENT, THREADING, current_backend
+from subagents.actors._kernel._gevent import GeventActor, GeventFuture, native_allocate_lock
 
 pytestmark = pytest.mark.backend_specific
 

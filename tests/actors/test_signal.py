@@ -11,8 +11,8 @@ from typing import Any
 import gevent
 import gevent.monkey
 import pytest
-from subagents.actors._backend import GEVENT, Backend
-from subagents.actors._signal import AbortController, AbortSignal
+from subagents.actors._kernel._backend import GEVENT, Backend
+from subagents.actors._kernel._signal import AbortController, AbortSignal
 from subagents.protocol import ErrorCode, SubagentError
 
 _native_lock = gevent.monkey.get_original("_thread", "allocate_lock")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pykka
 import pytest
-from subagents.actors._threadinbox import ThreadActor, _ThreadInbox
+from subagents.actors._kernel._threadinbox import ThreadActor, _ThreadInbox
 
 
 class Collector(ThreadActor):

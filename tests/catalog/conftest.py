@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from catalog_kit import HookedMemoryStore, HookedSqliteStore, StepClock
 from subagents.actors import Runtime
-from subagents.actors._backend import Backend
+from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import LifecycleProbe
 
 

@@ -25,11 +25,11 @@ from subagents.actors import (
     Agent,
     ContinuableStartSpec,
     Runtime,
-    _listing,
 )
-from subagents.actors._backend import Backend
-from subagents.actors._listing import Catalog, Listing
-from subagents.actors._projections import ProjectionRegistry, subagent_timing_unit
+from subagents.actors._catalog import _listing
+from subagents.actors._catalog._listing import Catalog, Listing
+from subagents.actors._catalog._projections import ProjectionRegistry, subagent_timing_unit
+from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.store import MemoryStore

@@ -42,10 +42,10 @@ from subagents.actors import (
     SubagentRun,
     SubagentStartRequest,
 )
-from subagents.actors import _listing as listing_module
-from subagents.actors._backend import Backend
-from subagents.actors._listing import Catalog, ChildRow, DescendantRow, Diagnostic, Listing
-from subagents.actors._projections import ProjectionRegistry, ProjectionUnit
+from subagents.actors._catalog import _listing as listing_module
+from subagents.actors._catalog._listing import Catalog, ChildRow, DescendantRow, Diagnostic, Listing
+from subagents.actors._catalog._projections import ProjectionRegistry, ProjectionUnit
+from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Call, Gate, LifecycleProbe, ScriptedBehaviour
 from subagents.protocol import (
     ErrorCode,

@@ -28,12 +28,12 @@ from subagents.actors import (
     Runtime,
     SubagentStartRequest,
 )
-from subagents.actors._backend import Backend
-from subagents.actors._projections import (
+from subagents.actors._catalog._projections import (
     ProjectionRegistry,
     subagent_timing_unit,
     subagent_unit,
 )
+from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, LifecycleProbe, ScriptedBehaviour
 from subagents.protocol import (
     Event,

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from subagents.actors._backend import Backend
-from subagents.actors._cli import main
+from subagents.actors._kernel._backend import Backend
+from subagents.actors._shell._cli import main
 
 
 def test_demo_builds_then_resumes(tmp_path: Path, backend: Backend, capsys) -> None:
@@ -95,7 +95,7 @@ def test_show_unknown_session_and_bad_id(tmp_path: Path, capsys) -> None:
 def test_help_for_every_command() -> None:
     for args in ([], ["demo"], ["show"], ["tree"]):
         out = subprocess.run(
-            [sys.executable, "-m", "subagents.actors._cli", *args, "--help"],
+            [sys.executable, "-m", "subagents.actors._shell._cli", *args, "--help"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from continuable_kit import CountingStore, Kit
 from subagents.actors import Runtime
-from subagents.actors._backend import Backend
+from subagents.actors._kernel._backend import Backend
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from subagents.actors._backend import Backend
+from subagents.actors._kernel._backend import Backend
 from subagents.supervision import Notices, supervisor_actor_class
 
 

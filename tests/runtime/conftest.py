@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from subagents.actors import Runtime
-from subagents.actors._backend import Backend
+from subagents.actors._kernel._backend import Backend
 from subagents.store import MemoryStore
 
 

@@ -14,7 +14,7 @@ from subagents.actors import (
     SubagentRun,
     SubagentStartRequest,
 )
-from subagents.actors._future import ResultFuture
+from subagents.actors._kernel._future import ResultFuture
 from subagents.actors.testing import Block, Gate, LifecycleProbe, ScriptedBehaviour
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 from subagents.actors import Runtime
-from subagents.actors._backend import Backend
+from subagents.actors._kernel._backend import Backend
 from subagents.protocol import (
     ErrorCode,
     Event,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from subagents.actors import ContinuableStartSpec, Runtime
-from subagents.actors._backend import Backend
+from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import LifecycleProbe
 from subagents.protocol import ErrorCode, SubagentError
 from subagents.store import MemoryStore

@@ -12,7 +12,7 @@ from subagents.actors import (
     SubagentRun,
     SubagentStartRequest,
 )
-from subagents.actors._future import ResultFuture
+from subagents.actors._kernel._future import ResultFuture
 from subagents.actors.testing import Block, Gate, LifecycleProbe, ScriptedBehaviour
 from subagents.protocol import (
     ErrorCode,
@@ -511,7 +511,7 @@ def test_capability_ids_named() -> None:
     ``test_unsupported_capability_rejected_before_child`` (output_schema, max_depth,
     tool_filter, persona against a provider without them); this test pins the
     mapping from request field to capability name that it relies on."""
-    from subagents.actors._service import SubagentService
+    from subagents.actors._children._service import SubagentService
 
     parent = object()
     request = SubagentStartRequest(

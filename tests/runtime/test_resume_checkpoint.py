@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from subagents.actors import ContinuableStartSpec, Runtime
-from subagents.actors._backend import Backend
+from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import LifecycleProbe
 from subagents.protocol import SessionId, SubagentDescriptorEvent, TurnEnd
 from subagents.store import LogRecord, MemoryStore

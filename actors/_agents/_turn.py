@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from subagents.actors._kernel._signal import AbortController, AbortSignal
 from subagents.protocol import (
     Event,
     MessageId,
@@ -21,11 +22,10 @@ from subagents.protocol import (
     SubagentDescriptorEvent,
 )
 
-from ._signal import AbortController, AbortSignal
-
 if TYPE_CHECKING:
+    from subagents.actors._children._types import ContinuableHandle, RunResult, SubagentRun
+
     from ._agent import Agent
-    from ._types import ContinuableHandle, RunResult, SubagentRun
 
 __all__ = ["BoundSubagents", "Message", "Turn"]
 
@@ -142,7 +142,7 @@ class BoundSubagents:
         self, provider: str, prompt: Any, *, signal: AbortSignal | None = None, **fields: Any
     ) -> SubagentRun:
         """Start a one-shot child (see ``SubagentService.start``)."""
-        from ._types import SubagentStartRequest
+        from subagents.actors._children._types import SubagentStartRequest
 
         request = SubagentStartRequest(
             parent=self._agent, prompt=prompt, signal=self._signal(signal), **fields
@@ -169,7 +169,7 @@ class BoundSubagents:
         self, provider: str, prompt: Any, *, label: str, **fields: Any
     ) -> ContinuableHandle:
         """Start a continuable child; returns ``(child_id, message_id)``."""
-        from ._types import ContinuableStartSpec
+        from subagents.actors._children._types import ContinuableStartSpec
 
         spec = ContinuableStartSpec(
             parent=self._agent, provider=provider, prompt=prompt, label=label, **fields
@@ -188,6 +188,6 @@ class BoundSubagents:
 
     def interrupt(self, child_id: SessionId | str) -> None:
         """Interrupt a continuable descendant's current turn (as its ancestor)."""
-        from ._types import AncestorAuthority
+        from subagents.actors._children._types import AncestorAuthority
 
         self._agent._runtime.subagents.interrupt(child_id, AncestorAuthority(self._agent))

@@ -18,6 +18,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from subagents.actors._agents._agent import Agent, TurnOutcome
+from subagents.actors._agents._behaviours import AgentOptions
+from subagents.actors._kernel._future import ResultFuture
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -32,9 +35,6 @@ from subagents.protocol import (
     new_session_id,
 )
 
-from ._agent import Agent, TurnOutcome
-from ._future import ResultFuture
-from ._models import AgentOptions
 from ._types import (
     ContinuableCreateSpec,
     ContinuableStartSpec,
@@ -44,7 +44,7 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from subagents.actors._runtime import Runtime
 
 __all__ = ["ForkProvider", "LocalProvider", "child_options"]
 

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from subagents.actors._kernel._backend import THREADING, Backend
+from subagents.actors._kernel._signal import AbortSignal
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -43,14 +45,11 @@ from subagents.protocol import (
     unpackb,
 )
 
-from ._backend import THREADING, Backend
 from ._projections import ProjectionRegistry
-from ._signal import AbortSignal
 
 if TYPE_CHECKING:
+    from subagents.actors._agents._sessions import SessionService
     from subagents.store import SessionStore
-
-    from ._session import SessionService
 
 __all__ = ["Catalog", "ChildRow", "DescendantRow", "Diagnostic", "Listing"]
 

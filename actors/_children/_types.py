@@ -7,15 +7,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_checkable
 
+from subagents.actors._kernel._future import ResultFuture
+from subagents.actors._kernel._signal import AbortSignal
 from subagents.protocol import ErrorCode, Event, MessageId, RunId, SessionId, SubagentError
 
-from ._future import ResultFuture
-from ._signal import AbortSignal
-
 if TYPE_CHECKING:
+    from subagents.actors._agents._agent import Agent
     from subagents.protocol import OneShotDescriptor
-
-    from ._agent import Agent
 
 __all__ = [
     "CAPABILITIES",

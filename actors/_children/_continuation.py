@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pykka
+from subagents.actors._agents._agent import Agent, _plain
+from subagents.actors._kernel._signal import AbortController, AbortSignal
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
@@ -59,9 +61,7 @@ from subagents.supervision import (
     supervisor_actor_class,
 )
 
-from ._agent import Agent, _plain
 from ._providers import child_options
-from ._signal import AbortController, AbortSignal
 from ._types import (
     AncestorAuthority,
     ContinuableCreateSpec,
@@ -72,7 +72,7 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from subagents.actors._runtime import Runtime
 
 __all__ = ["ContinuableScope", "ContinuationManager", "SetupRegistration"]
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import greenlet
 import pykka
+from subagents.actors._kernel._signal import AbortController
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -54,14 +55,13 @@ from subagents.protocol import (
 )
 from subagents.protocol._events import _message_event, _turn_end, _turn_start
 
-from ._models import AgentOptions, Behaviour
-from ._session import LiveSession
-from ._signal import AbortController
+from ._behaviours import AgentOptions, Behaviour
+from ._sessions import LiveSession
 from ._turn import Message, Turn
 
 if TYPE_CHECKING:
-    from ._backend import EventLike
-    from ._runtime import Runtime
+    from subagents.actors._kernel._backend import EventLike
+    from subagents.actors._runtime import Runtime
 
 __all__ = ["Agent", "TurnOutcome"]
 

@@ -125,9 +125,12 @@ def _show(args: argparse.Namespace, console: Console) -> int:
 
 def _tree(args: argparse.Namespace, console: Console) -> int:
     from rich.tree import Tree
-
-    from ._listing import Catalog
-    from ._projections import ProjectionRegistry, subagent_timing_unit, subagent_unit
+    from subagents.actors._catalog._listing import Catalog
+    from subagents.actors._catalog._projections import (
+        ProjectionRegistry,
+        subagent_timing_unit,
+        subagent_unit,
+    )
 
     projections = ProjectionRegistry()
     projections.register(subagent_unit)

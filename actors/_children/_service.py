@@ -23,6 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
+from subagents.actors._agents._agent import Agent
+from subagents.actors._catalog._listing import Catalog, Listing
+from subagents.actors._catalog._projections import subagent_timing_unit, subagent_unit
+from subagents.actors._kernel._signal import AbortSignal
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -36,10 +40,6 @@ from subagents.protocol import (
     snapshot_subagent_descriptor,
 )
 
-from ._agent import Agent
-from ._listing import Catalog, Listing
-from ._projections import subagent_timing_unit, subagent_unit
-from ._signal import AbortSignal
 from ._types import (
     CAPABILITIES,
     AncestorAuthority,
@@ -53,7 +53,7 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from subagents.actors._runtime import Runtime
 
 __all__ = ["ProviderRegistration", "SubagentService", "Subscription"]
 

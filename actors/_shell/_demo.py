@@ -25,6 +25,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
+from subagents.actors._agents._turn import Turn
+from subagents.actors._children._types import ContinuableStartSpec, UserAuthority
+from subagents.actors._runtime import Runtime
+from subagents.actors.testing import Gate
 from subagents.protocol import (
     MessageEvent,
     ReportEvent,
@@ -34,11 +38,6 @@ from subagents.protocol import (
     TurnStart,
     try_fold_subagent_descriptor,
 )
-
-from ._runtime import Runtime
-from ._turn import Turn
-from ._types import ContinuableStartSpec, UserAuthority
-from .testing import Gate
 
 __all__ = ["run_demo"]
 

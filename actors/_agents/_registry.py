@@ -25,10 +25,11 @@ from subagents.protocol import (
 )
 
 from ._agent import Agent
-from ._models import AgentOptions, Behaviour, as_behaviour
+from ._behaviours import AgentOptions, Behaviour, as_behaviour
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from subagents.actors._runtime import Runtime
+
     from ._turn import Turn
 
 __all__ = ["AgentRegistry", "ToolRegistry"]

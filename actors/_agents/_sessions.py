@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from subagents.actors._kernel._backend import Backend, TaskHandle
+from subagents.actors._kernel._future import _Waiter
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -36,9 +38,6 @@ from subagents.protocol import (
 )
 from subagents.protocol._codec import pack_shaped
 from subagents.store import LogRecord, SessionStore
-
-from ._backend import Backend, TaskHandle
-from ._future import _Waiter
 
 __all__ = ["LiveSession", "SessionService"]
 
