@@ -1,35 +1,142 @@
 """``subagents.actors``: the pykka actors and the facade.
 
-Runtime backends (threading, native gevent), the Agent whose actor mailbox is its
-FIFO inbox, the cancellation signal, behaviours by name, the session service, the
-agent registry, the built-in providers, and ``Runtime`` / ``SubagentService``.
+The layer is laid out in rooms, each a private subpackage with its public names
+in its ``__init__``:
+
+* ``_kernel`` -- the runtime seam and its primitives: backends (threading,
+  native gevent), futures, cancellation signals, gates, the dispatcher;
+* ``_agents`` -- the agent core: the Agent whose actor mailbox is its FIFO inbox,
+  turns, behaviours by name, sessions and their persistence;
+* ``_children`` -- the subagent service: providers, one-shot runs, continuable
+  children and the registry actor that admits them;
+* ``_catalog`` -- the durable catalog: listings and projections;
+* ``_shell`` -- the command line and the demo;
+
+and ``Runtime``, the composition root that wires them. The names below load on
+first use, so importing a room that needs no actor runtime (the catalog, the
+CLI's readers) does not import pykka or gevent.
 """
 
-from ._agents._agent import Agent, TurnOutcome
-from ._agents._behaviours import AgentOptions, Behaviour, ModelRegistry, echo
-from ._agents._registry import AgentRegistry, ToolRegistry
-from ._agents._sessions import LiveSession, SessionService
-from ._agents._turn import BoundSubagents, Message, Turn
-from ._children._providers import ForkProvider, LocalProvider
-from ._children._service import ProviderRegistration, SubagentService, Subscription
-from ._children._types import (
-    CAPABILITIES,
-    AncestorAuthority,
-    ContinuableCreateSpec,
-    ContinuableHandle,
-    ContinuableStartSpec,
-    RunResult,
-    SubagentEvent,
-    SubagentProvider,
-    SubagentRun,
-    SubagentStartRequest,
-    UserAuthority,
-)
-from ._kernel._backend import GEVENT, THREADING, Backend, current_backend, get_backend
-from ._kernel._future import ResultFuture
-from ._kernel._gevent import GeventActor, GeventFuture
-from ._kernel._signal import AbortController, AbortSignal
-from ._runtime import Runtime
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._agents import (
+        Agent,
+        AgentOptions,
+        AgentRegistry,
+        Behaviour,
+        LiveSession,
+        Message,
+        ModelRegistry,
+        SessionService,
+        ToolRegistry,
+        Turn,
+        TurnAgent,
+        TurnOutcome,
+        echo,
+    )
+    from ._catalog import (
+        Catalog,
+        ChildRow,
+        DescendantRow,
+        Diagnostic,
+        Listing,
+        ProjectionRegistry,
+        ProjectionUnit,
+    )
+    from ._children import (
+        CAPABILITIES,
+        AncestorAuthority,
+        BoundSubagents,
+        ContinuableCreateSpec,
+        ContinuableHandle,
+        ContinuableScope,
+        ContinuableStartSpec,
+        ContinuationManager,
+        ForkProvider,
+        LocalProvider,
+        ProviderRegistration,
+        RunResult,
+        SetupRegistration,
+        SubagentEvent,
+        SubagentProvider,
+        SubagentRun,
+        SubagentService,
+        SubagentStartRequest,
+        Subscription,
+        UserAuthority,
+    )
+    from ._kernel import (
+        GEVENT,
+        THREADING,
+        AbortController,
+        AbortSignal,
+        Backend,
+        GeventActor,
+        GeventFuture,
+        ResultFuture,
+        current_backend,
+        get_backend,
+    )
+    from ._runtime import Runtime
+
+#: Public name -> the room that defines it.
+_ROOMS = {
+    "Agent": "_agents",
+    "AgentOptions": "_agents",
+    "AgentRegistry": "_agents",
+    "Behaviour": "_agents",
+    "LiveSession": "_agents",
+    "Message": "_agents",
+    "ModelRegistry": "_agents",
+    "SessionService": "_agents",
+    "ToolRegistry": "_agents",
+    "Turn": "_agents",
+    "TurnAgent": "_agents",
+    "TurnOutcome": "_agents",
+    "echo": "_agents",
+    "Catalog": "_catalog",
+    "ChildRow": "_catalog",
+    "DescendantRow": "_catalog",
+    "Diagnostic": "_catalog",
+    "Listing": "_catalog",
+    "ProjectionRegistry": "_catalog",
+    "ProjectionUnit": "_catalog",
+    "CAPABILITIES": "_children",
+    "AncestorAuthority": "_children",
+    "BoundSubagents": "_children",
+    "ContinuableCreateSpec": "_children",
+    "ContinuableHandle": "_children",
+    "ContinuableScope": "_children",
+    "ContinuableStartSpec": "_children",
+    "ContinuationManager": "_children",
+    "ForkProvider": "_children",
+    "LocalProvider": "_children",
+    "ProviderRegistration": "_children",
+    "RunResult": "_children",
+    "SetupRegistration": "_children",
+    "SubagentEvent": "_children",
+    "SubagentProvider": "_children",
+    "SubagentRun": "_children",
+    "SubagentService": "_children",
+    "SubagentStartRequest": "_children",
+    "Subscription": "_children",
+    "UserAuthority": "_children",
+    "GEVENT": "_kernel",
+    "THREADING": "_kernel",
+    "AbortController": "_kernel",
+    "AbortSignal": "_kernel",
+    "Backend": "_kernel",
+    "GeventActor": "_kernel",
+    "GeventFuture": "_kernel",
+    "ResultFuture": "_kernel",
+    "current_backend": "_kernel",
+    "get_backend": "_kernel",
+    "Runtime": "_runtime",
+}
 
 __all__ = [
     "CAPABILITIES",
@@ -44,21 +151,31 @@ __all__ = [
     "Backend",
     "Behaviour",
     "BoundSubagents",
+    "Catalog",
+    "ChildRow",
     "ContinuableCreateSpec",
     "ContinuableHandle",
+    "ContinuableScope",
     "ContinuableStartSpec",
+    "ContinuationManager",
+    "DescendantRow",
+    "Diagnostic",
     "ForkProvider",
     "GeventActor",
     "GeventFuture",
+    "Listing",
     "LiveSession",
     "LocalProvider",
     "Message",
     "ModelRegistry",
+    "ProjectionRegistry",
+    "ProjectionUnit",
     "ProviderRegistration",
     "ResultFuture",
     "RunResult",
     "Runtime",
     "SessionService",
+    "SetupRegistration",
     "SubagentEvent",
     "SubagentProvider",
     "SubagentRun",
@@ -67,9 +184,23 @@ __all__ = [
     "Subscription",
     "ToolRegistry",
     "Turn",
+    "TurnAgent",
     "TurnOutcome",
     "UserAuthority",
     "current_backend",
     "echo",
     "get_backend",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    room = _ROOMS.get(name)
+    if room is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{room}"), name)
+    globals()[name] = value  # once loaded, a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

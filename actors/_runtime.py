@@ -1,50 +1,71 @@
-"""The ``Runtime`` facade: backend, store, sessions, models, agents, subagents.
+"""The ``Runtime``: the composition root of one agent tree.
 
 ``Runtime(store=None | path | SessionStore, backend="threading" | "gevent")`` is
-a context manager. Leaving it disposes every live agent (deepest first, so
-children go before their parents), drains the session writer, and closes the
-store; nothing is left running on either backend.
+a context manager. It builds every part once and wires them -- the backend,
+the store and the session service, behaviours, tools, the live agents, the
+projection registry, the subagent service with its continuation manager -- and
+is the only module that knows them all: the parts know each other only through
+narrow interfaces (an agent sees its :class:`AgentHost`; the service and the
+continuation manager see a :class:`ChildContext`, which this runtime is).
+
+The mount points ``agents``, ``sessions`` and ``session_projections`` are read by
+the operations that need them when they run, as the seed's ``ctx`` services
+are: an unmounted one (None) makes those operations fail loud.
+
+Leaving it disposes every live agent (deepest first, so children go before
+their parents), drains the session writer, and closes the store; nothing is left
+running on either backend.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import logging
+import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 from types import TracebackType
 from typing import Any
 
 from subagents.protocol import ErrorCode, SessionHeader, SubagentError, new_session_id
 from subagents.store import SessionStore, open_store
 
-from ._agents._agent import Agent
-from ._agents._behaviours import AgentOptions, ModelRegistry, as_behaviour
-from ._agents._registry import AgentRegistry, ToolRegistry
-from ._agents._sessions import LiveSession, SessionService
-from ._catalog._projections import ProjectionRegistry
-from ._children._continuation import ContinuationManager
-from ._children._providers import ForkProvider, LocalProvider
-from ._children._service import (
-    ProviderRegistration,
-    SubagentService,
+from ._agents import (
+    Agent,
+    AgentHost,
+    AgentOptions,
+    AgentRegistry,
+    LiveSession,
+    ModelRegistry,
+    SessionService,
+    ToolRegistry,
+    Turn,
+    as_behaviour,
     check_output_schema,
-    validate_output,
 )
-from ._kernel._backend import GEVENT, Backend, get_backend
-from ._kernel._gevent import native_get_ident
+from ._catalog import (
+    ProjectionRegistry,
+    retain_identity,
+    subagent_timing_unit,
+    subagent_unit,
+)
+from ._children import (
+    BoundSubagents,
+    ContinuationManager,
+    EventBus,
+    ForkProvider,
+    LocalProvider,
+    ProviderRegistration,
+    ProviderRegistry,
+    SubagentService,
+)
+from ._kernel import GEVENT, Backend, get_backend, native_get_ident
 
 __all__ = ["Runtime"]
 
 logger = logging.getLogger("subagents")
-
-
-def _patched() -> bool:
-    import sys
-
-    monkey = sys.modules.get("gevent.monkey")
-    return bool(monkey is not None and monkey.is_module_patched("threading"))
-
 
 _now = _dt.datetime.now
 _UTC = _dt.UTC
@@ -52,6 +73,11 @@ _UTC = _dt.UTC
 
 def _utcnow() -> _dt.datetime:
     return _now(_UTC)
+
+
+def _patched() -> bool:
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey is not None and monkey.is_module_patched("threading"))
 
 
 class Runtime:
@@ -106,12 +132,36 @@ class Runtime:
         self.sessions = SessionService(self.store, self.backend)
         self.models = ModelRegistry()
         self.tools = ToolRegistry()
-        self.agents = AgentRegistry(self)
         self.session_projections: ProjectionRegistry | None = None
         if projections:
             self.session_projections = ProjectionRegistry()
-        self.subagents = SubagentService(self)
-        self.continuation = ContinuationManager(self, keep_warm=keep_warm)
+            for unit in (subagent_unit, subagent_timing_unit):
+                self.session_projections.register(unit)
+        self.agents = AgentRegistry(
+            AgentHost(
+                backend=self.backend,
+                sessions=self.sessions,
+                tools=self.tools,
+                clock=self._now,
+                check_thread=self._check_thread,
+                forget=self._forget,
+                leaving=self._leaving,
+                bind=self._bind,
+            ),
+            self.models,
+        )
+        events = EventBus()
+        providers = ProviderRegistry(events)
+        self.continuation = ContinuationManager(
+            self, self.backend, providers=providers, events=events, keep_warm=keep_warm
+        )
+        self.subagents = SubagentService(
+            ctx=self,
+            providers=providers,
+            events=events,
+            continuation=self.continuation,
+            check_thread=self._check_thread,
+        )
         self._closed = False
         self._close_lock = threading.Lock()
         self.default_providers: list[ProviderRegistration] = []
@@ -119,7 +169,23 @@ class Runtime:
             self.default_providers.append(self.subagents.register_provider(LocalProvider(self)))
             self.default_providers.append(self.subagents.register_provider(ForkProvider(self)))
 
-    # -- top-level agents ----------------------------------------------------------
+    # -- what agents see of the runtime (their AgentHost) ------------------------------
+
+    def _now(self) -> _dt.datetime:
+        return self.clock()
+
+    def _forget(self, agent: Agent) -> None:
+        self.agents._unregister(agent)
+
+    def _leaving(self, live: LiveSession, descriptor: Any) -> None:
+        retain_identity(
+            self.sessions, self.store is not None, self.session_projections, live, descriptor
+        )
+
+    def _bind(self, agent: Any, turn: Turn | None) -> BoundSubagents:
+        return BoundSubagents(self.subagents, agent, turn)
+
+    # -- top-level agents --------------------------------------------------------------
 
     def spawn(
         self,
@@ -149,7 +215,8 @@ class Runtime:
         if isinstance(behaviour, str):
             options = options or AgentOptions(model=behaviour)
             if options.model != behaviour:
-                options = AgentOptions(**{**_fields(options), "model": behaviour})
+                values = {f.name: getattr(options, f.name) for f in fields(options)}
+                options = AgentOptions(**{**values, "model": behaviour})
             self.models.require(behaviour)
         else:
             built = as_behaviour(behaviour)
@@ -186,8 +253,6 @@ class Runtime:
         Useful in scripts: a continuable child's turns run after ``followup``
         returns, and may start more work. True when quiescent, False on timeout.
         """
-        import time
-
         self._check_thread()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -199,47 +264,7 @@ class Runtime:
                 if not agent.wait_idle(remaining) and not agent.disposed:
                     return False
 
-    def _on_session_leaving(self, live: LiveSession, descriptor: Any = None) -> None:
-        """A session leaves the live set: cache its identity, drop its watermark.
-
-        A continuable child knows its descriptor (appended at creation, right after
-        any fork seed, so at ``seed_len``): no log is read, and settling costs the
-        same however long the log is. Other subagent sessions fold their (short)
-        one-shot logs through the registry.
-        """
-        projections = self.session_projections
-        if projections is None:
-            return
-        try:
-            if self.store is not None and "subagent" in projections:
-                if descriptor is not None:
-                    value = {"mode": descriptor.mode, "label": descriptor.label}
-                    self.sessions.cache_projection(
-                        live, "subagent", live.header.seed_len, value, shaped=True
-                    )
-                elif live.header.origin == "subagent":
-                    self._cache_folded_identity(live, projections)
-        except Exception:
-            logger.exception("caching the identity of %s failed", live.id)
-        projections.forget(live.id)
-
-    def _cache_folded_identity(self, live: LiveSession, projections: ProjectionRegistry) -> None:
-        seq, states = projections.snapshot(
-            live.id, lambda start: ((r.seq, r.event) for r in self.sessions.read(live.id, start))
-        )
-        raw = states.get("subagent")
-        # The built-in unit records where its identity was decided; another unit's
-        # value cannot prove it postdates a fork seed, so it is not cached.
-        at = raw.get("seq") if isinstance(raw, dict) else (seq if raw is None else None)
-        if seq >= 0 and isinstance(at, int) and at >= live.header.seed_len:
-            self.sessions.cache_projection(
-                live, "subagent", at, projections.values(states)["subagent"]
-            )
-
-    def _check_output(self, schema: Mapping[str, Any], output: Any) -> tuple[Any, str | None]:
-        return validate_output(schema, output)
-
-    # -- shutdown -----------------------------------------------------------------
+    # -- shutdown ----------------------------------------------------------------------
 
     def close(self) -> None:
         """Dispose every agent (deepest first), drain writes, close the store. Idempotent."""
@@ -270,7 +295,3 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _fields(options: AgentOptions) -> dict[str, Any]:
-    return {name: getattr(options, name) for name in options.__slots__}

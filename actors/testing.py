@@ -28,13 +28,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from subagents.protocol import ErrorCode, SubagentError
-
-from ._children._types import SubagentEvent
-from ._kernel._signal import AbortController, AbortSignal
+from ._agents import Turn
+from ._children import SubagentEvent
+from ._kernel import AbortController, Gate
 
 if TYPE_CHECKING:
-    from ._agents._turn import Turn
     from ._runtime import Runtime
 
 __all__ = [
@@ -50,46 +48,6 @@ __all__ = [
     "Step",
     "wait_quiescent",
 ]
-
-
-class Gate:
-    """A blocking point released by the test, honouring the waiter's cancellation."""
-
-    def __init__(self, name: str = "gate") -> None:
-        self.name = name
-        self._released = AbortController()
-        self._reached = AbortController()
-        self._lock = threading.Lock()
-        self.arrivals = 0
-
-    def release(self) -> None:
-        """Let every present and future waiter through."""
-        self._released.abort("released")
-
-    @property
-    def released(self) -> bool:
-        return self._released.signal.aborted
-
-    def wait_reached(self, timeout: float | None = 10.0) -> bool:
-        """Block until some turn has reached the gate."""
-        return self._reached.signal.wait(timeout)
-
-    def pass_through(self, signal: AbortSignal | None = None, timeout: float | None = 30.0) -> None:
-        """Announce arrival, then wait for release; ``CANCELLED`` if ``signal`` aborts first."""
-        with self._lock:
-            self.arrivals += 1
-        self._reached.abort("reached")
-        either = (
-            AbortSignal.any(self._released.signal, signal)
-            if signal is not None
-            else self._released.signal
-        )
-        if not either.wait(timeout):
-            raise SubagentError(
-                f"gate {self.name!r} was not released within {timeout} s", code=ErrorCode.TIMEOUT
-            )
-        if not self.released and signal is not None:
-            signal.raise_if_aborted()
 
 
 class Step:

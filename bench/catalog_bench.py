@@ -17,12 +17,13 @@ import sqlite3
 import threading
 import time
 
-from subagents.actors._catalog._listing import Catalog, _descendant_row
+from subagents.actors._catalog import Catalog
 from subagents.actors._catalog._projections import (
     ProjectionRegistry,
     subagent_timing_unit,
     subagent_unit,
 )
+from subagents.actors._catalog._rows import descendant_row as _descendant_row
 from subagents.actors._kernel._backend import GEVENT, THREADING, Backend
 from subagents.protocol import (
     ContinuableDescriptor,

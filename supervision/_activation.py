@@ -3,8 +3,12 @@
 An :class:`Activation` is one residency epoch of a continuable child: the
 resident agent (whose actor mailbox is the child's FIFO inbox), the durable
 parent it answers to, the materialization lineage (the exact agents above it when
-it was materialized), the set of child session ids it owns, and the epoch's
-lifecycle run id.
+it was materialized), the child session ids it owns, and the epoch's lifecycle
+run id. It is born ``RESERVED`` when a materialization is admitted and ends
+``RELEASED`` (see :mod:`._phase`).
+
+Each field has exactly one writer, named in the class docstring; everyone else
+only reads, and a reader that acts on what it read has the owner confirm it.
 
 Residency is *derived*, never stored: :func:`residency` is the single table that
 says whether an Activation is running, waiting or settled.
@@ -24,7 +28,9 @@ from typing import Any, Literal, Protocol
 
 from subagents.protocol import RunId, SessionId
 
-__all__ = ["Activation", "Residency", "ResidentAgent", "residency"]
+from ._phase import Phase
+
+__all__ = ["Activation", "Latch", "Residency", "ResidentAgent", "residency"]
 
 Residency = Literal["running", "waiting", "settled"]
 
@@ -41,60 +47,93 @@ class ResidentAgent(Protocol):
     def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None: ...
 
 
+class Latch(Protocol):
+    """A one-shot event: set once, waited on by anyone."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 class Activation:
-    """One residency epoch of a continuable child (mutated under the registry lock)."""
+    """One residency epoch of a continuable child.
+
+    Writers:
+
+    * fixed at construction: ``child_id``, ``parent_session``,
+      ``parent_activation``, ``lineage``, ``depth``, ``admitted``, ``released``;
+    * the **registry actor**: ``phase``, ``agent`` (set once, at publication),
+      ``provider``, ``run_id``, ``admissions`` (materializations of its children
+      in flight), ``owned`` (its published children not yet released: recorded
+      at admission, before a child can run), ``drained``, ``waiters``
+      (follow-ups queued behind a materialization or a release);
+    * latches, set once: ``admitted`` by the registry when the materialization
+      publishes or rolls back, ``released`` once the end of the epoch is announced.
+
+    The supervisor writes none of it: it *decides* from it (residency, keep-warm,
+    release order) and the registry confirms against its own state.
+    """
 
     __slots__ = (
         "admissions",
+        "admitted",
         "agent",
+        "child_id",
         "depth",
-        "draining",
+        "drained",
         "lineage",
         "owned",
         "parent_activation",
         "parent_session",
+        "phase",
         "provider",
         "released",
         "run_id",
-        "settling",
+        "waiters",
     )
 
     def __init__(
         self,
-        agent: Any,
+        child_id: SessionId,
         *,
         parent_session: SessionId,
         parent_activation: Activation | None,
         lineage: tuple[Any, ...],
-        provider: str,
-        run_id: RunId,
-        released: Any,
+        admitted: Latch,
+        released: Latch,
     ) -> None:
-        self.agent = agent
+        self.child_id = child_id
         self.parent_session = parent_session
         self.parent_activation = parent_activation
         self.lineage = lineage  # exact agents above, nearest first
         self.depth = len(lineage)
-        self.provider = provider
-        self.run_id = run_id
-        self.owned: set[SessionId] = set()
+        self.admitted = admitted
+        self.released = released
+        self.phase = Phase.RESERVED
+        self.agent: Any = None
+        self.provider = ""
+        self.run_id: RunId | None = None
         self.admissions = 0
-        self.settling = False
-        self.draining = False
-        self.released = released  # an event set once the agent handle is disposed
-
-    @property
-    def child_id(self) -> SessionId:
-        sid: SessionId = self.agent.session_id
-        return sid
+        self.drained = False
+        self.waiters: list[Any] | None = None  # allocated when the first one queues
+        self.owned: set[SessionId] = set()
 
     def __repr__(self) -> str:
-        return f"<Activation {self.child_id} {residency(self)} owned={len(self.owned)}>"
+        state = residency(self) if self.agent is not None else "-"
+        return f"<Activation {self.child_id} {self.phase.name} {state} owned={len(self.owned)}>"
 
 
 def residency(activation: Activation) -> Residency:
-    """The residency table (see the module docstring)."""
-    if activation.admissions > 0 or not activation.agent.idle:
+    """The residency table (see the module docstring).
+
+    Everything it reads belongs to the registry or the agent: the supervisor reads
+    it as a hint, and the registry checks it again, atomically with the agent's
+    own gate, before it lets an Activation retire.
+    """
+    agent = activation.agent
+    if activation.admissions > 0 or agent is None or not agent.idle:
         return "running"
     if activation.owned:
         return "waiting"

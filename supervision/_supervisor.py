@@ -1,201 +1,145 @@
-"""The supervisor actor: owned children, settlement, child-first release.
+"""The supervisor actor: residency decisions and child-first release order.
 
 Theory of operation
 -------------------
-The supervisor is the one owner of release order. It never blocks: every step is
-a message, and disposal is asynchronous (an agent's handle is released in its own
-actor's ``on_stop``, which then reports back).
+The supervisor owns *residency and release order*: when a quiescent Activation
+settles, keep-warm delays, disposal of settled handles, and the order in which
+releases are announced and propagate to parents. It never blocks and never runs
+user code: every step is a notice, disposal is asynchronous (an agent's handle
+is released in its own actor's ``on_stop``, which reports back), and the end of
+an epoch is announced through the dispatcher.
 
-Notices it takes, through :class:`Notices` (a notice is an Activation added to a
-dict, and one mailbox message per batch tells the supervisor to drain them, so a
-drain that quiets 10,000 children at once allocates no message objects -- 20,000
-queued pykka envelopes used to outlive young garbage collections and set off a
-full one); its mailbox otherwise takes only callables, run in its context:
+Notices it takes (:class:`SupervisorInbox`, handled in this order within a batch):
 
-* ``quiescent(activation)`` -- something changed that may let the Activation
-  settle (its agent went idle, an owned child was released, an admission ended,
-  a keep-warm delay ran out). If :func:`residency` says ``settled`` -- checked
-  under the registry lock, so no admission can slip in between -- and no keep-warm
-  delay holds it, the Activation leaves the registry and its agent is disposed
-  (after a best-effort flush of its session).
-* ``released(activation)`` -- the agent handle is disposed. The supervisor
-  revokes the scope's contributions, emits ``subagent/end``, removes the child
-  from its parent Activation's ``owned`` set, and re-evaluates that parent: a
-  parent therefore settles strictly after all of its children (child-first).
+* ``retired(activation)`` -- the registry agreed that it settles: dispose the handle;
+* ``released(activation)`` -- the handle is disposed: announce the end of the
+  epoch and tell the registry, which drops the child from its parent's ``owned``
+  set and makes the parent quiescent again -- so a parent settles strictly after
+  all of its children (child-first);
+* ``quiescent(activation)`` -- something changed that may let it settle (its agent
+  went idle, an admission ended, a child was released, a drain began);
+* ``tick`` -- a keep-warm delay may have run out.
 
-What it never does: cancel a turn of an Activation that is running (teardown and
-drain cancel top-down first, then let quiescence drive release bottom-up), or
-touch top-level agents and one-shot children, which have no Activation.
+Settling is a handshake with the registry, the owner of admission and of the
+ownership records: when :func:`residency` says ``settled`` and no keep-warm delay
+holds it, the supervisor asks the registry to *retire* the Activation. The
+registry agrees only if no materialization below it is in flight, it owns no
+child, and the agent itself confirms it is idle while closing its inbox -- one
+atomic step in the agent, so no follow-up can slip in between. A refusal needs no
+retry: whatever made it (a turn, an admission, a child) posts a new notice when
+it ends.
+
+What it never does: cancel a turn (teardown and drains cancel top-down first,
+then quiescence drives release bottom-up), write an Activation's fields, or touch
+top-level agents and one-shot children, which have no Activation.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
-from collections.abc import Iterable
 from typing import Any, Protocol
 
-import pykka
-
 from ._activation import Activation, residency
+from ._notices import NoticeBox, NoticeLoop
+from ._phase import MAY_SETTLE
 
-__all__ = ["Notices", "SupervisorHooks", "supervisor_actor_class"]
-
-logger = logging.getLogger("subagents")
+__all__ = ["Supervisor", "SupervisorHooks", "SupervisorInbox"]
 
 
-class _Drain:
-    """The one mailbox message: drain the notices queued so far."""
+class SupervisorInbox(NoticeBox):
+    """The supervisor's notices, posted from any thread or greenlet."""
 
     __slots__ = ()
 
-
-_DRAIN = _Drain()
-
-
-class Notices:
-    """Quiescence and release notices for one supervisor, from any thread.
-
-    Neither kind needs a message object: a notice is its Activation, kept in an
-    insertion-ordered dict per kind (a repeated ``quiescent`` coalesces: it only
-    asks for a re-evaluation). Order across kinds does not matter -- a settling
-    Activation ignores ``quiescent``, and ``released`` re-evaluates the parent
-    itself. A poster schedules one drain message unless one is pending; the
-    supervisor clears the pending flag as it swaps the dicts out, under the same
-    lock, so every notice is either in the swapped-out dicts or schedules a drain.
-    """
-
-    __slots__ = ("_lock", "_quiet", "_ref", "_released", "_scheduled")
-
     def __init__(self) -> None:
-        self._quiet: dict[Activation, None] = {}
-        self._released: dict[Activation, None] = {}
-        self._lock = threading.Lock()
-        self._scheduled = False
-        self._ref: Any = None
+        super().__init__(("retired", "released", "quiescent", "tick"))
 
-    def bind(self, ref: Any) -> None:
-        """The supervisor's actor ref (set once, before the first notice)."""
-        self._ref = ref
-
-    def quiescent(self, activation: Activation) -> None:
-        """Something changed that may let ``activation`` settle."""
-        self._post(activation, released=False)
+    def retired(self, activation: Activation) -> None:
+        """The registry retired ``activation``: dispose its handle."""
+        self.post("retired", activation)
 
     def released(self, activation: Activation) -> None:
         """``activation``'s agent handle is disposed."""
-        self._post(activation, released=True)
+        self.post("released", activation)
 
-    def _post(self, activation: Activation, *, released: bool) -> None:
-        with self._lock:
-            (self._released if released else self._quiet)[activation] = None
-            if self._scheduled:
-                return
-            self._scheduled = True
-        with contextlib.suppress(pykka.ActorDeadError):  # closing: nobody settles now
-            self._ref.tell(_DRAIN)
+    def quiescent(self, activation: Activation) -> None:
+        """Something changed that may let ``activation`` settle."""
+        self.post("quiescent", activation)
 
-    def _take(self) -> tuple[Iterable[Activation], Iterable[Activation]]:
-        """Swap out what was posted so far; the caller iterates without the lock."""
-        released: Iterable[Activation] = ()
-        quiet: Iterable[Activation] = ()
-        with self._lock:
-            self._scheduled = False
-            # Never hand out a live dict, not even an empty one: a poster adding
-            # to it while the supervisor iterates would break the iteration.
-            if self._released:
-                released, self._released = self._released, {}
-            if self._quiet:
-                quiet, self._quiet = self._quiet, {}
-        return released, quiet
+    def tick(self) -> None:
+        """A keep-warm delay may have run out."""
+        self.post("tick", None)
 
 
 class SupervisorHooks(Protocol):
-    """What the supervisor needs from the continuation manager."""
+    """What the supervisor asks of the rest of the runtime (all non-blocking)."""
 
-    lock: Any
+    def retire(self, activation: Activation) -> None:
+        """Ask the registry to retire ``activation``."""
 
-    def begin_settle(self, activation: Activation) -> None:
-        """Remove from the registry (lock held) -- the Activation is settling."""
-
-    def dispose_async(self, activation: Activation) -> None:
+    def dispose(self, activation: Activation) -> None:
         """Start disposing the agent handle; a ``released`` notice follows."""
 
-    def on_released(self, activation: Activation) -> None:
-        """Contributions revoked, ``subagent/end`` emitted, registry updated."""
+    def announce_release(self, activation: Activation) -> None:
+        """The epoch ended: ``subagent/end``, the latch, the registry's notice."""
 
-    def keep_warm(self, activation: Activation) -> bool:
-        """True to keep a settled Activation resident a while longer (lock held);
-        the hooks then post ``quiescent`` again when the delay has passed."""
+    def warm_until(self, activation: Activation) -> float | None:
+        """A deadline (``now()`` units) before which a settled Activation stays
+        resident, or None to settle at once."""
+
+    def wake_at(self, deadline: float) -> None:
+        """Post ``tick`` once ``deadline`` has passed."""
+
+    def now(self) -> float:
+        """The clock of keep-warm deadlines."""
 
 
-def _settle_if_ready(hooks: SupervisorHooks, activation: Activation) -> None:
-    with hooks.lock:
-        if activation.settling or residency(activation) != "settled":
+class Supervisor(NoticeLoop):
+    """The supervisor actor's behaviour; built into an actor class per backend.
+
+    Its mailbox also takes callables, run in its context (used as barriers).
+    """
+
+    def __init__(self, hooks: SupervisorHooks, notices: SupervisorInbox) -> None:
+        super().__init__()
+        self.hooks = hooks
+        self.notices = notices
+        self._warm: dict[Activation, float] = {}  # held resident until (keep-warm)
+
+    def __repr__(self) -> str:
+        return "<Supervisor>"
+
+    def on_notice(self, kind: str, key: Any, value: Any) -> None:
+        if kind == "quiescent":
+            self._consider(key)
+        elif kind == "retired":
+            self._warm.pop(key, None)
+            self.hooks.dispose(key)
+        elif kind == "released":
+            self._released(key)
+        elif kind == "tick":
+            now = self.hooks.now()
+            for activation, until in list(self._warm.items()):
+                if until <= now:
+                    del self._warm[activation]
+                    self._consider(activation)
+
+    def on_message(self, message: Any) -> Any:
+        return message()
+
+    def _released(self, activation: Activation) -> None:
+        self._warm.pop(activation, None)
+        self.hooks.announce_release(activation)
+
+    def _consider(self, activation: Activation) -> None:
+        """Ask for retirement if ``activation`` is settled and nothing holds it."""
+        if activation.phase not in MAY_SETTLE or residency(activation) != "settled":
             return
-        if hooks.keep_warm(activation):
-            return
-        activation.settling = True
-        hooks.begin_settle(activation)
-    hooks.dispose_async(activation)
-
-
-def _release(hooks: SupervisorHooks, activation: Activation) -> Activation | None:
-    try:
-        hooks.on_released(activation)
-    except Exception:
-        logger.exception("releasing %r failed", activation)
-    parent = activation.parent_activation
-    with hooks.lock:
-        if parent is not None:
-            parent.owned.discard(activation.child_id)
-    return parent
-
-
-_CLASSES: dict[type[pykka.Actor], type[pykka.Actor]] = {}
-
-
-def supervisor_actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
-    """The supervisor actor class for a backend's actor base (built once per base)."""
-    cls = _CLASSES.get(base)
-    if cls is None:
-
-        class _Supervisor(base):  # type: ignore[valid-type,misc]
-            def __init__(self, hooks: SupervisorHooks, notices: Notices) -> None:
-                super().__init__()
-                self._hooks = hooks
-                self._notices = notices
-
-            def _on_released(self, activation: Activation) -> None:
-                parent = _release(self._hooks, activation)
-                if parent is not None:
-                    _settle_if_ready(self._hooks, parent)
-
-            def on_receive(self, message: Any) -> Any:
-                # Every message first drains the notices posted before it, so a
-                # callable sent after some notices (a test barrier) runs after them.
-                while True:
-                    released, quiet = self._notices._take()
-                    if not released and not quiet:
-                        break
-                    for activation in released:
-                        self._guarded(self._on_released, activation)
-                    for activation in quiet:
-                        self._guarded(_settle_if_ready, self._hooks, activation)
-                if message is not _DRAIN:
-                    message()
-                return None
-
-            @staticmethod
-            def _guarded(fn: Any, *args: Any) -> None:
-                # The supervisor is the one owner of release order: a failure
-                # with one Activation is logged, it must not stop the actor.
-                try:
-                    fn(*args)
-                except Exception:
-                    logger.exception("the supervisor failed on %r", args[-1])
-
-        _Supervisor.__name__ = f"Supervisor[{base.__name__}]"
-        cls = _CLASSES[base] = _Supervisor
-    return cls
+        if not activation.drained:
+            until = self.hooks.warm_until(activation)
+            if until is not None and until > self.hooks.now():
+                if self._warm.get(activation) != until:
+                    self._warm[activation] = until
+                    self.hooks.wake_at(until)
+                return
+        self._warm.pop(activation, None)
+        self.hooks.retire(activation)

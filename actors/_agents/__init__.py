@@ -1,1 +1,43 @@
-"""_agents"""
+"""The agent core: the Agent actor, its turns, behaviours, sessions.
+
+An :class:`Agent` is a pykka actor whose mailbox is its FIFO inbox; its turns run
+behaviours registered by model name; its session lives in :class:`SessionService`
+(a live tail plus write-behind persistence). The core sees the rest of the runtime
+only through :class:`AgentHost`, and never imports the subagent service.
+"""
+
+from ._agent import Agent
+from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviour, echo
+from ._host import AgentHost
+from ._live import LiveSession
+from ._messages import plain
+from ._options import AgentOptions
+from ._outcome import TurnOutcome
+from ._output import check_output_schema, validate_output
+from ._registry import AgentRegistry
+from ._sessions import SessionService
+from ._tools import ToolFn, ToolRegistry
+from ._turn import Message, Turn, TurnAgent
+
+__all__ = [
+    "Agent",
+    "AgentHost",
+    "AgentOptions",
+    "AgentRegistry",
+    "Behaviour",
+    "BehaviourFactory",
+    "LiveSession",
+    "Message",
+    "ModelRegistry",
+    "SessionService",
+    "ToolFn",
+    "ToolRegistry",
+    "Turn",
+    "TurnAgent",
+    "TurnOutcome",
+    "as_behaviour",
+    "check_output_schema",
+    "echo",
+    "plain",
+    "validate_output",
+]

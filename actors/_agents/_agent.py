@@ -2,29 +2,38 @@
 
 Theory of operation
 -------------------
-:class:`Agent` is the handle callers hold; :class:`_AgentCore` is the state that
-only the agent's actor touches. The actor's pykka mailbox is the *only* turn
-queue: ``followup()`` mints a :class:`MessageId`, counts the message as in
-flight and ``tell``s a :class:`_Deliver`; the actor turns each one into exactly one
-turn, in mailbox order. A turn appends ``turn/start``, the delivered message and
-``turn/end`` (stop reason ``completed`` / ``cancelled`` / ``failed``) to the live
-session, and runs the behaviour between them.
+:class:`Agent` is the handle callers hold. It owns *admission into its inbox*:
+a counter of accepted messages, a count of messages in flight, the discard
+watermark of a cancel without ``keep_inbox``, and a gate. All four change
+together under one native lock held for a few bytecodes (never across a call out
+or a greenlet switch, so it excludes threads and greenlets alike). The turns
+themselves belong to the actor (:class:`~._loop.TurnRunner`).
 
-Messages the actor accepts:
+The gate is how admission is closed atomically with respect to quiescence:
 
-* ``_Deliver`` -- one turn (a follow-up, the initial prompt, or a waking report);
-* ``_Quiet`` -- a quiet report: kept as context for the next turn, no turn of its own;
-* ``_Call`` -- run a function in the actor's context (used for ordering).
+* ``OPEN`` -- everything is admitted;
+* ``DRAINED`` -- a drain cutoff covers this continuable child: follow-ups through
+  the continuation manager are refused with ``ADMISSION_CLOSED``;
+* ``CLOSED`` -- the agent is retiring or disposed: nothing is admitted.
+
+The registry asks for ``DRAINED`` (:meth:`close_admission`) and for ``CLOSED``
+(:meth:`close_if_idle`, which succeeds only while nothing is in flight); both
+are decisions the agent makes on its own state, so a follow-up is either
+admitted before the gate moved (and counted, so the agent is not idle) or refused
+after it.
+
+Messages the actor accepts: ``Deliver`` (one turn), ``Quiet`` (context for the
+next turn), ``Call`` (a function run in its context, in order) -- see
+:mod:`._messages`.
 
 ``cancel(cause, keep_inbox=...)`` is out of band: it aborts the running turn's
 signal directly (the actor is busy running it), and with ``keep_inbox=False``
-also raises a discard watermark so every message accepted before the cancel is
+also raises the discard watermark so every message accepted before the cancel is
 skipped unrun. Work already claimed into the interrupted turn is never requeued.
 
-Quiescence: a counter of messages in flight (incremented before ``tell``,
-decremented after the message is handled) and an event set at zero back
-``wait_idle``. Idle listeners run in the actor's context each time the agent
-becomes quiescent (the supervisor derives residency from them).
+Quiescence: ``idle`` is "nothing in flight". Idle listeners run in the actor's
+context each time the agent becomes quiescent (the continuation manager derives
+residency from them); ``wait_idle`` waits for it.
 """
 
 from __future__ import annotations
@@ -34,17 +43,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final
 
 import greenlet
 import pykka
-from subagents.actors._kernel._signal import AbortController
+from subagents.actors._kernel._actorclass import actor_class
+from subagents.actors._kernel._backend import EventLike
 from subagents.protocol import (
     ErrorCode,
     Event,
     MessageId,
     MessageSource,
-    ReportEvent,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -53,107 +62,26 @@ from subagents.protocol import (
     packb,
     resolve_delegation_depth,
 )
-from subagents.protocol._events import _message_event, _turn_end, _turn_start
 
-from ._behaviours import AgentOptions, Behaviour
-from ._sessions import LiveSession
-from ._turn import Message, Turn
+from ._behaviours import Behaviour
+from ._host import AgentHost
+from ._live import LiveSession
+from ._loop import TurnRunner
+from ._messages import OWN, Call, Deliver, Quiet, plain
+from ._options import AgentOptions
+from ._outcome import TurnOutcome
 
-if TYPE_CHECKING:
-    from subagents.actors._kernel._backend import EventLike
-    from subagents.actors._runtime import Runtime
-
-__all__ = ["Agent", "TurnOutcome"]
+__all__ = ["Agent"]
 
 logger = logging.getLogger("subagents")
 
-
-class TurnOutcome:
-    """How one turn ended: stop reason, output, structured output, error text."""
-
-    __slots__ = ("error", "output", "stop_reason", "structured", "turn")
-
-    def __init__(
-        self, turn: int, stop_reason: str, output: Any, structured: Any, error: str | None
-    ) -> None:
-        self.turn = turn
-        self.stop_reason = stop_reason
-        self.output = output
-        self.structured = structured
-        self.error = error
-
-    def __repr__(self) -> str:
-        return f"TurnOutcome({self.turn}, {self.stop_reason!r}, {self.output!r})"
+OPEN: Final = 0
+DRAINED: Final = 1
+CLOSED: Final = 2
 
 
-class _Own:
-    """Base of the agent's own messages. Each is put into the inbox as its own
-    pykka envelope (``message`` is itself, ``reply_to`` is None: they are never
-    asked), which saves an Envelope allocation per follow-up."""
-
-    __slots__ = ()
-    reply_to = None
-
-    @property
-    def message(self) -> _Own:
-        return self
-
-
-class _Deliver(_Own):
-    # Using slots: one of these is allocated per follow-up on the hot path.
-    __slots__ = ("content", "extra", "kind", "message_id", "n", "on_end", "source")
-
-    def __init__(
-        self,
-        n: int,
-        message_id: MessageId,
-        content: Any,
-        source: MessageSource | None,
-        kind: str,
-        extra: tuple[Event, ...],
-        on_end: Callable[[TurnOutcome], object] | None,
-    ) -> None:
-        self.n = n
-        self.message_id = message_id
-        self.content = content
-        self.source = source
-        self.kind = kind
-        self.extra = extra
-        self.on_end = on_end
-
-
-class _Quiet(_Own):
-    __slots__ = ("content", "message_id", "n", "source")
-
-    def __init__(
-        self, n: int, message_id: MessageId, content: Any, source: MessageSource | None
-    ) -> None:
-        self.n = n
-        self.message_id = message_id
-        self.content = content
-        self.source = source
-
-
-class _Call(_Own):
-    __slots__ = ("fn", "n")
-
-    def __init__(self, n: int, fn: Callable[[], object]) -> None:
-        self.n = n
-        self.fn = fn
-
-
-# Values the log always holds (str length aside, which packb checks): skipping the
-# trial pack for them saves ~1.5 us per follow-up and per turn.
-_SCALARS: frozenset[type] = frozenset({int, float, bool, type(None)})
-
-
-def _plain(value: Any) -> bool:
-    kind = type(value)
-    if kind is str:
-        return len(value) < 65536
-    if kind is int:
-        return bool(-(2**63) <= value < 2**64)
-    return kind in _SCALARS
+def _disposed(agent: Agent) -> SubagentError:
+    return SubagentError(f"agent {agent.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED)
 
 
 class Agent:
@@ -165,7 +93,7 @@ class Agent:
 
     def __init__(
         self,
-        runtime: Runtime,
+        host: AgentHost,
         session: LiveSession,
         behaviour: Behaviour,
         options: AgentOptions,
@@ -173,35 +101,40 @@ class Agent:
         next_turn: int = 0,
         output_schema: Any = None,
     ) -> None:
-        self._runtime = runtime
+        self._host = host
         self._session = session
-        self._behaviour = behaviour
         self.options = options
-        self._output_schema = output_schema
-        backend = runtime.backend
         self._lock = threading.Lock()
         # Made by the first wait_idle() that finds the agent busy, set and dropped
         # when it next goes idle: a threading.Event set and cleared every turn
         # cost a threaded fan-out turn about 0.9 us of Python, for no waiter.
         self._idle_waiter: EventLike | None = None
-        self._stopped = backend.event()
+        self._stopped = host.backend.event()
         self._accepted = 0  # messages accepted so far (monotone)
         self._inflight = 0
         self._discard_through = 0  # messages with n <= this are skipped (cancel without inbox)
-        self._current: Turn | None = None
+        self._gate = OPEN
         self._disposed = False
         self._idle_listeners: list[Callable[[Agent], object]] = []
         self._dispose_listeners: list[Callable[[Agent], object]] = []
-        self._context: list[Message] = []
-        self._next_turn = next_turn
-        self._loop: Any = None
+        self._loop: Any = None  # the actor's greenlet (its own thread's, on threads)
         self._flush_on_stop = True
         self.idle_since = time.monotonic()  # when the agent last became quiescent
         self._checkpoint_on_stop = False
         self._descriptor: Any = None  # a continuable child's folded descriptor
         self._extra_tools: dict[str, Callable[..., Any]] = {}  # from setup contributions
-        self._setup_releases: dict[Any, Callable[[], object]] = {}
-        self._ref: pykka.ActorRef[Any] = _actor_class(backend.actor_class).start(self)
+        self._turns = TurnRunner(
+            self,
+            host,
+            session,
+            behaviour,
+            next_turn=next_turn,
+            output_schema=output_schema,
+            lock=self._lock,
+        )
+        self._ref: pykka.ActorRef[Any] = actor_class(host.backend.actor_class, _AgentActor).start(
+            self
+        )
 
     # -- identity ----------------------------------------------------------------
 
@@ -222,7 +155,22 @@ class Agent:
         return self._session.header.parent_session
 
     @property
-    def _parent_source(self) -> MessageSource:
+    def session(self) -> LiveSession:
+        """The live session this agent appends to."""
+        return self._session
+
+    @property
+    def host(self) -> AgentHost:
+        """The services of the runtime this agent lives in."""
+        return self._host
+
+    @property
+    def extra_tools(self) -> dict[str, Callable[..., Any]]:
+        """Tools installed into this agent's scope by setup contributions."""
+        return self._extra_tools
+
+    @property
+    def parent_source(self) -> MessageSource:
         """The source of messages this agent sends its children (built once)."""
         source = self.__dict__.get("_parent_source_cache")
         if source is None:
@@ -251,37 +199,33 @@ class Agent:
 
     @property
     def subagents(self) -> Any:
-        """The runtime's service bound with this agent as parent."""
-        from ._turn import BoundSubagents
-
-        return BoundSubagents(self)
+        """The runtime's subagent service bound with this agent as parent."""
+        return self._host.bind(self, None)
 
     def __repr__(self) -> str:
         return (
             f"<Agent {self.session_id} label={self.label!r}{' disposed' if self._disposed else ''}>"
         )
 
-    # -- inbox -------------------------------------------------------------------
+    # -- admission -------------------------------------------------------------------
 
-    def _admit(self, message: Any) -> None:
+    def _put(self, message: Any) -> None:
         # What ActorRef.tell does, minus two calls and the Envelope: our own
-        # messages are their own envelopes (see _Own).
+        # messages are their own envelopes (see _messages.Own).
         ref = self._ref
         if ref.actor_stopped.is_set():
             self._settle_one()
-            raise SubagentError(
-                f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
-            )
+            raise _disposed(self)
         ref.actor_inbox.put(message)
 
-    def _reserve(self) -> int:
+    def _reserve(self, drop: bool = False) -> int:
         with self._lock:
-            if self._disposed:
-                raise SubagentError(
-                    f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
-                )
+            if self._gate is CLOSED or self._disposed:
+                raise _disposed(self)
             self._accepted += 1
             self._inflight += 1
+            if drop:
+                self._discard_through = self._accepted
             return self._accepted
 
     def followup(
@@ -301,49 +245,87 @@ class Agent:
             raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
         if message_id is not None and type(message_id) is not MessageId:
             message_id = MessageId(message_id)
-        if not _plain(content):
+        if not plain(content):
             packb(content)  # refuse what the log cannot hold before anything is accepted
-        return self._deliver(content, source, "message", (), None, message_id)
+        return self.deliver(content, source, message_id=message_id)
 
-    def _deliver(
+    def deliver(
         self,
         content: Any,
         source: MessageSource | None,
-        kind: str,
-        extra: tuple[Event, ...],
-        on_end: Callable[[TurnOutcome], object] | None,
+        *,
+        kind: str = "message",
+        extra: tuple[Event, ...] = (),
+        on_end: Callable[[TurnOutcome], object] | None = None,
         message_id: MessageId | None = None,
+        drop: bool = False,
     ) -> MessageId:
-        """Accept one turn; the caller has validated ``content`` and ``source``."""
+        """Accept one turn; the caller has validated ``content`` and ``source``.
+
+        ``drop=True`` accepts it and, in the same step, discards it and everything
+        accepted before it unrun (a child published below a drain cutoff).
+
+        Raises:
+            SubagentError: ``AGENT_DISPOSED`` once the gate is closed.
+        """
         mid = message_id if message_id is not None else new_message_id()
-        n = self._reserve()
-        self._admit(_Deliver(n, mid, content, source, kind, extra, on_end))
+        n = self._reserve(drop)
+        self._put(Deliver(n, mid, content, source, kind, extra, on_end))
         return mid
 
-    def _inject_quiet(
+    def admit_followup(self, content: Any, source: MessageSource, message_id: MessageId) -> bool:
+        """A continuation follow-up: admitted (True), or the agent is retiring (False).
+
+        Raises:
+            SubagentError: ``ADMISSION_CLOSED`` below a drain cutoff.
+        """
+        with self._lock:
+            gate = self._gate
+            if gate is not OPEN or self._disposed:
+                if gate is DRAINED and not self._disposed:
+                    raise SubagentError(
+                        "admission is closed below this parent (drained)",
+                        code=ErrorCode.ADMISSION_CLOSED,
+                    )
+                return False
+            self._accepted += 1
+            self._inflight += 1
+            n = self._accepted
+        self._put(Deliver(n, message_id, content, source, "message", (), None))
+        return True
+
+    def inject_quiet(
         self, content: Any, source: MessageSource | None, message_id: MessageId
     ) -> None:
-        """Accept a quiet report; the caller has validated ``content``."""
+        """Accept a quiet report (context of the next turn); ``content`` is validated."""
         n = self._reserve()
-        self._admit(_Quiet(n, message_id, content, source))
+        self._put(Quiet(n, message_id, content, source))
 
-    def _call_in_loop(self, fn: Callable[[], object]) -> None:
+    def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""
         n = self._reserve()
-        self._admit(_Call(n, fn))
+        self._put(Call(n, fn))
+
+    def close_admission(self) -> None:
+        """A drain cutoff covers this agent: refuse continuation follow-ups from now on."""
+        with self._lock:
+            if self._gate is OPEN:
+                self._gate = DRAINED
+
+    def close_if_idle(self) -> bool:
+        """Close the gate for good if nothing is in flight; True when closed.
+
+        The one atomic step that lets a quiescent continuable child retire: a
+        follow-up admitted before it makes the agent busy (False), one after it is
+        refused.
+        """
+        with self._lock:
+            if self._inflight:
+                return False
+            self._gate = CLOSED
+            return True
 
     # -- cancellation and quiescence ----------------------------------------------
-
-    def _turn_controller(self, turn: Turn) -> AbortController:
-        """The turn's controller, made on first use (most turns are never cancelled)."""
-        with self._lock:
-            return self._controller_locked(turn)
-
-    @staticmethod
-    def _controller_locked(turn: Turn) -> AbortController:
-        if turn._controller is None:
-            turn._controller = AbortController()
-        return turn._controller
 
     def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None:
         """Abort the running turn's signal; returns without waiting.
@@ -353,8 +335,8 @@ class Agent:
         into the interrupted turn is not requeued either way.
         """
         with self._lock:
-            turn = self._current
-            controller = self._controller_locked(turn) if turn is not None else None
+            turn = self._turns.current
+            controller = turn._controller_locked() if turn is not None else None
             if not keep_inbox:
                 self._discard_through = self._accepted
         if controller is not None:
@@ -367,7 +349,7 @@ class Agent:
 
     @property
     def running_turn(self) -> int | None:
-        turn = self._current
+        turn = self._turns.current
         return None if turn is None else turn.index
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -376,13 +358,13 @@ class Agent:
         Raises:
             SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent.
         """
-        self._runtime._check_thread()
+        self._host.check_thread()
         with self._lock:
             if self._inflight == 0:
                 return True
             waiter = self._idle_waiter
             if waiter is None:
-                waiter = self._idle_waiter = self._runtime.backend.event()
+                waiter = self._idle_waiter = self._host.backend.event()
         return bool(waiter.wait(timeout))
 
     def add_idle_listener(self, fn: Callable[[Agent], object]) -> Callable[[], None]:
@@ -391,6 +373,7 @@ class Agent:
         return lambda: self._idle_listeners.remove(fn) if fn in self._idle_listeners else None
 
     def add_dispose_listener(self, fn: Callable[[Agent], object]) -> None:
+        """Call ``fn(agent)`` once the agent is disposed (in its actor's ``on_stop``)."""
         self._dispose_listeners.append(fn)
 
     def _settle_one(self) -> bool:
@@ -411,28 +394,37 @@ class Agent:
         return self._loop is not None and greenlet.getcurrent() is self._loop
 
     def dispose(
-        self, *, flush: bool = True, timeout: float | None = 30.0, wait: bool = True
+        self,
+        *,
+        flush: bool = True,
+        timeout: float | None = 30.0,
+        wait: bool = True,
+        checkpoint: bool = False,
     ) -> None:
         """Cancel everything, stop the actor, unregister, release the session.
 
         Idempotent; a concurrent second call waits for the first to finish.
         Called from the agent's own turn, or with ``wait=False``, it does not wait
         for the actor: the release completes in the actor's ``on_stop``.
+        ``checkpoint=True`` (a continuable child settling) writes its folded state
+        first, so a cold resume reads the checkpoint instead of the whole log.
         """
         with self._lock:
             first = not self._disposed
             self._disposed = True
+            if first:
+                self._checkpoint_on_stop = checkpoint
         if not first:
             if wait and not self._in_own_loop():
                 self._stopped.wait(timeout)
             return
-        self._runtime.agents._unregister(self)
+        self._host.forget(self)
         self._flush_on_stop = flush
         self.cancel("disposed", keep_inbox=False)
         if not wait or self._in_own_loop():
             # Stop after this turn; the actor's on_stop finishes the disposal.
             with contextlib.suppress(pykka.ActorDeadError):
-                self._ref.tell(pykka.messages._ActorStop())
+                self._ref.stop(block=False)
             return
         with contextlib.suppress(pykka.ActorDeadError):
             self._ref.stop(block=True, timeout=timeout)
@@ -442,30 +434,25 @@ class Agent:
         """Runs in the actor's ``on_stop``: after the last turn, before the loop exits."""
         with self._lock:
             self._disposed = True  # also when stopped from outside (ActorRegistry.stop_all)
-        self._runtime.agents._unregister(self)
-        sessions = self._runtime.sessions
+            self._gate = CLOSED
+        host = self._host
+        host.forget(self)
+        sessions = host.sessions
         if self._checkpoint_on_stop and self._descriptor is not None:
             # Quiet reports not yet seen by a turn are folded state too: the next
             # turn of the next epoch sees them (R-REP-5).
-            pending = [
-                [
-                    m.message_id,
-                    m.content,
-                    *((m.source.kind, m.source.session_id) if m.source else ()),
-                ]
-                for m in self._context
-            ]
+            pending = self._turns.pending_context()
             sessions.checkpoint(
                 self._session,
                 {
-                    "next_turn": self._next_turn,
+                    "next_turn": self._turns.next_turn,
                     "descriptor": descriptor_payload(self._descriptor),
                     "context": pending,
                 },
                 # A descriptor payload nests two levels; report contents are free-form.
                 shaped=not pending,
             )
-        self._runtime._on_session_leaving(self._session, self._descriptor)
+        host.leaving(self._session, self._descriptor)
         if self._flush_on_stop:
             try:
                 sessions.flush(self.session_id)
@@ -484,44 +471,19 @@ class Agent:
 
     def _restore_context(self, pending: Any) -> None:
         """Quiet reports a checkpoint kept for the next turn (before the agent runs)."""
-        for message_id, content, *source in pending or ():
-            src = MessageSource(kind=source[0], session_id=source[1]) if source else None
-            self._context.append(
-                Message(message_id=message_id, content=content, source=src, kind="report")
-            )
+        self._turns.restore_context(pending)
 
     def wait_disposed(self, timeout: float | None = None) -> bool:
         return bool(self._stopped.wait(timeout))
 
     # -- the actor side ------------------------------------------------------------
 
-    def _on_start(self) -> None:
-        self._loop = greenlet.getcurrent()
-
     def _handle(self, message: Any) -> None:
         try:
             if message.n <= self._discard_through:
-                if isinstance(message, _Deliver) and message.on_end is not None:
-                    self._notify(
-                        message.on_end, TurnOutcome(-1, "cancelled", None, None, "discarded unrun")
-                    )
-                return
-            if isinstance(message, _Deliver):
-                self._run_turn(message)
-            elif isinstance(message, _Quiet):
-                self._context.append(
-                    Message(
-                        message_id=message.message_id,
-                        content=message.content,
-                        source=message.source,
-                        kind="report",
-                    )
-                )
+                self._turns.discard(message)
             else:
-                try:
-                    message.fn()
-                except Exception:
-                    logger.exception("call in the loop of %s raised", self.session_id)
+                self._turns.handle(message)
         finally:
             if self._settle_one() and self._idle_listeners:
                 for fn in list(self._idle_listeners):
@@ -530,109 +492,27 @@ class Agent:
                     except Exception:
                         logger.exception("idle listener %r raised", fn)
 
-    def _notify(self, fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:
-        try:
-            fn(outcome)
-        except Exception:
-            logger.exception("turn observer %r raised", fn)
 
-    def _run_turn(self, d: _Deliver) -> None:
-        runtime = self._runtime
-        sessions = runtime.sessions
-        clock = runtime.clock
-        session = self._session
-        index = self._next_turn
-        self._next_turn = index + 1
-        turn = Turn(self, index, d, (), session.next_seq - 1)
-        mid = d.message_id
-        if d.kind == "report":
-            delivered: Event = ReportEvent(
-                message_id=mid, content=d.content, source=d.source, delivery="waking"
-            )
-        else:
-            delivered = _message_event(mid, d.content, d.source)
-        events: list[Event] = [_turn_start(index, clock(), (mid,))]
-        if d.extra:
-            events.extend(d.extra)
-        if self._context:
-            context = turn.context = tuple(self._context)
-            self._context.clear()
-            for q in context:
-                events.append(
-                    ReportEvent(
-                        message_id=q.message_id,
-                        content=q.content,
-                        source=q.source,
-                        delivery="quiet",
-                    )
-                )
-        events.append(delivered)
-        self._current = turn  # a reference swap; cancel() reads it under its lock
-        output: Any = None
-        structured: Any = None
-        error: str | None = None
-        try:
-            sessions.append(session, events, defer=True)  # stored with turn/end
-            output = self._behaviour.on_turn(turn)
-            stop = "cancelled" if turn.cancelled else "completed"
-        except SubagentError as exc:
-            if exc.code == ErrorCode.CANCELLED or turn.cancelled:
-                stop = "cancelled"
-            else:
-                stop, error = "failed", f"{type(exc).__name__}: {exc}"
-                logger.warning("turn %d of %s failed: %s", index, self.session_id, exc)
-        except Exception as exc:
-            stop, error = "failed", f"{type(exc).__name__}: {exc}"
-            logger.exception("turn %d of %s failed", index, self.session_id)
-        self._current = None
-        if stop == "completed" and self._output_schema is not None:
-            structured, error = runtime._check_output(self._output_schema, output)
-            if error is not None:
-                stop = "failed"
-        if not _plain(output):
-            try:
-                packb(output)
-            except SubagentError as exc:
-                stop, error, output = "failed", f"output cannot be recorded: {exc}", None
-        try:
-            sessions.append(session, (_turn_end(index, clock(), stop, output, structured, error),))
-        except Exception:
-            logger.exception("recording the end of turn %d of %s failed", index, self.session_id)
-        if d.on_end is not None:
-            self._notify(d.on_end, TurnOutcome(index, stop, output, structured, error))
+class _AgentActor:
+    """The agent's actor behaviour; built into an actor class per backend."""
 
+    def __init__(self, agent: Agent) -> None:
+        super().__init__()
+        self._agent = agent
 
-_OWN = frozenset({_Deliver, _Quiet, _Call})
-_ACTOR_CLASSES: dict[type[pykka.Actor], type[pykka.Actor]] = {}
+    def on_start(self) -> None:
+        self._agent._loop = greenlet.getcurrent()
 
+    def _handle_receive(self, message: Any) -> Any:
+        # Our own messages first: pykka's dispatch tests four of its own types
+        # before it reaches on_receive (kernel/_pykka.py lists this override).
+        if type(message) in OWN:
+            self._agent._handle(message)
+            return None
+        return super()._handle_receive(message)  # type: ignore[misc]
 
-def _actor_class(base: type[pykka.Actor]) -> type[pykka.Actor]:
-    """The agent actor class for a backend's actor base (built once per base)."""
-    cls = _ACTOR_CLASSES.get(base)
-    if cls is None:
+    def on_receive(self, message: Any) -> Any:
+        self._agent._handle(message)
 
-        class _AgentActor(base):  # type: ignore[valid-type,misc]
-            def __init__(self, agent: Agent) -> None:
-                super().__init__()
-                self._agent = agent
-
-            def on_start(self) -> None:
-                self._agent._on_start()
-
-            def _handle_receive(self, message: Any) -> Any:
-                # Our own messages first: pykka's dispatch tests four of its own
-                # types before it reaches on_receive.
-                if type(message) in _OWN:
-                    self._agent._handle(message)
-                    return None
-                return super()._handle_receive(message)
-
-            def on_receive(self, message: Any) -> Any:
-                self._agent._handle(message)
-
-            def on_stop(self) -> None:
-                self._agent._finish_dispose()
-
-        _AgentActor.__name__ = f"AgentActor[{base.__name__}]"
-        cls = _ACTOR_CLASSES[base] = _AgentActor
-    return cls
+    def on_stop(self) -> None:
+        self._agent._finish_dispose()

@@ -11,16 +11,17 @@ A factory takes the agent's :class:`AgentOptions` and returns a fresh behaviour.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from subagents.protocol import ErrorCode, SubagentError
 
+from ._options import AgentOptions
+
 if TYPE_CHECKING:
     from ._turn import Turn
 
-__all__ = ["AgentOptions", "Behaviour", "BehaviourFactory", "ModelRegistry", "as_behaviour", "echo"]
+__all__ = ["Behaviour", "BehaviourFactory", "ModelRegistry", "as_behaviour", "echo"]
 
 
 @runtime_checkable
@@ -31,26 +32,6 @@ class Behaviour(Protocol):
 
 
 BehaviourFactory = Callable[["AgentOptions"], "Behaviour | Callable[[Turn], Any]"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentOptions:
-    """Options of one agent.
-
-    ``provider``/``model``/``persona``/``tool_filter`` are recorded explicitly in a
-    continuable child's descriptor. ``subagent_depth`` may raise the persisted
-    delegation depth, never lower it. ``depth_cap`` is the absolute delegation cap
-    this agent and its descendants live under (set by a one-shot ``max_depth``).
-    ``extensions`` is merge-extensible and never persisted.
-    """
-
-    model: str = "echo"
-    provider: str = "local"
-    persona: str | None = None
-    tool_filter: tuple[str, ...] | None = None
-    subagent_depth: int | None = None
-    depth_cap: int | None = None
-    extensions: Mapping[str, Any] = field(default_factory=dict)
 
 
 class _CallableBehaviour:

@@ -1,4 +1,4 @@
-"""The agent registry (``runtime.agents``) and the tool registry (``runtime.tools``).
+"""The agent registry (``runtime.agents``): the live agent of each session.
 
 The agent registry maps a session id to the one live :class:`Agent` for it. "Exact
 live" checks in the service compare identity: a disposed agent, or an older agent
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from subagents.protocol import (
     ContinuableDescriptor,
@@ -25,14 +25,12 @@ from subagents.protocol import (
 )
 
 from ._agent import Agent
-from ._behaviours import AgentOptions, Behaviour, as_behaviour
+from ._behaviours import Behaviour, ModelRegistry, as_behaviour
+from ._host import AgentHost
+from ._options import AgentOptions
+from ._turn import Turn
 
-if TYPE_CHECKING:
-    from subagents.actors._runtime import Runtime
-
-    from ._turn import Turn
-
-__all__ = ["AgentRegistry", "ToolRegistry"]
+__all__ = ["AgentRegistry"]
 
 
 def _as_session_id(value: Any) -> SessionId:
@@ -42,8 +40,9 @@ def _as_session_id(value: Any) -> SessionId:
 class AgentRegistry:
     """Live agents by session id (the seed's ``ctx.agents``). Thread-safe."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, host: AgentHost, models: ModelRegistry) -> None:
+        self._host = host
+        self._models = models
         self._lock = threading.Lock()
         self._agents: dict[SessionId, Agent] = {}
 
@@ -63,25 +62,29 @@ class AgentRegistry:
         Raises:
             SubagentError: ``MODEL_NOT_FOUND``, ``SESSION_EXISTS``.
         """
-        runtime = self._runtime
         built = (
             as_behaviour(behaviour)
             if behaviour is not None
-            else runtime.models.create(options.model, options)
+            else self._models.create(options.model, options)
         )
         with self._lock:
             if header.id in self._agents:
                 raise SubagentError(
                     f"an agent for {header.id} is live", code=ErrorCode.SESSION_EXISTS
                 )
-        session = runtime.sessions.open(header, seed)
+        session = self._host.sessions.open(header, seed)
         next_turn = sum(1 for e in seed if isinstance(e, TurnStart))
         try:
             agent = Agent(
-                runtime, session, built, options, next_turn=next_turn, output_schema=output_schema
+                self._host,
+                session,
+                built,
+                options,
+                next_turn=next_turn,
+                output_schema=output_schema,
             )
         except BaseException:
-            runtime.sessions.discard(session)
+            self._host.sessions.discard(session)
             raise
         self._register(agent)
         return agent
@@ -105,13 +108,12 @@ class AgentRegistry:
                 ``SESSION_EXISTS`` (already live), ``DESCRIPTOR_CORRUPT`` /
                 ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``.
         """
-        runtime = self._runtime
         sid = _as_session_id(session_id)
         if self.get(sid) is not None:
             raise SubagentError(
                 f"an agent for {sid} is already live", code=ErrorCode.SESSION_EXISTS
             )
-        header, next_seq, state, records = runtime.sessions.load_state(sid)
+        header, next_seq, state, records = self._host.sessions.load_state(sid)
         events = [r.event for r in records]
         fold = _fold(state, events)
         if options is None:
@@ -119,18 +121,23 @@ class AgentRegistry:
         built = (
             as_behaviour(behaviour)
             if behaviour is not None
-            else runtime.models.create(options.model, options)
+            else self._models.create(options.model, options)
         )
         next_turn = (state or {}).get("next_turn", 0) + sum(
             1 for e in events if isinstance(e, TurnStart)
         )
-        session = runtime.sessions.attach(header, next_seq)
+        session = self._host.sessions.attach(header, next_seq)
         try:
             agent = Agent(
-                runtime, session, built, options, next_turn=next_turn, output_schema=output_schema
+                self._host,
+                session,
+                built,
+                options,
+                next_turn=next_turn,
+                output_schema=output_schema,
             )
         except BaseException:
-            runtime.sessions.release(session)
+            self._host.sessions.release(session)
             raise
         if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
             agent._descriptor = fold.descriptor
@@ -143,7 +150,7 @@ class AgentRegistry:
             raise
         return agent
 
-    def _resume_continuable(self, session_id: SessionId) -> tuple[Agent, ContinuableDescriptor]:
+    def resume_continuable(self, session_id: SessionId) -> tuple[Agent, ContinuableDescriptor]:
         """Cold-resume a continuable child from its folded descriptor alone.
 
         Raises:
@@ -232,40 +239,3 @@ def _fold(state: dict[str, Any] | None, events: list[Event]) -> DescriptorFold:
         if exc.code == ErrorCode.DESCRIPTOR_UNSUPPORTED:
             return DescriptorFold(verdict="unsupported", reason=str(exc))
         return DescriptorFold(verdict="corrupt", reason=str(exc))
-
-
-ToolFn = Callable[..., Any]
-
-
-class ToolRegistry:
-    """Runtime-wide tools; an agent sees those its tool filter allows."""
-
-    def __init__(self) -> None:
-        self._tools: dict[str, ToolFn] = {}
-
-    def register(self, name: str, fn: ToolFn) -> None:
-        if type(name) is not str or not name or not callable(fn):
-            raise SubagentError(
-                "a tool is a non-empty name and a callable", code=ErrorCode.INVALID_ARGUMENT
-            )
-        self._tools[name] = fn
-
-    def visible(self, agent: Agent) -> tuple[str, ...]:
-        allowed = agent.options.tool_filter
-        names = tuple(self._tools)
-        if allowed is not None:
-            names = tuple(n for n in names if n in allowed)
-        return names + tuple(n for n in agent._extra_tools if n not in names)
-
-    def call(self, agent: Agent, name: str, turn: Turn, *args: Any, **kwargs: Any) -> Any:
-        extra = agent._extra_tools.get(name)
-        if extra is not None:
-            return extra(turn, *args, **kwargs)
-        fn = self._tools.get(name)
-        if fn is None:
-            raise SubagentError(f"no tool named {name!r}", code=ErrorCode.INVALID_ARGUMENT)
-        if agent.options.tool_filter is not None and name not in agent.options.tool_filter:
-            raise SubagentError(
-                f"tool {name!r} is filtered out for this agent", code=ErrorCode.UNAUTHORIZED
-            )
-        return fn(turn, *args, **kwargs)

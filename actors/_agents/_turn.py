@@ -5,29 +5,30 @@ the behaviour. It carries the delivered message (exactly one: a follow-up, the
 initial prompt, or a waking report), the quiet reports injected as context since
 the previous turn, the cancellation signal, the session history before the turn
 (model history: descriptors are log-only and absent), and the agent's own service
-bound as parent (:class:`BoundSubagents`).
+bound as parent (``turn.subagents``, from the host: this layer never imports the
+subagent service).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from subagents.actors._kernel._signal import AbortController, AbortSignal
 from subagents.protocol import (
     Event,
     MessageId,
     MessageSource,
+    SessionHeader,
     SessionId,
     SubagentDescriptorEvent,
 )
 
-if TYPE_CHECKING:
-    from subagents.actors._children._types import ContinuableHandle, RunResult, SubagentRun
+from ._host import AgentHost
+from ._options import AgentOptions
 
-    from ._agent import Agent
-
-__all__ = ["BoundSubagents", "Message", "Turn"]
+__all__ = ["Message", "Turn", "TurnAgent"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,25 +41,80 @@ class Message:
     kind: str = "message"
 
 
+class TurnAgent(Protocol):
+    """The agent as a turn shows it (``turn.agent``; :class:`Agent` is one)."""
+
+    options: AgentOptions
+
+    @property
+    def session_id(self) -> SessionId: ...
+    @property
+    def header(self) -> SessionHeader: ...
+    @property
+    def label(self) -> str | None: ...
+    @property
+    def parent_session(self) -> SessionId | None: ...
+    @property
+    def delegation_depth(self) -> int: ...
+    @property
+    def idle(self) -> bool: ...
+    @property
+    def disposed(self) -> bool: ...
+    @property
+    def host(self) -> AgentHost: ...
+    @property
+    def extra_tools(self) -> Mapping[str, Callable[..., Any]]: ...
+
+    def followup(
+        self,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        message_id: MessageId | None = None,
+    ) -> MessageId: ...
+    def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None: ...
+    def wait_idle(self, timeout: float | None = None) -> bool: ...
+    def dispose(
+        self, *, flush: bool = True, timeout: float | None = 30.0, wait: bool = True
+    ) -> None: ...
+
+
 class Turn:
     """The behaviour's view of one running turn (valid only while it runs)."""
 
-    __slots__ = ("_agent", "_controller", "_delivered", "_history_through", "context", "index")
+    __slots__ = (
+        "_agent",
+        "_controller",
+        "_delivered",
+        "_history_through",
+        "_lock",
+        "context",
+        "index",
+    )
 
     def __init__(
         self,
-        agent: Agent,
+        agent: TurnAgent,
         index: int,
         delivered: Any,
         context: tuple[Message, ...],
         history_through: int,
+        lock: Any,
     ) -> None:
         self._agent = agent
         self.index = index
         self._delivered = delivered  # the inbox envelope: id, content, source, kind
         self.context = context
         self._history_through = history_through  # last seq before this turn began
+        self._lock = lock  # the agent's lock: cancel() may make the controller too
         self._controller: AbortController | None = None
+
+    def _controller_locked(self) -> AbortController:
+        """The turn's controller, made on first use; the caller holds ``_lock``."""
+        controller = self._controller
+        if controller is None:
+            controller = self._controller = AbortController()
+        return controller
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -67,7 +123,7 @@ class Turn:
         return (Message(message_id=d.message_id, content=d.content, source=d.source, kind=d.kind),)
 
     @property
-    def agent(self) -> Agent:
+    def agent(self) -> TurnAgent:
         """The agent running this turn."""
         return self._agent
 
@@ -79,7 +135,9 @@ class Turn:
     @property
     def signal(self) -> AbortSignal:
         """Aborted when the turn is cancelled (interrupt, dispose, run abort)."""
-        return self._agent._turn_controller(self).signal
+        # Most turns are never cancelled: the controller is made on first use.
+        with self._lock:
+            return self._controller_locked().signal
 
     @property
     def cancelled(self) -> bool:
@@ -89,7 +147,8 @@ class Turn:
     @property
     def history(self) -> tuple[Event, ...]:
         """Session events before this turn, without log-only descriptor events."""
-        records = self._agent._runtime.sessions.read(self._agent.session_id)
+        agent = self._agent
+        records = agent.host.sessions.read(agent.session_id)
         return tuple(
             r.event
             for r in records
@@ -103,7 +162,8 @@ class Turn:
     @property
     def tools(self) -> tuple[str, ...]:
         """Names of the tools this agent may call (after its tool filter)."""
-        return self._agent._runtime.tools.visible(self._agent)
+        agent = self._agent
+        return agent.host.tools.visible(agent.options.tool_filter, agent.extra_tools)
 
     def call_tool(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         """Call a tool registered on the runtime, if this agent's filter allows it.
@@ -112,82 +172,15 @@ class Turn:
             SubagentError: ``UNAUTHORIZED`` when filtered out, ``INVALID_ARGUMENT``
                 when no such tool exists.
         """
-        return self._agent._runtime.tools.call(self._agent, name, self, *args, **kwargs)
+        agent = self._agent
+        return agent.host.tools.call(
+            agent.options.tool_filter, agent.extra_tools, name, self, *args, **kwargs
+        )
 
     @property
-    def subagents(self) -> BoundSubagents:
-        """This agent's service, bound as the delegating parent."""
-        return BoundSubagents(self._agent, self)
+    def subagents(self) -> Any:
+        """This agent's subagent service, bound as the delegating parent.
 
-
-class BoundSubagents:
-    """``runtime.subagents`` with the turn's agent bound as parent.
-
-    One-shot calls default their cancellation signal to the turn's signal, so
-    cancelling the turn cancels the delegated run.
-    """
-
-    __slots__ = ("_agent", "_turn")
-
-    def __init__(self, agent: Agent, turn: Turn | None = None) -> None:
-        self._agent = agent
-        self._turn = turn
-
-    def _signal(self, signal: AbortSignal | None) -> AbortSignal:
-        if signal is not None:
-            return signal
-        return self._turn.signal if self._turn is not None else AbortSignal.never()
-
-    def start(
-        self, provider: str, prompt: Any, *, signal: AbortSignal | None = None, **fields: Any
-    ) -> SubagentRun:
-        """Start a one-shot child (see ``SubagentService.start``)."""
-        from subagents.actors._children._types import SubagentStartRequest
-
-        request = SubagentStartRequest(
-            parent=self._agent, prompt=prompt, signal=self._signal(signal), **fields
-        )
-        return self._agent._runtime.subagents.start(provider, request)
-
-    def delegate(
-        self,
-        provider: str,
-        prompt: Any,
-        *,
-        signal: AbortSignal | None = None,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> RunResult:
-        """Start a one-shot child, wait for its result, dispose it, return the result."""
-        run = self.start(provider, prompt, signal=signal, **fields)
-        try:
-            return run.result.get(timeout=timeout)
-        finally:
-            run.dispose()
-
-    def start_continuable(
-        self, provider: str, prompt: Any, *, label: str, **fields: Any
-    ) -> ContinuableHandle:
-        """Start a continuable child; returns ``(child_id, message_id)``."""
-        from subagents.actors._children._types import ContinuableStartSpec
-
-        spec = ContinuableStartSpec(
-            parent=self._agent, provider=provider, prompt=prompt, label=label, **fields
-        )
-        return self._agent._runtime.subagents.start_continuable(spec)
-
-    def followup(self, child_id: SessionId | str, content: Any, **kwargs: Any) -> MessageId:
-        """Follow up a continuable child of this agent."""
-        return self._agent._runtime.subagents.followup(self._agent, child_id, content, **kwargs)
-
-    def report(self, content: Any, *, delivery: str = "quiet", **kwargs: Any) -> MessageId:
-        """Report to this (continuable) agent's direct parent."""
-        return self._agent._runtime.subagents.report_from(
-            self._agent, content, delivery=delivery, **kwargs
-        )
-
-    def interrupt(self, child_id: SessionId | str) -> None:
-        """Interrupt a continuable descendant's current turn (as its ancestor)."""
-        from subagents.actors._children._types import AncestorAuthority
-
-        self._agent._runtime.subagents.interrupt(child_id, AncestorAuthority(self._agent))
+        One-shot calls default their cancellation signal to this turn's signal.
+        """
+        return self._agent.host.bind(self._agent, self)

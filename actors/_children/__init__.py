@@ -1,1 +1,56 @@
-"""_children"""
+"""Children: the subagent service, its providers, and continuable children.
+
+The :class:`SubagentService` facade (the seed's ``ctx.subagents``) over the
+provider registry, lifecycle events, the one-shot providers (``local``,
+``fork``), and the :class:`ContinuationManager` with its registry actor
+(admission), the supervisor it wires (residency) and setup contributions.
+"""
+
+from ._bound import BoundSubagents
+from ._child import ChildContext
+from ._continuation import ContinuationManager
+from ._events import EventBus, Listener, Subscription
+from ._provider_registry import ProviderRegistration, ProviderRegistry
+from ._providers import ForkProvider, LocalProvider
+from ._service import SubagentService
+from ._setup import ContinuableScope, SetupRegistration
+from ._types import (
+    CAPABILITIES,
+    AncestorAuthority,
+    ContinuableCreateSpec,
+    ContinuableHandle,
+    ContinuableStartSpec,
+    RunResult,
+    SubagentEvent,
+    SubagentProvider,
+    SubagentRun,
+    SubagentStartRequest,
+    UserAuthority,
+)
+
+__all__ = [
+    "CAPABILITIES",
+    "AncestorAuthority",
+    "BoundSubagents",
+    "ChildContext",
+    "ContinuableCreateSpec",
+    "ContinuableHandle",
+    "ContinuableScope",
+    "ContinuableStartSpec",
+    "ContinuationManager",
+    "EventBus",
+    "ForkProvider",
+    "Listener",
+    "LocalProvider",
+    "ProviderRegistration",
+    "ProviderRegistry",
+    "RunResult",
+    "SetupRegistration",
+    "SubagentEvent",
+    "SubagentProvider",
+    "SubagentRun",
+    "SubagentService",
+    "SubagentStartRequest",
+    "Subscription",
+    "UserAuthority",
+]

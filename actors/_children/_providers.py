@@ -16,25 +16,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-from subagents.actors._agents._agent import Agent, TurnOutcome
-from subagents.actors._agents._behaviours import AgentOptions
-from subagents.actors._kernel._future import ResultFuture
+from subagents.actors._agents import Agent, TurnOutcome
+from subagents.actors._kernel import ResultFuture
 from subagents.protocol import (
     ErrorCode,
     Event,
-    MessageSource,
     OneShotDescriptor,
-    SessionHeader,
     SubagentError,
-    TurnEnd,
-    assert_subagent_max_depth,
-    delegation_depth_of,
     descriptor_event,
     new_session_id,
 )
 
+from ._child import ChildContext, child_options, completed_history, create_child
 from ._types import (
     ContinuableCreateSpec,
     ContinuableStartSpec,
@@ -43,57 +37,7 @@ from ._types import (
     SubagentStartRequest,
 )
 
-if TYPE_CHECKING:
-    from subagents.actors._runtime import Runtime
-
-__all__ = ["ForkProvider", "LocalProvider", "child_options"]
-
-
-def child_options(
-    parent: Agent,
-    *,
-    model: str | None,
-    persona: str | None,
-    tool_filter: Any,
-    max_depth: int | None,
-) -> tuple[AgentOptions, int]:
-    """Options and delegation depth of a new child of ``parent``.
-
-    Raises:
-        SubagentError: ``DEPTH_EXCEEDED`` when the parent's cap forbids a child.
-    """
-    parent_depth = delegation_depth_of(parent)
-    depth = parent_depth + 1
-    cap = parent.options.depth_cap
-    assert_subagent_max_depth(depth, cap)
-    # The runtime-wide ceiling: a behaviour that delegates to its own model would
-    # otherwise recurse until threads or memory run out.
-    assert_subagent_max_depth(depth, parent._runtime.max_delegation_depth)
-    if max_depth is not None:
-        own = parent_depth + max_depth
-        cap = own if cap is None else min(cap, own)
-    tools: tuple[str, ...] | None = None
-    if tool_filter is not None:
-        tools = tuple(tool_filter)
-        if parent.options.tool_filter is not None:
-            tools = tuple(t for t in tools if t in parent.options.tool_filter)
-    elif parent.options.tool_filter is not None:
-        tools = parent.options.tool_filter
-    options = AgentOptions(
-        model=model if model is not None else parent.options.model,
-        provider=parent.options.provider,
-        persona=persona,
-        tool_filter=tools,
-        depth_cap=cap,
-    )
-    return options, depth
-
-
-def completed_history(runtime: Runtime, parent: Agent) -> tuple[Event, ...]:
-    """The parent's log through its last ``turn/end`` (what a fork child sees)."""
-    events = [r.event for r in runtime.sessions.read(parent.session_id)]
-    last_end = max((i for i, e in enumerate(events) if isinstance(e, TurnEnd)), default=-1)
-    return tuple(events[: last_end + 1])
+__all__ = ["ForkProvider", "LocalProvider"]
 
 
 class LocalProvider:
@@ -102,7 +46,7 @@ class LocalProvider:
     capabilities = frozenset({"output_schema", "depth_limit", "tool_filter", "persona"})
     inherits_parent_context = False
 
-    def __init__(self, runtime: Runtime, name: str = "local") -> None:
+    def __init__(self, runtime: ChildContext, name: str = "local") -> None:
         self.name = name
         self._runtime = runtime
 
@@ -129,21 +73,20 @@ class LocalProvider:
             persona=request.persona,
             tool_filter=request.tool_filter,
             max_depth=request.max_depth,
+            ceiling=runtime.max_delegation_depth,
         )
         runtime.models.require(options.model)
         seed = self._seed(parent)
-        header = SessionHeader(
-            id=new_session_id(),
-            parent_session=parent.session_id,
-            origin="subagent",
-            delegation_depth=depth,
-            created_at=runtime.clock(),
-            label=descriptor.label,
-            seed_len=len(seed),
-        )
         self._step("create")
-        child = runtime.agents.create(
-            header=header, options=options, seed=seed, output_schema=request.output_schema
+        child = create_child(
+            runtime,
+            parent,
+            child_id=new_session_id(),
+            label=descriptor.label,
+            depth=depth,
+            options=options,
+            seed=seed,
+            output_schema=request.output_schema,
         )
         result: ResultFuture[RunResult] = ResultFuture()
         remove_listener: Callable[[], None] | None = None
@@ -155,9 +98,11 @@ class LocalProvider:
                     RunResult(outcome.output, outcome.structured, outcome.stop_reason)
                 )
 
-            source = MessageSource(kind="parent", session_id=parent.session_id)
-            child._deliver(
-                request.prompt, source, "message", (descriptor_event(descriptor),), on_end
+            child.deliver(
+                request.prompt,
+                parent.parent_source,
+                extra=(descriptor_event(descriptor),),
+                on_end=on_end,
             )
             self._step("delivered")
             remove_listener = signal.add_listener(
@@ -183,14 +128,14 @@ class ForkProvider(LocalProvider):
 
     inherits_parent_context = True
 
-    def __init__(self, runtime: Runtime, name: str = "fork") -> None:
+    def __init__(self, runtime: ChildContext, name: str = "fork") -> None:
         super().__init__(runtime, name)
 
     def _seed(self, parent: Agent) -> tuple[Event, ...]:
-        return completed_history(self._runtime, parent)
+        return completed_history(self._runtime.sessions, parent)
 
 
-def _rollback(runtime: Runtime, child: Agent) -> None:
+def _rollback(runtime: ChildContext, child: Agent) -> None:
     """Undo a published-but-not-returned child: nothing may remain."""
     child.dispose(flush=False)
     runtime.sessions.discard(child._session)

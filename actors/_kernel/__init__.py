@@ -1,1 +1,51 @@
-"""_kernel"""
+"""The runtime seam and its primitives.
+
+Backends (threading, native gevent), pykka's hooks and the one place that names
+its private surface, futures, cancellation signals, latches and gates, the
+dispatcher actor that runs user callbacks outside every owner, and the alarm.
+Nothing here knows agents or children.
+"""
+
+from ._actorclass import actor_class
+from ._alarm import Alarm
+from ._backend import (
+    GEVENT,
+    THREADING,
+    Backend,
+    EventLike,
+    LockLike,
+    TaskHandle,
+    current_backend,
+    get_backend,
+)
+from ._dispatch import DispatchBox, Dispatcher
+from ._future import ResultFuture, Waiter
+from ._gate import Gate, Latch
+from ._gevent import GeventActor, GeventFuture, native_get_ident
+from ._signal import AbortController, AbortSignal
+from ._threadinbox import ThreadActor
+
+__all__ = [
+    "GEVENT",
+    "THREADING",
+    "AbortController",
+    "AbortSignal",
+    "Alarm",
+    "Backend",
+    "DispatchBox",
+    "Dispatcher",
+    "EventLike",
+    "Gate",
+    "GeventActor",
+    "GeventFuture",
+    "Latch",
+    "LockLike",
+    "ResultFuture",
+    "TaskHandle",
+    "ThreadActor",
+    "Waiter",
+    "actor_class",
+    "current_backend",
+    "get_backend",
+    "native_get_ident",
+]

@@ -20,7 +20,7 @@ from subagents.protocol import ErrorCode, SubagentError
 from ._backend import GEVENT, current_backend
 from ._gevent import native_get_ident
 
-__all__ = ["ResultFuture"]
+__all__ = ["ResultFuture", "Waiter"]
 
 T = TypeVar("T")
 logger = logging.getLogger("subagents")
@@ -125,7 +125,7 @@ class ResultFuture(Generic[T]):
         return f"<ResultFuture {state}>"
 
 
-class _Waiter:
+class Waiter:
     """An event for one blocked caller that any thread or greenlet may wake.
 
     A gevent event must be set from its hub's thread; a waker in another OS thread
@@ -156,4 +156,4 @@ class _Waiter:
         return bool(self.event.wait(timeout))
 
 
-_waiter = _Waiter
+_waiter = Waiter

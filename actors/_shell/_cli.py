@@ -16,6 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from subagents.actors._catalog import (
+    Catalog,
+    ProjectionRegistry,
+    subagent_timing_unit,
+    subagent_unit,
+)
 from subagents.protocol import (
     CorruptRecordError,
     SessionId,
@@ -125,12 +131,6 @@ def _show(args: argparse.Namespace, console: Console) -> int:
 
 def _tree(args: argparse.Namespace, console: Console) -> int:
     from rich.tree import Tree
-    from subagents.actors._catalog._listing import Catalog
-    from subagents.actors._catalog._projections import (
-        ProjectionRegistry,
-        subagent_timing_unit,
-        subagent_unit,
-    )
 
     projections = ProjectionRegistry()
     projections.register(subagent_unit)

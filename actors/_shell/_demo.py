@@ -25,10 +25,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
-from subagents.actors._agents._turn import Turn
-from subagents.actors._children._types import ContinuableStartSpec, UserAuthority
+from subagents.actors._agents import Turn
+from subagents.actors._children import ContinuableStartSpec, UserAuthority
+from subagents.actors._kernel import Gate
 from subagents.actors._runtime import Runtime
-from subagents.actors.testing import Gate
 from subagents.protocol import (
     MessageEvent,
     ReportEvent,

@@ -29,7 +29,7 @@ from catalog_kit import (
     write_child,
 )
 from subagents.actors import ContinuableStartSpec, Runtime
-from subagents.actors._catalog._listing import Listing
+from subagents.actors._catalog import Listing
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, LifecycleProbe, ScriptedBehaviour
 from subagents.protocol import SessionHeader, SessionId, encode_header, new_session_id

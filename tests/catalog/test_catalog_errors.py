@@ -26,8 +26,8 @@ from subagents.actors import (
     ContinuableStartSpec,
     Runtime,
 )
-from subagents.actors._catalog import _listing
-from subagents.actors._catalog._listing import Catalog, Listing
+from subagents.actors._catalog import Catalog, Listing
+from subagents.actors._catalog import _identity as _listing
 from subagents.actors._catalog._projections import ProjectionRegistry, subagent_timing_unit
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour

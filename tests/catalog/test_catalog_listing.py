@@ -42,8 +42,8 @@ from subagents.actors import (
     SubagentRun,
     SubagentStartRequest,
 )
-from subagents.actors._catalog import _listing as listing_module
-from subagents.actors._catalog._listing import Catalog, ChildRow, DescendantRow, Diagnostic, Listing
+from subagents.actors._catalog import Catalog, ChildRow, DescendantRow, Diagnostic, Listing
+from subagents.actors._catalog import _identity as listing_module
 from subagents.actors._catalog._projections import ProjectionRegistry, ProjectionUnit
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Call, Gate, LifecycleProbe, ScriptedBehaviour

@@ -426,7 +426,9 @@ class Kit:
     def barrier(self) -> None:
         """Wait until the registry and supervisor actors handled what was sent so far."""
         cont = self.rt.continuation
+        cont._registry.ask(lambda: None)
         cont._supervisor.ask(lambda: None)
+        cont._dispatcher.ask(lambda: None)
 
     # -- logs -------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from continuable_kit import Kit, spawn
 from subagents.actors import AbortSignal, AgentOptions, ContinuableStartSpec, SubagentStartRequest
+from subagents.actors._children._admission import Registry
 from subagents.protocol import ErrorCode, SubagentError
 
 
@@ -98,15 +99,14 @@ def test_drain_awaits_materializations_admitted_before_the_cutoff(
     rt.subagents.register_continuable_setup(contribution)
     start = spawn(rt, kit.start, root, "never runs", "late-comer")
     assert mat.wait_reached(10)
-    cont = rt.continuation
-    on_cutoff = cont._on_cutoff
+    on_cutoff = Registry._cutoff
 
-    def noted(msg: Any) -> Any:
-        result = on_cutoff(msg)
+    def noted(self: Registry, parents: Any) -> Any:
+        result = on_cutoff(self, parents)
         kit.script.notes.add("cutoff")
         return result
 
-    monkeypatch.setattr(cont, "_on_cutoff", noted)
+    monkeypatch.setattr(Registry, "_cutoff", noted)
     drain = spawn(rt, rt.subagents.drain_continuable_descendants, [root])
     assert kit.script.notes.has("cutoff")
     assert _refused_start(kit, root) == ErrorCode.ADMISSION_CLOSED

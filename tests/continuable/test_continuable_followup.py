@@ -18,6 +18,7 @@ from subagents.actors import (
     LocalProvider,
     Runtime,
 )
+from subagents.actors._children._admission import Registry
 from subagents.protocol import (
     ErrorCode,
     MessageEvent,
@@ -500,16 +501,13 @@ def test_abort_while_waiting_for_another_materialization(
             mat.pass_through(None)
 
     kit.script.on_create = block
-    cont = rt.continuation
-    on_reserve = cont._on_reserve
+    wait_behind = Registry._wait_behind
 
-    def noted(msg: Any) -> Any:
-        answer = on_reserve(msg)
-        if isinstance(answer, tuple):  # told to wait for the materialization in flight
-            kit.script.notes.add("reserve-wait")
-        return answer
+    def noted(self: Registry, act: Any, request: Any) -> None:
+        wait_behind(self, act, request)  # queued behind the materialization in flight
+        kit.script.notes.add("reserve-wait")
 
-    monkeypatch.setattr(cont, "_on_reserve", noted)
+    monkeypatch.setattr(Registry, "_wait_behind", noted)
     first = spawn(rt, rt.subagents.followup, root, child_id, "first")
     assert mat.wait_reached(10)
     controller = AbortController()

@@ -137,7 +137,7 @@ def test_admission_is_synchronous_and_does_not_wait_for_the_target(kit: Kit) -> 
     task = spawn(rt, rt.subagents.interrupt, child_id, UserAuthority(root.session_id))
     task.result(10)  # returned although the turn is still held
     assert not child.idle
-    current = child._current
+    current = child._turns.current
     seen.append(current is not None and current.cancelled)
     kit.gate("g").release()
     kit.wait_settled("kid", epochs=1)

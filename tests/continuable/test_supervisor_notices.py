@@ -9,57 +9,80 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from subagents.actors._kernel._backend import Backend
-from subagents.supervision import Notices, supervisor_actor_class
+from subagents.actors._kernel import Backend, Latch, actor_class
+from subagents.protocol import SessionId, new_session_id
+from subagents.supervision import Activation, Phase, Supervisor, SupervisorInbox
 
 
-class _Act:
-    """Stands in for an Activation: the hooks below only record what they see."""
+class _Agent:
+    """Stands in for an agent: idle or not; records each residency check."""
 
-    def __init__(self, poster: int, n: int) -> None:
-        self.key = (poster, n)
-
-
-class _Hooks:
-    """Records every settle/release the supervisor asks for (never settles)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.seen: list[tuple[str, tuple[int, int]]] = []
-
-    def begin_settle(self, activation: Any) -> None:
-        raise AssertionError("nothing settles here")
-
-    def dispose_async(self, activation: Any) -> None:
-        raise AssertionError("nothing settles here")
-
-    def on_released(self, activation: Any) -> None:
-        self.seen.append(("released", activation.key))
-
-    def keep_warm(self, activation: Any) -> bool:
-        return False
-
-
-class _Busy:
-    """An agent that is never idle; records each residency check (a handled
-    ``quiescent`` notice)."""
-
-    def __init__(self, key: tuple[int, int], checks: list[tuple[int, int]]) -> None:
+    def __init__(self, idle: bool, key: Any = None, checks: list[Any] | None = None) -> None:
+        self._idle = idle
         self._key = key
         self._checks = checks
+        self.idle_since = 0.0
 
     @property
     def idle(self) -> bool:
-        self._checks.append(self._key)
-        return False
+        if self._checks is not None:
+            self._checks.append(self._key)
+        return self._idle
+
+
+def _act(agent: Any, *, parent: Activation | None = None, key: Any = None) -> Activation:
+    act = Activation(
+        SessionId(new_session_id()),
+        parent_session=SessionId(new_session_id()),
+        parent_activation=parent,
+        lineage=(),
+        admitted=Latch(),
+        released=Latch(),
+    )
+    act.agent = agent
+    act.phase = Phase.RESIDENT
+    act.provider = repr(key)
+    return act
+
+
+class _Hooks:
+    """Records every retirement, disposal and release the supervisor asks for."""
+
+    def __init__(self) -> None:
+        self.retired: list[Activation] = []
+        self.disposed: list[Activation] = []
+        self.released: list[Activation] = []
+
+    def retire(self, activation: Activation) -> None:
+        self.retired.append(activation)
+
+    def dispose(self, activation: Activation) -> None:
+        self.disposed.append(activation)
+
+    def announce_release(self, activation: Activation) -> None:
+        self.released.append(activation)
+
+    def warm_until(self, activation: Activation) -> float | None:
+        return None
+
+    def wake_at(self, deadline: float) -> None:
+        raise AssertionError("no keep-warm here")
+
+    def now(self) -> float:
+        return 0.0
+
+
+def _start(backend: Backend, hooks: Any) -> tuple[Any, SupervisorInbox]:
+    box = SupervisorInbox()
+    ref = actor_class(backend.actor_class, Supervisor).start(hooks, box)
+    box.bind(ref)
+    return ref, box
 
 
 def _round(backend: Backend, posters: int, per: int) -> None:
     hooks = _Hooks()
     checks: list[tuple[int, int]] = []
-    notices = Notices()
-    ref = supervisor_actor_class(backend.actor_class).start(hooks, notices)
-    notices.bind(ref)
+    ref, box = _start(backend, hooks)
     try:
         barrier = threading.Barrier(posters) if backend.name == "threading" else None
 
@@ -67,16 +90,12 @@ def _round(backend: Backend, posters: int, per: int) -> None:
             if barrier is not None:
                 barrier.wait()
             for i in range(per):
-                act: Any = _Act(p, i)
-                act.parent_activation = None
-                if i % 2:  # both kinds, interleaved: the supervisor iterates one
-                    act.settling = False  # while posters add to the other
-                    act.admissions = 0
-                    act.owned = set()
-                    act.agent = _Busy((p, i), checks)
-                    notices.quiescent(act)
+                # Both kinds, interleaved: the supervisor iterates one while
+                # posters add to the other.
+                if i % 2:
+                    box.quiescent(_act(_Agent(False, (p, i), checks), key=(p, i)))
                 else:
-                    notices.released(act)
+                    box.released(_act(_Agent(True), key=(p, i)))
                 if i % 50 == 0:
                     backend.sleep(0)  # let the supervisor drain mid-stream
 
@@ -84,7 +103,8 @@ def _round(backend: Backend, posters: int, per: int) -> None:
         for t in tasks:
             t.join()
         order: list[Any] = []
-        ref.ask(lambda: order.extend(k for _, k in hooks.seen))  # runs after every notice
+        # A barrier: it runs after every notice posted before it.
+        ref.ask(lambda: order.extend(eval(a.provider) for a in hooks.released))
         evens = [(p, i) for p in range(posters) for i in range(0, per, 2)]
         odds = [(p, i) for p in range(posters) for i in range(1, per, 2)]
         assert sorted(order) == evens, "a release notice was lost or doubled"
@@ -92,6 +112,7 @@ def _round(backend: Backend, posters: int, per: int) -> None:
         for p in range(posters):
             assert [i for q, i in order if q == p] == list(range(0, per, 2))
             assert [i for q, i in checks if q == p] == list(range(1, per, 2))
+        assert not hooks.retired, "a busy Activation was retired"
         assert ref.is_alive(), "the supervisor died"
     finally:
         ref.stop()
@@ -107,86 +128,81 @@ def test_notices_from_racing_posters_are_each_handled_once_in_order(backend: Bac
         _round(backend, posters=4, per=300)
 
 
-def test_quiescent_notices_settle_only_settled_activations(backend: Backend) -> None:
-    """A ``quiescent`` notice goes through the residency table: a running Activation (agent
-    busy) and a waiting one (it owns a child) stay; a settled one is settled and
-    its disposal started, once, however many notices name it."""
-
-    class Agentish:
-        def __init__(self, idle: bool) -> None:
-            self.idle = idle
-
-    class Actish:
-        def __init__(self, name: str, idle: bool, owned: set[Any]) -> None:
-            self.name = name
-            self.settling = False
-            self.admissions = 0
-            self.owned = owned
-            self.agent = Agentish(idle)
-
-    settled: list[str] = []
-    disposing: list[str] = []
-
-    class Hooks(_Hooks):
-        def begin_settle(self, activation: Any) -> None:
-            settled.append(activation.name)
-
-        def dispose_async(self, activation: Any) -> None:
-            disposing.append(activation.name)
-
-    notices = Notices()
-    ref = supervisor_actor_class(backend.actor_class).start(Hooks(), notices)
-    notices.bind(ref)
+def test_quiescent_notices_retire_only_settled_activations(backend: Backend) -> None:
+    """R-RES-1, R-RES-2, R-RES-3: a ``quiescent`` notice goes through the residency
+    table: a running Activation (agent busy), a waiting one (it owns a child), one
+    with a materialization in flight and one the registry no longer lets settle
+    stay; a settled one is put to the registry for retirement, once, however many
+    notices name it."""
+    hooks = _Hooks()
+    ref, box = _start(backend, hooks)
     try:
-        running = Actish("running", idle=False, owned=set())
-        waiting = Actish("waiting", idle=True, owned={"kid"})
-        done = Actish("settled", idle=True, owned=set())
-        for act in (running, waiting, done, done, running):
-            notices.quiescent(act)  # type: ignore[arg-type]
+        running = _act(_Agent(False))
+        waiting = _act(_Agent(True))
+        waiting.owned.add(SessionId(new_session_id()))
+        admitting = _act(_Agent(True))
+        admitting.admissions = 1
+        settling = _act(_Agent(True))
+        settling.phase = Phase.SETTLING
+        done = _act(_Agent(True))
+        for act in (running, waiting, admitting, settling, done, done, running):
+            box.quiescent(act)
         ref.ask(lambda: None)  # a barrier: every notice above was handled
-        assert settled == ["settled"] and disposing == ["settled"]
+        assert hooks.retired == [done] and hooks.disposed == []
+        box.retired(done)  # the registry agreed
+        ref.ask(lambda: None)
+        assert hooks.disposed == [done]
+    finally:
+        ref.stop()
+
+
+def test_a_waiting_parent_retires_once_its_last_child_is_gone(backend: Backend) -> None:
+    """R-RES-2, R-RES-4: a quiescent parent that owns a child stays waiting (never
+    put up for retirement); once the registry has dropped the child and made the
+    parent quiescent again, it is: child-first."""
+    hooks = _Hooks()
+    ref, box = _start(backend, hooks)
+    try:
+        parent = _act(_Agent(True))
+        child = _act(_Agent(True), parent=parent)
+        parent.owned.add(child.child_id)
+        box.quiescent(parent)
+        ref.ask(lambda: None)
+        assert hooks.retired == []
+        box.released(child)
+        ref.ask(lambda: None)
+        assert hooks.released == [child] and hooks.retired == []
+        parent.owned.discard(child.child_id)  # what the registry does on the release
+        box.quiescent(parent)
+        ref.ask(lambda: None)
+        assert hooks.retired == [parent]
     finally:
         ref.stop()
 
 
 def test_notices_posted_while_the_supervisor_handles_notices(backend: Backend) -> None:
     """Forced interleaving: handling one notice posts the next (a release makes a
-    parent quiescent, settling that parent posts another). Each lands in a fresh
+    parent quiescent, retiring that parent posts another). Each lands in a fresh
     batch, none is lost, and the supervisor keeps running."""
-
-    class Agentish:
-        idle = True
-
-    class Actish:
-        def __init__(self, name: str) -> None:
-            self.name = name
-            self.settling = False
-            self.admissions = 0
-            self.owned: set[Any] = set()
-            self.agent = Agentish()
-            self.parent_activation = None
-
-    x, y = Actish("x"), Actish("y")
-    settled: list[str] = []
-    notices = Notices()
+    x, y = _act(_Agent(True)), _act(_Agent(True))
+    retired: list[Activation] = []
+    box_of: list[SupervisorInbox] = []
 
     class Hooks(_Hooks):
-        def on_released(self, activation: Any) -> None:
-            notices.quiescent(x)  # while the supervisor iterates its releases
+        def announce_release(self, activation: Activation) -> None:
+            box_of[0].quiescent(x)  # while the supervisor iterates its releases
 
-        def begin_settle(self, activation: Any) -> None:
-            settled.append(activation.name)
-
-        def dispose_async(self, activation: Any) -> None:
+        def retire(self, activation: Activation) -> None:
+            retired.append(activation)
             if activation is x:
-                notices.quiescent(y)  # while it iterates its quiescent batch
+                box_of[0].quiescent(y)  # while it iterates its quiescent batch
 
-    ref = supervisor_actor_class(backend.actor_class).start(Hooks(), notices)
-    notices.bind(ref)
+    ref, box = _start(backend, Hooks())
+    box_of.append(box)
     try:
-        notices.released(Actish("a"))
+        box.released(_act(_Agent(True)))
         ref.ask(lambda: None)
-        assert settled == ["x", "y"]
+        assert retired == [x, y]
         assert ref.is_alive()
     finally:
         ref.stop()

@@ -511,7 +511,7 @@ def test_capability_ids_named() -> None:
     ``test_unsupported_capability_rejected_before_child`` (output_schema, max_depth,
     tool_filter, persona against a provider without them); this test pins the
     mapping from request field to capability name that it relies on."""
-    from subagents.actors._children._service import SubagentService
+    from subagents.actors._children._service import _requested_capabilities
 
     parent = object()
     request = SubagentStartRequest(
@@ -523,7 +523,7 @@ def test_capability_ids_named() -> None:
         tool_filter=["t"],
         persona="x",
     )
-    assert SubagentService._requested_capabilities(request) == {
+    assert _requested_capabilities(request) == {
         "output_schema",
         "depth_limit",
         "tool_filter",

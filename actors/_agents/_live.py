@@ -1,0 +1,85 @@
+"""The in-memory state of one live session."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from subagents.protocol import Event, SessionHeader, SessionId
+
+if TYPE_CHECKING:
+    from ._writer import Writer
+
+__all__ = ["LiveSession"]
+
+
+class LiveSession:
+    """In-memory state of one live session (owned by :class:`SessionService`)."""
+
+    __slots__ = (
+        "_lock",
+        "base_seq",
+        "events",
+        "header",
+        "last_ticket",
+        "next_seq",
+        "released",
+        "written",
+    )
+
+    def __init__(self, header: SessionHeader, next_seq: int) -> None:
+        self.header = header
+        self.base_seq = next_seq  # seq of events[0]
+        self.next_seq = next_seq
+        self.events: list[Event] = []
+        self.released = False
+        self.last_ticket = 0  # the writer ticket of this session's latest write
+        self.written = next_seq  # inline writes: events from this seq on are not stored yet
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> SessionId:
+        return self.header.id
+
+    def _append(
+        self, events: Sequence[Event], writer: Writer | None = None, defer: bool = False
+    ) -> int:
+        # One lock for the live append and the persistence hand-off keeps both
+        # logs in the same order (and so with the same seqs).
+        with self._lock:
+            self.events.extend(events)
+            self.next_seq += len(events)
+            if writer is not None:
+                if writer.inline:
+                    if not defer:
+                        self._write_inline(writer)
+                else:
+                    self.last_ticket = writer.submit("append", self.header.id, events)
+            return self.next_seq - 1
+
+    def _write_inline(self, writer: Writer) -> None:
+        """Inline mode, lock held: store the events not stored yet, drop the tail."""
+        if self.written == self.next_seq:
+            return
+        pending = self.events[self.written - self.base_seq :]
+        if writer.write_through(self.header.id, pending):
+            # The store holds the whole log now: no tail to keep.
+            self.events.clear()
+            self.base_seq = self.written = self.next_seq
+
+    def _write_pending(self, writer: Writer) -> None:
+        with self._lock:
+            self._write_inline(writer)
+
+    def _trim_through(self, seq: int) -> None:
+        with self._lock:
+            drop = min(seq + 1 - self.base_seq, len(self.events))
+            if drop > 0:
+                del self.events[:drop]
+                self.base_seq += drop
+
+    def snapshot(self) -> tuple[int, list[Event]]:
+        """``(base_seq, tail)``: the events from ``base_seq`` on, held in memory."""
+        with self._lock:
+            return self.base_seq, list(self.events)

@@ -1,0 +1,187 @@
+"""An agent's turns: what its actor does with each message of its inbox.
+
+:class:`TurnRunner` holds the state only the agent's actor touches -- the
+behaviour, the turn counter, the quiet reports waiting for the next turn, the
+running turn -- and turns each :class:`~._messages.Deliver` into exactly one turn:
+``turn/start``, the quiet reports, the delivered message, the behaviour, then
+``turn/end`` (stop reason ``completed`` / ``cancelled`` / ``failed``). ``current``
+is the one field read from outside: ``cancel()`` reads it, under the agent's
+lock, to abort the running turn's signal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    MessageSource,
+    ReportEvent,
+    SubagentError,
+    packb,
+)
+from subagents.protocol._events import _message_event, _turn_end, _turn_start
+
+from ._behaviours import Behaviour
+from ._host import AgentHost
+from ._live import LiveSession
+from ._messages import Deliver, Quiet, plain
+from ._outcome import TurnOutcome
+from ._output import validate_output
+from ._turn import Message, Turn, TurnAgent
+
+__all__ = ["TurnRunner"]
+
+logger = logging.getLogger("subagents")
+
+
+class TurnRunner:
+    """The turns of one agent (see the module docstring)."""
+
+    __slots__ = (
+        "_agent",
+        "_behaviour",
+        "_host",
+        "_lock",
+        "_output_schema",
+        "_session",
+        "context",
+        "current",
+        "next_turn",
+    )
+
+    def __init__(
+        self,
+        agent: TurnAgent,
+        host: AgentHost,
+        session: LiveSession,
+        behaviour: Behaviour,
+        *,
+        next_turn: int,
+        output_schema: Any,
+        lock: Any,
+    ) -> None:
+        self._agent = agent
+        self._host = host
+        self._session = session
+        self._behaviour = behaviour
+        self._output_schema = output_schema
+        self._lock = lock
+        self.next_turn = next_turn
+        self.context: list[Message] = []  # quiet reports for the next turn
+        self.current: Turn | None = None
+
+    def handle(self, message: Any) -> None:
+        """Run one inbox message that was not discarded."""
+        if type(message) is Deliver:
+            self.run_turn(message)
+        elif type(message) is Quiet:
+            self.context.append(
+                Message(
+                    message_id=message.message_id,
+                    content=message.content,
+                    source=message.source,
+                    kind="report",
+                )
+            )
+        else:
+            try:
+                message.fn()
+            except Exception:
+                logger.exception("call in the loop of %s raised", self._agent.session_id)
+
+    def discard(self, message: Any) -> None:
+        """A message accepted before a cancel without ``keep_inbox``: never run."""
+        if type(message) is Deliver and message.on_end is not None:
+            notify(message.on_end, TurnOutcome(-1, "cancelled", None, None, "discarded unrun"))
+
+    def pending_context(self) -> list[list[Any]]:
+        """Quiet reports no turn has seen yet, as checkpoint data."""
+        return [
+            [m.message_id, m.content, *((m.source.kind, m.source.session_id) if m.source else ())]
+            for m in self.context
+        ]
+
+    def restore_context(self, pending: Any) -> None:
+        """Quiet reports a checkpoint kept for the next turn (before the agent runs)."""
+        for message_id, content, *source in pending or ():
+            src = MessageSource(kind=source[0], session_id=source[1]) if source else None
+            self.context.append(
+                Message(message_id=message_id, content=content, source=src, kind="report")
+            )
+
+    def run_turn(self, d: Deliver) -> None:
+        host = self._host
+        sessions = host.sessions
+        clock = host.clock
+        session = self._session
+        index = self.next_turn
+        self.next_turn = index + 1
+        turn = Turn(self._agent, index, d, (), session.next_seq - 1, self._lock)
+        mid = d.message_id
+        if d.kind == "report":
+            delivered: Event = ReportEvent(
+                message_id=mid, content=d.content, source=d.source, delivery="waking"
+            )
+        else:
+            delivered = _message_event(mid, d.content, d.source)
+        events: list[Event] = [_turn_start(index, clock(), (mid,))]
+        if d.extra:
+            events.extend(d.extra)
+        if self.context:
+            context = turn.context = tuple(self.context)
+            self.context.clear()
+            for q in context:
+                events.append(
+                    ReportEvent(
+                        message_id=q.message_id,
+                        content=q.content,
+                        source=q.source,
+                        delivery="quiet",
+                    )
+                )
+        events.append(delivered)
+        self.current = turn  # a reference swap; cancel() reads it under the agent's lock
+        output: Any = None
+        structured: Any = None
+        error: str | None = None
+        try:
+            sessions.append(session, events, defer=True)  # stored with turn/end
+            output = self._behaviour.on_turn(turn)
+            stop = "cancelled" if turn.cancelled else "completed"
+        except SubagentError as exc:
+            if exc.code == ErrorCode.CANCELLED or turn.cancelled:
+                stop = "cancelled"
+            else:
+                stop, error = "failed", f"{type(exc).__name__}: {exc}"
+                logger.warning("turn %d of %s failed: %s", index, session.id, exc)
+        except Exception as exc:
+            stop, error = "failed", f"{type(exc).__name__}: {exc}"
+            logger.exception("turn %d of %s failed", index, session.id)
+        self.current = None
+        if stop == "completed" and self._output_schema is not None:
+            structured, error = validate_output(self._output_schema, output)
+            if error is not None:
+                stop = "failed"
+        if not plain(output):
+            try:
+                packb(output)
+            except SubagentError as exc:
+                stop, error, output = "failed", f"output cannot be recorded: {exc}", None
+        try:
+            sessions.append(session, (_turn_end(index, clock(), stop, output, structured, error),))
+        except Exception:
+            logger.exception("recording the end of turn %d of %s failed", index, session.id)
+        if d.on_end is not None:
+            notify(d.on_end, TurnOutcome(index, stop, output, structured, error))
+
+
+def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:
+    """Call a turn observer; what it raises is logged, never propagated."""
+    try:
+        fn(outcome)
+    except Exception:
+        logger.exception("turn observer %r raised", fn)

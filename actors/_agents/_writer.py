@@ -1,0 +1,202 @@
+"""The write-behind writer: one task commits every session's writes, in order.
+
+A store that allows it (``store.inline_writes``: in memory, never blocks) is
+written *inline* instead, by the appending caller: the same order, no task, and
+no thread or greenlet hand-off per write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from subagents.actors._kernel._backend import Backend, TaskHandle
+from subagents.actors._kernel._future import Waiter
+from subagents.protocol import ErrorCode, Event, SessionId, SubagentError
+from subagents.store import SessionStore
+
+__all__ = ["Writer"]
+
+logger = logging.getLogger("subagents")
+
+
+class Writer:
+    """The write-behind queue to persistence: one task, writes in order.
+
+    A store that allows it (``store.inline_writes``: in memory, never blocks) is
+    written *inline* instead (:meth:`write_through` for appends, :meth:`submit` for the
+    other ops), by the caller under the writer lock: the same order, no task, and
+    no thread or greenlet hand-off per write, which cost a follow-up's round trip
+    more than the write itself.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        backend: Backend,
+        committed: Callable[[SessionId, int], object],
+    ) -> None:
+        self._store = store
+        self._backend = backend
+        self._on_committed = committed  # (session, last seq) now in the store
+        self._ops: deque[tuple[int, str, SessionId, Any]] = deque()
+        self._lock = threading.Lock()
+        self._ticket = 0
+        self._committed = 0
+        self._wake = backend.event()
+        self._waiters: list[tuple[int, Any]] = []
+        self._failed: dict[SessionId, BaseException] = {}
+        self._closing = False
+        self._task: TaskHandle | None = None
+        self._awake = False  # the writer is draining: no need to signal it again
+        self.inline = store.inline_writes and not store.blocking
+        self._append_owned = store._owned_appender()
+
+    def submit(self, op: str, session_id: SessionId, payload: Any) -> int:
+        with self._lock:
+            if self._closing:
+                raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
+            self._ticket += 1
+            ticket = self._ticket
+            if self.inline:
+                self._write([(ticket, op, session_id, payload)])
+                self._committed = ticket
+                return ticket
+            self._ops.append((ticket, op, session_id, payload))
+            if self._task is None:
+                self._task = self._backend.spawn(self._run, name="subagents-session-writer")
+            if self._awake:
+                return ticket
+            self._awake = True
+        # Setting an event costs microseconds (a gevent one schedules a callback);
+        # only the submit that finds the writer asleep pays it.
+        self._wake.set()
+        return ticket
+
+    def write_through(self, session_id: SessionId, events: Sequence[Event]) -> bool:
+        """Inline mode: append ``events`` to the store now; True when stored.
+
+        The caller holds the session's lock, so the session's appends reach the
+        store in seq order; no other order matters to an append, so the writer
+        lock is not taken (the store has its own). A failure is logged and kept
+        for ``flush`` to report, and the session gets no later writes (no holes in
+        its log).
+        """
+        if self._closing:
+            raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
+        if session_id in self._failed:
+            return False
+        try:
+            self._append_owned(session_id, events)
+        except Exception as exc:
+            logger.error("persisting session %s failed: %s", session_id, exc)
+            self._failed[session_id] = exc
+            return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            self._drain()
+            with self._lock:
+                if self._ops:
+                    self._wake.set()  # raced with a submit that saw us awake
+                    continue
+                self._awake = False
+                if self._closing:
+                    return
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._ops:
+                    return
+                batch: list[tuple[int, str, SessionId, Any]] = []
+                while self._ops and len(batch) < 4096:
+                    batch.append(self._ops.popleft())
+            self._write(batch)
+            with self._lock:
+                self._committed = batch[-1][0]
+                ready = [ev for t, ev in self._waiters if t <= self._committed]
+                self._waiters = [(t, ev) for t, ev in self._waiters if t > self._committed]
+            for ev in ready:
+                ev.wake()
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        if self._store.blocking:
+            return self._backend.run_blocking(fn, *args)
+        return fn(*args)
+
+    def _write(self, batch: list[tuple[int, str, SessionId, Any]]) -> None:
+        """Write a batch through ``store.write_many``: one durable transaction.
+
+        Runs of appends to one session are merged into one op. A session whose
+        earlier write failed gets no later writes (no holes in its log).
+        """
+        ops: list[tuple[Any, ...]] = []
+        owners: list[SessionId] = []
+        i = 0
+        while i < len(batch):
+            _, op, sid, payload = batch[i]
+            i += 1
+            if sid in self._failed:
+                continue
+            if op == "append":
+                events = list(payload)
+                while i < len(batch) and batch[i][1] == "append" and batch[i][2] == sid:
+                    events.extend(batch[i][3])
+                    i += 1
+                ops.append(("append", sid, events))
+            elif op == "create":
+                header, events = payload
+                ops.append(("create", header, events))
+            elif op == "delete":
+                ops.append(("delete", sid))
+            else:  # checkpoint, projection: payload is the rest of the op
+                ops.append((op, sid, *payload))
+            owners.append(sid)
+        if not ops:
+            return
+        try:
+            results = self._call(self._store.write_many, ops)
+        except Exception as exc:  # the store itself failed: every session in the batch
+            logger.exception("persisting a batch of %d writes failed", len(ops))
+            results = [exc] * len(ops)
+        for sid, done, result in zip(owners, ops, results):
+            if isinstance(result, BaseException):
+                if done[0] != "projection":  # derived data: a lost cache row is harmless
+                    logger.error("persisting session %s failed: %s", sid, result)
+                    self._failed[sid] = result
+            elif done[0] == "append" and result:
+                self._on_committed(sid, result[-1])
+
+    def wait(self, ticket: int, timeout: float | None) -> bool:
+        waiter = Waiter()  # woken from the writer's thread, which may not be ours
+        with self._lock:
+            if self._committed >= ticket:
+                return True
+            self._waiters.append((ticket, waiter))
+        return waiter.wait(timeout)
+
+    def take_failure(self, sid: SessionId) -> BaseException | None:
+        return self._failed.get(sid)
+
+    def forget(self, sid: SessionId) -> None:
+        self._failed.pop(sid, None)
+
+    @property
+    def ticket(self) -> int:
+        return self._ticket
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            task = self._task
+            self._awake = True
+        self._wake.set()
+        if task is not None:
+            task.join()

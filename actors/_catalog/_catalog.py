@@ -1,0 +1,210 @@
+"""The durable catalog: ``list_children`` and ``list_descendants``.
+
+Theory of operation
+-------------------
+Listing reads the live session set and the optional persistence directly and
+merges their headers, the live side winning (``activity`` is ``running`` for a
+live session, ``inactive`` for one found only in persistence). It never consults
+Activations, the agent registry or providers, and never loads or resumes a child.
+Identity comes from the ``subagent`` projection unit only (:mod:`._identity`).
+
+The caller's signal is checked before and after every persistence read; any abort
+raises ``CANCELLED`` and no partial result is returned.
+
+One :class:`Catalog` serves a runtime (or a reader of a database without one, as
+the CLI is) for its whole life, so its memo of decoded identities outlives each
+listing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentError
+from subagents.store import SessionStore
+
+from ._corpus import Corpus, LiveSessions
+from ._identity import MISS, Identities
+from ._projections import ProjectionRegistry
+from ._rows import ChildRow, DescendantRow, Listing, descendant_row
+from ._runner import THREADS, Runner, SignalLike, check, signal_of
+
+__all__ = ["Catalog"]
+
+
+class Catalog:
+    """Listing over a live session set and optional persistence.
+
+    ``sessions`` may be None for a reader of a database without a runtime (the
+    CLI); ``projections`` is the mounted registry; ``runner`` runs blocking reads
+    and concurrent inspections (a runtime passes its ``Backend``).
+    """
+
+    def __init__(
+        self,
+        sessions: LiveSessions | None,
+        persistence: SessionStore | None,
+        projections: ProjectionRegistry | None,
+        runner: Runner = THREADS,
+        *,
+        live_store_mounted: bool = True,
+    ) -> None:
+        self._sessions = sessions
+        self._persistence = persistence
+        self._projections = projections
+        self._runner = runner
+        self._live_store_mounted = live_store_mounted
+        self._identities = Identities(sessions, persistence, runner, self._read)
+
+    def _require(self) -> ProjectionRegistry:
+        if self._projections is None or "subagent" not in self._projections:
+            raise SubagentError(
+                "no session projection registry is mounted", code=ErrorCode.PROJECTIONS_UNAVAILABLE
+            )
+        if not self._live_store_mounted:
+            raise SubagentError(
+                "no session store is mounted", code=ErrorCode.SESSION_STORE_UNAVAILABLE
+            )
+        return self._projections
+
+    def _read(self, fn: Callable[..., Any], signal: SignalLike, *args: Any) -> Any:
+        check(signal)
+        store = self._persistence
+        if store is not None and store.blocking:
+            result = self._runner.run_blocking(fn, *args)
+        else:
+            result = fn(*args)
+        check(signal)
+        return result
+
+    # -- the merged corpus -------------------------------------------------------------
+
+    def _whole(self, signal: SignalLike) -> Corpus:
+        """The whole merged corpus (a tree listing walks all of it)."""
+        corpus = Corpus(whole_store=True)
+        if self._persistence is not None:
+            corpus.add_persisted(self._read(self._persistence.scan_headers, signal))
+        corpus.add_live(self._sessions, None)
+        return corpus.link()
+
+    def _family(self, parent: SessionId, signal: SignalLike) -> Corpus:
+        """Only ``parent``'s children and theirs (what ``has_children`` needs): two
+        reads of the store's parent index, whatever the size of the store."""
+        corpus = Corpus(whole_store=False)
+        store = self._persistence
+        if store is not None:
+            corpus.add_persisted(self._read(store.scan_children, signal, [parent]))
+        corpus.add_live(self._sessions, {parent})
+        kids = list(corpus.headers)
+        if kids:
+            if store is not None:
+                corpus.add_persisted(self._read(store.scan_children, signal, kids))
+            corpus.add_live(self._sessions, set(kids))
+        return corpus.link()
+
+    # -- public ------------------------------------------------------------------------
+
+    def list_children(
+        self, parent_session_id: SessionId | str, signal: SignalLike | None = None
+    ) -> Listing:
+        """Direct session-backed subagent children of ``parent_session_id``."""
+        projections = self._require()
+        sig = signal_of(signal)
+        pid = SessionId(parent_session_id)
+        check(sig)
+        corpus = self._family(pid, sig)
+        headers = corpus.headers
+        heads = [
+            h for h in (headers[c] for c in corpus.children.get(pid, [])) if h.origin == "subagent"
+        ]
+        served, diagnostics = self._identities.classify(projections, corpus, heads, sig)
+        rows = tuple(
+            ChildRow(
+                id=h.id,
+                mode=served[h.id]["mode"],
+                label=served[h.id].get("label"),
+                activity="running" if h.id in corpus.live else "inactive",
+                has_children=corpus.has_children(h.id),
+                created_at=h.created_at,
+            )
+            for h in heads
+            if h.id in served
+        )
+        diagnostics.extend(corpus.diagnostics_of(pid))
+        check(sig)
+        return Listing(rows, tuple(diagnostics))
+
+    def list_descendants(
+        self, root_session_id: SessionId | str, signal: SignalLike | None = None
+    ) -> Listing:
+        """The root's whole tree in stable pre-order, with ``parent_id`` and ``depth``."""
+        projections = self._require()
+        sig = signal_of(signal)
+        root = SessionId(root_session_id)
+        check(sig)
+        corpus = self._whole(sig)
+        headers = corpus.headers
+        children = corpus.children
+        # Pre-order in parallel lists indexed by position (no tuple per node, and a
+        # node's parent is a position, not another lookup): on a 100,000-node tree
+        # each lookup in a 100,000-entry map is a likely cache miss.
+        order: list[SessionHeader] = []
+        parent_at: list[int] = []  # position of the parent in ``order``; -1: the root
+        depths: list[int] = []
+        has_sub: list[bool] = []  # has a child of origin "subagent"
+        root_header = headers.get(root)
+        root_is_sub = root_header is not None and root_header.origin == "subagent"
+        top = children.get(root, [])
+        stack_ids: list[SessionId] = list(reversed(top))
+        stack_at: list[int] = [-1] * len(top)
+        stack_depths: list[int] = [1] * len(top)
+        while stack_ids:
+            sid = stack_ids.pop()
+            at = stack_at.pop()
+            depth = stack_depths.pop()
+            if sid == root:
+                # A cycle through the root in hand-written parent links. (Every
+                # other node is reached once: each header has exactly one parent.)
+                if root_is_sub and at >= 0:
+                    has_sub[at] = True
+                continue
+            header = headers[sid]
+            if at >= 0 and header.origin == "subagent":
+                has_sub[at] = True
+            here = len(order)
+            order.append(header)
+            parent_at.append(at)
+            depths.append(depth)
+            has_sub.append(False)
+            kids = children.get(sid)
+            if kids:
+                stack_ids.extend(reversed(kids))
+                stack_at.extend([here] * len(kids))
+                stack_depths.extend([depth + 1] * len(kids))
+        heads = [h for h in order if h.origin == "subagent"]
+        served, diagnostics = self._identities.classify(projections, corpus, heads, sig)
+        if corpus.broken:
+            for node in (root, *(h.id for h in order)):
+                diagnostics.extend(corpus.diagnostics_of(node))
+        live = corpus.live
+        rows: list[DescendantRow] = []
+        for header, at, depth, sub in zip(order, parent_at, depths, has_sub):
+            sid = header.id
+            identity = served.get(sid, MISS)
+            if identity is MISS:
+                continue
+            rows.append(
+                descendant_row(
+                    sid,
+                    identity["mode"],
+                    identity.get("label"),
+                    "running" if live and sid in live else "inactive",
+                    sub,
+                    header.created_at,
+                    order[at].id if at >= 0 else root,
+                    depth,
+                )
+            )
+        check(sig)
+        return Listing(tuple(rows), tuple(diagnostics))

@@ -1,0 +1,93 @@
+"""The merged corpus a listing reads: live headers over persisted ones, linked.
+
+A :class:`Corpus` holds the headers of the sessions a listing covers -- the live
+ones (``activity`` ``running``) winning over their persisted copies -- each
+parent's children in ``(created_at, id)`` order, and the undecodable persisted
+headers by the parent they name (diagnostics of that parent's listing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from subagents.protocol import SessionHeader, SessionId
+
+from ._rows import Diagnostic
+
+__all__ = ["Corpus", "LiveSessions"]
+
+
+class _Live(Protocol):
+    @property
+    def header(self) -> SessionHeader: ...
+
+
+class LiveSessions(Protocol):
+    """The live session set as the catalog reads it (``SessionService`` is one)."""
+
+    def live_ids(self) -> list[SessionId]: ...
+    def live(self, session_id: SessionId) -> _Live | None: ...
+    def read(self, session_id: SessionId, from_seq: int = 0) -> list[Any]: ...
+
+
+class Corpus:
+    """Headers, live ids, children and broken headers of one listing."""
+
+    __slots__ = ("broken", "children", "headers", "live", "whole_store")
+
+    def __init__(self, *, whole_store: bool) -> None:
+        self.whole_store = whole_store  # every stored header was read (not one family)
+        self.headers: dict[SessionId, SessionHeader] = {}
+        self.live: set[SessionId] = set()
+        self.children: dict[SessionId, list[SessionId]] = {}
+        self.broken: dict[SessionId, list[Diagnostic]] = {}  # by parent: undecodable headers
+
+    def add_persisted(self, items: Iterable[Any]) -> None:
+        """Persisted headers, and the undecodable ones by the parent they name."""
+        for item in items:
+            if isinstance(item, SessionHeader):
+                self.headers[item.id] = item
+                continue
+            parent = (item.hint or {}).get("parent_session")
+            if parent is not None:
+                diag = Diagnostic(id=SessionId(item.session_id), kind="corrupt", detail=str(item))
+                self.broken.setdefault(SessionId(parent), []).append(diag)
+
+    def add_live(self, sessions: LiveSessions | None, parents: set[SessionId] | None) -> None:
+        """Live sessions (all, or those whose parent is in ``parents``) over persisted ones."""
+        if sessions is None:
+            return
+        for sid in sessions.live_ids():
+            live = sessions.live(sid)
+            if live is not None and (parents is None or live.header.parent_session in parents):
+                self.headers[sid] = live.header
+                self.live.add(sid)
+
+    def link(self) -> Corpus:
+        """Build each parent's ordered children; returns self."""
+        headers: Any = self.headers.values()
+        if self.live:  # persistence returns (created_at, id) order; live ones must merge in
+            headers = sorted(headers, key=lambda h: (h.created_at, h.id))
+        children = self.children
+        for header in headers:
+            parent = header.parent_session
+            if parent is not None:
+                siblings = children.get(parent)
+                if siblings is None:
+                    children[parent] = [header.id]
+                else:
+                    siblings.append(header.id)
+        return self
+
+    def has_children(self, sid: SessionId) -> bool:
+        """Whether ``sid`` has a child of origin ``subagent`` (the row's hint)."""
+        kids = self.children.get(sid)
+        if not kids:  # most nodes of a big tree are leaves: no generator for them
+            return False
+        headers = self.headers
+        return any(headers[c].origin == "subagent" for c in kids)
+
+    def diagnostics_of(self, parent: SessionId) -> list[Diagnostic]:
+        """Undecodable headers naming ``parent`` (and not shadowed by a good one)."""
+        return [d for d in self.broken.get(parent, ()) if d.id not in self.headers]

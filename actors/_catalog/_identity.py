@@ -1,0 +1,288 @@
+"""Who each listed child is: its durable identity, from the ``subagent`` unit only.
+
+The projection fold is the single classification authority; nothing here parses
+a descriptor. Per candidate, in order:
+
+* a live child -- the projection registry's watermark snapshot of its session;
+* a cold child -- a durable projection-cache row, when its ``seq`` proves it comes
+  from the child's own log (at or after ``header.seed_len``, past any fork seed);
+  a throwing cache read renders no verdict and falls through silently;
+* else one persistence inspection (``INSPECTION_CONCURRENCY`` at a time), folded
+  through the registry, whose header must still be the enumerated one (a
+  re-published id degrades to a ``corrupt`` diagnostic); its identity is cached.
+
+A settled candidate without identity is ``corrupt``; a failed inspection is
+``unavailable`` (retried next time); a running candidate without identity yet is
+omitted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any, Final
+
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    packb,
+    unpackb,
+)
+from subagents.store import SessionStore
+
+from ._corpus import Corpus, LiveSessions
+from ._projections import ProjectionRegistry
+from ._rows import Diagnostic
+from ._runner import Runner, SignalLike, check
+
+__all__ = ["IDENTITY_CACHE_MAX", "INSPECTION_CONCURRENCY", "MISS", "Identities"]
+
+logger = logging.getLogger("subagents")
+
+#: How many persistence inspections one listing runs at once.
+INSPECTION_CONCURRENCY = 8
+#: Decoded identities a catalog remembers, by the exact bytes of their cache row
+#: (equal bytes decode to equal identities, so a changed row is decoded anew).
+#: Unpacking was a fifth of a warm listing of 100,000; a full memo is cleared.
+IDENTITY_CACHE_MAX = 131_072
+MISS: Final[Any] = object()  # no usable cached identity
+
+Read = Callable[..., Any]  # read(fn, signal, *args): a persistence read, checked around
+
+
+def _cancelled(exc: BaseException) -> bool:
+    return isinstance(exc, SubagentError) and exc.code == ErrorCode.CANCELLED
+
+
+class Identities:
+    """Classifies listing candidates (see the module docstring)."""
+
+    def __init__(
+        self,
+        sessions: LiveSessions | None,
+        persistence: SessionStore | None,
+        runner: Runner,
+        read: Read,
+    ) -> None:
+        self._sessions = sessions
+        self._persistence = persistence
+        self._runner = runner
+        self._read = read
+        self._known: dict[bytes, Any] = {}  # see IDENTITY_CACHE_MAX
+
+    def _live(self, projections: ProjectionRegistry, sid: SessionId, signal: SignalLike) -> Any:
+        sessions = self._sessions
+        assert sessions is not None
+
+        def read_from(seq: int) -> Iterable[tuple[int, Event]]:
+            # Past the watermark a live log may start in persistence (the live tail
+            # is trimmed once committed): a persistence read, checked around.
+            check(signal)
+            records = sessions.read(sid, seq)
+            check(signal)
+            return ((r.seq, r.event) for r in records)
+
+        _, states = projections.snapshot(sid, read_from)
+        return projections.values(states).get("subagent")
+
+    def _cache_rows(
+        self, ids: list[SessionId], signal: SignalLike, *, whole_store: bool
+    ) -> Callable[[SessionId], Any]:
+        """A lookup of cached identity rows: one read for a big listing (of every row
+        when the listing covers the store anyway, else of ``ids``' rows), per id for
+        a small one."""
+        store = self._persistence
+        if store is None:
+            return lambda _sid: None
+        if len(ids) >= 64:
+            try:
+                if whole_store:
+                    rows = self._read(store.get_projections, signal, "subagent")
+                else:
+                    rows = self._read(store.get_projections_of, signal, "subagent", ids)
+            except Exception as exc:  # derived data: a broken cache renders no verdict
+                if _cancelled(exc):
+                    raise
+                rows = None
+            if rows is not None:
+                lookup: Callable[[SessionId], Any] = rows.get
+                return lookup
+
+        def one(sid: SessionId) -> Any:
+            try:
+                return self._read(store.get_projection, signal, sid, "subagent")
+            except Exception as exc:  # derived data: a broken cache row renders no verdict
+                if _cancelled(exc):
+                    raise
+                return None
+
+        return one
+
+    def _cached(self, header: SessionHeader, found: Any) -> Any:
+        """The cached identity (``None``: cached as absent), or :data:`MISS`."""
+        if found is None:
+            return MISS
+        seq, data = found
+        if seq < header.seed_len:
+            return MISS  # folded inside the fork seed: not the child's own identity
+        known = self._known
+        value = known.get(data, MISS)
+        if value is not MISS:
+            return value
+        try:
+            value = unpackb(data)
+        except Exception:
+            return MISS
+        if value is not None and not (isinstance(value, dict) and "mode" in value):
+            return MISS
+        if len(known) >= IDENTITY_CACHE_MAX:
+            known.clear()
+        known[data] = value
+        return value
+
+    def _inspect(
+        self, projections: ProjectionRegistry, header: SessionHeader, signal: SignalLike
+    ) -> tuple[str, Any]:
+        """``("ok", identity-or-None)``, ``("corrupt", why)`` or ``("unavailable", why)``."""
+        store = self._persistence
+        assert store is not None
+        try:
+            records = self._read(store.read, signal, header.id, 0)
+            current = self._read(store.header, signal, header.id)
+        except SubagentError as exc:
+            if exc.code == ErrorCode.CANCELLED:
+                raise
+            if exc.code == ErrorCode.CORRUPT_RECORD:
+                return "corrupt", str(exc)
+            return "unavailable", str(exc)
+        except Exception as exc:
+            return "unavailable", repr(exc)
+        # The enumerated lifecycle: the whole header (only the depth floor may rise).
+        if current is None or replace(current, delegation_depth=header.delegation_depth) != header:
+            return "corrupt", "the session was re-published while it was being listed"
+        states = projections.fold((r.seq, r.event) for r in records)
+        identity = projections.values(states).get("subagent")
+        raw = states.get("subagent")
+        # Where the identity was folded (a unit that does not say is never cached).
+        seq = raw.get("seq", -1) if isinstance(raw, dict) else (records[-1].seq if records else -1)
+        putter = getattr(store, "put_projection", None)
+        if putter is not None and seq >= header.seed_len:
+            try:
+                self._read(putter, signal, header.id, "subagent", seq, packb(identity))
+            except Exception as exc:
+                if _cancelled(exc):
+                    raise
+                logger.debug("could not cache the identity of %s", header.id, exc_info=True)
+        return "ok", identity
+
+    def classify(
+        self,
+        projections: ProjectionRegistry,
+        corpus: Corpus,
+        heads: list[SessionHeader],
+        signal: SignalLike,
+    ) -> tuple[dict[SessionId, Any], list[Diagnostic]]:
+        """Identity per candidate (rows to make) and diagnostics.
+
+        Takes the candidates' headers, not their ids: on a 100,000-node tree every
+        lookup in the 100,000-entry maps is a likely cache miss, so each row does
+        as few of them as it can.
+        """
+        served: dict[SessionId, Any] = {}
+        diagnostics: dict[SessionId, Diagnostic] = {}
+        to_inspect: deque[SessionHeader] = deque()
+        live = corpus.live
+        cold = [h.id for h in heads if h.id not in live] if live else [h.id for h in heads]
+        cache = (
+            self._cache_rows(cold, signal, whole_store=corpus.whole_store)
+            if cold
+            else (lambda _sid: None)
+        )
+        cached = self._cached
+        for header in heads:
+            sid = header.id
+            if live and sid in live:
+                try:
+                    identity = self._live(projections, sid, signal)
+                except Exception as exc:  # its log could not be read: like an inspection
+                    if _cancelled(exc):
+                        raise
+                    corrupt = (
+                        isinstance(exc, SubagentError) and exc.code == ErrorCode.CORRUPT_RECORD
+                    )
+                    diagnostics[sid] = Diagnostic(
+                        id=sid, kind="corrupt" if corrupt else "unavailable", detail=str(exc)
+                    )
+                    continue
+                if identity is not None:
+                    served[sid] = identity
+                continue  # a running candidate without identity yet is omitted
+            identity = cached(header, cache(sid))
+            if identity is MISS:
+                if self._persistence is not None:
+                    to_inspect.append(header)
+            elif identity is None:
+                diagnostics[sid] = Diagnostic(
+                    id=sid, kind="corrupt", detail="no identity in its log"
+                )
+            else:
+                served[sid] = identity
+        if to_inspect:
+            self._inspect_all(projections, to_inspect, signal, served, diagnostics)
+        if not diagnostics:
+            return served, []
+        return served, [diagnostics[h.id] for h in heads if h.id in diagnostics]
+
+    def _inspect_all(
+        self,
+        projections: ProjectionRegistry,
+        queue: deque[SessionHeader],
+        signal: SignalLike,
+        served: dict[SessionId, Any],
+        diagnostics: dict[SessionId, Diagnostic],
+    ) -> None:
+        lock = threading.Lock()
+        failure: list[BaseException] = []
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not queue or failure:
+                        return
+                    header = queue.popleft()
+                try:
+                    verdict, detail = self._inspect(projections, header, signal)
+                except BaseException as exc:
+                    with lock:
+                        failure.append(exc)
+                    return
+                with lock:
+                    if verdict == "ok" and detail is not None:
+                        served[header.id] = detail
+                    elif verdict == "ok":
+                        diagnostics[header.id] = Diagnostic(
+                            id=header.id, kind="corrupt", detail="no identity in its log"
+                        )
+                    else:
+                        diagnostics[header.id] = Diagnostic(
+                            id=header.id, kind=verdict, detail=str(detail)
+                        )
+
+        if len(queue) == 1:
+            worker()
+        else:
+            tasks = [
+                self._runner.spawn(worker, name="subagents-inspect")
+                for _ in range(min(INSPECTION_CONCURRENCY, len(queue)))
+            ]
+            for task in tasks:
+                task.join()
+        if failure:
+            raise failure[0]
+        check(signal)

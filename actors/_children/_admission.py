@@ -1,0 +1,531 @@
+"""The registry actor: admission of continuable children.
+
+Theory of operation
+-------------------
+One actor owns admission: which message may enter which child's inbox, when a
+child is materialized or cold-resumed, who may interrupt it, and where drain
+cutoffs close admission. Its state -- the *index* of every Activation that is
+not released, and the cutoffs -- is written only here, in the actor's context;
+every decision about it is made here, from a table lookup on the Activation's
+:class:`~subagents.supervision.Phase`.
+
+Messages it takes (``ask`` unless noted):
+
+* ``Reserve(child_id, parent)`` -- admit the materialization of a new child:
+  refused below a drain cutoff or under a parent that is leaving residency;
+  answers the ``RESERVED`` Activation.
+* ``Admit(request)`` (``tell``) -- route one follow-up by the child's phase:
+  into a resident inbox, behind a materialization or release in flight (the
+  request waits here, in order), refused below a cutoff, or -- the child is
+  absent -- a new reservation handed to the caller to materialize. The request's
+  reply future settles with ``None`` (delivered) or that Activation.
+* ``Withdraw(request)`` -- the caller gave up: True when it was still waiting.
+* ``Publish(activation, agent, delivery, descriptor)`` -- the final admission:
+  re-checks the exact live direct parent, installs the agent, delivers the first
+  message and then the waiting ones, in one span with no wait in between.
+* ``Abandon(activation)`` -- a materialization rolled back.
+* ``Cutoff(parents)`` -- a drain: close admission below exact live parents.
+* ``EndCutoff(parent)`` (``tell``) -- a drained parent left.
+* ``Interrupt(target, authority)`` -- decide interrupt authority.
+
+Notices (:class:`RegistryInbox`), from the supervisor: ``retire(activation)``
+(it settles, unless admission says otherwise) and ``released(activation)`` (its
+epoch is over: it leaves its parent's ``owned`` set, and the next follow-up
+resumes it).
+
+The registry also keeps the ownership records: a child is added to its parent
+Activation's ``owned`` set at publication, before its first message is
+delivered, and removed when it is released.
+
+Readers outside the actor -- the resident fast path of a follow-up or a report
+-- read the index (a dict only this actor writes) and an Activation's ``phase``,
+and then let the agent's own gate decide (:meth:`Agent.admit_followup`): the
+registry moves the gate *after* the phase, in the same handler, so a reader that
+saw a stale phase still meets the closed gate.
+
+What it never does: wait, ask another actor, or run user code. Lifecycle
+listeners are posted to the dispatcher; agents are only told things.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from subagents.actors._agents import Agent, AgentRegistry
+from subagents.actors._kernel import DispatchBox, Latch, ResultFuture
+from subagents.protocol import (
+    ContinuableDescriptor,
+    ErrorCode,
+    MessageId,
+    MessageSource,
+    SessionId,
+    SubagentError,
+    new_run_id,
+)
+from subagents.supervision import (
+    FOLLOW_UP,
+    INTERRUPTIBLE,
+    MAY_SETTLE,
+    VISIBLE,
+    Activation,
+    NoticeBox,
+    NoticeLoop,
+    Phase,
+    Route,
+    SupervisorInbox,
+    Trigger,
+    advance,
+)
+from subagents.supervision import Latch as ActivationLatch
+
+from ._types import AncestorAuthority, SubagentEvent, UserAuthority
+
+__all__ = [
+    "Abandon",
+    "Admit",
+    "Cutoff",
+    "Delivery",
+    "EndCutoff",
+    "Interrupt",
+    "Publish",
+    "Registry",
+    "RegistryInbox",
+    "Request",
+    "Reserve",
+    "Withdraw",
+]
+
+
+def _err(code: str, message: str) -> SubagentError:
+    return SubagentError(message, code=code)
+
+
+class Delivery:
+    """One message on its way into a child's inbox."""
+
+    __slots__ = ("content", "message_id", "source")
+
+    def __init__(self, content: Any, source: MessageSource, message_id: MessageId) -> None:
+        self.content = content
+        self.source = source
+        self.message_id = message_id
+
+
+class Request:
+    """A follow-up routed through the registry; ``reply`` settles with the verdict."""
+
+    __slots__ = ("child_id", "delivery", "parent", "reply")
+
+    def __init__(self, child_id: SessionId, parent: Agent, delivery: Delivery) -> None:
+        self.child_id = child_id
+        self.parent = parent
+        self.delivery = delivery
+        self.reply: ResultFuture[Activation | None] = ResultFuture()
+
+
+class Reserve:
+    __slots__ = ("child_id", "parent")
+
+    def __init__(self, child_id: SessionId, parent: Agent) -> None:
+        self.child_id = child_id
+        self.parent = parent
+
+
+class Admit:
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+
+class Withdraw:
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+
+class Publish:
+    __slots__ = ("activation", "agent", "delivery", "descriptor")
+
+    def __init__(
+        self,
+        activation: Activation,
+        agent: Agent,
+        delivery: Delivery,
+        descriptor: ContinuableDescriptor,
+    ) -> None:
+        self.activation = activation
+        self.agent = agent
+        self.delivery = delivery
+        self.descriptor = descriptor
+
+
+class Abandon:
+    __slots__ = ("activation",)
+
+    def __init__(self, activation: Activation) -> None:
+        self.activation = activation
+
+
+class Cutoff:
+    __slots__ = ("parents",)
+
+    def __init__(self, parents: tuple[Agent, ...]) -> None:
+        self.parents = parents
+
+
+class EndCutoff:
+    __slots__ = ("parent",)
+
+    def __init__(self, parent: Agent) -> None:
+        self.parent = parent
+
+
+class Interrupt:
+    __slots__ = ("authority", "target")
+
+    def __init__(self, target: SessionId, authority: UserAuthority | AncestorAuthority) -> None:
+        self.target = target
+        self.authority = authority
+
+
+class RegistryInbox(NoticeBox):
+    """The registry's notices, posted by the supervisor."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(("retire", "released"))
+
+    def retire(self, activation: Activation) -> None:
+        """Retire ``activation`` if admission agrees that it is settled."""
+        self.post("retire", activation)
+
+    def released(self, activation: Activation) -> None:
+        """``activation``'s epoch is over."""
+        self.post("released", activation)
+
+
+class Registry(NoticeLoop):
+    """The registry actor's behaviour; built into an actor class per backend.
+
+    Args:
+        index: the dict this actor publishes its Activations in (the caller made
+            it, and only reads it).
+        agents: the live agents (``is_live``, ``get``).
+        notices: this actor's own notice box.
+        supervisor: the supervisor's notices.
+        dispatch: the dispatcher, for lifecycle announcements.
+        emit: ``emit(event, scope)`` of the lifecycle listeners.
+    """
+
+    def __init__(
+        self,
+        index: dict[SessionId, Activation],
+        agents: AgentRegistry,
+        notices: RegistryInbox,
+        supervisor: SupervisorInbox,
+        dispatch: DispatchBox,
+        emit: Callable[[SubagentEvent, SessionId | None], object],
+    ) -> None:
+        super().__init__()
+        self.index = index
+        self.notices = notices
+        self._agents = agents
+        self._supervisor = supervisor
+        self._dispatch = dispatch
+        self._emit = emit
+        self._cutoffs: dict[SessionId, Agent] = {}
+
+    def __repr__(self) -> str:
+        return f"<Registry {len(self.index)} activations>"
+
+    # -- dispatch ----------------------------------------------------------------------
+
+    def on_message(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is Admit:
+            return self._route(message.request)
+        if kind is Reserve:
+            return self._reserve(message.child_id, message.parent)
+        if kind is Publish:
+            return self._publish(message)
+        if kind is Abandon:
+            return self._abandon(message.activation)
+        if kind is Withdraw:
+            return self._withdraw(message.request)
+        if kind is Cutoff:
+            return self._cutoff(message.parents)
+        if kind is EndCutoff:
+            return self._end_cutoff(message.parent)
+        if kind is Interrupt:
+            return self._interrupt(message.target, message.authority)
+        if callable(message):  # a barrier
+            return message()
+        raise TypeError(f"unexpected message {message!r}")
+
+    def on_notice(self, kind: str, key: Any, value: Any) -> None:
+        if kind == "retire":
+            self._retire(key)
+        else:
+            self._released(key)
+
+    # -- lineage and cutoffs --------------------------------------------------------------
+
+    def _own_activation(self, agent: Agent) -> Activation | None:
+        act = self.index.get(agent.session_id)
+        return act if act is not None and act.agent is agent else None
+
+    def _lineage(self, parent: Agent) -> tuple[Agent, ...]:
+        """``parent`` and its exact live ancestors, nearest first.
+
+        Above a parent outside continuation (a one-shot child) the chain goes on
+        through the live agents of the durable parent sessions, so a drain of a
+        host-owned ancestor also covers what is started below a one-shot child.
+        """
+        chain = [parent]
+        agent = parent
+        while True:
+            act = self._own_activation(agent)
+            if act is not None and act.phase in VISIBLE:
+                return (*chain, *act.lineage)
+            above = agent.parent_session
+            up = self._agents.get(above) if above is not None else None
+            if up is None or up in chain:
+                return tuple(chain)
+            chain.append(up)
+            agent = up
+
+    def _closed(self, lineage: tuple[Agent, ...]) -> bool:
+        if not self._cutoffs:
+            return False
+        is_live = self._agents.is_live
+        return any(self._cutoffs.get(a.session_id) is a and is_live(a) for a in lineage)
+
+    # -- reservation and routing -------------------------------------------------------
+
+    def _reserve(self, child_id: SessionId, parent: Agent) -> Activation:
+        own = self._own_activation(parent)
+        if own is not None and own.phase not in VISIBLE:
+            raise _err(ErrorCode.UNAUTHORIZED, "the parent is leaving residency")
+        lineage = self._lineage(parent)
+        if self._closed(lineage):
+            raise _err(
+                ErrorCode.ADMISSION_CLOSED, "admission is closed below this parent (drained)"
+            )
+        act = Activation(
+            child_id,
+            parent_session=parent.session_id,
+            parent_activation=own,
+            lineage=lineage,
+            admitted=Latch(),
+            released=Latch(),
+        )
+        if own is not None:
+            own.admissions += 1  # keeps the parent resident while we materialize
+        self.index[child_id] = act
+        return act
+
+    def _route(self, request: Request) -> None:
+        try:
+            act = self.index.get(request.child_id)
+            if act is None:  # absent: the caller materializes it
+                request.reply.set_result(self._reserve(request.child_id, request.parent))
+                return
+            route = FOLLOW_UP[act.phase]
+            if route is Route.ENQUEUE:
+                self._deliver(act, request)
+                request.reply.set_result(None)
+            elif route is Route.WAIT:
+                self._wait_behind(act, request)
+            else:
+                raise _err(
+                    ErrorCode.ADMISSION_CLOSED, "admission is closed below this parent (drained)"
+                )
+        except SubagentError as exc:
+            request.reply.set_exception(exc)
+
+    def _wait_behind(self, act: Activation, request: Request) -> None:
+        """Queue ``request`` until ``act`` publishes, rolls back or is released."""
+        if act.waiters is None:
+            act.waiters = []
+        act.waiters.append(request)
+
+    def _deliver(self, act: Activation, request: Request) -> None:
+        agent = act.agent
+        header = agent.header
+        parent = request.parent
+        if (
+            header.origin != "subagent"
+            or header.parent_session != parent.session_id
+            or not self._agents.is_live(parent)
+        ):
+            raise _err(ErrorCode.UNAUTHORIZED, "only the exact live direct parent may follow up")
+        d = request.delivery
+        if not agent.admit_followup(d.content, d.source, d.message_id):
+            raise _err(ErrorCode.AGENT_DISPOSED, f"agent {agent.session_id} is disposed")
+
+    def _reroute(self, waiters: list[Request] | None) -> None:
+        for request in waiters or ():
+            self._route(request)
+
+    def _withdraw(self, request: Request) -> bool:
+        act = self.index.get(request.child_id)
+        if act is not None and act.waiters and request in act.waiters:
+            act.waiters.remove(request)
+            return True
+        return False
+
+    # -- publication -------------------------------------------------------------------
+
+    def _publish(self, m: Publish) -> Activation:
+        act, agent = m.activation, m.agent
+        parent = act.lineage[0]
+        # The final admission: no wait between this check and the delivery.
+        if not self._agents.is_live(parent) or agent.parent_session != parent.session_id:
+            raise _err(
+                ErrorCode.UNAUTHORIZED, "the parent is no longer the exact live direct parent"
+            )
+        closed = self._closed(act.lineage)
+        trigger = Trigger.PUBLISH_CLOSED if closed else Trigger.PUBLISH
+        after = advance(act.phase, trigger)
+        act.agent = agent
+        act.provider = m.descriptor.provider
+        act.run_id = new_run_id()
+        act.drained = closed
+        parent_act = act.parent_activation
+        if parent_act is not None:
+            parent_act.owned.add(act.child_id)  # owned before the child can run
+        # The first message, then those that waited for this materialization, in
+        # order -- all before the phase lets the fast path in, so none overtakes them.
+        d = m.delivery
+        # Below a cutoff it is accepted (the materialization was admitted before
+        # the cutoff) and discarded with the rest of the drained forest.
+        agent.deliver(d.content, d.source, message_id=d.message_id, drop=closed)
+        waiters, act.waiters = act.waiters, None
+        for request in waiters or ():
+            try:
+                if closed:
+                    raise _err(
+                        ErrorCode.ADMISSION_CLOSED,
+                        "admission is closed below this parent (drained)",
+                    )
+                self._deliver(act, request)
+                request.reply.set_result(None)
+            except SubagentError as exc:
+                request.reply.set_exception(exc)
+        if closed:
+            agent.close_admission()
+        act.phase = after  # published: readers may take the fast path from here
+        self._end_admission(act, published=True)
+        # Its first turn may have ended before the phase said it could settle.
+        self._supervisor.quiescent(act)
+        self._announce(act, "subagent/start", None)
+        return act
+
+    def _abandon(self, act: Activation) -> None:
+        if act.phase is not Phase.RESERVED:
+            return
+        act.phase = advance(act.phase, Trigger.ABANDON)
+        if self.index.get(act.child_id) is act:
+            del self.index[act.child_id]
+        self._end_admission(act, published=False)
+        waiters, act.waiters = act.waiters, None
+        self._reroute(waiters)  # the first one reserves anew
+
+    def _end_admission(self, act: Activation, *, published: bool) -> None:
+        parent = act.parent_activation
+        if parent is not None:
+            parent.admissions -= 1
+            self._supervisor.quiescent(parent)  # a rolled-back child may leave it idle
+        act.admitted.set()
+
+    def _announce(self, act: Activation, kind: str, stop_reason: str | None) -> None:
+        event = SubagentEvent(
+            type=kind,
+            provider=act.provider,
+            run_id=act.run_id,
+            local=True,
+            parent_session=act.parent_session,
+            child_id=str(act.child_id),
+            mode="continuable",
+            stop_reason=stop_reason,
+        )
+        self._dispatch.call(functools.partial(self._emit, event, act.parent_session))
+
+    # -- settlement --------------------------------------------------------------------
+
+    def _retire(self, act: Activation) -> None:
+        if act.phase not in MAY_SETTLE or act.admissions or act.owned:
+            return  # whatever changed it posts a new notice when it ends
+        if not act.agent.close_if_idle():
+            return
+        act.phase = advance(act.phase, Trigger.RETIRE)
+        self._supervisor.retired(act)
+
+    def _released(self, act: Activation) -> None:
+        act.phase = advance(act.phase, Trigger.RELEASE)
+        if self.index.get(act.child_id) is act:
+            del self.index[act.child_id]
+        parent = act.parent_activation
+        if parent is not None:
+            parent.owned.discard(act.child_id)
+            self._supervisor.quiescent(parent)  # child-first: the parent may settle now
+        waiters, act.waiters = act.waiters, None
+        self._reroute(waiters)  # the first one cold-resumes it
+
+    # -- drain cutoffs -----------------------------------------------------------------
+
+    def _cutoff(self, parents: tuple[Agent, ...]) -> tuple[list[Activation], list[ActivationLatch]]:
+        for parent in parents:
+            self._cutoffs[parent.session_id] = parent
+        forest: list[Activation] = []
+        pending: list[ActivationLatch] = []
+        for act in self.index.values():
+            if not any(p in act.lineage for p in parents):
+                continue
+            if act.phase is Phase.RESERVED:
+                pending.append(act.admitted)
+                continue
+            if act.phase is Phase.RESIDENT:
+                act.drained = True
+                act.phase = advance(act.phase, Trigger.CUTOFF)
+                act.agent.close_admission()  # after the phase: see the module docstring
+            forest.append(act)
+        return forest, pending
+
+    def _end_cutoff(self, parent: Agent) -> None:
+        if self._cutoffs.get(parent.session_id) is parent:
+            del self._cutoffs[parent.session_id]
+
+    # -- interrupt authority -----------------------------------------------------------
+
+    def _interrupt(
+        self, target: SessionId, authority: UserAuthority | AncestorAuthority
+    ) -> tuple[Agent, str, SessionId | None] | None:
+        act = self.index.get(target)
+        if act is None or act.phase not in INTERRUPTIBLE:
+            return None  # an absent target is an accepted no-op
+        if isinstance(authority, UserAuthority):
+            try:
+                ok = SessionId(authority.parent_session_id) == act.parent_session
+            except SubagentError:
+                ok = False
+            kind, by = "user", act.parent_session if ok else None
+        else:
+            agent = authority.agent
+            ok = (
+                isinstance(agent, Agent)
+                and agent is not act.agent
+                and any(agent is a for a in act.lineage)
+                and self._agents.is_live(agent)
+            )
+            kind, by = "ancestor", agent.session_id if ok else None
+        if not ok:
+            raise _err(ErrorCode.UNAUTHORIZED, "not authorized to interrupt this child")
+        agent = act.agent
+        assert isinstance(agent, Agent)
+        return agent, kind, by

@@ -1,0 +1,90 @@
+"""``turn.subagents``: the subagent service with the turn's agent bound as parent."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from subagents.actors._kernel import AbortSignal
+from subagents.protocol import MessageId, SessionId
+
+from ._types import (
+    AncestorAuthority,
+    ContinuableHandle,
+    ContinuableStartSpec,
+    RunResult,
+    SubagentRun,
+    SubagentStartRequest,
+)
+
+if TYPE_CHECKING:
+    from subagents.actors._agents import Agent, Turn
+
+    from ._service import SubagentService
+
+__all__ = ["BoundSubagents"]
+
+
+class BoundSubagents:
+    """``runtime.subagents`` with an agent bound as parent.
+
+    One-shot calls default their cancellation signal to the turn's signal, so
+    cancelling the turn cancels the delegated run.
+    """
+
+    __slots__ = ("_agent", "_service", "_turn")
+
+    def __init__(self, service: SubagentService, agent: Agent, turn: Turn | None = None) -> None:
+        self._service = service
+        self._agent = agent
+        self._turn = turn
+
+    def _signal(self, signal: AbortSignal | None) -> AbortSignal:
+        if signal is not None:
+            return signal
+        return self._turn.signal if self._turn is not None else AbortSignal.never()
+
+    def start(
+        self, provider: str, prompt: Any, *, signal: AbortSignal | None = None, **fields: Any
+    ) -> SubagentRun:
+        """Start a one-shot child (see ``SubagentService.start``)."""
+        request = SubagentStartRequest(
+            parent=self._agent, prompt=prompt, signal=self._signal(signal), **fields
+        )
+        return self._service.start(provider, request)
+
+    def delegate(
+        self,
+        provider: str,
+        prompt: Any,
+        *,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> RunResult:
+        """Start a one-shot child, wait for its result, dispose it, return the result."""
+        run = self.start(provider, prompt, signal=signal, **fields)
+        try:
+            return run.result.get(timeout=timeout)
+        finally:
+            run.dispose()
+
+    def start_continuable(
+        self, provider: str, prompt: Any, *, label: str, **fields: Any
+    ) -> ContinuableHandle:
+        """Start a continuable child; returns ``(child_id, message_id)``."""
+        spec = ContinuableStartSpec(
+            parent=self._agent, provider=provider, prompt=prompt, label=label, **fields
+        )
+        return self._service.start_continuable(spec)
+
+    def followup(self, child_id: SessionId | str, content: Any, **kwargs: Any) -> MessageId:
+        """Follow up a continuable child of this agent."""
+        return self._service.followup(self._agent, child_id, content, **kwargs)
+
+    def report(self, content: Any, *, delivery: str = "quiet", **kwargs: Any) -> MessageId:
+        """Report to this (continuable) agent's direct parent."""
+        return self._service.report_from(self._agent, content, delivery=delivery, **kwargs)
+
+    def interrupt(self, child_id: SessionId | str) -> None:
+        """Interrupt a continuable descendant's current turn (as its ancestor)."""
+        self._service.interrupt(child_id, AncestorAuthority(self._agent))

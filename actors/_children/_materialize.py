@@ -1,0 +1,137 @@
+"""Materialization: making a continuable child resident, or undoing that entirely.
+
+A child becomes resident in three steps, the same for a new child and for a cold
+resume: the registry admits a reservation (a ``RESERVED`` Activation); the caller
+builds the agent in its own thread (session, setup contributions, listeners) --
+the slow part, with store reads and user code; the registry publishes it,
+delivering the first message in the same span. Any failure before publication
+rolls the child back completely: the agent is disposed (which releases its setup
+scope), a new child's session is deleted, and the reservation is abandoned.
+
+:class:`Materializer` also waits for the registry's verdict on a routed
+follow-up, honouring the caller's signal: a caller that gives up while queued is
+withdrawn; one whose verdict arrived meanwhile keeps it (an accepted message
+stays accepted) or abandons the reservation it was handed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.actors._kernel import AbortSignal, Latch
+from subagents.protocol import ContinuableDescriptor, ErrorCode, SubagentError
+from subagents.supervision import Activation, SupervisorInbox
+
+from ._admission import Abandon, Admit, Delivery, Publish, Request, Withdraw
+from ._setup import SetupRegistry
+
+__all__ = ["ADMISSION_TIMEOUT", "Materializer"]
+
+#: Seconds a follow-up waits behind a materialization or a release in flight
+#: before it gives up with ``TIMEOUT`` (its caller's signal may end it sooner).
+ADMISSION_TIMEOUT = 60.0
+
+
+class Materializer:
+    """The caller's side of admission (see the module docstring)."""
+
+    def __init__(
+        self,
+        ask: Callable[[Any], Any],
+        tell: Callable[[Any], None],
+        setups: SetupRegistry,
+        supervisor: SupervisorInbox,
+    ) -> None:
+        self._ask = ask
+        self._tell = tell
+        self._setups = setups
+        self._supervisor = supervisor
+
+    def route(self, request: Request, signal: AbortSignal) -> Activation | None:
+        """Route ``request`` through the registry: None when delivered, else the
+        reservation the caller must materialize.
+
+        Raises:
+            SubagentError: the registry's refusal, ``CANCELLED`` or ``TIMEOUT``.
+        """
+        reply = request.reply
+        self._tell(Admit(request))
+        if not reply.done():
+            arrived = Latch()
+            reply.add_done_callback(lambda _reply: arrived.set())
+            AbortSignal.any(arrived.signal, signal).wait(ADMISSION_TIMEOUT)
+        if not reply.done() and self._ask(Withdraw(request)):
+            signal.raise_if_aborted()
+            raise SubagentError(
+                f"admission to {request.child_id} did not open within {ADMISSION_TIMEOUT} s",
+                code=ErrorCode.TIMEOUT,
+            )
+        verdict = reply.get(0)  # answered before the withdrawal reached the registry
+        if verdict is not None and signal.aborted:
+            self._ask(Abandon(verdict))
+            signal.raise_if_aborted()
+        return verdict
+
+    def attach(self, act: Activation, agent: Agent) -> None:
+        """Install setup contributions and the residency listeners (unpublished)."""
+        self._setups.install(agent)
+        supervisor = self._supervisor
+
+        def on_idle(_agent: Agent) -> None:
+            # A waiting parent (it owns children) cannot settle on its own going
+            # idle: the release of its last child considers it again. Skipping the
+            # notice keeps a busy parent's turn loop free of supervisor traffic.
+            if not act.owned or act.drained:
+                supervisor.quiescent(act)
+
+        def on_disposed(disposed: Agent) -> None:
+            if act.agent is disposed:  # published: its epoch ends here
+                supervisor.released(act)
+
+        agent.add_idle_listener(on_idle)
+        agent.add_dispose_listener(on_disposed)
+
+    def publish(
+        self, act: Activation, agent: Agent, delivery: Delivery, descriptor: ContinuableDescriptor
+    ) -> None:
+        """The final admission; a child published below a cutoff is drained at once."""
+        self._ask(Publish(act, agent, delivery, descriptor))
+        if act.drained:
+            agent.cancel("drained", keep_inbox=False)
+
+    def rollback(
+        self, act: Activation, agent: Agent | None, delete_from: SessionService | None
+    ) -> None:
+        """Undo a materialization that did not publish: nothing of it may remain.
+
+        ``delete_from``: the sessions a new child's session is deleted from (None
+        for a cold resume, whose session stays).
+        """
+        if agent is not None:
+            agent.dispose(flush=False)  # releases its setup scope
+            if delete_from is not None:
+                delete_from.discard(agent.session)
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._ask(Abandon(act))
+
+    def resume(
+        self,
+        act: Activation,
+        agents: AgentRegistry,
+        delivery: Delivery,
+        signal: AbortSignal,
+    ) -> None:
+        """Cold-resume ``act``'s child from its persisted session and publish it."""
+        agent: Agent | None = None
+        try:
+            agent, descriptor = agents.resume_continuable(act.child_id)
+            self.attach(act, agent)
+            signal.raise_if_aborted()
+            self.publish(act, agent, delivery, descriptor)
+        except BaseException:
+            self.rollback(act, agent, None)
+            raise

@@ -1,0 +1,78 @@
+"""An alarm: call back once the earliest requested deadline has passed.
+
+The supervisor holds keep-warm deadlines but never blocks; it asks an
+:class:`Alarm` to wake it. One task (a thread, or a greenlet of the runtime's hub)
+is started on the first request and sleeps until the earliest deadline, then
+calls ``fire`` -- which only posts a notice, so the deadlines themselves stay the
+supervisor's. Deadlines are in ``clock()`` units (``time.monotonic`` by default).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from ._backend import Backend, EventLike, TaskHandle
+
+__all__ = ["Alarm"]
+
+
+class Alarm:
+    """Calls ``fire()`` once the earliest deadline given to :meth:`at` has passed."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        fire: Callable[[], object],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "subagents-alarm",
+    ) -> None:
+        self._backend = backend
+        self._fire = fire
+        self._clock = clock
+        self._name = name
+        self._lock = threading.Lock()  # never held across a call out or a switch
+        self._next = math.inf
+        self._closed = False
+        self._task: TaskHandle | None = None
+        self._wake: EventLike = backend.event()
+
+    def at(self, deadline: float) -> None:
+        """Fire once ``deadline`` has passed (an earlier pending one still fires first)."""
+        if deadline == math.inf:
+            return
+        with self._lock:
+            if self._closed or deadline >= self._next:
+                return
+            self._next = deadline
+            if self._task is None:
+                self._task = self._backend.spawn(self._run, name=self._name)
+                return
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                due = self._next
+                left = due - self._clock()
+                if left <= 0:
+                    self._next = math.inf
+            if left <= 0:
+                self._fire()
+                continue
+            self._wake.wait(None if left == math.inf else left)
+            self._wake.clear()
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop the task (a pending deadline never fires)."""
+        with self._lock:
+            self._closed = True
+            task = self._task
+        self._wake.set()
+        if task is not None:
+            task.join(timeout)

@@ -1,0 +1,54 @@
+"""The dispatcher actor: user callbacks, run in order, outside every owner.
+
+Lifecycle listeners are user code. Run inside the registry or the supervisor, a
+listener that blocks would stall admission or release; run by whoever changed the
+state, ``subagent/start`` of an epoch could race its own ``subagent/end``. So the
+owners only *post* callbacks here, after their state change, and this one actor
+runs them one at a time in posting order: an epoch's start is posted when the
+registry publishes it and its end when the supervisor releases it, hence start
+always comes first, and a slow listener delays only other announcements.
+
+A callback that raises is logged and the next one runs. The mailbox also takes
+plain callables to ``ask`` (barriers).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from subagents.supervision import NoticeBox, NoticeLoop
+
+__all__ = ["DispatchBox", "Dispatcher"]
+
+
+class DispatchBox(NoticeBox):
+    """Callbacks for the dispatcher, posted from any thread or greenlet, kept in order."""
+
+    __slots__ = ("_tokens",)
+
+    def __init__(self) -> None:
+        super().__init__(("call",))
+        self._tokens = itertools.count()
+
+    def call(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` in the dispatcher after everything posted before it."""
+        self.post("call", next(self._tokens), fn)
+
+
+class Dispatcher(NoticeLoop):
+    """The dispatcher actor's behaviour (see the module docstring)."""
+
+    def __init__(self, notices: DispatchBox) -> None:
+        super().__init__()
+        self.notices = notices
+
+    def __repr__(self) -> str:
+        return "<Dispatcher>"
+
+    def on_notice(self, kind: str, key: Any, value: Any) -> None:
+        value()
+
+    def on_message(self, message: Any) -> Any:
+        return message()

@@ -1,0 +1,54 @@
+"""pykka's private surface, named in one place.
+
+pykka gives runtimes three hooks on :class:`pykka.Actor`
+(``_create_actor_inbox``, ``_create_future``, ``_start_actor_loop``), and the
+gevent runtime is written against exactly those. Everything else private that
+this package touches is listed here, so an upgrade that moves one of them fails
+one contract test (``tests/actors/test_pykka_contract.py``) instead of a
+runtime path; setup.cfg pins ``pykka>=4.1,<5`` for the same reason.
+
+What we rely on, and why:
+
+* ``Actor._actor_loop``, ``Actor._stop``, ``Actor._actor_loop_teardown`` -- the
+  gevent loop greenlet runs pykka's loop, and a greenlet killed from outside stops
+  its actor the way pykka's own teardown does.
+* ``Actor._actor_ref`` -- the gevent actor swaps in a lighter ``actor_stopped``
+  event on its ref.
+* ``Actor._handle_receive`` -- the agent actor dispatches its own messages before
+  pykka tests four message types of its own (a measurable share of a turn).
+* ``Future._get_hook`` -- the gevent future honours ``set_get_hook`` like pykka's.
+* the envelope protocol of the loop: an inbox item has ``message`` and
+  ``reply_to`` -- the agent puts its own messages into its inbox as their own
+  envelopes, saving an allocation per follow-up.
+* typing only: ``pykka._envelope.Envelope``, ``pykka._actor.ActorInbox``,
+  ``pykka._future.GetHookFunc``, ``pykka._types.OptExcInfo``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["ENVELOPE_FIELDS", "PRIVATE_ATTRIBUTES", "RUNTIME_HOOKS", "TYPING_NAMES"]
+
+#: The hooks pykka documents for runtimes.
+RUNTIME_HOOKS: Final = ("_create_actor_inbox", "_create_future", "_start_actor_loop")
+
+#: ``(class, attribute)`` pairs of pykka's private surface that we call or override.
+PRIVATE_ATTRIBUTES: Final = (
+    ("Actor", "_actor_loop"),
+    ("Actor", "_stop"),
+    ("Actor", "_actor_loop_teardown"),
+    ("Actor", "_handle_receive"),
+    ("Future", "_get_hook"),
+)
+
+#: Attributes every inbox item must have for pykka's loop (and for our own messages).
+ENVELOPE_FIELDS: Final = ("message", "reply_to")
+
+#: ``module: names`` imported for type checking only.
+TYPING_NAMES: Final = {
+    "pykka._envelope": ("Envelope",),
+    "pykka._actor": ("ActorInbox",),
+    "pykka._future": ("GetHookFunc",),
+    "pykka._types": ("OptExcInfo",),
+}
