@@ -70,7 +70,9 @@ class Activation:
       at admission, before a child can run), ``drained``, ``waiters``
       (follow-ups queued behind a materialization or a release);
     * latches, set once: ``admitted`` by the registry when the materialization
-      publishes or rolls back, ``released`` once the end of the epoch is announced.
+      publishes or rolls back, ``released`` once the end of the epoch is announced;
+    * ``announced``: the actors layer's record of what of the epoch's lifecycle
+      pair was announced (it orders ``subagent/start`` before ``subagent/end``).
 
     The supervisor writes none of it: it *decides* from it (residency, keep-warm,
     release order) and the registry confirms against its own state.
@@ -80,6 +82,7 @@ class Activation:
         "admissions",
         "admitted",
         "agent",
+        "announced",
         "child_id",
         "depth",
         "drained",
@@ -119,6 +122,7 @@ class Activation:
         self.drained = False
         self.waiters: list[Any] | None = None  # allocated when the first one queues
         self.owned: set[SessionId] = set()
+        self.announced = 0
 
     def __repr__(self) -> str:
         state = residency(self) if self.agent is not None else "-"

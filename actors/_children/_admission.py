@@ -43,18 +43,17 @@ and then let the agent's own gate decide (:meth:`Agent.admit_followup`): the
 registry moves the gate *after* the phase, in the same handler, so a reader that
 saw a stale phase still meets the closed gate.
 
-What it never does: wait, ask another actor, or run user code. Lifecycle
-listeners are posted to the dispatcher; agents are only told things.
+What it never does: wait, ask another actor, or run user code (lifecycle
+listeners run in the publisher's thread and the dispatcher); agents are only
+told things.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry
-from subagents.actors._kernel import DispatchBox, Latch, ResultFuture
+from subagents.actors._kernel import Latch, ResultFuture
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
@@ -80,7 +79,7 @@ from subagents.supervision import (
 )
 from subagents.supervision import Latch as ActivationLatch
 
-from ._types import AncestorAuthority, SubagentEvent, UserAuthority
+from ._types import AncestorAuthority, UserAuthority
 
 __all__ = [
     "Abandon",
@@ -218,8 +217,6 @@ class Registry(NoticeLoop):
         agents: the live agents (``is_live``, ``get``).
         notices: this actor's own notice box.
         supervisor: the supervisor's notices.
-        dispatch: the dispatcher, for lifecycle announcements.
-        emit: ``emit(event, scope)`` of the lifecycle listeners.
     """
 
     def __init__(
@@ -228,16 +225,12 @@ class Registry(NoticeLoop):
         agents: AgentRegistry,
         notices: RegistryInbox,
         supervisor: SupervisorInbox,
-        dispatch: DispatchBox,
-        emit: Callable[[SubagentEvent, SessionId | None], object],
     ) -> None:
         super().__init__()
         self.index = index
         self.notices = notices
         self._agents = agents
         self._supervisor = supervisor
-        self._dispatch = dispatch
-        self._emit = emit
         self._cutoffs: dict[SessionId, Agent] = {}
 
     def __repr__(self) -> str:
@@ -423,7 +416,6 @@ class Registry(NoticeLoop):
         self._end_admission(act, published=True)
         # Its first turn may have ended before the phase said it could settle.
         self._supervisor.quiescent(act)
-        self._announce(act, "subagent/start", None)
         return act
 
     def _abandon(self, act: Activation) -> None:
@@ -442,19 +434,6 @@ class Registry(NoticeLoop):
             parent.admissions -= 1
             self._supervisor.quiescent(parent)  # a rolled-back child may leave it idle
         act.admitted.set()
-
-    def _announce(self, act: Activation, kind: str, stop_reason: str | None) -> None:
-        event = SubagentEvent(
-            type=kind,
-            provider=act.provider,
-            run_id=act.run_id,
-            local=True,
-            parent_session=act.parent_session,
-            child_id=str(act.child_id),
-            mode="continuable",
-            stop_reason=stop_reason,
-        )
-        self._dispatch.call(functools.partial(self._emit, event, act.parent_session))
 
     # -- settlement --------------------------------------------------------------------
 

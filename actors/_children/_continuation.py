@@ -72,6 +72,7 @@ from ._admission import (
     Request,
     Reserve,
 )
+from ._announce import Announcer
 from ._child import ChildContext, child_options, create_child
 from ._events import EventBus
 from ._materialize import Materializer
@@ -128,17 +129,18 @@ class ContinuationManager:
         self._supervisor_box = SupervisorInbox()
         self._registry_box = RegistryInbox()
         self._alarm = Alarm(backend, self._supervisor_box.tick, name="subagents-keep-warm")
+        announcer = Announcer(events.emit)
         self._hooks = ResidencyHooks(
-            self._registry_box, dispatch, self._alarm, events.emit, float(keep_warm)
+            self._registry_box, dispatch, self._alarm, announcer, float(keep_warm)
         )
         self._supervisor = actor_class(base, Supervisor).start(self._hooks, self._supervisor_box)
         self._supervisor_box.bind(self._supervisor)
         self._registry = actor_class(base, Registry).start(
-            self._index, ctx.agents, self._registry_box, self._supervisor_box, dispatch, events.emit
+            self._index, ctx.agents, self._registry_box, self._supervisor_box
         )
         self._registry_box.bind(self._registry)
         self._materializer = Materializer(
-            self._ask, self._registry.tell, self._setups, self._supervisor_box
+            self._ask, self._registry.tell, self._setups, self._supervisor_box, announcer
         )
 
     @property

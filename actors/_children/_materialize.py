@@ -27,6 +27,7 @@ from subagents.protocol import ContinuableDescriptor, ErrorCode, SubagentError
 from subagents.supervision import Activation, SupervisorInbox
 
 from ._admission import Abandon, Admit, Delivery, Publish, Request, Withdraw
+from ._announce import Announcer
 from ._setup import SetupRegistry
 
 __all__ = ["ADMISSION_TIMEOUT", "Materializer"]
@@ -45,10 +46,12 @@ class Materializer:
         tell: Callable[[Any], None],
         setups: SetupRegistry,
         supervisor: SupervisorInbox,
+        announcer: Announcer,
     ) -> None:
         self._ask = ask
         self._tell = tell
         self._setups = setups
+        self._announcer = announcer
         self._supervisor = supervisor
 
     def route(self, request: Request, signal: AbortSignal) -> Activation | None:
@@ -98,10 +101,14 @@ class Materializer:
     def publish(
         self, act: Activation, agent: Agent, delivery: Delivery, descriptor: ContinuableDescriptor
     ) -> None:
-        """The final admission; a child published below a cutoff is drained at once."""
+        """The final admission, then the epoch's ``subagent/start``; a child published
+        below a cutoff is drained at once."""
         self._ask(Publish(act, agent, delivery, descriptor))
-        if act.drained:
-            agent.cancel("drained", keep_inbox=False)
+        try:
+            if act.drained:
+                agent.cancel("drained", keep_inbox=False)
+        finally:
+            self._announcer.start(act)
 
     def rollback(
         self, act: Activation, agent: Agent | None, delete_from: SessionService | None

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
 
 from subagents.actors._kernel import Alarm, DispatchBox
-from subagents.protocol import SessionId
 from subagents.supervision import Activation
 
 from ._admission import RegistryInbox
-from ._types import SubagentEvent
+from ._announce import Announcer
 
 __all__ = ["ResidencyHooks"]
 
@@ -35,13 +33,13 @@ class ResidencyHooks:
         registry: RegistryInbox,
         dispatch: DispatchBox,
         alarm: Alarm,
-        emit: Callable[[SubagentEvent, SessionId | None], object],
+        announcer: Announcer,
         keep_warm: float,
     ) -> None:
         self._registry = registry
         self._dispatch = dispatch
         self._alarm = alarm
-        self._emit = emit
+        self._announcer = announcer
         self.keep_warm = keep_warm
         self.closing = False
 
@@ -52,29 +50,10 @@ class ResidencyHooks:
         activation.agent.dispose(wait=False, checkpoint=True)
 
     def announce_release(self, activation: Activation) -> None:
-        # The end is announced after everything posted before it (its start
-        # among them); the latch is set after the listeners ran, so a drain that
-        # returns has had every end of its forest announced.
-        self._dispatch.call(functools.partial(self._end, activation))
+        # After everything posted to the dispatcher before it; the registry learns of
+        # the release next, and drops the child from its parent's owned set.
+        self._dispatch.call(functools.partial(self._announcer.end, activation))
         self._registry.released(activation)
-
-    def _end(self, activation: Activation) -> None:
-        try:
-            self._emit(
-                SubagentEvent(
-                    type="subagent/end",
-                    provider=activation.provider,
-                    run_id=activation.run_id,
-                    local=True,
-                    parent_session=activation.parent_session,
-                    child_id=str(activation.child_id),
-                    mode="continuable",
-                    stop_reason="cancelled" if activation.drained else "completed",
-                ),
-                activation.parent_session,
-            )
-        finally:
-            activation.released.set()
 
     def warm_until(self, activation: Activation) -> float | None:
         if self.keep_warm <= 0 or self.closing:

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -357,11 +358,31 @@ def test_class_flags() -> None:
     assert SqliteStore.blocking is True
 
 
-def test_flush_is_accepted(store: SessionStore, make_header: MakeHeader) -> None:
-    h = make_header()
-    store.create_session(h)
-    store.flush()
-    store.flush(h.id)
+def test_flush_keeps_every_write_and_checks_its_argument(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents, tmp_path: Path
+) -> None:
+    """``flush()`` and ``flush(session)`` leave what was written readable, in order
+    (for SQLite: from another connection too, as a restarted process would read it);
+    a malformed id is ``INVALID_ARGUMENT``, a closed store ``STORE_CLOSED``."""
+    h, other = make_header(), make_header()
+    events = make_events(3)
+    store.create_session(h, events[:1])
+    store.append(h.id, events[1:])
+    store.create_session(other, make_events(2, "o"))
+    assert store.flush() is None
+    assert store.flush(h.id) is None
+    assert store.read(h.id) == [LogRecord(i, e) for i, e in enumerate(events)]
+    assert store.last_seq(other.id) == 1
+    if isinstance(store, SqliteStore):
+        with SqliteStore(tmp_path / "s.db") as again:
+            assert again.read(h.id) == store.read(h.id)
+    with pytest.raises(SubagentError) as err:
+        store.flush("not a session id")
+    assert _code(err) == ErrorCode.INVALID_ARGUMENT
+    store.close()
+    with pytest.raises(SubagentError) as err:
+        store.flush()
+    assert _code(err) == ErrorCode.STORE_CLOSED
 
 
 def test_close_is_idempotent_and_later_calls_fail(
