@@ -1,0 +1,248 @@
+"""Races on the rules of admission, run many rounds on both backends.
+
+On gevent every racing operation is a greenlet of one hub, which is where a
+``threading.RLock`` used to exclude nothing; on threads they are OS threads. The
+rules raced (R-FUP-1, R-FUP-4, R-RES-3, R-DRAIN-1, R-DRAIN-6):
+
+* a follow-up racing the child's settlement is delivered exactly once, in each
+  sender's order, whether it met the child resident, settling or absent;
+* once a drain's cutoff is in place no follow-up below it is admitted, and
+  nothing runs in the drained forest after the drain returned;
+* on gevent, no lock of the runtime is ever held across a greenlet switch (the
+  discipline that makes its native locks correct between greenlets).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import greenlet
+import pytest
+from continuable_kit import CountingStore, Kit, spawn
+from subagents.actors import Runtime
+from subagents.actors._children._admission import Registry
+from subagents.actors._kernel import Backend
+from subagents.protocol import ErrorCode, SubagentError
+
+ROUNDS = 12
+PRODUCERS = 4
+PER_PRODUCER = 25
+
+
+@pytest.fixture
+def warm_kit(backend: Backend) -> Iterator[Kit]:
+    with Runtime(CountingStore(), backend=backend) as rt:
+        kit = Kit(rt)
+        yield kit
+        kit.close()
+
+
+def _followups_racing_settlement(kit: Kit, rounds: int) -> None:
+    rt = kit.rt
+    for r in range(rounds):
+        root = kit.root(f"root{r}")
+        child_id, _ = kit.start(root, ("first", r), label=f"kid{r}")
+
+        def produce(p: int, root: Any = root, child_id: Any = child_id) -> list[Any]:
+            ids = []
+            for i in range(PER_PRODUCER):
+                ids.append(rt.subagents.followup(root, child_id, (p, i)))
+                if i % 5 == p % 5:
+                    rt.backend.sleep(0)  # let the child settle between some of them
+            return ids
+
+        tasks = [spawn(rt, produce, p) for p in range(PRODUCERS)]
+        accepted = [mid for t in tasks for mid in t.result(30)]
+        kit.wait_settled(f"kid{r}", timeout=30)
+        ran = kit.started_ids(f"kid{r}")
+        assert sorted(ran[1:]) == sorted(accepted), "a follow-up was lost or run twice"
+        contents = [tuple(c) for c in kit.contents(f"kid{r}")[1:]]
+        for p in range(PRODUCERS):
+            mine = [i for q, i in contents if q == p]
+            assert mine == list(range(PER_PRODUCER)), f"producer {p} out of order: {mine}"
+
+
+def test_followups_racing_settlement_run_once_in_order(warm_kit: Kit) -> None:
+    """Four senders follow up one child that settles whenever it runs dry: every
+    accepted id runs exactly once, each sender's messages in its order."""
+    _followups_racing_settlement(warm_kit, ROUNDS)
+
+
+def test_no_followup_is_admitted_after_the_cutoff(warm_kit: Kit, monkeypatch: Any) -> None:
+    """Senders race a drain of their children's parent: a follow-up that began after
+    the cutoff was applied is refused with ``ADMISSION_CLOSED``; everything accepted
+    before it ran or was discarded, and nothing ran after the drain returned."""
+    kit = warm_kit
+    rt = kit.rt
+    cut = threading.Event()
+    original = Registry._cutoff
+
+    def cutoff(self: Registry, parents: Any) -> Any:
+        result = original(self, parents)
+        cut.set()  # applied: the gates of the forest are closed
+        return result
+
+    monkeypatch.setattr(Registry, "_cutoff", cutoff)
+    for r in range(ROUNDS):
+        cut.clear()
+        root = kit.root(f"root{r}")
+        kids = [kit.start(root, "hi", label=f"k{r}-{j}")[0] for j in range(3)]
+        outcomes: list[tuple[bool, Any]] = []
+        lock = threading.Lock()
+
+        def produce(
+            p: int,
+            root: Any = root,
+            kids: list[Any] = kids,
+            lock: Any = lock,
+            outcomes: list[tuple[bool, Any]] = outcomes,
+        ) -> None:
+            for i in itertools.count():
+                began_after_cutoff = cut.is_set()
+                try:
+                    rt.subagents.followup(root, kids[(p + i) % len(kids)], (p, i))
+                    outcome: Any = "accepted"
+                except SubagentError as exc:
+                    outcome = exc.code
+                with lock:
+                    outcomes.append((began_after_cutoff, outcome))
+                if began_after_cutoff or i > 200:
+                    return
+                if i % 3 == 0:
+                    rt.backend.sleep(0)
+
+        tasks = [spawn(rt, produce, p) for p in range(PRODUCERS)]
+        rt.backend.sleep(0)
+        rt.subagents.drain_continuable_descendants([root])
+        for t in tasks:
+            t.result(30)
+        late = [o for after, o in outcomes if after]
+        assert late and set(late) == {ErrorCode.ADMISSION_CLOSED}, late
+        logs = {kid: list(rt.sessions.read(kid)) for kid in kids}
+        kit.barrier()
+        assert {kid: list(rt.sessions.read(kid)) for kid in kids} == logs
+        assert all(rt.continuation.activation(kid) is None for kid in kids)
+
+
+class _SwitchWatch:
+    """At every greenlet switch, checks that no lock of the runtime is held."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.switches = 0
+        self.held: list[str] = []
+        self._previous: Any = greenlet.settrace(self)
+
+    def _locks(self) -> Iterator[tuple[str, Any]]:
+        rt = self.rt
+        cont = rt.continuation
+        yield "agent registry", rt.agents._lock
+        yield "session service", rt.sessions._lock
+        writer = rt.sessions._writer
+        if writer is not None:
+            yield "writer", writer._lock
+        yield "registry notices", cont._registry_box._lock
+        yield "supervisor notices", cont._supervisor_box._lock
+        yield "setups", cont._setups._lock
+        yield "alarm", cont._alarm._lock
+        for agent in list(rt.agents._agents.values()):
+            yield f"agent {agent.label}", agent._lock
+        for live in list(rt.sessions._live.values()):
+            yield f"session {live.header.label}", live._lock
+
+    def __call__(self, event: str, args: Any) -> None:
+        if event in ("switch", "throw"):
+            self.switches += 1
+            for name, lock in self._locks():
+                if lock.locked():
+                    self.held.append(name)
+        if self._previous is not None:
+            self._previous(event, args)
+
+    def close(self) -> None:
+        greenlet.settrace(self._previous)
+
+
+@pytest.mark.backend_specific
+def test_no_lock_is_held_across_a_greenlet_switch() -> None:
+    """On gevent the runtime's locks are native locks that only exclude because no
+    critical section ever yields; run the settlement race under a switch tracer
+    that looks at every one of them at every switch."""
+    with Runtime(CountingStore(), backend="gevent") as rt:
+        kit = Kit(rt)
+        watch = _SwitchWatch(rt)
+        try:
+            _followups_racing_settlement(kit, 3)
+        finally:
+            watch.close()
+            kit.close()
+        assert watch.switches > 300, watch.switches
+        assert watch.held == [], sorted(set(watch.held))
+
+
+# -- forced interleavings at the two points where the fast path meets the registry ----
+
+
+def test_a_followup_meeting_a_retiring_child_waits_for_its_next_epoch(kit: Kit) -> None:
+    """Forced interleaving: the registry has closed the child's gate to retire it but
+    not yet recorded the retirement (its phase still reads ``RESIDENT``). A
+    follow-up that reads that phase must not enter the retiring agent: it waits in
+    the registry, and runs once, in the child's next epoch, on a new agent."""
+    rt = kit.rt
+    root = kit.root()
+    child_id, _ = kit.start(root, [["block", "busy"]], label="kid")
+    assert kit.gate("busy").wait_reached(10)
+    old = kit.live("kid")
+    retiring = kit.gate("retiring")
+    close_if_idle = old.close_if_idle
+
+    def paused_close() -> bool:
+        closed = close_if_idle()
+        if closed:
+            retiring.pass_through(None)  # the registry, preempted right after the gate
+        return closed
+
+    old.close_if_idle = paused_close  # type: ignore[method-assign]
+    kit.gate("busy").release()
+    assert retiring.wait_reached(10)
+    act = rt.continuation._index[child_id]
+    assert act.agent is old and act.phase.name == "RESIDENT" and old.idle
+    task = spawn(rt, rt.subagents.followup, root, child_id, "in the window")
+    assert not task.join(0.2), "the follow-up was admitted into a retiring agent"
+    retiring.release()
+    task.result(10)
+    kit.wait_settled("kid", epochs=2)
+    last = kit.script.turns_of("kid")[-1]
+    assert last.content == "in the window" and last.agent is not old
+    assert kit.contents("kid").count("in the window") == 1
+
+
+def test_a_followup_that_read_a_stale_phase_meets_the_closed_gate(kit: Kit) -> None:
+    """Forced interleaving: a follow-up read ``RESIDENT`` and is about to enter the
+    child's inbox when a drain applies its cutoff; the gate, closed by the cutoff in
+    the same registry step as the phase, refuses it with ``ADMISSION_CLOSED``."""
+    rt = kit.rt
+    root = kit.root()
+    child_id, _ = kit.start(root, [["block", "busy"]], label="kid")
+    assert kit.gate("busy").wait_reached(10)
+    agent = kit.live("kid")
+    entering = kit.gate("entering")
+    admit = agent.admit_followup
+
+    def paused_admit(*args: Any) -> bool:
+        entering.pass_through(None)  # read RESIDENT, preempted before the gate
+        return admit(*args)
+
+    agent.admit_followup = paused_admit  # type: ignore[method-assign]
+    task = spawn(rt, rt.subagents.followup, root, child_id, "too late")
+    assert entering.wait_reached(10)
+    drain = spawn(rt, rt.subagents.drain_continuable_descendants, [root])
+    assert kit.script.notes.has("cancelled", "kid")  # the cutoff is applied
+    entering.release()
+    error = task.error(10)
+    assert isinstance(error, SubagentError) and error.code == ErrorCode.ADMISSION_CLOSED
+    drain.result(20)
+    assert "too late" not in kit.contents("kid")
