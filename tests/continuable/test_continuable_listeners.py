@@ -1,0 +1,124 @@
+"""User code runs outside admission and release (R-EVT-5, R-EVT-6, R-SETUP-1).
+
+Lifecycle listeners, setup contributions and their releases are user code. None
+of them runs inside the registry or the supervisor actor or under a lock of the
+runtime, so one that blocks or raises cannot stall the admission of other
+children: here each blocks (on a gate) or raises, and meanwhile other children are
+started, followed up, cold-resumed and settled.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from continuable_kit import Kit, spawn
+from subagents.actors import SubagentEvent
+
+
+def _busy_elsewhere(kit: Kit, label: str) -> None:
+    """Admission of an unrelated child goes on: start, settle, cold-resume, settle."""
+    rt = kit.rt
+    other = kit.root(f"other-{label}")
+    cid, _ = kit.start(other, "hi", label=label)
+    kit.wait_settled(label, epochs=1)
+    rt.subagents.followup(other, cid, "again")
+    kit.wait_settled(label, epochs=2)
+    assert kit.contents(label) == ["hi", "again"]
+
+
+def test_a_blocking_end_listener_stalls_no_admission(kit: Kit) -> None:
+    """A ``subagent/end`` listener that blocks holds up later announcements only:
+    children keep being admitted, resumed and settled (their ends are announced
+    once it returns, in order)."""
+    rt = kit.rt
+    stuck = kit.gate("listener")
+    blocked = threading.Event()
+
+    def listener(event: SubagentEvent) -> None:
+        if event.type == "subagent/end" and not blocked.is_set():
+            blocked.set()
+            stuck.pass_through(None)
+
+    rt.subagents.subscribe(listener)
+    root = kit.root()
+    # Started and announced before it may settle: its end goes to the dispatcher.
+    kit.start(root, [["block", "first"]], label="first")
+    kit.gate("first").release()
+    assert stuck.wait_reached(10)  # the dispatcher is inside our listener
+    other = kit.root("other")
+    cid, _ = kit.start(other, [["note", "ran"]], label="second")
+    assert kit.script.notes.has("note", "second", "ran")
+    assert rt.wait_idle(10)
+    kit.barrier_without_dispatcher()
+    assert rt.continuation.activation(cid) is None  # settled, its end not yet announced
+    rt.subagents.followup(other, cid, "again")  # cold resume while the listener blocks
+    assert kit.script.notes.has("turn", "second", "again")
+    stuck.release()
+    kit.wait_settled("first", epochs=1)
+    kit.wait_settled("second", epochs=2)
+
+
+def test_a_raising_listener_changes_nothing(kit: Kit) -> None:
+    """Listeners that raise on every event are logged; the epochs and their events
+    are the same as without them."""
+    rt = kit.rt
+
+    def boom(event: SubagentEvent) -> None:
+        raise RuntimeError(f"listener failed on {event.type}")
+
+    rt.subagents.subscribe(boom)
+    _busy_elsewhere(kit, "kid")
+    assert [e.type for e in kit.events_of("kid")] == ["subagent/start", "subagent/end"] * 2
+
+
+def test_a_blocking_start_listener_stalls_only_its_own_publisher(kit: Kit) -> None:
+    """``subagent/start`` runs in the thread that published the epoch: a listener
+    that blocks there holds up that caller (after its child was accepted), and no
+    one else."""
+    rt = kit.rt
+    stuck = kit.gate("start-listener")
+    root = kit.root()
+
+    def listener(event: SubagentEvent) -> None:
+        if event.type == "subagent/start":
+            stuck.pass_through(None)
+
+    rt.subagents.subscribe(listener, scope=root)
+    task = spawn(rt, kit.start, root, [["note", "ran"]], "slow-start")
+    assert stuck.wait_reached(10)
+    assert kit.script.notes.has("note", "slow-start", "ran")  # accepted and running
+    _busy_elsewhere(kit, "elsewhere")
+    assert not task.done()
+    stuck.release()
+    task.result(10)
+    kit.wait_settled("slow-start", epochs=1)
+
+
+def test_blocking_setup_contributions_and_releases_stall_no_admission(kit: Kit) -> None:
+    """A setup contribution that blocks holds up its own materialization; a release
+    that blocks holds up its own child's disposal. Other children are admitted,
+    resumed and settled meanwhile."""
+    rt = kit.rt
+    installing = kit.gate("installing")
+    releasing = kit.gate("releasing")
+
+    def contribution(scope: Any) -> Any:
+        if scope.agent.label == "slow-setup":
+            installing.pass_through(None)
+        if scope.agent.label == "slow-release":
+            return lambda: releasing.pass_through(None)
+        return None
+
+    rt.subagents.register_continuable_setup(contribution)
+    root = kit.root()
+    installer = spawn(rt, kit.start, root, "hi", "slow-setup")
+    assert installing.wait_reached(10)
+    kit.start(root, "hi", label="slow-release")
+    assert releasing.wait_reached(10)  # its release blocks its settlement
+    _busy_elsewhere(kit, "elsewhere")
+    installing.release()
+    releasing.release()
+    installer.result(10)
+    kit.wait_settled("slow-setup", epochs=1)
+    kit.wait_settled("slow-release", epochs=1)
