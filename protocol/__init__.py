@@ -5,7 +5,7 @@ versioned ``subagent/descriptor`` (snapshot and fold), the delegation-depth
 vocabulary, and the error root shared by every layer.
 """
 
-from ._codec import DEFAULT_LIMITS, EXT_CODES, FrameDecoder, Limits, packb, unpackb
+from ._codec import EXT_CODES, pack_shaped, packb, unpackb
 from ._depth import (
     SUBAGENT_DEPTH_OPTION,
     DepthBearing,
@@ -38,6 +38,21 @@ from ._errors import (
 )
 from ._events import (
     EVENT_TYPES,
+    decode_event,
+    decode_header,
+    encode_event,
+    encode_header,
+    event_from_wire,
+    event_to_wire,
+    header_from_wire,
+    header_to_wire,
+)
+from ._frames import FrameDecoder
+from ._ids import MessageId, RunId, SessionId, new_message_id, new_run_id, new_session_id
+from ._limits import DEFAULT_LIMITS, Limits
+from ._time import micros
+from ._trusted import trusted_message, trusted_turn_end, trusted_turn_start
+from ._vocabulary import (
     ORIGINS,
     STOP_REASONS,
     Event,
@@ -50,16 +65,7 @@ from ._events import (
     TurnEnd,
     TurnStart,
     UnknownEvent,
-    decode_event,
-    decode_header,
-    encode_event,
-    encode_header,
-    event_from_wire,
-    event_to_wire,
-    header_from_wire,
-    header_to_wire,
 )
-from ._ids import MessageId, RunId, SessionId, new_message_id, new_run_id, new_session_id
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -110,13 +116,18 @@ __all__ = [
     "fold_subagent_descriptor",
     "header_from_wire",
     "header_to_wire",
+    "micros",
     "new_message_id",
     "new_run_id",
     "new_session_id",
+    "pack_shaped",
     "packb",
     "parse_descriptor_payload",
     "resolve_delegation_depth",
     "snapshot_subagent_descriptor",
+    "trusted_message",
+    "trusted_turn_end",
+    "trusted_turn_start",
     "try_fold_subagent_descriptor",
     "unpackb",
 ]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ._errors import DescriptorCorruptError, DescriptorInvalidError, DescriptorUnsupportedError
-from ._events import Event, SubagentDescriptorEvent
+from ._vocabulary import Event, SubagentDescriptorEvent
 
 __all__ = [
     "DESCRIPTOR_VERSION",

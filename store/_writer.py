@@ -37,6 +37,7 @@ from subagents.protocol import (
     SubagentError,
     decode_header,
     encode_header,
+    micros,
 )
 
 from ._base import not_found, session_exists
@@ -142,7 +143,7 @@ class Txn:
         self.conn.execute(
             "INSERT INTO sessions (id, parent, origin, depth, created_at, header)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (key, parent, header.origin, header.delegation_depth, micros(header), blob),
+            (key, parent, header.origin, header.delegation_depth, created_micros(header), blob),
         )
         self._insert(key, 0, bodies)
         return len(bodies) - 1
@@ -199,10 +200,9 @@ class Txn:
         )
 
 
-def micros(header: SessionHeader) -> int:
+def created_micros(header: SessionHeader) -> int:
     """``created_at`` as integer microseconds since the epoch (exact ordering)."""
-    delta = header.created_at - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return micros(header.created_at - _EPOCH)
 
 
 class Writer:

@@ -22,8 +22,10 @@ from subagents.protocol import (
     ReportEvent,
     SubagentError,
     packb,
+    trusted_message,
+    trusted_turn_end,
+    trusted_turn_start,
 )
-from subagents.protocol._events import _message_event, _turn_end, _turn_start
 
 from ._behaviours import Behaviour
 from ._host import AgentHost
@@ -127,8 +129,8 @@ class TurnRunner:
                 message_id=mid, content=d.content, source=d.source, delivery="waking"
             )
         else:
-            delivered = _message_event(mid, d.content, d.source)
-        events: list[Event] = [_turn_start(index, clock(), (mid,))]
+            delivered = trusted_message(mid, d.content, d.source)
+        events: list[Event] = [trusted_turn_start(index, clock(), (mid,))]
         if d.extra:
             events.extend(d.extra)
         if self.context:
@@ -172,7 +174,9 @@ class TurnRunner:
             except SubagentError as exc:
                 stop, error, output = "failed", f"output cannot be recorded: {exc}", None
         try:
-            sessions.append(session, (_turn_end(index, clock(), stop, output, structured, error),))
+            sessions.append(
+                session, (trusted_turn_end(index, clock(), stop, output, structured, error),)
+            )
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, session.id)
         if d.on_end is not None:

@@ -27,6 +27,7 @@ from subagents.protocol import (
 from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._host import AgentHost
+from ._live import LiveSession
 from ._options import AgentOptions
 from ._turn import Turn
 
@@ -72,20 +73,11 @@ class AgentRegistry:
                 raise SubagentError(
                     f"an agent for {header.id} is live", code=ErrorCode.SESSION_EXISTS
                 )
-        session = self._host.sessions.open(header, seed)
+        sessions = self._host.sessions
         next_turn = sum(1 for e in seed if isinstance(e, TurnStart))
-        try:
-            agent = Agent(
-                self._host,
-                session,
-                built,
-                options,
-                next_turn=next_turn,
-                output_schema=output_schema,
-            )
-        except BaseException:
-            self._host.sessions.discard(session)
-            raise
+        agent = self._start(
+            sessions.open(header, seed), built, options, next_turn, output_schema, sessions.discard
+        )
         self._register(agent)
         return agent
 
@@ -126,19 +118,15 @@ class AgentRegistry:
         next_turn = (state or {}).get("next_turn", 0) + sum(
             1 for e in events if isinstance(e, TurnStart)
         )
-        session = self._host.sessions.attach(header, next_seq)
-        try:
-            agent = Agent(
-                self._host,
-                session,
-                built,
-                options,
-                next_turn=next_turn,
-                output_schema=output_schema,
-            )
-        except BaseException:
-            self._host.sessions.release(session)
-            raise
+        sessions = self._host.sessions
+        agent = self._start(
+            sessions.attach(header, next_seq),
+            built,
+            options,
+            next_turn,
+            output_schema,
+            sessions.release,
+        )
         if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
             agent._descriptor = fold.descriptor
         if state is not None and not any(isinstance(e, TurnStart) for e in events):
@@ -149,6 +137,29 @@ class AgentRegistry:
             agent.dispose(flush=False)
             raise
         return agent
+
+    def _start(
+        self,
+        session: LiveSession,
+        behaviour: Behaviour,
+        options: AgentOptions,
+        next_turn: int,
+        output_schema: Any,
+        undo: Callable[[LiveSession], object],
+    ) -> Agent:
+        """Start the agent of ``session``; ``undo(session)`` if it cannot start."""
+        try:
+            return Agent(
+                self._host,
+                session,
+                behaviour,
+                options,
+                next_turn=next_turn,
+                output_schema=output_schema,
+            )
+        except BaseException:
+            undo(session)
+            raise
 
     def resume_continuable(self, session_id: SessionId) -> tuple[Agent, ContinuableDescriptor]:
         """Cold-resume a continuable child from its folded descriptor alone.

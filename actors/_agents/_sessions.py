@@ -31,10 +31,10 @@ from subagents.protocol import (
     SessionHeader,
     SessionId,
     SubagentError,
+    pack_shaped,
     packb,
     unpackb,
 )
-from subagents.protocol._codec import pack_shaped
 from subagents.store import LogRecord, SessionStore
 
 from ._live import LiveSession

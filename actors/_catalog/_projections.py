@@ -21,7 +21,6 @@ Two units ship, registered by the runtime:
 
 from __future__ import annotations
 
-import datetime as _dt
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from subagents.protocol import (
     SubagentError,
     TurnEnd,
     TurnStart,
+    micros,
     parse_descriptor_payload,
 )
 
@@ -82,10 +82,6 @@ def _timing_initial() -> dict[str, Any]:
     return {"active_us": 0, "since": None, "through": None}
 
 
-def _micros(delta: _dt.timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def _timing_step(state: dict[str, Any], seq: int, event: Event) -> dict[str, Any]:
     if isinstance(event, SubagentDescriptorEvent):
         # The total resets (a fork seed's turns never count). A turn open at the
@@ -99,7 +95,7 @@ def _timing_step(state: dict[str, Any], seq: int, event: Event) -> dict[str, Any
         since = state["since"]
         if since is None:
             return state
-        spent = max(0, _micros(event.at - since))
+        spent = max(0, micros(event.at - since))
         return {"active_us": state["active_us"] + spent, "since": None, "through": None}
     if state["since"] is not None and isinstance(event, InterruptEvent):
         return {**state, "through": max(state["through"], event.at)}

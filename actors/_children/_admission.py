@@ -53,12 +53,9 @@ from __future__ import annotations
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry
-from subagents.actors._kernel import Latch, ResultFuture
+from subagents.actors._kernel import Latch
 from subagents.protocol import (
-    ContinuableDescriptor,
     ErrorCode,
-    MessageId,
-    MessageSource,
     SessionId,
     SubagentError,
     new_run_id,
@@ -69,7 +66,6 @@ from subagents.supervision import (
     MAY_SETTLE,
     VISIBLE,
     Activation,
-    NoticeBox,
     NoticeLoop,
     Phase,
     Route,
@@ -79,133 +75,25 @@ from subagents.supervision import (
 )
 from subagents.supervision import Latch as ActivationLatch
 
+from ._requests import (
+    Abandon,
+    Admit,
+    Cutoff,
+    EndCutoff,
+    Interrupt,
+    Publish,
+    RegistryInbox,
+    Request,
+    Reserve,
+    Withdraw,
+)
 from ._types import AncestorAuthority, UserAuthority
 
-__all__ = [
-    "Abandon",
-    "Admit",
-    "Cutoff",
-    "Delivery",
-    "EndCutoff",
-    "Interrupt",
-    "Publish",
-    "Registry",
-    "RegistryInbox",
-    "Request",
-    "Reserve",
-    "Withdraw",
-]
+__all__ = ["Registry"]
 
 
 def _err(code: str, message: str) -> SubagentError:
     return SubagentError(message, code=code)
-
-
-class Delivery:
-    """One message on its way into a child's inbox."""
-
-    __slots__ = ("content", "message_id", "source")
-
-    def __init__(self, content: Any, source: MessageSource, message_id: MessageId) -> None:
-        self.content = content
-        self.source = source
-        self.message_id = message_id
-
-
-class Request:
-    """A follow-up routed through the registry; ``reply`` settles with the verdict."""
-
-    __slots__ = ("child_id", "delivery", "parent", "reply")
-
-    def __init__(self, child_id: SessionId, parent: Agent, delivery: Delivery) -> None:
-        self.child_id = child_id
-        self.parent = parent
-        self.delivery = delivery
-        self.reply: ResultFuture[Activation | None] = ResultFuture()
-
-
-class Reserve:
-    __slots__ = ("child_id", "parent")
-
-    def __init__(self, child_id: SessionId, parent: Agent) -> None:
-        self.child_id = child_id
-        self.parent = parent
-
-
-class Admit:
-    __slots__ = ("request",)
-
-    def __init__(self, request: Request) -> None:
-        self.request = request
-
-
-class Withdraw:
-    __slots__ = ("request",)
-
-    def __init__(self, request: Request) -> None:
-        self.request = request
-
-
-class Publish:
-    __slots__ = ("activation", "agent", "delivery", "descriptor")
-
-    def __init__(
-        self,
-        activation: Activation,
-        agent: Agent,
-        delivery: Delivery,
-        descriptor: ContinuableDescriptor,
-    ) -> None:
-        self.activation = activation
-        self.agent = agent
-        self.delivery = delivery
-        self.descriptor = descriptor
-
-
-class Abandon:
-    __slots__ = ("activation",)
-
-    def __init__(self, activation: Activation) -> None:
-        self.activation = activation
-
-
-class Cutoff:
-    __slots__ = ("parents",)
-
-    def __init__(self, parents: tuple[Agent, ...]) -> None:
-        self.parents = parents
-
-
-class EndCutoff:
-    __slots__ = ("parent",)
-
-    def __init__(self, parent: Agent) -> None:
-        self.parent = parent
-
-
-class Interrupt:
-    __slots__ = ("authority", "target")
-
-    def __init__(self, target: SessionId, authority: UserAuthority | AncestorAuthority) -> None:
-        self.target = target
-        self.authority = authority
-
-
-class RegistryInbox(NoticeBox):
-    """The registry's notices, posted by the supervisor."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        super().__init__(("retire", "released"))
-
-    def retire(self, activation: Activation) -> None:
-        """Retire ``activation`` if admission agrees that it is settled."""
-        self.post("retire", activation)
-
-    def released(self, activation: Activation) -> None:
-        """``activation``'s epoch is over."""
-        self.post("released", activation)
 
 
 class Registry(NoticeLoop):

@@ -47,7 +47,6 @@ from subagents.protocol import (
     SessionHeader,
     SessionId,
     SubagentError,
-    descriptor_event,
     new_message_id,
     new_session_id,
     packb,
@@ -62,26 +61,25 @@ from subagents.supervision import (
     SupervisorInbox,
 )
 
-from ._admission import (
+from ._admission import Registry
+from ._announce import Announcer
+from ._child import ChildContext, child_options
+from ._events import EventBus
+from ._materialize import Materializer
+from ._provider_registry import ProviderRegistry
+from ._requests import (
     Cutoff,
     Delivery,
     EndCutoff,
     Interrupt,
-    Registry,
     RegistryInbox,
     Request,
     Reserve,
 )
-from ._announce import Announcer
-from ._child import ChildContext, child_options, create_child
-from ._events import EventBus
-from ._materialize import Materializer
-from ._provider_registry import ProviderRegistry
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
 from ._types import (
     AncestorAuthority,
-    ContinuableCreateSpec,
     ContinuableHandle,
     ContinuableStartSpec,
     UserAuthority,
@@ -217,36 +215,8 @@ class ContinuationManager:
             )
         )
         assert isinstance(descriptor, ContinuableDescriptor)
-        child_id = new_session_id()
-        act: Activation = self._ask(Reserve(child_id, parent))
-        materializer = self._materializer
-        agent: Agent | None = None
-        try:
-            create = prepare(spec)
-            if not isinstance(create, ContinuableCreateSpec):
-                raise _err(
-                    ErrorCode.INTERNAL, f"prepare_continuable returned {type(create).__name__}"
-                )
-            agent = create_child(
-                ctx,
-                parent,
-                child_id=child_id,
-                label=spec.label,
-                depth=depth,
-                options=options,
-                seed=tuple(create.seed or ()),
-                own=(descriptor_event(descriptor),),
-            )
-            agent._descriptor = descriptor
-            materializer.attach(act, agent)
-            signal.raise_if_aborted()
-            source = spec.source if isinstance(spec.source, MessageSource) else parent.parent_source
-            message_id = new_message_id()
-            materializer.publish(act, agent, Delivery(spec.prompt, source, message_id), descriptor)
-        except BaseException:
-            materializer.rollback(act, agent, ctx.sessions if agent is not None else None)
-            raise
-        return ContinuableHandle(child_id, message_id)
+        act: Activation = self._ask(Reserve(new_session_id(), parent))
+        return self._materializer.create(act, ctx, spec, prepare, options, depth, descriptor)
 
     # -- follow-up ---------------------------------------------------------------------
 

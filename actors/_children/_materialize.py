@@ -1,5 +1,8 @@
 """Materialization: making a continuable child resident, or undoing that entirely.
 
+This is the one place a continuable child is built, new (:meth:`Materializer.create`)
+or cold-resumed (:meth:`Materializer.resume`).
+
 A child becomes resident in three steps, the same for a new child and for a cold
 resume: the registry admits a reservation (a ``RESERVED`` Activation); the caller
 builds the agent in its own thread (session, setup contributions, listeners) --
@@ -21,14 +24,23 @@ from collections.abc import Callable
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.actors._agents import Agent, AgentOptions, AgentRegistry, SessionService
 from subagents.actors._kernel import AbortSignal, Latch
-from subagents.protocol import ContinuableDescriptor, ErrorCode, SubagentError
+from subagents.protocol import (
+    ContinuableDescriptor,
+    ErrorCode,
+    MessageSource,
+    SubagentError,
+    descriptor_event,
+    new_message_id,
+)
 from subagents.supervision import Activation, SupervisorInbox
 
-from ._admission import Abandon, Admit, Delivery, Publish, Request, Withdraw
 from ._announce import Announcer
+from ._child import ChildContext, create_child
+from ._requests import Abandon, Admit, Delivery, Publish, Request, Withdraw
 from ._setup import SetupRegistry
+from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec
 
 __all__ = ["ADMISSION_TIMEOUT", "Materializer"]
 
@@ -124,6 +136,49 @@ class Materializer:
                 delete_from.discard(agent.session)
         with contextlib.suppress(pykka.ActorDeadError):
             self._ask(Abandon(act))
+
+    def create(
+        self,
+        act: Activation,
+        ctx: ChildContext,
+        spec: ContinuableStartSpec,
+        prepare: Callable[[ContinuableStartSpec], Any],
+        options: AgentOptions,
+        depth: int,
+        descriptor: ContinuableDescriptor,
+    ) -> ContinuableHandle:
+        """Create ``act``'s new child from the provider's prepared data and publish
+        it with the initial prompt; on any failure nothing of it remains."""
+        parent = spec.parent
+        signal = spec.signal or AbortSignal.never()
+        agent: Agent | None = None
+        try:
+            create = prepare(spec)
+            if not isinstance(create, ContinuableCreateSpec):
+                raise SubagentError(
+                    f"prepare_continuable returned {type(create).__name__}",
+                    code=ErrorCode.INTERNAL,
+                )
+            agent = create_child(
+                ctx,
+                parent,
+                child_id=act.child_id,
+                label=spec.label,
+                depth=depth,
+                options=options,
+                seed=tuple(create.seed or ()),
+                own=(descriptor_event(descriptor),),
+            )
+            agent._descriptor = descriptor
+            self.attach(act, agent)
+            signal.raise_if_aborted()
+            source = spec.source if isinstance(spec.source, MessageSource) else parent.parent_source
+            message_id = new_message_id()
+            self.publish(act, agent, Delivery(spec.prompt, source, message_id), descriptor)
+        except BaseException:
+            self.rollback(act, agent, ctx.sessions if agent is not None else None)
+            raise
+        return ContinuableHandle(act.child_id, message_id)
 
     def resume(
         self,

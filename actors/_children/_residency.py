@@ -14,8 +14,8 @@ import time
 from subagents.actors._kernel import Alarm, DispatchBox
 from subagents.supervision import Activation
 
-from ._admission import RegistryInbox
 from ._announce import Announcer
+from ._requests import RegistryInbox
 
 __all__ = ["ResidencyHooks"]
 

@@ -1,0 +1,140 @@
+"""What callers and the supervisor send the registry actor.
+
+Messages (see :mod:`._admission` for what the registry does with each):
+``Reserve``, ``Admit`` (carrying a :class:`Request`, whose reply settles later),
+``Withdraw``, ``Publish`` (carrying the first :class:`Delivery`), ``Abandon``,
+``Cutoff``, ``EndCutoff``, ``Interrupt``; and the supervisor's notices through a
+:class:`RegistryInbox`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from subagents.actors._agents import Agent
+from subagents.actors._kernel import ResultFuture
+from subagents.protocol import ContinuableDescriptor, MessageId, MessageSource, SessionId
+from subagents.supervision import Activation, NoticeBox
+
+from ._types import AncestorAuthority, UserAuthority
+
+__all__ = [
+    "Abandon",
+    "Admit",
+    "Cutoff",
+    "Delivery",
+    "EndCutoff",
+    "Interrupt",
+    "Publish",
+    "RegistryInbox",
+    "Request",
+    "Reserve",
+    "Withdraw",
+]
+
+
+class Delivery:
+    """One message on its way into a child's inbox."""
+
+    __slots__ = ("content", "message_id", "source")
+
+    def __init__(self, content: Any, source: MessageSource, message_id: MessageId) -> None:
+        self.content = content
+        self.source = source
+        self.message_id = message_id
+
+
+class Request:
+    """A follow-up routed through the registry; ``reply`` settles with the verdict."""
+
+    __slots__ = ("child_id", "delivery", "parent", "reply")
+
+    def __init__(self, child_id: SessionId, parent: Agent, delivery: Delivery) -> None:
+        self.child_id = child_id
+        self.parent = parent
+        self.delivery = delivery
+        self.reply: ResultFuture[Activation | None] = ResultFuture()
+
+
+class Reserve:
+    __slots__ = ("child_id", "parent")
+
+    def __init__(self, child_id: SessionId, parent: Agent) -> None:
+        self.child_id = child_id
+        self.parent = parent
+
+
+class Admit:
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+
+class Withdraw:
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+
+class Publish:
+    __slots__ = ("activation", "agent", "delivery", "descriptor")
+
+    def __init__(
+        self,
+        activation: Activation,
+        agent: Agent,
+        delivery: Delivery,
+        descriptor: ContinuableDescriptor,
+    ) -> None:
+        self.activation = activation
+        self.agent = agent
+        self.delivery = delivery
+        self.descriptor = descriptor
+
+
+class Abandon:
+    __slots__ = ("activation",)
+
+    def __init__(self, activation: Activation) -> None:
+        self.activation = activation
+
+
+class Cutoff:
+    __slots__ = ("parents",)
+
+    def __init__(self, parents: tuple[Agent, ...]) -> None:
+        self.parents = parents
+
+
+class EndCutoff:
+    __slots__ = ("parent",)
+
+    def __init__(self, parent: Agent) -> None:
+        self.parent = parent
+
+
+class Interrupt:
+    __slots__ = ("authority", "target")
+
+    def __init__(self, target: SessionId, authority: UserAuthority | AncestorAuthority) -> None:
+        self.target = target
+        self.authority = authority
+
+
+class RegistryInbox(NoticeBox):
+    """The registry's notices, posted by the supervisor."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(("retire", "released"))
+
+    def retire(self, activation: Activation) -> None:
+        """Retire ``activation`` if admission agrees that it is settled."""
+        self.post("retire", activation)
+
+    def released(self, activation: Activation) -> None:
+        """``activation``'s epoch is over."""
+        self.post("released", activation)

@@ -1,0 +1,134 @@
+"""Field checkers: a decoded wire value in, the field's value out.
+
+Each raises :class:`DecodeError` for a value the field cannot take. They are plain
+functions, chosen once per event class, to keep decoding a short loop over a
+precomputed table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import DecodeError
+from ._ids import MessageId, SessionId
+from ._vocabulary import SOURCE_KINDS, Checker, MessageSource
+
+__all__ = [
+    "anything",
+    "fail",
+    "integer",
+    "mapping",
+    "message_id",
+    "message_ids",
+    "nonneg_integer",
+    "one_of",
+    "opt_session_id",
+    "opt_text",
+    "session_id",
+    "source",
+    "source_ok",
+    "text",
+    "utc_datetime",
+]
+
+# Each checker takes a decoded wire value and returns the field value, raising
+# DecodeError. They are plain functions, chosen once per class, to keep decoding
+# a short loop over a precomputed table.
+
+
+def fail(what: str, value: Any) -> DecodeError:
+    return DecodeError(f"expected {what}, got {type(value).__name__}")
+
+
+def text(v: Any) -> str:
+    if type(v) is not str:
+        raise fail("str", v)
+    return v
+
+
+def opt_text(v: Any) -> str | None:
+    return None if v is None else text(v)
+
+
+def integer(v: Any) -> int:
+    if type(v) is not int:
+        raise fail("int", v)
+    return v
+
+
+def nonneg_integer(v: Any) -> int:
+    if type(v) is not int or v < 0:
+        raise fail("non-negative int", v)
+    return v
+
+
+def utc_datetime(v: Any) -> _dt.datetime:
+    if not isinstance(v, _dt.datetime) or v.tzinfo is None:
+        raise fail("aware datetime", v)
+    return v
+
+
+def session_id(v: Any) -> SessionId:
+    if type(v) is not SessionId:
+        raise fail("SessionId", v)
+    return v
+
+
+def opt_session_id(v: Any) -> SessionId | None:
+    return None if v is None else session_id(v)
+
+
+def message_id(v: Any) -> MessageId:
+    if type(v) is not MessageId:
+        raise fail("MessageId", v)
+    return v
+
+
+def message_ids(v: Any) -> tuple[MessageId, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise fail("array of MessageId", v)
+    return tuple(message_id(x) for x in v)
+
+
+def anything(v: Any) -> Any:
+    return v
+
+
+def one_of(allowed: frozenset[str]) -> Checker:
+    def check(v: Any) -> str:
+        if type(v) is not str or v not in allowed:
+            raise DecodeError(f"expected one of {sorted(allowed)}, got {v!r}"[:200])
+        return v
+
+    return check
+
+
+_source_kind = one_of(SOURCE_KINDS)
+
+
+def source(v: Any) -> MessageSource | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise fail("source map", v)
+    return MessageSource(
+        kind=_source_kind(v.get("kind")), session_id=opt_session_id(v.get("session_id"))
+    )
+
+
+def source_ok(v: Any) -> None:
+    """Encode-side twin of :func:`source`: the same checks, no object built."""
+    if v is None:
+        return
+    if not isinstance(v, dict):
+        raise fail("source map", v)
+    _source_kind(v.get("kind"))
+    opt_session_id(v.get("session_id"))
+
+
+def mapping(v: Any) -> Mapping[str, Any]:
+    if not isinstance(v, dict):
+        raise fail("map", v)
+    return v

@@ -1,0 +1,69 @@
+"""Trusted constructors of the three events a turn appends."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from typing import Any
+
+from ._ids import MessageId
+from ._vocabulary import Event, MessageEvent, MessageSource, TurnEnd, TurnStart
+
+__all__ = ["trusted_message", "trusted_turn_end", "trusted_turn_start"]
+
+## A frozen dataclass __init__ sets each field through object.__setattr__ (about
+# 0.15 us a field). The turn loop builds three events per turn from values it
+# made itself, so it uses these positional constructors, which store through the
+# slot descriptors directly: ~0.5 us less per turn. They skip nothing but the
+# keyword handling -- the values are the same, and equality, hashing, repr and
+# encoding see an ordinary instance. Everyone else uses the dataclass constructors.
+
+_new = object.__new__
+
+
+def _slot_setters(cls: type[Event], *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_TS = _slot_setters(TurnStart, "turn", "at", "message_ids")
+_ME = _slot_setters(MessageEvent, "message_id", "content", "source")
+_TE = _slot_setters(TurnEnd, "turn", "at", "stop_reason", "output", "structured", "error")
+
+
+def trusted_turn_start(
+    turn: int, at: _dt.datetime, message_ids: tuple[MessageId, ...]
+) -> TurnStart:
+    ev = _new(TurnStart)
+    _TS[0](ev, turn)
+    _TS[1](ev, at)
+    _TS[2](ev, message_ids)
+    return ev
+
+
+def trusted_message(
+    message_id: MessageId, content: Any, source: MessageSource | None
+) -> MessageEvent:
+    ev = _new(MessageEvent)
+    _ME[0](ev, message_id)
+    _ME[1](ev, content)
+    _ME[2](ev, source)
+    return ev
+
+
+def trusted_turn_end(
+    turn: int,
+    at: _dt.datetime,
+    stop_reason: str,
+    output: Any,
+    structured: Any,
+    error: str | None,
+) -> TurnEnd:
+    ev = _new(TurnEnd)
+    set_turn, set_at, set_stop, set_output, set_structured, set_error = _TE
+    set_turn(ev, turn)
+    set_at(ev, at)
+    set_stop(ev, stop_reason)
+    set_output(ev, output)
+    set_structured(ev, structured)
+    set_error(ev, error)
+    return ev

@@ -1,0 +1,154 @@
+"""The session-event vocabulary: frozen, slotted, keyword-only dataclasses.
+
+A session's log is a sequence of these events (see :mod:`._events` for their
+wire form). The session header is not a log event: a store keeps it beside the
+log, but it uses the same codec.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Literal
+
+from ._ids import MessageId, SessionId
+
+__all__ = [
+    "ORIGINS",
+    "SOURCE_KINDS",
+    "STOP_REASONS",
+    "Checker",
+    "Event",
+    "InterruptEvent",
+    "MessageEvent",
+    "MessageSource",
+    "ReportEvent",
+    "SessionHeader",
+    "SubagentDescriptorEvent",
+    "TurnEnd",
+    "TurnStart",
+    "UnknownEvent",
+]
+
+StopReason = Literal["completed", "cancelled", "failed"]
+STOP_REASONS: Final = frozenset({"completed", "cancelled", "failed"})
+Delivery = Literal["quiet", "waking"]
+#: ``"user"`` for top-level agents, ``"subagent"`` for delegated children.
+ORIGINS: Final = frozenset({"user", "subagent"})
+SOURCE_KINDS: Final = frozenset({"user", "parent", "child", "host", "self"})
+
+
+#: A field checker: a decoded wire value in, the field value out (or DecodeError).
+Checker = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageSource:
+    """Who supplied a message. It records the sender and grants no authority."""
+
+    kind: str
+    session_id: SessionId | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": self.kind, "session_id": self.session_id}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionHeader:
+    """The durable identity of a session, stored beside its log.
+
+    ``delegation_depth`` is the persisted floor of the agent's delegation depth:
+    runtime options may raise it, never lower it.
+    """
+
+    id: SessionId
+    parent_session: SessionId | None
+    origin: str
+    delegation_depth: int
+    created_at: _dt.datetime
+    label: str | None = None
+    seed_len: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of every log event; ``type`` is the wire name of the subclass."""
+
+    type: ClassVar[str] = ""
+    _checkers: ClassVar[tuple[tuple[str, Checker, bool], ...]] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageEvent(Event):
+    """One delivered message (prompt, follow-up or waking report) of a turn."""
+
+    type: ClassVar[str] = "message"
+    message_id: MessageId
+    content: Any
+    source: MessageSource | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportEvent(Event):
+    """A child's report as the parent received it (quiet context or waking turn)."""
+
+    type: ClassVar[str] = "report"
+    message_id: MessageId
+    content: Any
+    source: MessageSource | None = None
+    delivery: str = "quiet"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnStart(Event):
+    """A turn began; ``message_ids`` are the messages it claimed."""
+
+    type: ClassVar[str] = "turn/start"
+    turn: int
+    at: _dt.datetime
+    message_ids: tuple[MessageId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnEnd(Event):
+    """A turn ended with a stop reason (completed / cancelled / failed)."""
+
+    type: ClassVar[str] = "turn/end"
+    turn: int
+    at: _dt.datetime
+    stop_reason: str
+    output: Any = None
+    structured: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InterruptEvent(Event):
+    """An admitted interrupt (cancel with the inbox kept)."""
+
+    type: ClassVar[str] = "interrupt"
+    at: _dt.datetime
+    cause: str | None = None
+    authority: str = "self"
+    by_session: SessionId | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentDescriptorEvent(Event):
+    """The durable ``subagent/descriptor``; ``payload`` is folded, not trusted.
+
+    The payload stays a raw map so a malformed or future-version descriptor can be
+    stored and later classified (corrupt vs unsupported) by the fold.
+    """
+
+    type: ClassVar[str] = "subagent/descriptor"
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnknownEvent(Event):
+    """An event of a type this runtime does not know, kept verbatim."""
+
+    type_name: str
+    data: Mapping[str, Any] = field(default_factory=dict)

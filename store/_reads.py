@@ -1,0 +1,273 @@
+"""The read side of ``SqliteStore``: pooled read connections, one snapshot a statement.
+
+Reads never wait for a writer (WAL): each statement runs on a connection taken
+from a small pool, in its own snapshot. Stored bytes are decoded against the
+store's limits; an event that does not decode is a
+:class:`~subagents.protocol.CorruptRecordError` for that row, never another
+exception type.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Final
+
+from subagents.protocol import (
+    CorruptRecordError,
+    DecodeError,
+    Limits,
+    SessionHeader,
+    SessionId,
+    decode_event,
+)
+
+from ._base import LogRecord, not_found, store_closed
+from ._schema import unavailable
+from ._validate import check_int, check_session_id, check_session_ids, check_unit
+from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, decode_header_row, storage_error
+
+__all__ = ["SqliteReads", "unit_name"]
+
+_IDLE_READERS: Final = 16
+_SCAN_CHUNK: Final = 512
+#: Parents per ``IN (...)``: under the 999 bound variables of older SQLite builds.
+_IN_CHUNK: Final = 500
+
+_READ: Final = (
+    "SELECT e.seq, e.body FROM sessions AS s"
+    " LEFT JOIN events AS e ON e.session = s.id AND e.seq >= ?2"
+    " WHERE s.id = ?1 ORDER BY e.seq"
+)
+
+
+def _corrupt(session_id: SessionId, seq: int, exc: DecodeError) -> CorruptRecordError:
+    err = CorruptRecordError(
+        f"session {session_id} seq {seq}: stored event does not decode: {exc}",
+        session_id=session_id,
+        seq=seq,
+    )
+    err.__cause__ = exc
+    return err
+
+
+class SqliteReads:
+    """Reads of a :class:`~._sqlite.SqliteStore` (which sets the attributes below)."""
+
+    path: str
+    _timeout: float
+    _limits: Limits
+    _pool_lock: Any
+    _idle: list[sqlite3.Connection]
+    _header_cache: dict[bytes, SessionHeader]
+    _id_cache: dict[bytes, SessionId]
+    _closed: bool
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            return sqlite3.connect(
+                self.path,
+                timeout=self._timeout,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # pooled; used by one thread at a time
+            )
+        except sqlite3.Error as exc:
+            raise unavailable(self.path, exc) from exc
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        """Run one read statement on a pooled connection and fetch every row."""
+        with self._pool_lock:
+            if self._closed:
+                raise store_closed(self)
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
+        finally:
+            with self._pool_lock:
+                keep = not self._closed and len(self._idle) < _IDLE_READERS
+                if keep:
+                    self._idle.append(conn)
+            if not keep:
+                conn.close()
+
+    def _decode(self, session_id: SessionId, seq: int, body: bytes) -> LogRecord:
+        try:
+            return LogRecord(seq, decode_event(body, limits=self._limits))
+        except DecodeError as exc:
+            raise _corrupt(session_id, seq, exc) from exc
+
+    def read(self, session_id: SessionId | str, from_seq: int = 0) -> list[LogRecord]:
+        sid = check_session_id(session_id)
+        check_int(from_seq, "from_seq")
+        rows = self._query(_READ, (sid.to_bytes(), from_seq))
+        if not rows:
+            raise not_found(sid)
+        if rows[0][0] is None:  # the session exists; no event at or after from_seq
+            return []
+        decode = self._decode
+        return [decode(sid, seq, body) for seq, body in rows]
+
+    def scan(
+        self, session_id: SessionId | str, from_seq: int = 0
+    ) -> Iterator[LogRecord | CorruptRecordError]:
+        sid = check_session_id(session_id)
+        check_int(from_seq, "from_seq")
+        if not self.exists(sid):
+            raise not_found(sid)
+        return self._scan(sid, from_seq)
+
+    def _scan(self, sid: SessionId, seq: int) -> Iterator[LogRecord | CorruptRecordError]:
+        key = sid.to_bytes()
+        while True:
+            rows = self._query(
+                "SELECT seq, body FROM events WHERE session = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                (key, seq, _SCAN_CHUNK),
+            )
+            for seq, body in rows:
+                try:
+                    yield self._decode(sid, seq, body)
+                except CorruptRecordError as exc:
+                    yield exc
+            if len(rows) < _SCAN_CHUNK:
+                return
+            seq += 1
+
+    def header(self, session_id: SessionId | str) -> SessionHeader | None:
+        sid = check_session_id(session_id)
+        rows = self._query("SELECT header FROM sessions WHERE id = ?", (sid.to_bytes(),))
+        return decode_header_row(sid, rows[0][0], self._header_cache) if rows else None
+
+    def exists(self, session_id: SessionId | str) -> bool:
+        sid = check_session_id(session_id)
+        return bool(self._query("SELECT 1 FROM sessions WHERE id = ?", (sid.to_bytes(),)))
+
+    def last_seq(self, session_id: SessionId | str) -> int:
+        sid = check_session_id(session_id)
+        exists, last = self._query(NEXT_SEQ, (sid.to_bytes(),))[0]
+        if not exists:
+            raise not_found(sid)
+        return -1 if last is None else int(last)
+
+    def _headers(self, where: str, params: tuple[Any, ...]) -> list[SessionHeader]:
+        rows = self._query(
+            f"SELECT id, header FROM sessions {where} ORDER BY created_at, id", params
+        )
+        return [self._decode_row(key, blob) for key, blob in rows]
+
+    def _session_id(self, key: bytes) -> SessionId:
+        """The SessionId for 16 raw id bytes of our own table (shared when known)."""
+        sid = self._id_cache.get(key)
+        if sid is None:
+            sid = SessionId.from_bytes(key)  # type: ignore[assignment]
+        return sid  # type: ignore[return-value]
+
+    def _decode_row(self, key: bytes, blob: bytes) -> SessionHeader:
+        key = bytes(key)
+        header = decode_header_row(self._session_id(key), blob, self._header_cache)
+        ids = self._id_cache
+        if key not in ids:
+            if len(ids) >= HEADER_CACHE_MAX:
+                ids.clear()
+            ids[key] = header.id
+            parent = header.parent_session
+            if parent is not None:
+                # Parents are stored (and scanned) before their children: share the
+                # parent header's id object instead of keeping an equal copy alive.
+                shared = ids.get(parent.to_bytes())
+                if shared is not None and shared is not parent:
+                    object.__setattr__(header, "parent_session", shared)
+        return header
+
+    def list_headers(self, parent_session: SessionId | str | None) -> list[SessionHeader]:
+        if parent_session is None:
+            return self._headers("WHERE parent IS NULL", ())
+        parent = check_session_id(parent_session)
+        return self._headers("WHERE parent = ?", (parent.to_bytes(),))
+
+    def all_headers(self) -> list[SessionHeader]:
+        return self._headers("", ())
+
+    def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
+        rows = self._query("SELECT id, parent, header FROM sessions ORDER BY created_at, id", ())
+        return self._scanned(rows)
+
+    def _scanned(self, rows: Iterable[Any]) -> list[SessionHeader | CorruptRecordError]:
+        """Decoded ``(id, parent, header)`` rows; a broken one as its error, in place."""
+        out: list[SessionHeader | CorruptRecordError] = []
+        for key, parent, blob in rows:
+            try:
+                out.append(self._decode_row(key, blob))
+            except CorruptRecordError as exc:
+                # The indexed parent column still says where the broken row belongs.
+                exc.hint["parent_session"] = bytes(parent).hex() if parent is not None else None
+                out.append(exc)
+        return out
+
+    def scan_children(
+        self, parents: Sequence[SessionId | str]
+    ) -> list[SessionHeader | CorruptRecordError]:
+        keys = sorted(p.to_bytes() for p in check_session_ids(parents))
+        rows = self._query_in(
+            "SELECT created_at, id, parent, header FROM sessions"
+            " WHERE parent IN ({}) ORDER BY created_at, id",
+            keys,
+        )
+        if len(keys) > _IN_CHUNK:
+            rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
+        return self._scanned((key, parent, blob) for _at, key, parent, blob in rows)
+
+    def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
+        sid = check_session_id(session_id)
+        rows = self._query("SELECT seq, data FROM checkpoints WHERE session = ?", (sid.to_bytes(),))
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    # -- writes ---------------------------------------------------------------
+
+    def get_projection(self, session_id: SessionId | str, unit: str) -> tuple[int, bytes] | None:
+        sid = check_session_id(session_id)
+        rows = self._query(
+            "SELECT seq, data FROM projection_cache WHERE session = ? AND unit = ?",
+            (sid.to_bytes(), unit_name(unit)),
+        )
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
+        rows = self._query(
+            "SELECT session, seq, data FROM projection_cache WHERE unit = ?", (unit_name(unit),)
+        )
+        return self._projection_rows(rows)
+
+    def _projection_rows(self, rows: Iterable[Any]) -> dict[SessionId, tuple[int, bytes]]:
+        """``(session, seq, data)`` rows by session id (shared id objects)."""
+        ids = self._session_id
+        return {ids(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}
+
+    def get_projections_of(
+        self, unit: str, sessions: Iterable[SessionId | str]
+    ) -> dict[SessionId, tuple[int, bytes]]:
+        name = unit_name(unit)
+        keys = [s.to_bytes() for s in check_session_ids(sessions)]
+        rows = self._query_in(
+            "SELECT session, seq, data FROM projection_cache WHERE unit = ? AND session IN ({})",
+            keys,
+            name,
+        )
+        return self._projection_rows(rows)
+
+    def _query_in(self, sql: str, keys: list[bytes], *params: Any) -> list[Any]:
+        """Rows of ``sql`` (whose ``{}`` is an ``IN`` list, after ``params``) for every
+        key, in chunks under SQLite's bound-variable limit."""
+        rows: list[Any] = []
+        for i in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[i : i + _IN_CHUNK]
+            rows += self._query(sql.format(",".join("?" * len(chunk))), (*params, *chunk))
+        return rows
+
+
+def unit_name(unit: object) -> str:
+    """A projection unit's name, checked (SQLite keeps them to 200 characters)."""
+    return check_unit(unit, max_len=200)
