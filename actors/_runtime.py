@@ -142,7 +142,7 @@ class Runtime:
                 backend=self.backend,
                 sessions=self.sessions,
                 tools=self.tools,
-                clock=self._now,
+                clock=self.clock,
                 check_thread=self._check_thread,
                 forget=self._forget,
                 leaving=self._leaving,
@@ -170,9 +170,6 @@ class Runtime:
             self.default_providers.append(self.subagents.register_provider(ForkProvider(self)))
 
     # -- what agents see of the runtime (their AgentHost) ------------------------------
-
-    def _now(self) -> _dt.datetime:
-        return self.clock()
 
     def _forget(self, agent: Agent) -> None:
         self.agents._unregister(agent)

@@ -17,6 +17,8 @@ Transitions (``TRANSITIONS``)::
     RESIDENT  --retire-->         SETTLING   quiescent, owns nothing: the handle goes
     DRAINING  --retire-->         SETTLING
     SETTLING  --release-->        RELEASED   the handle is disposed
+    RESIDENT  --release-->        RELEASED   ... by someone else (the runtime
+    DRAINING  --release-->        RELEASED       closing, the agent's holder)
 
 What each phase allows (the columns are the derived predicates)::
 
@@ -99,6 +101,9 @@ TRANSITIONS: Final[Mapping[tuple[Phase, Trigger], Phase]] = MappingProxyType(
         (_P.RESIDENT, _T.RETIRE): _P.SETTLING,
         (_P.DRAINING, _T.RETIRE): _P.SETTLING,
         (_P.SETTLING, _T.RELEASE): _P.RELEASED,
+        # Disposed without retiring: the runtime closing, or whoever holds the agent.
+        (_P.RESIDENT, _T.RELEASE): _P.RELEASED,
+        (_P.DRAINING, _T.RELEASE): _P.RELEASED,
     }
 )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import faulthandler
 import gc
+import logging
 import signal
 import sys
 import threading
@@ -243,6 +244,33 @@ def _drain_hub() -> None:
     if get_hub_if_exists() is not None:
         for _ in range(3):
             gevent.sleep(0)
+
+
+class _OwnerFailures(logging.Handler):
+    """Records an owner actor failing on a notice: an invariant of the runtime broke
+    (the registry, the supervisor and the dispatcher log such a failure and go on,
+    so without this a test would pass over it)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.failures: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, str) and record.msg.startswith("%s failed on a %s notice"):
+            self.failures.append(record.getMessage())
+
+
+@pytest.fixture(autouse=True)
+def _owners_never_fail() -> Iterator[None]:
+    """Fail a test during which the registry, supervisor or dispatcher failed on a notice."""
+    handler = _OwnerFailures()
+    logger = logging.getLogger("subagents")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    assert not handler.failures, handler.failures
 
 
 @pytest.fixture(autouse=True)

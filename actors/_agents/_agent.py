@@ -28,6 +28,7 @@ from typing import Any
 import greenlet
 import pykka
 from subagents.actors._kernel._actorclass import actor_class
+from subagents.actors._kernel._pykka import STOP
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -223,7 +224,7 @@ class Agent(Inbox):
         if not wait or self._in_own_loop():
             # Stop after this turn; the actor's on_stop finishes the disposal.
             with contextlib.suppress(pykka.ActorDeadError):
-                self._ref.stop(block=False)
+                self._ref.tell(STOP)
             return
         with contextlib.suppress(pykka.ActorDeadError):
             self._ref.stop(block=True, timeout=timeout)

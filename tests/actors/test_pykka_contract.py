@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+from typing import Any
 
 import pykka
 import pytest
@@ -55,6 +56,25 @@ def test_the_envelope_protocol_of_the_loop() -> None:
 )
 def test_typing_names_import(module: str, name: str) -> None:
     assert hasattr(importlib.import_module(module), name)
+
+
+def test_the_stop_message_stops_an_actor_after_what_it_accepted(backend: Any) -> None:
+    """``tell(STOP)`` is what ``ActorRef.stop`` sends: messages told before it run first."""
+    seen: list[str] = []
+
+    class Recorder(backend.actor_class):  # type: ignore[misc,name-defined]
+        def on_receive(self, message: Any) -> Any:
+            seen.append(message)
+
+        def on_stop(self) -> None:
+            seen.append("stopped")
+
+    ref = Recorder.start()
+    ref.tell("first")
+    ref.tell(_pykka.STOP)
+    assert ref.actor_stopped.wait(10)
+    assert seen == ["first", "stopped"]
+    assert not ref.is_alive()
 
 
 def test_the_version_is_inside_the_pin() -> None:

@@ -246,3 +246,31 @@ def test_runtime_close_cancels_every_level_then_releases_child_first(kit: Kit) -
     items = notes.items()
     disposed = [items.index(("disposed", x)) for x in ("C", "B", "A", "root")]
     assert disposed == sorted(disposed)
+
+
+def test_a_resident_child_disposed_by_its_holder_leaves_residency(
+    kit: Kit, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R-RES-7, R-RES-8: a continuable child whose agent is disposed directly, while
+    resident and waiting (not retired by the supervisor), still ends its epoch: its
+    Activation is released, ``subagent/end`` announced, its parent no longer owns
+    it, and the next follow-up cold-resumes it. No owner fails on the way."""
+    rt = kit.rt
+    root = kit.root()
+    child_id, _ = kit.start(root, [["start", "grandkid", [["block", "g"]]]], label="kid")
+    assert kit.gate("g").wait_reached(10)
+    kid = kit.live("kid")
+    assert kid.wait_idle(10) and kit.act("kid") is not None  # waiting for its child
+    with caplog.at_level(logging.ERROR, logger="subagents"):
+        kid.dispose()
+        assert kit.probe.wait_for(
+            lambda evs: any(e.type == "subagent/end" and e.child_id == str(child_id) for e in evs)
+        )
+        kit.barrier()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert kit.act("kid") is None
+    kit.gate("g").release()
+    kit.wait_settled("grandkid", epochs=1)
+    rt.subagents.followup(root, child_id, "again")
+    kit.wait_settled("kid", epochs=2)
+    assert kit.contents("kid")[-1] == "again"

@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-GEVENT_RUNTIME = '''
+GEVENT_RUNTIME = """
 import gevent
 import gevent.event
 from subagents.actors._kernel import GeventActor, GeventFuture
@@ -35,7 +35,7 @@ RUNTIMES["gevent"] = pytest.param(
     ),
     id="gevent",
 )
-'''
+"""
 
 
 def _sdist(version: str, into: Path) -> Path:
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         (root,) = [p for p in work.iterdir() if p.is_dir() and p.name.startswith("pykka-")]
         conftest = root / "tests" / "conftest.py"
         text = conftest.read_text()
-        anchor = "\n\n@pytest.fixture(scope=\"session\", params=RUNTIMES.values())"
+        anchor = '\n\n@pytest.fixture(scope="session", params=RUNTIMES.values())'
         if anchor not in text:
             print(f"pykka {version}: its conftest changed; update {__file__}", file=sys.stderr)
             return 2
