@@ -892,3 +892,21 @@ def test_a_rewritten_cache_row_is_served_anew(rtp: Runtime, children: int) -> No
     assert [(r.mode, r.label) for r in tree.rows if r.id == headers[0].id] == [
         ("one-shot", "second")
     ]
+
+
+def test_the_runtime_keeps_one_catalog(rtp: Runtime) -> None:
+    """One catalog serves the runtime's listings, so the identities it
+    decoded for one listing are not decoded again for the next; a different mount
+    (the projection registry replaced) gets a catalog of its own."""
+    root = rtp.spawn("echo")
+    service = rtp.subagents
+    first = service._catalog(None)
+    service.list_children(root.session_id)
+    assert service._catalog(None) is first
+    projections = rtp.session_projections
+    rtp.session_projections = ProjectionRegistry()
+    try:
+        assert service._catalog(None) is not first
+    finally:
+        rtp.session_projections = projections
+    assert service._catalog(None) is not first  # rebuilt once more for the old mount
