@@ -50,7 +50,7 @@ told things.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from subagents.actors._agents import Agent, AgentRegistry
 from subagents.actors._kernel import Latch
@@ -94,6 +94,12 @@ __all__ = ["Registry"]
 
 def _err(code: str, message: str) -> SubagentError:
     return SubagentError(message, code=code)
+
+
+#: The latch of every Activation whose admission has ended (one shared object:
+#: a resident Activation holds no latch of its own for it).
+_ADMITTED: Final = Latch()
+_ADMITTED.set()
 
 
 class Registry(NoticeLoop):
@@ -321,7 +327,8 @@ class Registry(NoticeLoop):
         if parent is not None:
             parent.admissions -= 1
             self._supervisor.quiescent(parent)  # a rolled-back child may leave it idle
-        act.admitted.set()
+        admitted, act.admitted = act.admitted, _ADMITTED  # a drain may hold the first
+        admitted.set()
 
     # -- settlement --------------------------------------------------------------------
 

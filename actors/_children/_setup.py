@@ -124,17 +124,22 @@ class SetupRegistry:
             self._registrations.append(registration)
         return registration
 
-    def install(self, agent: Agent) -> ContinuableScope:
+    def install(self, agent: Agent) -> ContinuableScope | None:
         """Run every contribution on ``agent``'s new scope; released when it is disposed.
 
-        A contribution that raises propagates (the materialization rolls back, and
-        disposing the agent releases what was installed so far).
+        None when nothing is registered: a grant registered later waits for the
+        next Activation, so the child needs no scope (about half a KiB each, for
+        10,000 resident children). A contribution that raises propagates (the
+        materialization rolls back, and disposing the agent releases what was
+        installed so far).
         """
-        scope = ContinuableScope(agent)
-        agent.add_dispose_listener(lambda _agent: self._release(scope))
         with self._lock:
-            self._scopes.add(scope)
             registrations = list(self._registrations)
+            if not registrations:
+                return None
+            scope = ContinuableScope(agent)
+            self._scopes.add(scope)
+        agent.add_dispose_listener(lambda _agent: self._release(scope))
         for registration in registrations:
             scope._install(registration)
         return scope
