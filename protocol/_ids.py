@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Final
+from typing import Final, Self
 
 from ._errors import ErrorCode, SubagentError
 
@@ -41,7 +41,7 @@ class _Id(str):
         return str.__new__(cls, value)
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> _Id:
+    def from_bytes(cls, raw: bytes) -> Self:
         """Rebuild from the 16 raw bytes of the wire form."""
         if len(raw) != 16:
             raise ValueError("an id is 16 bytes")

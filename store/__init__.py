@@ -33,6 +33,7 @@ event content the codec cannot pack, ``ENCODE_ERROR``.
 """
 
 from ._base import LogRecord, SessionStore
+from ._durable import Accepted, InboxEntry, Lease, LeaseToken, NewLease
 from ._memory import MemoryStore
 from ._open import open_store
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -42,8 +43,13 @@ __all__ = [
     "APPLICATION_ID",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "Accepted",
+    "InboxEntry",
+    "Lease",
+    "LeaseToken",
     "LogRecord",
     "MemoryStore",
+    "NewLease",
     "SessionStore",
     "SqliteStore",
     "StoreStatistics",

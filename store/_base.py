@@ -18,11 +18,13 @@ from subagents.protocol import (
     CorruptRecordError,
     ErrorCode,
     Event,
+    MessageId,
     SessionHeader,
     SessionId,
     SubagentError,
 )
 
+from ._durable import DurableQueues, LeaseToken, NewLease
 from ._validate import check_session_ids
 
 __all__ = ["LogRecord", "SessionStore", "not_found", "session_exists", "store_closed"]
@@ -59,7 +61,7 @@ def session_exists(session_id: SessionId) -> SubagentError:
     )
 
 
-class SessionStore(abc.ABC):
+class SessionStore(DurableQueues):
     """Headers, append-only event logs and checkpoints of sessions.
 
     Every method is safe to call from many threads at once. Ids may be given as
@@ -89,8 +91,17 @@ class SessionStore(abc.ABC):
     inline_writes: ClassVar[bool] = False
 
     @abc.abstractmethod
-    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
-        """Create a session atomically: its header and initial ``events`` or nothing.
+    def create_session(
+        self,
+        header: SessionHeader,
+        events: Sequence[Event] = (),
+        *,
+        lease: NewLease | None = None,
+        inbox: Sequence[Event] = (),
+    ) -> int:
+        """Create a session atomically: its header, initial ``events``, and -- when
+        given -- its first lease (``(holder, expires, wake)``, epoch 1) and first
+        inbox messages (handed to that epoch), or nothing at all.
 
         Returns:
             The seq of the last initial event, ``-1`` when ``events`` is empty.
@@ -110,14 +121,22 @@ class SessionStore(abc.ABC):
         return self.append
 
     @abc.abstractmethod
-    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+    def append(
+        self,
+        session_id: SessionId | str,
+        events: Sequence[Event],
+        *,
+        lease: LeaseToken | None = None,
+        done: Sequence[MessageId] = (),
+    ) -> list[int]:
         """Append ``events`` as one atomic batch and return their seqs.
 
         Seqs continue the session's log without gaps. A durable store returns only
-        once the batch is durable.
+        once the batch is durable. ``done`` marks inbox messages done in the same
+        batch (the turn that ran them ended); ``lease`` fences it.
 
         Raises:
-            SubagentError: ``SESSION_NOT_FOUND``.
+            SubagentError: ``SESSION_NOT_FOUND``, ``LEASE_LOST``.
         """
 
     @abc.abstractmethod
@@ -186,9 +205,10 @@ class SessionStore(abc.ABC):
     def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Apply several writes, in order, as one batch where the store can.
 
-        Each op is ``("create", header, events)``, ``("append", session_id,
-        events)``, ``("delete", session_id)``, ``("checkpoint", session_id, seq,
-        data)`` or ``("projection", session_id, unit, seq, data)``. Returns, per op,
+        Each op is ``("create", header, events[, lease, inbox])``, ``("append",
+        session_id, events[, lease, done])``, ``("delete", session_id)``,
+        ``("checkpoint", session_id, seq, data)``, ``("projection", session_id,
+        unit, seq, data)`` or ``("release", session_id, token)``. Returns, per op,
         its result or the :class:`SubagentError` it failed with: one failing op does
         not fail the others. :class:`SqliteStore` commits them in one durable
         transaction, which is what a single writer (the runtime's write-behind
@@ -205,9 +225,21 @@ class SessionStore(abc.ABC):
     def _apply(self, op: tuple[Any, ...]) -> Any:
         kind = op[0]
         if kind == "create":
-            return self.create_session(op[1], op[2])
+            return self.create_session(
+                op[1],
+                op[2],
+                lease=op[3] if len(op) > 3 else None,
+                inbox=op[4] if len(op) > 4 else (),
+            )
         if kind == "append":
-            return self.append(op[1], op[2])
+            return self.append(
+                op[1],
+                op[2],
+                lease=op[3] if len(op) > 3 else None,
+                done=op[4] if len(op) > 4 else (),
+            )
+        if kind == "release":
+            return self.release_lease(op[1], op[2])
         if kind == "delete":
             return self.delete_session(op[1])
         if kind == "checkpoint":

@@ -14,19 +14,26 @@ from dataclasses import replace
 from subagents.protocol import (
     CorruptRecordError,
     Event,
+    MessageId,
     SessionHeader,
     SessionId,
 )
 
 from ._base import LogRecord, SessionStore, not_found, session_exists, store_closed
+from ._durable import LeaseToken, NewLease
+from ._memory_queues import MemoryQueues, QueueState
 from ._native import native_lock
 from ._validate import (
     check_blob,
     check_events,
     check_header,
     check_int,
+    check_message_ids,
+    check_messages,
+    check_new_lease,
     check_session_id,
     check_session_ids,
+    check_token,
     check_unit,
     invalid,
 )
@@ -35,13 +42,14 @@ __all__ = ["MemoryStore"]
 
 
 class _Session:
-    __slots__ = ("checkpoint", "events", "header", "projections")
+    __slots__ = ("checkpoint", "events", "header", "projections", "queues")
 
     def __init__(self, header: SessionHeader, events: list[Event]) -> None:
         self.header = header
         self.events = events
         self.checkpoint: tuple[int, bytes] | None = None
         self.projections: dict[str, tuple[int, bytes]] = {}
+        self.queues: QueueState | None = None  # inbox and lease, made on first use
 
 
 def _ordered(headers: list[SessionHeader]) -> list[SessionHeader]:
@@ -49,7 +57,7 @@ def _ordered(headers: list[SessionHeader]) -> list[SessionHeader]:
     return headers
 
 
-class MemoryStore(SessionStore):
+class MemoryStore(MemoryQueues, SessionStore):
     """Sessions in this process's memory; nothing survives it.
 
     Events are stored as given (no encoding, so content the codec could not pack
@@ -76,23 +84,48 @@ class MemoryStore(SessionStore):
             raise not_found(session_id)
         return session
 
-    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+    def create_session(
+        self,
+        header: SessionHeader,
+        events: Sequence[Event] = (),
+        *,
+        lease: NewLease | None = None,
+        inbox: Sequence[Event] = (),
+    ) -> int:
         header = check_header(header)
         initial = list(check_events(events))
+        new_lease = check_new_lease(lease)
+        messages = check_messages(inbox)
         with self._lock:
             if self._closed:
                 raise store_closed(self)
             if header.id in self._sessions:
                 raise session_exists(header.id)
-            self._sessions[header.id] = _Session(header, initial)
+            session = self._sessions[header.id] = _Session(header, initial)
             self._children.setdefault(header.parent_session, set()).add(header.id)
+            if new_lease is not None or messages:
+                session.queues = QueueState.fresh(header.id, new_lease, messages)
         return len(initial) - 1
 
-    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+    def append(
+        self,
+        session_id: SessionId | str,
+        events: Sequence[Event],
+        *,
+        lease: LeaseToken | None = None,
+        done: Sequence[MessageId] = (),
+    ) -> list[int]:
         sid = check_session_id(session_id)
         events = check_events(events)
+        token = check_token(lease)
+        finished = check_message_ids(done) if done else ()
         with self._lock:
-            log = self._get(sid).events
+            session = self._get(sid)
+            if token is not None or finished:
+                state = self._queues(sid)
+                self._fence(sid, state, token)
+                state.mark_done(finished)
+            log = session.events
             start = len(log)
             log.extend(events)
         return list(range(start, start + len(events)))

@@ -162,8 +162,8 @@ class SqliteReads:
         """The SessionId for 16 raw id bytes of our own table (shared when known)."""
         sid = self._id_cache.get(key)
         if sid is None:
-            sid = SessionId.from_bytes(key)  # type: ignore[assignment]
-        return sid  # type: ignore[return-value]
+            sid = SessionId.from_bytes(key)
+        return sid
 
     def _decode_row(self, key: bytes, blob: bytes) -> SessionHeader:
         key = bytes(key)

@@ -29,6 +29,13 @@ Version 2:
 
 * ``projection_cache(session, unit, seq, data)``: the durable projection cache
   (derived data; ``seq`` is where the value was folded, the listing's fork-seed gate).
+
+Version 3 (see :mod:`._durable`):
+
+* ``inbox(session, n, message_id, body, epoch, done, accepted_at)``: the durable
+  inbox, ``n`` the acceptance order within the session, ``(session, message_id)``
+  unique (deduplication), a partial index over the pending entries;
+* ``leases(session, holder, epoch, expires, wake)``: one lease per session.
 """
 
 from __future__ import annotations
@@ -102,8 +109,38 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    # The durable inbox and the leases: what makes "accepted" mean committed, and
+    # one activation per session across processes.
+    conn.execute(
+        "CREATE TABLE inbox ("
+        " session BLOB NOT NULL,"
+        " n INTEGER NOT NULL,"
+        " message_id BLOB NOT NULL,"
+        " body BLOB NOT NULL,"
+        " epoch INTEGER,"
+        " done INTEGER NOT NULL DEFAULT 0,"
+        " accepted_at REAL NOT NULL,"
+        " PRIMARY KEY (session, n)"
+        ") WITHOUT ROWID"
+    )
+    conn.execute("CREATE UNIQUE INDEX inbox_by_message ON inbox(session, message_id)")
+    conn.execute("CREATE INDEX inbox_by_id ON inbox(message_id)")
+    conn.execute("CREATE INDEX inbox_pending ON inbox(session, n) WHERE done = 0")
+    conn.execute(
+        "CREATE TABLE leases ("
+        " session BLOB PRIMARY KEY NOT NULL,"
+        " holder TEXT,"
+        " epoch INTEGER NOT NULL,"
+        " expires REAL NOT NULL,"
+        " wake TEXT"
+        ") WITHOUT ROWID"
+    )
+    conn.execute("CREATE INDEX leases_by_holder ON leases(holder)")
+
+
 #: ``MIGRATIONS[n]`` migrates version ``n`` to ``n + 1``; append, never edit.
-MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1, _v1_to_v2)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1, _v1_to_v2, _v2_to_v3)
 #: The schema version this code reads and writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -33,6 +33,7 @@ from subagents.protocol import (
     DEFAULT_LIMITS,
     Event,
     Limits,
+    MessageId,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -41,16 +42,21 @@ from subagents.protocol import (
 )
 
 from ._base import SessionStore, not_found, store_closed
+from ._durable import LeaseToken, NewLease
 from ._group import GroupCommitter
 from ._native import native_lock
 from ._reads import SqliteReads, unit_name
 from ._schema import migrate, probe, unavailable
+from ._sqlite_queues import SqliteQueues, encode_messages
 from ._validate import (
     check_blob,
     check_events,
     check_header,
     check_int,
+    check_message_ids,
+    check_new_lease,
     check_session_id,
+    check_token,
     invalid,
 )
 from ._writer import Writer
@@ -74,7 +80,7 @@ class StoreStatistics:
     pending: int
 
 
-class SqliteStore(SqliteReads, SessionStore):
+class SqliteStore(SqliteReads, SqliteQueues, SessionStore):
     """Sessions in one SQLite file; appends are durable when they return.
 
     Args:
@@ -145,21 +151,37 @@ class SqliteStore(SqliteReads, SessionStore):
         self._writer = Writer(conn)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
 
-    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
-        header = check_header(header)
-        blob = encode_header(header)
-        bodies = [encode_event(e) for e in check_events(events)]
-        result: int = self._committer.submit(lambda txn: txn.create(header, blob, bodies))
+    def create_session(
+        self,
+        header: SessionHeader,
+        events: Sequence[Event] = (),
+        *,
+        lease: NewLease | None = None,
+        inbox: Sequence[Event] = (),
+    ) -> int:
+        create = self._prepare(("create", header, events, lease, inbox))
+        result: int = self._committer.submit(create)
         return result
 
-    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+    def append(
+        self,
+        session_id: SessionId | str,
+        events: Sequence[Event],
+        *,
+        lease: LeaseToken | None = None,
+        done: Sequence[MessageId] = (),
+    ) -> list[int]:
         sid = check_session_id(session_id)
         bodies = [encode_event(e) for e in check_events(events)]
-        if not bodies:
+        token = check_token(lease)
+        finished = [m.to_bytes() for m in check_message_ids(done)] if done else []
+        if not bodies and token is None and not finished:
             if not self.exists(sid):
                 raise not_found(sid)
             return []
-        seqs: list[int] = self._committer.submit(lambda txn: txn.append(sid, bodies))
+        seqs: list[int] = self._committer.submit(
+            lambda txn: txn.append(sid, bodies, token, finished)
+        )
         return seqs
 
     def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -187,11 +209,21 @@ class SqliteStore(SqliteReads, SessionStore):
             header = check_header(op[1])
             blob = encode_header(header)
             bodies = [encode_event(e) for e in check_events(op[2])]
-            return lambda txn: txn.create(header, blob, bodies)
+            lease = check_new_lease(op[3]) if len(op) > 3 else None
+            inbox = encode_messages(op[4]) if len(op) > 4 else []
+            return lambda txn: txn.create(header, blob, bodies, lease, inbox)
         if kind == "append":
             sid = check_session_id(op[1])
             bodies = [encode_event(e) for e in check_events(op[2])]
-            return lambda txn: txn.append(sid, bodies)
+            token = check_token(op[3]) if len(op) > 3 else None
+            done = [m.to_bytes() for m in check_message_ids(op[4])] if len(op) > 4 else []
+            return lambda txn: txn.append(sid, bodies, token, done)
+        if kind == "release":
+            sid = check_session_id(op[1])
+            released = check_token(op[2])
+            if released is None:
+                raise invalid("a lease token is (holder, epoch)")
+            return lambda txn: txn.release(sid, released)
         if kind == "delete":
             sid = check_session_id(op[1])
             return lambda txn: txn.delete(sid)

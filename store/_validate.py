@@ -9,12 +9,35 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from subagents.protocol import ORIGINS, ErrorCode, Event, SessionHeader, SessionId, SubagentError
+from subagents.protocol import (
+    ORIGINS,
+    ErrorCode,
+    Event,
+    MessageEvent,
+    MessageId,
+    ReportEvent,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+)
 
-__all__ = ["check_blob", "check_events", "check_header", "check_int", "check_session_id", "invalid"]
+__all__ = [
+    "check_blob",
+    "check_events",
+    "check_header",
+    "check_int",
+    "check_message_ids",
+    "check_messages",
+    "check_new_lease",
+    "check_seconds",
+    "check_session_id",
+    "check_token",
+    "invalid",
+]
 
 
 def invalid(message: str, **hint: Any) -> SubagentError:
@@ -102,3 +125,61 @@ def check_blob(data: object) -> bytes:
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     raise invalid(f"data must be bytes, got {type(data).__name__}")
+
+
+def check_messages(events: object) -> Sequence[MessageEvent | ReportEvent]:
+    """Inbox events: a sequence of ``MessageEvent`` / ``ReportEvent`` (each has an id)."""
+    checked = check_events(events)
+    for event in checked:
+        if type(event) is not MessageEvent and type(event) is not ReportEvent:
+            raise invalid(f"an inbox takes messages and reports, not {type(event).__name__}")
+    return checked  # type: ignore[return-value]
+
+
+def check_message_ids(ids: object) -> list[MessageId]:
+    """A sequence of message ids (plain ``str`` ids are converted)."""
+    if isinstance(ids, (str, bytes, MessageId)) or not isinstance(ids, Sequence):
+        raise invalid(f"message ids must be a sequence, got {type(ids).__name__}")
+    try:
+        return [i if type(i) is MessageId else MessageId(i) for i in ids]
+    except SubagentError as exc:
+        raise invalid(f"not a message id: {exc}") from exc
+
+
+def check_token(token: object) -> tuple[str, int] | None:
+    """A lease token ``(holder, epoch)`` or None."""
+    if token is None:
+        return None
+    if (
+        type(token) is not tuple
+        or len(token) != 2
+        or type(token[0]) is not str
+        or not token[0]
+        or type(token[1]) is not int
+    ):
+        raise invalid(f"a lease token is (holder: str, epoch: int), got {token!r}")
+    return token
+
+
+def check_seconds(value: object, name: str) -> float:
+    """A finite number of (wall-clock) seconds."""
+    if type(value) is not int and type(value) is not float:
+        raise invalid(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds):
+        raise invalid(f"{name} must be a finite number of seconds, got {value!r}")
+    return seconds
+
+
+def check_new_lease(lease: object) -> tuple[str, float, str | None] | None:
+    """The lease a session is created with: ``(holder, expires, wake)`` or None."""
+    if lease is None:
+        return None
+    if type(lease) is not tuple or len(lease) != 3:
+        raise invalid(f"a new lease is (holder, expires, wake), got {lease!r}")
+    holder, expires, wake = lease
+    if type(holder) is not str or not holder:
+        raise invalid("a lease holder is a non-empty str")
+    if wake is not None and type(wake) is not str:
+        raise invalid("a lease's wake address is a str or None")
+    return (holder, check_seconds(expires, "expires"), wake)

@@ -41,7 +41,9 @@ from subagents.protocol import (
 )
 
 from ._base import not_found, session_exists
+from ._durable import LeaseToken, NewLease
 from ._group import WriteRequest
+from ._queue_txn import Message, QueueTxn
 from ._validate import invalid
 
 __all__ = ["NEXT_SEQ", "Txn", "Writer", "decode_header_row", "storage_error"]
@@ -91,7 +93,7 @@ def decode_header_row(
         ) from exc
 
 
-class Txn:
+class Txn(QueueTxn):
     """The operations a write request applies, inside the batch's transaction.
 
     ``overlay`` holds next-seqs changed by this transaction (``None``: the session
@@ -128,13 +130,28 @@ class Txn:
         self.overlay[key] = start + len(bodies)
         self.events += len(bodies)
 
-    def append(self, session_id: SessionId, bodies: Sequence[bytes]) -> list[int]:
+    def append(
+        self,
+        session_id: SessionId,
+        bodies: Sequence[bytes],
+        token: LeaseToken | None = None,
+        done: Sequence[bytes] = (),
+    ) -> list[int]:
         key = session_id.to_bytes()
         start = self._next_seq(key, session_id)
+        if token is not None or done:
+            self.complete(session_id, done, token)  # fences, then marks the turn's messages
         self._insert(key, start, bodies)
         return list(range(start, start + len(bodies)))
 
-    def create(self, header: SessionHeader, blob: bytes, bodies: Sequence[bytes]) -> int:
+    def create(
+        self,
+        header: SessionHeader,
+        blob: bytes,
+        bodies: Sequence[bytes],
+        lease: NewLease | None = None,
+        inbox: Sequence[Message] = (),
+    ) -> int:
         key = header.id.to_bytes()
         known = self.overlay.get(key, self._cache.get(key)) is not None
         if known or self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (key,)).fetchone():
@@ -146,6 +163,12 @@ class Txn:
             (key, parent, header.origin, header.delegation_depth, created_micros(header), blob),
         )
         self._insert(key, 0, bodies)
+        epoch = None
+        if lease is not None:
+            self.new_lease(header.id, *lease)
+            epoch = 1
+        if inbox:
+            self.accept_messages(header.id, inbox, epoch, 0.0, None)
         return len(bodies) - 1
 
     def delete(self, session_id: SessionId) -> None:
@@ -154,6 +177,8 @@ class Txn:
             ("events", "session"),
             ("checkpoints", "session"),
             ("projection_cache", "session"),
+            ("inbox", "session"),
+            ("leases", "session"),
             ("sessions", "id"),
         ):
             self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))

@@ -224,8 +224,8 @@ def test_constructor_argument_checks(tmp_path: Path) -> None:
 # -- migrations -----------------------------------------------------------------
 
 
-def _add_inbox(conn: sqlite3.Connection) -> None:
-    conn.execute("CREATE TABLE inbox (message BLOB PRIMARY KEY) WITHOUT ROWID")
+def _add_later_table(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE later_table (message BLOB PRIMARY KEY) WITHOUT ROWID")
 
 
 def _broken(conn: sqlite3.Connection) -> None:
@@ -251,7 +251,7 @@ def test_migration_hook_upgrades_in_a_transaction(
         assert not conn.execute("SELECT 1 FROM sqlite_schema WHERE name='half_done'").fetchall()
     finally:
         conn.close()
-    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS[:-1], _add_inbox))
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS[:-1], _add_later_table))
     with SqliteStore(path) as store:
         assert store.header(h.id) == h
     conn = _raw(path)
@@ -259,7 +259,7 @@ def test_migration_hook_upgrades_in_a_transaction(
         assert (
             conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION + 1
         )
-        assert conn.execute("SELECT 1 FROM sqlite_schema WHERE name='inbox'").fetchall()
+        assert conn.execute("SELECT 1 FROM sqlite_schema WHERE name='later_table'").fetchall()
     finally:
         conn.close()
 

@@ -1,0 +1,216 @@
+"""The durable inbox and leases: what a store keeps so that accepted means committed.
+
+**The inbox.** Every message a session accepts -- a follow-up, an initial prompt,
+a report -- is queued in the session's inbox, in acceptance order (``n`` = 1, 2,
+...), atomically with its acceptance, and stays *pending* until the turn that ran
+it ended (:meth:`DurableQueues.complete`). A message id is accepted once per
+session: accepting it again answers the first acceptance (``duplicate=True``) and
+queues nothing. An entry records the activation ``epoch`` it was handed to, so
+the next activation after a crash knows which pending messages may have started
+(``redelivered``). Done entries are kept until :meth:`DurableQueues.prune_inbox`
+removes them; until then their ids still deduplicate.
+
+**Leases.** A session has at most one *lease*: ``(holder, epoch, expires)``.
+:meth:`DurableQueues.acquire_lease` takes it by compare-and-swap -- when it is
+free, expired, already this holder's, or held by a holder the caller knows is
+dead -- and bumps the epoch. A write that carries a lease token ``(holder,
+epoch)`` is refused with ``LEASE_LOST`` (writing nothing) unless the session's
+lease is still exactly that: the loser of a lease can never write after the
+winner. ``expires`` and ``now`` are wall-clock seconds (``time.time()``) chosen by
+the caller; the store compares, it never reads a clock.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    MessageEvent,
+    MessageId,
+    ReportEvent,
+    SessionId,
+    SubagentError,
+)
+
+__all__ = [
+    "Accepted",
+    "DurableQueues",
+    "InboxEntry",
+    "Lease",
+    "LeaseToken",
+    "NewLease",
+    "lease_held",
+    "lease_lost",
+]
+
+#: ``(holder, epoch)``: a write fenced by a lease.
+LeaseToken = tuple[str, int]
+#: ``(holder, expires, wake)``: the lease a new session is created with (epoch 1).
+NewLease = tuple[str, float, "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One pending message of a session's inbox.
+
+    ``event`` is what its turn will log (a ``MessageEvent`` or a ``ReportEvent``);
+    ``epoch`` the activation it was handed to (None: none yet).
+    """
+
+    n: int
+    event: MessageEvent | ReportEvent
+    epoch: int | None
+
+    @property
+    def message_id(self) -> MessageId:
+        return self.event.message_id
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The outcome of accepting one message: its place ``n``, and whether its id had
+    been accepted before (then nothing new was queued)."""
+
+    n: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A session's lease: ``holder`` (None: released), ``epoch`` (bumped by every
+    acquisition), ``expires`` (wall-clock seconds), and how to wake the holder."""
+
+    session_id: SessionId
+    holder: str | None
+    epoch: int
+    expires: float
+    wake: str | None
+
+    def token(self) -> LeaseToken:
+        assert self.holder is not None
+        return (self.holder, self.epoch)
+
+
+def lease_held(lease: Lease) -> SubagentError:
+    """``LEASE_HELD``: another live holder has the session (hint: the lease)."""
+    return SubagentError(
+        f"session {lease.session_id} is held by {lease.holder} until {lease.expires:.3f}",
+        code=ErrorCode.LEASE_HELD,
+        hint={"holder": lease.holder, "expires": lease.expires, "wake": lease.wake},
+    )
+
+
+def lease_lost(session_id: SessionId, token: LeaseToken) -> SubagentError:
+    """``LEASE_LOST``: a write fenced by a lease this holder no longer has."""
+    return SubagentError(
+        f"session {session_id}: lease {token[0]} epoch {token[1]} is no longer held",
+        code=ErrorCode.LEASE_LOST,
+        hint={"session_id": session_id, "holder": token[0], "epoch": token[1]},
+    )
+
+
+class DurableQueues(abc.ABC):
+    """The inbox and lease half of the store contract (see the module docstring)."""
+
+    # -- the inbox -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def accept(
+        self,
+        session_id: SessionId | str,
+        events: Sequence[Event],
+        *,
+        epoch: int | None = None,
+        now: float = 0.0,
+        lease: LeaseToken | None = None,
+    ) -> list[Accepted]:
+        """Queue ``events`` (each with a ``message_id``) in the session's inbox, in
+        order, atomically; durable when it returns, as an append is.
+
+        ``epoch`` records that they are handed to that activation at once (the
+        holder accepting for its own resident agent); ``now`` is kept as the
+        acceptance time (for :meth:`prune_inbox`); ``lease`` fences the write.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``, ``LEASE_LOST``, ``INVALID_ARGUMENT``.
+        """
+
+    @abc.abstractmethod
+    def pending(self, session_id: SessionId | str) -> list[InboxEntry]:
+        """The session's accepted messages not yet done, in acceptance order.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row.
+        """
+
+    @abc.abstractmethod
+    def complete(
+        self,
+        session_id: SessionId | str,
+        message_ids: Sequence[MessageId],
+        *,
+        lease: LeaseToken | None = None,
+    ) -> None:
+        """Mark messages done (their turn ended); unknown or done ids are ignored."""
+
+    @abc.abstractmethod
+    def retract(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        """Take back an accepted message that no activation has taken yet (its
+        admission failed after it was committed); True when it was removed."""
+
+    @abc.abstractmethod
+    def hand_over(
+        self,
+        session_id: SessionId | str,
+        message_ids: Sequence[MessageId],
+        epoch: int,
+        *,
+        lease: LeaseToken | None = None,
+    ) -> None:
+        """Record that pending messages were taken into activation ``epoch``."""
+
+    @abc.abstractmethod
+    def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
+        """``(session, n)`` of every inbox that accepted ``message_id``."""
+
+    @abc.abstractmethod
+    def prune_inbox(self, before: float) -> int:
+        """Forget done messages accepted before ``before``; returns how many."""
+
+    # -- leases --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def acquire_lease(
+        self,
+        session_id: SessionId | str,
+        holder: str,
+        *,
+        now: float,
+        expires: float,
+        wake: str | None = None,
+        dead: Callable[[str], bool] | None = None,
+    ) -> Lease:
+        """Take the session's lease (epoch + 1) when it is free, expired (``expires
+        <= now``), already ``holder``'s, or held by a holder ``dead(holder)`` says is
+        gone.
+
+        Raises:
+            SubagentError: ``LEASE_HELD`` (hint: the current lease),
+                ``SESSION_NOT_FOUND``.
+        """
+
+    @abc.abstractmethod
+    def renew_leases(self, holder: str, expires: float) -> list[SessionId]:
+        """Extend every lease ``holder`` still has; returns their sessions."""
+
+    @abc.abstractmethod
+    def release_lease(self, session_id: SessionId | str, token: LeaseToken) -> bool:
+        """Give the lease up (the epoch stays); False when it was not held with ``token``."""
+
+    @abc.abstractmethod
+    def get_lease(self, session_id: SessionId | str) -> Lease | None:
+        """The session's lease (None: never taken)."""

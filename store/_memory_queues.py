@@ -1,0 +1,292 @@
+"""The durable-inbox and lease half of ``MemoryStore`` (see :mod:`._durable`).
+
+Nothing here survives the process; it holds the contract all the same, so the
+runtime and the tests run one code path on every store. State lives on each
+session record, under the store's one lock, never held across a call out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from subagents.protocol import Event, MessageEvent, MessageId, ReportEvent, SessionId
+
+from ._base import store_closed
+from ._durable import (
+    Accepted,
+    DurableQueues,
+    InboxEntry,
+    Lease,
+    LeaseToken,
+    NewLease,
+    lease_held,
+    lease_lost,
+)
+from ._validate import (
+    check_message_ids,
+    check_messages,
+    check_seconds,
+    check_session_id,
+    check_token,
+    invalid,
+)
+
+if TYPE_CHECKING:
+    from ._memory import _Session
+
+__all__ = ["MemoryQueues", "QueueState"]
+
+
+class _Entry:
+    __slots__ = ("at", "done", "epoch", "event", "n")
+
+    def __init__(self, n: int, event: MessageEvent | ReportEvent, epoch: int | None, at: float):
+        self.n = n
+        self.event = event
+        self.epoch = epoch
+        self.done = False
+        self.at = at
+
+
+class QueueState:
+    """A session's inbox and lease (made on first use: most sessions never need one)."""
+
+    __slots__ = ("inbox", "lease", "next_n")
+
+    def __init__(self) -> None:
+        self.inbox: dict[MessageId, _Entry] = {}
+        self.next_n = 1
+        self.lease: Lease | None = None
+
+    @classmethod
+    def fresh(
+        cls,
+        session_id: SessionId,
+        lease: NewLease | None,
+        messages: Sequence[MessageEvent | ReportEvent],
+    ) -> QueueState:
+        """The state of a session created with a lease (epoch 1) and first messages."""
+        state = cls()
+        epoch = None
+        if lease is not None:
+            holder, expires, wake = lease
+            state.lease = Lease(session_id, holder, 1, expires, wake)
+            epoch = 1
+        for event in messages:
+            state.add(event, epoch, 0.0)
+        return state
+
+    def add(self, event: MessageEvent | ReportEvent, epoch: int | None, at: float) -> Accepted:
+        known = self.inbox.get(event.message_id)
+        if known is not None:
+            return Accepted(known.n, True)
+        n = self.next_n
+        self.next_n = n + 1
+        self.inbox[event.message_id] = _Entry(n, event, epoch, at)
+        return Accepted(n, False)
+
+    def mark_done(self, message_ids: Sequence[MessageId]) -> None:
+        for mid in message_ids:
+            entry = self.inbox.get(mid)
+            if entry is not None:
+                entry.done = True
+
+
+class MemoryQueues(DurableQueues):
+    """Mixed into :class:`~._memory.MemoryStore` (which provides the fields below)."""
+
+    _lock: Any
+    _sessions: dict[SessionId, _Session]
+    _closed: bool
+
+    def _get(self, session_id: SessionId) -> _Session:
+        raise NotImplementedError
+
+    def _queues(self, session_id: SessionId) -> QueueState:
+        # Caller holds the lock.
+        session = self._get(session_id)
+        state = session.queues
+        if state is None:
+            state = session.queues = QueueState()
+        return state
+
+    def _fence(self, session_id: SessionId, state: QueueState, lease: LeaseToken | None) -> None:
+        if lease is None:
+            return
+        held = state.lease
+        if held is None or held.holder != lease[0] or held.epoch != lease[1]:
+            raise lease_lost(session_id, lease)
+
+    # -- the inbox -----------------------------------------------------------------
+
+    def accept(
+        self,
+        session_id: SessionId | str,
+        events: Sequence[Event],
+        *,
+        epoch: int | None = None,
+        now: float = 0.0,
+        lease: LeaseToken | None = None,
+    ) -> list[Accepted]:
+        sid = check_session_id(session_id)
+        messages = check_messages(events)
+        at = check_seconds(now, "now")
+        token = check_token(lease)
+        if epoch is not None and type(epoch) is not int:
+            raise invalid("epoch must be an int or None")
+        with self._lock:
+            state = self._queues(sid)
+            self._fence(sid, state, token)
+            return [state.add(event, epoch, at) for event in messages]
+
+    def pending(self, session_id: SessionId | str) -> list[InboxEntry]:
+        sid = check_session_id(session_id)
+        with self._lock:
+            state = self._queues(sid)
+            return [InboxEntry(e.n, e.event, e.epoch) for e in state.inbox.values() if not e.done]
+
+    def complete(
+        self,
+        session_id: SessionId | str,
+        message_ids: Sequence[MessageId],
+        *,
+        lease: LeaseToken | None = None,
+    ) -> None:
+        sid = check_session_id(session_id)
+        ids = check_message_ids(message_ids)
+        token = check_token(lease)
+        with self._lock:
+            state = self._queues(sid)
+            self._fence(sid, state, token)
+            state.mark_done(ids)
+
+    def retract(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        sid = check_session_id(session_id)
+        (mid,) = check_message_ids([message_id])
+        with self._lock:
+            state = self._queues(sid)
+            entry = state.inbox.get(mid)
+            if entry is None or entry.done or entry.epoch is not None:
+                return False
+            del state.inbox[mid]
+            return True
+
+    def hand_over(
+        self,
+        session_id: SessionId | str,
+        message_ids: Sequence[MessageId],
+        epoch: int,
+        *,
+        lease: LeaseToken | None = None,
+    ) -> None:
+        sid = check_session_id(session_id)
+        ids = check_message_ids(message_ids)
+        token = check_token(lease)
+        if type(epoch) is not int:
+            raise invalid("epoch must be an int")
+        with self._lock:
+            state = self._queues(sid)
+            self._fence(sid, state, token)
+            for mid in ids:
+                entry = state.inbox.get(mid)
+                if entry is not None:
+                    entry.epoch = epoch
+
+    def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
+        (mid,) = check_message_ids([message_id])
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            found = []
+            for sid, session in self._sessions.items():
+                entry = session.queues.inbox.get(mid) if session.queues is not None else None
+                if entry is not None:
+                    found.append((sid, entry.n))
+            return found
+
+    def prune_inbox(self, before: float) -> int:
+        cutoff = check_seconds(before, "before")
+        removed = 0
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            for session in self._sessions.values():
+                state = session.queues
+                if state is None:
+                    continue
+                gone = [m for m, e in state.inbox.items() if e.done and e.at < cutoff]
+                for mid in gone:
+                    del state.inbox[mid]
+                removed += len(gone)
+        return removed
+
+    # -- leases --------------------------------------------------------------------
+
+    def acquire_lease(
+        self,
+        session_id: SessionId | str,
+        holder: str,
+        *,
+        now: float,
+        expires: float,
+        wake: str | None = None,
+        dead: Callable[[str], bool] | None = None,
+    ) -> Lease:
+        sid = check_session_id(session_id)
+        if type(holder) is not str or not holder:
+            raise invalid("holder must be a non-empty str")
+        at = check_seconds(now, "now")
+        until = check_seconds(expires, "expires")
+        with self._lock:
+            state = self._queues(sid)
+            held = state.lease
+            if (
+                held is not None
+                and held.holder is not None
+                and held.holder != holder
+                and held.expires > at
+                and not (dead is not None and dead(held.holder))
+            ):
+                raise lease_held(held)
+            lease = Lease(sid, holder, (held.epoch if held else 0) + 1, until, wake)
+            state.lease = lease
+            return lease
+
+    def renew_leases(self, holder: str, expires: float) -> list[SessionId]:
+        until = check_seconds(expires, "expires")
+        renewed = []
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            for sid, session in self._sessions.items():
+                state = session.queues
+                held = state.lease if state is not None else None
+                if state is not None and held is not None and held.holder == holder:
+                    state.lease = Lease(sid, holder, held.epoch, until, held.wake)
+                    renewed.append(sid)
+        return renewed
+
+    def release_lease(self, session_id: SessionId | str, token: LeaseToken) -> bool:
+        sid = check_session_id(session_id)
+        checked = check_token(token)
+        assert checked is not None
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            session = self._sessions.get(sid)
+            state = session.queues if session is not None else None
+            held = state.lease if state is not None else None
+            if state is None or held is None or (held.holder, held.epoch) != checked:
+                return False
+            state.lease = Lease(sid, None, held.epoch, 0.0, None)
+            return True
+
+    def get_lease(self, session_id: SessionId | str) -> Lease | None:
+        sid = check_session_id(session_id)
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            session = self._sessions.get(sid)
+            state = session.queues if session is not None else None
+            return None if state is None else state.lease

@@ -1,0 +1,161 @@
+"""The inbox and lease operations of a write transaction (see :mod:`._durable`).
+
+Mixed into :class:`~._writer.Txn`: each runs inside the batch's ``BEGIN
+IMMEDIATE`` transaction, checks before it writes (a failed check writes nothing
+and fails only its own request), and a lease token fences the write by reading
+the session's lease row in the same transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from subagents.protocol import SessionId
+
+from ._durable import Accepted, Lease, LeaseToken, lease_held, lease_lost
+
+__all__ = ["QueueTxn"]
+
+_LEASE: Final = "SELECT holder, epoch, expires, wake FROM leases WHERE session = ?"
+_UPSERT_LEASE: Final = (
+    "INSERT OR REPLACE INTO leases (session, holder, epoch, expires, wake) VALUES (?, ?, ?, ?, ?)"
+)
+_INSERT_ENTRY: Final = (
+    "INSERT INTO inbox (session, n, message_id, body, epoch, accepted_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+#: ``(message id bytes, encoded event)`` of one message to accept.
+Message = tuple[bytes, bytes]
+
+
+class QueueTxn:
+    """Inbox and lease operations; ``conn`` and ``_next_seq`` come from ``Txn``."""
+
+    conn: sqlite3.Connection
+
+    def _next_seq(self, key: bytes, session_id: SessionId) -> int:
+        raise NotImplementedError
+
+    def fence(self, session_id: SessionId, token: LeaseToken | None) -> None:
+        """``LEASE_LOST`` unless the session's lease is exactly ``token``."""
+        if token is None:
+            return
+        row = self.conn.execute(
+            "SELECT holder, epoch FROM leases WHERE session = ?", (session_id.to_bytes(),)
+        ).fetchone()
+        if row is None or row[0] != token[0] or row[1] != token[1]:
+            raise lease_lost(session_id, token)
+
+    def accept_messages(
+        self,
+        session_id: SessionId,
+        messages: Sequence[Message],
+        epoch: int | None,
+        at: float,
+        token: LeaseToken | None,
+    ) -> list[Accepted]:
+        key = session_id.to_bytes()
+        self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
+        self.fence(session_id, token)
+        conn = self.conn
+        last = conn.execute("SELECT max(n) FROM inbox WHERE session = ?", (key,)).fetchone()[0]
+        n = last or 0
+        out: list[Accepted] = []
+        for mid, body in messages:
+            known = conn.execute(
+                "SELECT n FROM inbox WHERE session = ? AND message_id = ?", (key, mid)
+            ).fetchone()
+            if known is not None:
+                out.append(Accepted(int(known[0]), True))
+                continue
+            n += 1
+            conn.execute(_INSERT_ENTRY, (key, n, mid, body, epoch, at))
+            out.append(Accepted(n, False))
+        return out
+
+    def complete(
+        self, session_id: SessionId, message_ids: Sequence[bytes], token: LeaseToken | None
+    ) -> None:
+        self.fence(session_id, token)
+        key = session_id.to_bytes()
+        self.conn.executemany(
+            "UPDATE inbox SET done = 1 WHERE session = ? AND message_id = ?",
+            [(key, mid) for mid in message_ids],
+        )
+
+    def retract(self, session_id: SessionId, message_id: bytes) -> bool:
+        cursor = self.conn.execute(
+            "DELETE FROM inbox WHERE session = ? AND message_id = ? AND done = 0 AND epoch IS NULL",
+            (session_id.to_bytes(), message_id),
+        )
+        return cursor.rowcount > 0
+
+    def hand_over(
+        self,
+        session_id: SessionId,
+        message_ids: Sequence[bytes],
+        epoch: int,
+        token: LeaseToken | None,
+    ) -> None:
+        self.fence(session_id, token)
+        key = session_id.to_bytes()
+        self.conn.executemany(
+            "UPDATE inbox SET epoch = ? WHERE session = ? AND message_id = ?",
+            [(epoch, key, mid) for mid in message_ids],
+        )
+
+    def prune(self, before: float) -> int:
+        cursor = self.conn.execute(
+            "DELETE FROM inbox WHERE done = 1 AND accepted_at < ?", (before,)
+        )
+        return cursor.rowcount
+
+    # -- leases --------------------------------------------------------------------
+
+    def new_lease(
+        self, session_id: SessionId, holder: str, expires: float, wake: str | None
+    ) -> None:
+        """The first lease of a session being created (epoch 1)."""
+        self.conn.execute(_UPSERT_LEASE, (session_id.to_bytes(), holder, 1, expires, wake))
+
+    def acquire(
+        self,
+        session_id: SessionId,
+        holder: str,
+        now: float,
+        expires: float,
+        wake: str | None,
+        dead: Callable[[str], bool] | None,
+    ) -> Lease:
+        key = session_id.to_bytes()
+        self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
+        row = self.conn.execute(_LEASE, (key,)).fetchone()
+        epoch = 0
+        if row is not None:
+            current, epoch, until, their_wake = row
+            if (
+                current is not None
+                and current != holder
+                and until > now
+                and not (dead is not None and dead(current))
+            ):
+                raise lease_held(Lease(session_id, current, epoch, until, their_wake))
+        lease = Lease(session_id, holder, epoch + 1, expires, wake)
+        self.conn.execute(_UPSERT_LEASE, (key, holder, lease.epoch, expires, wake))
+        return lease
+
+    def renew(self, holder: str, expires: float) -> list[SessionId]:
+        rows = self.conn.execute(
+            "UPDATE leases SET expires = ? WHERE holder = ? RETURNING session", (expires, holder)
+        ).fetchall()
+        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+
+    def release(self, session_id: SessionId, token: LeaseToken) -> bool:
+        cursor = self.conn.execute(
+            "UPDATE leases SET holder = NULL, expires = 0, wake = NULL"
+            " WHERE session = ? AND holder = ? AND epoch = ?",
+            (session_id.to_bytes(), token[0], token[1]),
+        )
+        return cursor.rowcount > 0

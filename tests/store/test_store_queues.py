@@ -1,0 +1,347 @@
+"""The durable inbox and leases (``store/_durable.py``), one contract for every store.
+
+L-7, L-8: a session's accepted messages are kept until the turn that ran them
+ended, deduplicated by id, and a session has at most one lease, taken by
+compare-and-swap; a write fenced by a lease its writer no longer holds writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import MakeEvents, MakeHeader
+from subagents.protocol import (
+    CorruptRecordError,
+    ErrorCode,
+    MessageEvent,
+    ReportEvent,
+    SubagentError,
+    TurnStart,
+    new_message_id,
+    new_session_id,
+)
+from subagents.store import Lease, LogRecord, SessionStore, SqliteStore
+
+NOW = 1_000.0
+
+
+def _code(exc: pytest.ExceptionInfo[SubagentError]) -> str:
+    return exc.value.code
+
+
+# -- the inbox ----------------------------------------------------------------------
+
+
+def test_accept_queues_in_order_and_deduplicates(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    h = make_header()
+    store.create_session(h)
+    first, second = make_events(2, "a"), make_events(1, "b")
+    assert [(a.n, a.duplicate) for a in store.accept(h.id, first, now=NOW)] == [
+        (1, False),
+        (2, False),
+    ]
+    again = store.accept(h.id, [*first[1:], *second], now=NOW)
+    assert [(a.n, a.duplicate) for a in again] == [(2, True), (3, False)]
+    pending = store.pending(h.id)
+    assert [(e.n, e.event, e.epoch) for e in pending] == [
+        (1, first[0], None),
+        (2, first[1], None),
+        (3, second[0], None),
+    ]
+    assert [e.message_id for e in pending] == [e.message_id for e in (*first, *second)]
+
+
+def test_a_turn_end_completes_its_messages_atomically(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """``append(..., done=ids)`` logs the turn and takes its messages off the inbox in
+    one write; ``complete`` does the second half alone; unknown ids are ignored."""
+    h = make_header()
+    store.create_session(h)
+    messages = make_events(3)
+    store.accept(h.id, messages, epoch=4)
+    store.append(h.id, [TurnStart(turn=0, at=_at())], done=[messages[0].message_id])
+    assert [e.n for e in store.pending(h.id)] == [2, 3]
+    store.complete(h.id, [messages[2].message_id, new_message_id()])
+    assert [(e.n, e.epoch) for e in store.pending(h.id)] == [(2, 4)]
+    assert store.last_seq(h.id) == 0
+    # A done message is still remembered: accepting it again queues nothing.
+    assert store.accept(h.id, messages[:1])[0].duplicate
+    assert [e.n for e in store.pending(h.id)] == [2]
+
+
+def test_retract_and_hand_over(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    h = make_header()
+    store.create_session(h)
+    a, b, c = make_events(3)
+    store.accept(h.id, [a, b])
+    store.accept(h.id, [c], epoch=1)
+    store.hand_over(h.id, [b.message_id], 2)
+    assert store.retract(h.id, a.message_id)  # not taken yet: gone
+    assert not store.retract(h.id, a.message_id)
+    assert not store.retract(h.id, b.message_id)  # handed over: stays
+    assert not store.retract(h.id, c.message_id)
+    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(b, 2), (c, 1)]
+
+
+def test_find_accepted_and_prune(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    one, two = make_header(), make_header()
+    store.create_session(one)
+    store.create_session(two)
+    (shared,) = make_events(1)
+    store.accept(one.id, [shared], now=10.0)
+    store.accept(two.id, [shared], now=30.0)
+    assert sorted(store.find_accepted(shared.message_id)) == sorted([(one.id, 1), (two.id, 1)])
+    assert store.prune_inbox(100.0) == 0  # nothing done yet
+    store.complete(one.id, [shared.message_id])
+    store.complete(two.id, [shared.message_id])
+    assert store.prune_inbox(20.0) == 1  # done and accepted before 20
+    assert store.find_accepted(shared.message_id) == [(two.id, 1)]
+    assert not store.accept(one.id, [shared])[0].duplicate  # forgotten: accepted anew
+
+
+def test_reports_are_inbox_messages_and_nothing_else_is(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
+    h = make_header()
+    store.create_session(h)
+    report = ReportEvent(message_id=new_message_id(), content="r", delivery="waking")
+    store.accept(h.id, [report])
+    assert store.pending(h.id)[0].event == report
+    with pytest.raises(SubagentError) as err:
+        store.accept(h.id, [TurnStart(turn=0, at=_at())])  # type: ignore[list-item]
+    assert _code(err) == ErrorCode.INVALID_ARGUMENT
+
+
+def test_created_with_a_lease_and_a_prompt(store: SessionStore, make_header: MakeHeader) -> None:
+    """A session made with its first lease (epoch 1) and its prompt handed to that
+    epoch, in one write."""
+    h = make_header()
+    prompt = MessageEvent(message_id=new_message_id(), content="go")
+    store.create_session(h, lease=("me", NOW + 30, "wake-me"), inbox=[prompt])
+    lease = store.get_lease(h.id)
+    assert lease == Lease(h.id, "me", 1, NOW + 30, "wake-me")
+    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(prompt, 1)]
+
+
+def test_unknown_sessions_bad_arguments_and_a_closed_store(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    ghost = new_session_id()
+    for call in (
+        lambda: store.accept(ghost, make_events(1)),
+        lambda: store.pending(ghost),
+        lambda: store.acquire_lease(ghost, "me", now=NOW, expires=NOW + 1),
+    ):
+        with pytest.raises(SubagentError) as err:
+            call()
+        assert _code(err) == ErrorCode.SESSION_NOT_FOUND
+    h = make_header()
+    store.create_session(h)
+    for call in (
+        lambda: store.accept(h.id, make_events(1), now=float("nan")),
+        lambda: store.accept(h.id, make_events(1), lease=("me", "1")),  # type: ignore[arg-type]
+        lambda: store.complete(h.id, "not a list"),  # type: ignore[arg-type]
+        lambda: store.acquire_lease(h.id, "", now=NOW, expires=NOW),
+        lambda: store.acquire_lease(h.id, "me", now=NOW, expires=float("inf")),
+        lambda: store.create_session(make_header(), lease=("me", NOW)),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(SubagentError) as err:
+            call()
+        assert _code(err) == ErrorCode.INVALID_ARGUMENT
+    store.close()
+    for call in (
+        lambda: store.pending(h.id),
+        lambda: store.get_lease(h.id),
+        lambda: store.renew_leases("me", NOW),
+        lambda: store.find_accepted(new_message_id()),
+    ):
+        with pytest.raises(SubagentError) as err:
+            call()
+        assert _code(err) == ErrorCode.STORE_CLOSED
+
+
+# -- leases -------------------------------------------------------------------------
+
+
+def test_a_lease_is_taken_by_compare_and_swap(store: SessionStore, make_header: MakeHeader) -> None:
+    h = make_header()
+    store.create_session(h)
+    assert store.get_lease(h.id) is None
+    a = store.acquire_lease(h.id, "a", now=NOW, expires=NOW + 10, wake="wa")
+    assert (a.holder, a.epoch, a.expires, a.wake) == ("a", 1, NOW + 10, "wa")
+    with pytest.raises(SubagentError) as err:
+        store.acquire_lease(h.id, "b", now=NOW + 5, expires=NOW + 15)
+    assert _code(err) == ErrorCode.LEASE_HELD
+    assert err.value.hint == {"holder": "a", "expires": NOW + 10, "wake": "wa"}
+    again = store.acquire_lease(h.id, "a", now=NOW + 5, expires=NOW + 20)
+    assert again.epoch == 2  # every acquisition is a new epoch, the same holder's too
+    b = store.acquire_lease(h.id, "b", now=NOW + 20, expires=NOW + 30)  # expired: taken
+    assert (b.holder, b.epoch) == ("b", 3)
+    c = store.acquire_lease(h.id, "c", now=NOW + 21, expires=NOW + 31, dead=lambda w: w == "b")
+    assert (c.holder, c.epoch) == ("c", 4)  # a holder known to be gone
+    assert not store.release_lease(h.id, ("b", 3))  # not b's any more
+    assert store.release_lease(h.id, ("c", 4))
+    free = store.get_lease(h.id)
+    assert free is not None and free.holder is None and free.epoch == 4
+    d = store.acquire_lease(h.id, "d", now=NOW + 22, expires=NOW + 32)
+    assert d.epoch == 5
+
+
+def test_renewal_extends_only_the_holders_leases(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
+    mine, theirs, released = make_header(), make_header(), make_header()
+    for h in (mine, theirs, released):
+        store.create_session(h)
+    store.acquire_lease(mine.id, "me", now=NOW, expires=NOW + 1)
+    store.acquire_lease(theirs.id, "them", now=NOW, expires=NOW + 1)
+    gone = store.acquire_lease(released.id, "me", now=NOW, expires=NOW + 1)
+    store.release_lease(released.id, gone.token())
+    assert store.renew_leases("me", NOW + 50) == [mine.id]
+    renewed = store.get_lease(mine.id)
+    other = store.get_lease(theirs.id)
+    assert renewed is not None and renewed.expires == NOW + 50 and renewed.epoch == 1
+    assert other is not None and other.expires == NOW + 1
+
+
+def test_a_stale_lease_writes_nothing(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Fencing: after another holder took the session over, every write carrying the
+    old token is ``LEASE_LOST`` and leaves the log and the inbox as they were."""
+    h = make_header()
+    store.create_session(h)
+    old = store.acquire_lease(h.id, "old", now=NOW, expires=NOW + 1)
+    messages = make_events(2)
+    store.accept(h.id, messages[:1], lease=old.token())
+    store.append(h.id, messages[:1], lease=old.token())
+    new = store.acquire_lease(h.id, "new", now=NOW + 2, expires=NOW + 12)
+    for call in (
+        lambda: store.append(h.id, messages[1:], lease=old.token()),
+        lambda: store.accept(h.id, messages[1:], lease=old.token()),
+        lambda: store.complete(h.id, [messages[0].message_id], lease=old.token()),
+        lambda: store.hand_over(h.id, [messages[0].message_id], 9, lease=old.token()),
+    ):
+        with pytest.raises(SubagentError) as err:
+            call()
+        assert _code(err) == ErrorCode.LEASE_LOST
+    assert store.read(h.id) == [LogRecord(0, messages[0])]
+    assert [e.event for e in store.pending(h.id)] == messages[:1]
+    store.append(h.id, messages[1:], lease=new.token(), done=[messages[0].message_id])
+    assert store.last_seq(h.id) == 1 and store.pending(h.id) == []
+
+
+def test_racing_acquisitions_have_one_winner(
+    store: SessionStore, make_header: MakeHeader, threads: object
+) -> None:
+    """Eight holders race for one free lease, 20 rounds: exactly one wins each round,
+    and its epoch is the only one that can still write."""
+    h = make_header()
+    store.create_session(h)
+    for round_ in range(20):
+        winners: list[Lease] = []
+        lock = threading.Lock()
+        now = NOW + round_ * 100
+
+        def grab(
+            i: int,
+            now: float = now,
+            lock: threading.Lock = lock,
+            winners: list[Lease] = winners,
+        ) -> None:
+            try:
+                lease = store.acquire_lease(h.id, f"h{i}", now=now, expires=now + 50)
+            except SubagentError as exc:
+                assert exc.code == ErrorCode.LEASE_HELD
+                return
+            with lock:
+                winners.append(lease)
+
+        threads([lambda i=i: grab(i) for i in range(8)])  # type: ignore[operator]
+        assert len(winners) == 1, winners
+        assert store.get_lease(h.id) == winners[0]
+
+
+# -- SQLite: durable, shared by processes --------------------------------------------
+
+
+def test_the_inbox_and_leases_survive_a_reopen(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    path = tmp_path / "q.db"
+    h = make_header()
+    messages = make_events(2)
+    with SqliteStore(path) as store:
+        store.create_session(h, lease=("me", NOW + 10, None), inbox=messages[:1])
+        store.accept(h.id, messages[1:], now=NOW)
+    with SqliteStore(path) as again:
+        assert [(e.event, e.epoch) for e in again.pending(h.id)] == [
+            (messages[0], 1),
+            (messages[1], None),
+        ]
+        assert again.get_lease(h.id) == Lease(h.id, "me", 1, NOW + 10, None)
+        with pytest.raises(SubagentError) as err:
+            again.acquire_lease(h.id, "you", now=NOW, expires=NOW + 20)
+        assert _code(err) == ErrorCode.LEASE_HELD
+
+
+def test_two_stores_on_one_file_share_one_lease(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Two stores on one file (two processes' view of it): the second sees the first's
+    lease, and once it took the session over, the first's fenced writes are refused."""
+    path = tmp_path / "shared.db"
+    h = make_header()
+    with SqliteStore(path) as one, SqliteStore(path) as two:
+        one.create_session(h)
+        first = one.acquire_lease(h.id, "one", now=NOW, expires=NOW + 1)
+        with pytest.raises(SubagentError) as err:
+            two.acquire_lease(h.id, "two", now=NOW, expires=NOW + 10)
+        assert _code(err) == ErrorCode.LEASE_HELD
+        taken = two.acquire_lease(h.id, "two", now=NOW + 2, expires=NOW + 12)
+        assert taken.epoch == 2
+        with pytest.raises(SubagentError) as err:
+            one.append(h.id, make_events(1), lease=first.token())
+        assert _code(err) == ErrorCode.LEASE_LOST
+        two.append(h.id, make_events(1), lease=taken.token())
+        assert one.last_seq(h.id) == 0
+
+
+def test_a_corrupt_inbox_row_is_named(tmp_path: Path, make_header: MakeHeader) -> None:
+    path = tmp_path / "c.db"
+    h = make_header()
+    with SqliteStore(path) as store:
+        store.create_session(h)
+        store.accept(h.id, [MessageEvent(message_id=new_message_id(), content="x")])
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("UPDATE inbox SET body = x'c1'")
+        conn.close()
+        with pytest.raises(CorruptRecordError) as err:
+            store.pending(h.id)
+        assert err.value.code == ErrorCode.CORRUPT_RECORD and "inbox entry 1" in str(err.value)
+
+
+def test_deleting_a_session_deletes_its_inbox_and_lease(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    h = make_header()
+    store.create_session(h, lease=("me", NOW, None), inbox=make_events(1))
+    store.delete_session(h.id)
+    store.create_session(h)
+    assert store.pending(h.id) == [] and store.get_lease(h.id) is None
+
+
+def _at() -> dt.datetime:
+    return dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
