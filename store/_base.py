@@ -224,20 +224,18 @@ class SessionStore(DurableQueues):
 
     def _apply(self, op: tuple[Any, ...]) -> Any:
         kind = op[0]
+        # The keywords only when used: a store written before leases and the inbox
+        # (a subclass overriding the two-argument forms) keeps working without them.
         if kind == "create":
-            return self.create_session(
-                op[1],
-                op[2],
-                lease=op[3] if len(op) > 3 else None,
-                inbox=op[4] if len(op) > 4 else (),
-            )
+            lease, inbox = (*op[3:], None, ())[:2]
+            if lease is None and not inbox:
+                return self.create_session(op[1], op[2])
+            return self.create_session(op[1], op[2], lease=lease, inbox=inbox)
         if kind == "append":
-            return self.append(
-                op[1],
-                op[2],
-                lease=op[3] if len(op) > 3 else None,
-                done=op[4] if len(op) > 4 else (),
-            )
+            token, done = (*op[3:], None, ())[:2]
+            if token is None and not done:
+                return self.append(op[1], op[2])
+            return self.append(op[1], op[2], lease=token, done=done)
         if kind == "release":
             return self.release_lease(op[1], op[2])
         if kind == "delete":

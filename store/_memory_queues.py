@@ -8,7 +8,7 @@ session record, under the store's one lock, never held across a call out.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from subagents.protocol import Event, MessageEvent, MessageId, ReportEvent, SessionId
 
@@ -31,9 +31,6 @@ from ._validate import (
     check_token,
     invalid,
 )
-
-if TYPE_CHECKING:
-    from ._memory import _Session
 
 __all__ = ["MemoryQueues", "QueueState"]
 
@@ -93,11 +90,15 @@ class QueueState:
                 entry.done = True
 
 
+class _Session(Protocol):
+    queues: QueueState | None
+
+
 class MemoryQueues(DurableQueues):
     """Mixed into :class:`~._memory.MemoryStore` (which provides the fields below)."""
 
     _lock: Any
-    _sessions: dict[SessionId, _Session]
+    _sessions: dict[SessionId, Any]
     _closed: bool
 
     def _get(self, session_id: SessionId) -> _Session:

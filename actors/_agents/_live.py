@@ -6,7 +6,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from subagents.protocol import Event, SessionHeader, SessionId
+from subagents.protocol import Event, MessageId, SessionHeader, SessionId
 
 if TYPE_CHECKING:
     from ._writer import Writer
@@ -25,11 +25,15 @@ class LiveSession:
         "last_ticket",
         "next_seq",
         "released",
+        "token",
         "written",
     )
 
-    def __init__(self, header: SessionHeader, next_seq: int) -> None:
+    def __init__(
+        self, header: SessionHeader, next_seq: int, token: tuple[str, int] | None = None
+    ) -> None:
         self.header = header
+        self.token = token  # the lease every write of this session carries (None: no leases)
         self.base_seq = next_seq  # seq of events[0]
         self.next_seq = next_seq
         self.events: list[Event] = []
@@ -43,7 +47,11 @@ class LiveSession:
         return self.header.id
 
     def _append(
-        self, events: Sequence[Event], writer: Writer | None = None, defer: bool = False
+        self,
+        events: Sequence[Event],
+        writer: Writer | None = None,
+        defer: bool = False,
+        done: Sequence[MessageId] = (),
     ) -> int:
         # One lock for the live append and the persistence hand-off keeps both
         # logs in the same order (and so with the same seqs).
@@ -55,7 +63,9 @@ class LiveSession:
                     if not defer:
                         self._write_inline(writer)
                 else:
-                    self.last_ticket = writer.submit("append", self.header.id, events)
+                    self.last_ticket = writer.submit(
+                        "append", self.header.id, (events, self.token, done)
+                    )
             return self.next_seq - 1
 
     def _write_inline(self, writer: Writer) -> None:

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import (
     ErrorCode,
     Event,
+    MessageId,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -37,6 +38,7 @@ from subagents.protocol import (
 )
 from subagents.store import LogRecord, SessionStore
 
+from ._leases import Leases
 from ._live import LiveSession
 from ._writer import Writer
 
@@ -51,41 +53,84 @@ class SessionService:
     Thread-safe. ``persistence`` is ``None`` for a runtime without a store.
     """
 
-    def __init__(self, persistence: SessionStore | None, backend: Backend) -> None:
+    def __init__(
+        self,
+        persistence: SessionStore | None,
+        backend: Backend,
+        *,
+        leases: Leases | None = None,
+        lost: Callable[[SessionId], object] | None = None,
+    ) -> None:
         self.persistence = persistence
+        self.leases = leases
+        self._lost = lost
         self._backend = backend
         self._live: dict[SessionId, LiveSession] = {}
         self._lock = threading.Lock()
         self._writer = (
-            Writer(persistence, backend, self._committed) if persistence is not None else None
+            Writer(persistence, backend, self._committed, self._failed)
+            if persistence is not None
+            else None
         )
 
     # -- lifecycle of live sessions -------------------------------------------------
 
-    def open(self, header: SessionHeader, events: Sequence[Event] = ()) -> LiveSession:
-        """Create a new session, live and (write-behind) persisted.
+    def open(
+        self,
+        header: SessionHeader,
+        events: Sequence[Event] = (),
+        *,
+        inbox: Sequence[Event] = (),
+        now: bool = False,
+    ) -> LiveSession:
+        """Create a new session, live and persisted: write-behind, or committed before
+        this returns with ``now=True``. With leases it is created holding its first
+        lease, and ``inbox`` messages are accepted with it, in the same write.
 
         Raises:
             SubagentError: ``SESSION_EXISTS`` when the id is live or persisted.
         """
-        live = LiveSession(header, 0)
+        leases = self.leases
+        lease = leases.new(header.id) if leases is not None else None
+        live = LiveSession(header, 0, None if lease is None else (lease[0], 1))
         with self._lock:
             if header.id in self._live:
+                if lease is not None and leases is not None:
+                    leases.forget(header.id, 1)
                 raise SubagentError(f"session {header.id} exists", code=ErrorCode.SESSION_EXISTS)
             self._live[header.id] = live
         live._append(events)
         writer = self._writer
-        if writer is not None:
-            live.last_ticket = writer.submit("create", header.id, (header, list(events)))
-            if writer.inline and writer.take_failure(header.id) is None:
-                with live._lock:  # created with its initial events: nothing pending
-                    live.events.clear()
-                    live.base_seq = live.written = live.next_seq
+        store = self.persistence
+        if writer is not None and store is not None:
+            create = (header, list(events), lease, list(inbox))
+            if now:
+                try:
+                    self._call(store.create_session, header, events, lease=lease, inbox=inbox)
+                except BaseException:
+                    self._drop(live)
+                    if lease is not None and leases is not None:
+                        leases.forget(header.id, 1)
+                    raise
+                self._stored(live)
+            else:
+                live.last_ticket = writer.submit("create", header.id, create)
+                if writer.inline and writer.take_failure(header.id) is None:
+                    self._stored(live)
         return live
 
-    def attach(self, header: SessionHeader, next_seq: int) -> LiveSession:
-        """Make a persisted session live again (cold resume); its log stays in persistence."""
-        live = LiveSession(header, next_seq)
+    @staticmethod
+    def _stored(live: LiveSession) -> None:
+        with live._lock:  # created with its initial events: nothing pending
+            live.events.clear()
+            live.base_seq = live.written = live.next_seq
+
+    def attach(
+        self, header: SessionHeader, next_seq: int, token: tuple[str, int] | None = None
+    ) -> LiveSession:
+        """Make a persisted session live again (cold resume), under ``token`` (the lease
+        the caller acquired); its log stays in persistence."""
+        live = LiveSession(header, next_seq, token)
         with self._lock:
             if header.id in self._live:
                 raise SubagentError(
@@ -94,7 +139,23 @@ class SessionService:
             self._live[header.id] = live
         return live
 
-    def append(self, live: LiveSession, events: Sequence[Event], *, defer: bool = False) -> int:
+    def _failed(self, sid: SessionId, error: BaseException) -> None:
+        """A write of ``sid`` failed: a lost lease means another holder took it over."""
+        if (
+            isinstance(error, SubagentError)
+            and error.code == ErrorCode.LEASE_LOST
+            and self._lost is not None
+        ):
+            self._lost(sid)
+
+    def append(
+        self,
+        live: LiveSession,
+        events: Sequence[Event],
+        *,
+        defer: bool = False,
+        done: Sequence[MessageId] = (),
+    ) -> int:
         """Append to a live session; returns the last seq. Persistence follows behind.
 
         ``defer=True`` lets an inline-written store (``inline_writes``) take these
@@ -107,7 +168,7 @@ class SessionService:
             raise SubagentError(
                 f"session {live.id} is no longer live", code=ErrorCode.SESSION_NOT_FOUND
             )
-        return live._append(events, self._writer, defer)
+        return live._append(events, self._writer, defer, done)
 
     def checkpoint(self, live: LiveSession, state: dict[str, Any], *, shaped: bool = False) -> None:
         """Queue a checkpoint of folded ``state`` valid through the live log's last seq.
@@ -189,8 +250,17 @@ class SessionService:
         if live is not None:
             live._trim_through(seq)
 
-    def release(self, live: LiveSession) -> None:
-        """Drop a session from the live set (its agent left residency)."""
+    def release(self, live: LiveSession, *, lease: bool = True) -> None:
+        """Drop a session from the live set (its agent left residency), and give its
+        lease up with its last write (``lease=False``: it was lost, or is deleted)."""
+        self._drop(live)
+        token = live.token
+        if token is not None and self.leases is not None:
+            self.leases.forget(live.id, token[1])
+            if lease and self._writer is not None:
+                live.last_ticket = self._writer.submit("release", live.id, (token,))
+
+    def _drop(self, live: LiveSession) -> None:
         with self._lock:
             if self._live.get(live.id) is live:
                 del self._live[live.id]
@@ -198,7 +268,7 @@ class SessionService:
 
     def discard(self, live: LiveSession, timeout: float | None = 30.0) -> None:
         """Roll a session back: out of the live set and deleted from persistence."""
-        self.release(live)
+        self.release(live, lease=False)
         if self._writer is not None:
             ticket = self._writer.submit("delete", live.id, None)
             self._writer.wait(ticket, timeout)
@@ -245,10 +315,10 @@ class SessionService:
         result: list[LogRecord] = self._call(self.persistence.read, session_id, from_seq)
         return result
 
-    def _call(self, fn: Any, *args: Any) -> Any:
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self.persistence is not None and self.persistence.blocking:
-            return self._backend.run_blocking(fn, *args)
-        return fn(*args)
+            return self._backend.run_blocking(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
 
     # -- durability ----------------------------------------------------------------
 
@@ -280,6 +350,8 @@ class SessionService:
                 ) from failure
 
     def close(self) -> None:
-        """Stop the writer after it drained; idempotent."""
+        """Stop the writer after it drained, and the lease renewals; idempotent."""
         if self._writer is not None:
             self._writer.close()
+        if self.leases is not None:
+            self.leases.close()

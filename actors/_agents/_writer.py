@@ -38,10 +38,12 @@ class Writer:
         store: SessionStore,
         backend: Backend,
         committed: Callable[[SessionId, int], object],
+        failed: Callable[[SessionId, BaseException], object],
     ) -> None:
         self._store = store
         self._backend = backend
         self._on_committed = committed  # (session, last seq) now in the store
+        self._on_failed = failed  # a session's write failed: it gets no more writes
         self._ops: deque[tuple[int, str, SessionId, Any]] = deque()
         self._lock = threading.Lock()
         self._ticket = 0
@@ -146,14 +148,17 @@ class Writer:
             if sid in self._failed:
                 continue
             if op == "append":
-                events = list(payload)
+                events, token, done = payload
+                events = list(events)
+                done = list(done)
                 while i < len(batch) and batch[i][1] == "append" and batch[i][2] == sid:
-                    events.extend(batch[i][3])
+                    more, _token, more_done = batch[i][3]
+                    events.extend(more)
+                    done.extend(more_done)
                     i += 1
-                ops.append(("append", sid, events))
+                ops.append(("append", sid, events, token, done))
             elif op == "create":
-                header, events = payload
-                ops.append(("create", header, events))
+                ops.append(("create", *payload))
             elif op == "delete":
                 ops.append(("delete", sid))
             else:  # checkpoint, projection: payload is the rest of the op
@@ -171,6 +176,7 @@ class Writer:
                 if done[0] != "projection":  # derived data: a lost cache row is harmless
                     logger.error("persisting session %s failed: %s", sid, result)
                     self._failed[sid] = result
+                    self._on_failed(sid, result)
             elif done[0] == "append" and result:
                 self._on_committed(sid, result[-1])
 

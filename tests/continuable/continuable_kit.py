@@ -98,17 +98,17 @@ class CountingStore(MemoryStore):
             self.checkpoint_reads += 1
         return super().get_checkpoint(session_id)
 
-    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+    def append(self, session_id: SessionId | str, events: Sequence[Event], **kw: Any) -> list[int]:
         hook = self.before_append
         if hook is not None:
             hook(SessionId(session_id), events)
-        return super().append(session_id, events)
+        return super().append(session_id, events, **kw)
 
-    def create_session(self, header: Any, events: Sequence[Event] = ()) -> int:
+    def create_session(self, header: Any, events: Sequence[Event] = (), **kw: Any) -> int:
         hook = self.before_create
         if hook is not None:
             hook(header, events)
-        return super().create_session(header, events)
+        return super().create_session(header, events, **kw)
 
 
 # -- notes: an ordered, waitable record of what happened -------------------------------

@@ -1,0 +1,180 @@
+"""This runtime's leases: one activation per session among every process on a store.
+
+A runtime on a durable store is a lease *holder* (``host:pid:nonce``). Every
+session it makes live -- created, resumed, materialized -- it holds under a lease
+taken from the store by compare-and-swap, and every write it makes for that
+session carries the lease's token, so a holder that lost the lease can write
+nothing more (``LEASE_LOST``). :class:`Leases` keeps them:
+
+* ``acquire`` takes a session's lease, or says who holds it (``LEASE_HELD``); a
+  holder on this host whose process is gone counts as gone at once, without
+  waiting for its lease to expire;
+* one renewal task extends every lease this holder has, every ``ttl / 3`` seconds,
+  in one store write, for as long as it holds any; a session whose lease was not
+  renewed (taken over after this process stalled past its ttl) is reported lost;
+* ``release`` gives a session's lease up with its last write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from subagents.actors._kernel._backend import Backend, EventLike, TaskHandle
+from subagents.protocol import ErrorCode, SessionId, SubagentError
+from subagents.store import Lease, LeaseToken, SessionStore
+
+__all__ = ["Holder", "Leases"]
+
+logger = logging.getLogger("subagents")
+
+_HOST = socket.gethostname()
+
+
+class Holder:
+    """A lease holder's identity: ``host:pid:nonce``; and who else is known dead."""
+
+    __slots__ = ("id", "pid")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.id = f"{_HOST}:{self.pid}:{uuid.uuid4().hex[:12]}"
+
+    def __repr__(self) -> str:
+        return f"<Holder {self.id}>"
+
+    def dead(self, other: str) -> bool:
+        """True when ``other`` is a holder of this host whose process has ended."""
+        host, _, rest = other.partition(":")
+        pid_text, _, _nonce = rest.partition(":")
+        if host != _HOST or not pid_text.isdigit() or other == self.id:
+            return False
+        pid = int(pid_text)
+        if pid == self.pid:
+            return False  # another runtime of this process: it is alive
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # alive, someone else's
+        return False
+
+
+class Leases:
+    """The leases of one runtime (see the module docstring). Thread-safe."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        backend: Backend,
+        *,
+        ttl: float,
+        lost: Callable[[SessionId], object],
+        clock: Callable[[], float] = time.time,
+        wake: str | None = None,
+    ) -> None:
+        self.holder = Holder()
+        self.ttl = ttl
+        self.wake = wake
+        self._store = store
+        self._backend = backend
+        self._lost = lost
+        self._clock = clock
+        self._lock = threading.Lock()  # held for a set operation, never across a call out
+        self._held: dict[SessionId, int] = {}  # session -> epoch
+        self._task: TaskHandle | None = None
+        self._stop: EventLike = backend.event()
+        self._closed = False
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._store.blocking:
+            return self._backend.run_blocking(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    def new(self, session_id: SessionId) -> tuple[str, float, str | None]:
+        """The lease a session is created with (epoch 1); it is held from now on."""
+        self._hold(session_id, 1)
+        return (self.holder.id, self._clock() + self.ttl, self.wake)
+
+    def acquire(self, session_id: SessionId) -> Lease:
+        """Take ``session_id``'s lease.
+
+        Raises:
+            SubagentError: ``LEASE_HELD`` when another live holder has it.
+        """
+        now = self._clock()
+        lease: Lease = self._call(
+            self._store.acquire_lease,
+            session_id,
+            self.holder.id,
+            now=now,
+            expires=now + self.ttl,
+            wake=self.wake,
+            dead=self.holder.dead,
+        )
+        self._hold(session_id, lease.epoch)
+        return lease
+
+    def token(self, session_id: SessionId, epoch: int) -> LeaseToken:
+        return (self.holder.id, epoch)
+
+    def _hold(self, session_id: SessionId, epoch: int) -> None:
+        with self._lock:
+            if self._closed:
+                raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
+            self._held[session_id] = epoch
+            if self._task is None:
+                self._task = self._backend.spawn(self._renew_loop, name="subagents-leases")
+
+    def forget(self, session_id: SessionId, epoch: int) -> None:
+        """This runtime stops holding the session (call it before the release is written,
+        so a renewal in between does not take the release for a loss)."""
+        with self._lock:
+            if self._held.get(session_id) == epoch:
+                del self._held[session_id]
+
+    def holds(self, session_id: SessionId) -> bool:
+        return session_id in self._held
+
+    def _renew_loop(self) -> None:
+        period = self.ttl / 3
+        while True:
+            if self._stop.wait(period):
+                return
+            with self._lock:
+                if self._closed:
+                    return
+                held = dict(self._held)
+            if not held:
+                continue
+            try:
+                renewed = set(
+                    self._call(self._store.renew_leases, self.holder.id, self._clock() + self.ttl)
+                )
+            except SubagentError:
+                logger.exception("renewing the leases of %s failed", self.holder.id)
+                continue
+            for sid, epoch in held.items():
+                if sid not in renewed:
+                    with self._lock:
+                        still = self._held.get(sid) == epoch
+                        if still:
+                            del self._held[sid]
+                    if still:
+                        logger.error("the lease of session %s was taken over", sid)
+                        self._lost(sid)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            task = self._task
+        self._stop.set()
+        if task is not None:
+            task.join(30)
