@@ -66,6 +66,7 @@ _CHECKERS: Final[dict[type[Event], tuple[tuple[str, Checker, bool], ...]]] = {
         ("turn", field.nonneg_integer, True),
         ("at", field.utc_datetime, True),
         ("message_ids", field.message_ids, False),
+        ("redelivered", field.boolean, False),
     ),
     TurnEnd: (
         ("turn", field.nonneg_integer, True),
@@ -126,6 +127,11 @@ def _validate(owner: str, checks: tuple[tuple[str, Checker], ...], wire: dict[st
 
 
 _ENCODE_CHECKS: Final = {cls: _encode_checks(checks) for cls, checks in _CHECKERS.items()}
+#: Fields added after logs were written, left off the wire at their default: the
+#: bytes of every event that does not use them stay what they were.
+_OMIT_WHEN_DEFAULT: Final[dict[type[Event], dict[str, Any]]] = {
+    TurnStart: {"redelivered": False},
+}
 _HEADER_ENCODE_CHECKS: Final = _encode_checks(_HEADER_CHECKERS)
 
 
@@ -153,8 +159,12 @@ def event_to_wire(event: Event) -> dict[str, Any]:
     if names is None:
         raise EncodeError(f"not a session event: {cls.__name__}")
     wire = {"type": event.type}
+    omit = _OMIT_WHEN_DEFAULT.get(cls)
     for name in names:
-        wire[name] = _wire_value(getattr(event, name))
+        value = getattr(event, name)
+        if omit is not None and name in omit and value == omit[name]:
+            continue
+        wire[name] = _wire_value(value)
     _validate(cls.__name__, _ENCODE_CHECKS[cls], wire)
     return wire
 

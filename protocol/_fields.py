@@ -17,6 +17,7 @@ from ._vocabulary import SOURCE_KINDS, Checker, MessageSource
 
 __all__ = [
     "anything",
+    "boolean",
     "fail",
     "integer",
     "mapping",
@@ -131,4 +132,10 @@ def source_ok(v: Any) -> None:
 def mapping(v: Any) -> Mapping[str, Any]:
     if not isinstance(v, dict):
         raise fail("map", v)
+    return v
+
+
+def boolean(v: Any) -> bool:
+    if type(v) is not bool:
+        raise fail("a bool", v)
     return v

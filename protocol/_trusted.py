@@ -25,18 +25,19 @@ def _slot_setters(cls: type[Event], *names: str) -> tuple[Callable[[Any, Any], N
     return tuple(cls.__dict__[name].__set__ for name in names)
 
 
-_TS = _slot_setters(TurnStart, "turn", "at", "message_ids")
+_TS = _slot_setters(TurnStart, "turn", "at", "message_ids", "redelivered")
 _ME = _slot_setters(MessageEvent, "message_id", "content", "source")
 _TE = _slot_setters(TurnEnd, "turn", "at", "stop_reason", "output", "structured", "error")
 
 
 def trusted_turn_start(
-    turn: int, at: _dt.datetime, message_ids: tuple[MessageId, ...]
+    turn: int, at: _dt.datetime, message_ids: tuple[MessageId, ...], redelivered: bool = False
 ) -> TurnStart:
     ev = _new(TurnStart)
     _TS[0](ev, turn)
     _TS[1](ev, at)
     _TS[2](ev, message_ids)
+    _TS[3](ev, redelivered)
     return ev
 
 

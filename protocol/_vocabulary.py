@@ -102,12 +102,18 @@ class ReportEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStart(Event):
-    """A turn began; ``message_ids`` are the messages it claimed."""
+    """A turn began; ``message_ids`` are the messages it claimed.
+
+    ``redelivered``: those messages may have run before -- a crash cut their turn
+    short, or ended the activation they had been handed to -- so the behaviour
+    should be idempotent about them. Left off the wire when False.
+    """
 
     type: ClassVar[str] = "turn/start"
     turn: int
     at: _dt.datetime
     message_ids: tuple[MessageId, ...] = ()
+    redelivered: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -158,9 +158,12 @@ class DurableQueues(abc.ABC):
         """Mark messages done (their turn ended); unknown or done ids are ignored."""
 
     @abc.abstractmethod
-    def retract(self, session_id: SessionId | str, message_id: MessageId) -> bool:
-        """Take back an accepted message that no activation has taken yet (its
-        admission failed after it was committed); True when it was removed."""
+    def retract(
+        self, session_id: SessionId | str, message_id: MessageId, *, epoch: int | None = None
+    ) -> bool:
+        """Take back an accepted message that no activation but ``epoch`` (the caller's
+        own) has taken, and that is not done (its admission failed after it was
+        committed); True when it was removed."""
 
     @abc.abstractmethod
     def hand_over(

@@ -162,13 +162,15 @@ class MemoryQueues(DurableQueues):
             self._fence(sid, state, token)
             state.mark_done(ids)
 
-    def retract(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+    def retract(
+        self, session_id: SessionId | str, message_id: MessageId, *, epoch: int | None = None
+    ) -> bool:
         sid = check_session_id(session_id)
         (mid,) = check_message_ids([message_id])
         with self._lock:
             state = self._queues(sid)
             entry = state.inbox.get(mid)
-            if entry is None or entry.done or entry.epoch is not None:
+            if entry is None or entry.done or entry.epoch not in (None, epoch):
                 return False
             del state.inbox[mid]
             return True

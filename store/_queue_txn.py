@@ -85,10 +85,11 @@ class QueueTxn:
             [(key, mid) for mid in message_ids],
         )
 
-    def retract(self, session_id: SessionId, message_id: bytes) -> bool:
+    def retract(self, session_id: SessionId, message_id: bytes, epoch: int | None) -> bool:
         cursor = self.conn.execute(
-            "DELETE FROM inbox WHERE session = ? AND message_id = ? AND done = 0 AND epoch IS NULL",
-            (session_id.to_bytes(), message_id),
+            "DELETE FROM inbox WHERE session = ? AND message_id = ? AND done = 0"
+            " AND (epoch IS NULL OR epoch = ?)",
+            (session_id.to_bytes(), message_id, epoch),
         )
         return cursor.rowcount > 0
 

@@ -115,10 +115,14 @@ class SqliteQueues(DurableQueues):
         token = check_token(lease)
         self._committer.submit(lambda txn: txn.complete(sid, ids, token))
 
-    def retract(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+    def retract(
+        self, session_id: SessionId | str, message_id: MessageId, *, epoch: int | None = None
+    ) -> bool:
         sid = check_session_id(session_id)
         (mid,) = check_message_ids([message_id])
-        done: bool = self._committer.submit(lambda txn: txn.retract(sid, mid.to_bytes()))
+        if epoch is not None and type(epoch) is not int:
+            raise invalid("epoch must be an int or None")
+        done: bool = self._committer.submit(lambda txn: txn.retract(sid, mid.to_bytes(), epoch))
         return done
 
     def hand_over(

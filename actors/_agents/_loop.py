@@ -130,7 +130,7 @@ class TurnRunner:
             )
         else:
             delivered = trusted_message(mid, d.content, d.source)
-        events: list[Event] = [trusted_turn_start(index, clock(), (mid,))]
+        events: list[Event] = [trusted_turn_start(index, clock(), (mid,), d.redelivered)]
         if d.extra:
             events.extend(d.extra)
         if self.context:
@@ -173,9 +173,15 @@ class TurnRunner:
                 packb(output)
             except SubagentError as exc:
                 stop, error, output = "failed", f"output cannot be recorded: {exc}", None
+        # The turn's messages leave the durable inbox with its end, in one write.
+        done: tuple[Any, ...] = ()
+        if sessions.strict:
+            done = (mid, *(q.message_id for q in turn.context)) if turn.context else (mid,)
         try:
             sessions.append(
-                session, (trusted_turn_end(index, clock(), stop, output, structured, error),)
+                session,
+                (trusted_turn_end(index, clock(), stop, output, structured, error),),
+                done=done,
             )
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, session.id)

@@ -36,7 +36,7 @@ class Own:
 
 class Deliver(Own):
     # Using slots: one of these is allocated per follow-up on the hot path.
-    __slots__ = ("content", "extra", "kind", "message_id", "n", "on_end", "source")
+    __slots__ = ("content", "extra", "kind", "message_id", "n", "on_end", "redelivered", "source")
 
     def __init__(
         self,
@@ -47,6 +47,7 @@ class Deliver(Own):
         kind: str,
         extra: tuple[Event, ...],
         on_end: Callable[[TurnOutcome], object] | None,
+        redelivered: bool = False,
     ) -> None:
         self.n = n
         self.message_id = message_id
@@ -55,6 +56,7 @@ class Deliver(Own):
         self.kind = kind
         self.extra = extra
         self.on_end = on_end
+        self.redelivered = redelivered
 
 
 class Quiet(Own):

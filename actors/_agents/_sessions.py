@@ -38,6 +38,7 @@ from subagents.protocol import (
 )
 from subagents.store import LogRecord, SessionStore
 
+from ._acceptance import Acceptance
 from ._leases import Leases
 from ._live import LiveSession
 from ._writer import Writer
@@ -47,7 +48,7 @@ __all__ = ["LiveSession", "SessionService"]
 logger = logging.getLogger("subagents")
 
 
-class SessionService:
+class SessionService(Acceptance):
     """Live sessions of live agents, and write-behind to optional persistence.
 
     Thread-safe. ``persistence`` is ``None`` for a runtime without a store.
@@ -60,13 +61,19 @@ class SessionService:
         *,
         leases: Leases | None = None,
         lost: Callable[[SessionId], object] | None = None,
+        strict: bool = False,
     ) -> None:
         self.persistence = persistence
         self.leases = leases
+        #: Accepted means committed: every message a session accepts is in its
+        #: durable inbox before the acceptance returns, and leaves it with the end
+        #: of the turn that ran it.
+        self.strict = strict and persistence is not None
         self._lost = lost
         self._backend = backend
         self._live: dict[SessionId, LiveSession] = {}
         self._lock = threading.Lock()
+        self._init_acceptance()
         self._writer = (
             Writer(persistence, backend, self._committed, self._failed)
             if persistence is not None
@@ -81,11 +88,12 @@ class SessionService:
         events: Sequence[Event] = (),
         *,
         inbox: Sequence[Event] = (),
-        now: bool = False,
+        now: bool | None = None,
     ) -> LiveSession:
         """Create a new session, live and persisted: write-behind, or committed before
-        this returns with ``now=True``. With leases it is created holding its first
-        lease, and ``inbox`` messages are accepted with it, in the same write.
+        this returns with ``now=True`` (the default under strict durability). With
+        leases it is created holding its first lease, and ``inbox`` messages are
+        accepted with it, in the same write.
 
         Raises:
             SubagentError: ``SESSION_EXISTS`` when the id is live or persisted.
@@ -104,7 +112,7 @@ class SessionService:
         store = self.persistence
         if writer is not None and store is not None:
             create = (header, list(events), lease, list(inbox))
-            if now:
+            if self.strict if now is None else now:
                 try:
                     self._call(store.create_session, header, events, lease=lease, inbox=inbox)
                 except BaseException:

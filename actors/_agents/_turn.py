@@ -133,6 +133,12 @@ class Turn:
         return self._delivered.content
 
     @property
+    def redelivered(self) -> bool:
+        """This turn's message may have run before: a crash cut its turn short, or
+        ended the activation it had been handed to. Be idempotent about it."""
+        return bool(self._delivered.redelivered)
+
+    @property
     def signal(self) -> AbortSignal:
         """Aborted when the turn is cancelled (interrupt, dispose, run abort)."""
         # Most turns are never cancelled: the controller is made on first use.

@@ -89,8 +89,9 @@ def test_retract_and_hand_over(
     assert store.retract(h.id, a.message_id)  # not taken yet: gone
     assert not store.retract(h.id, a.message_id)
     assert not store.retract(h.id, b.message_id)  # handed over: stays
-    assert not store.retract(h.id, c.message_id)
-    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(b, 2), (c, 1)]
+    assert not store.retract(h.id, c.message_id)  # taken by epoch 1
+    assert store.retract(h.id, c.message_id, epoch=1)  # ... which takes it back
+    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(b, 2)]
 
 
 def test_find_accepted_and_prune(

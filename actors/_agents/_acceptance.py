@@ -1,0 +1,109 @@
+"""Accepted means committed: the durable inbox, as the runtime uses it.
+
+Under strict durability (a durable store, ``Runtime(durability="strict")``, the
+default) every message a session accepts -- a follow-up, a prompt, a report --
+is committed to the session's inbox before the call that accepted it returns;
+concurrent acceptances share one commit (the store's group commit). It leaves the
+inbox with the end of the turn that ran it (``done``, written with ``turn/end``).
+A message id is accepted once per session, across processes and restarts.
+
+Under relaxed durability (or without a durable store) nothing is committed at
+acceptance: messages reach the log write-behind, as turns run, and a repeated
+message id is recognized only while this runtime remembers it
+(:data:`SEEN_MAX` ids, the oldest forgotten first).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from subagents.protocol import Event, MessageId, SessionId
+from subagents.store import Accepted, InboxEntry, SessionStore
+
+from ._live import LiveSession
+
+__all__ = ["SEEN_MAX", "Acceptance"]
+
+#: Message ids a relaxed runtime remembers for deduplication.
+SEEN_MAX: Final = 100_000
+
+
+class Acceptance:
+    """Mixed into :class:`~._sessions.SessionService` (which provides the members below)."""
+
+    persistence: SessionStore | None
+    strict: bool
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def _init_acceptance(self) -> None:
+        self._seen: OrderedDict[tuple[str, MessageId], Any] = OrderedDict()
+        self._seen_lock = threading.Lock()
+
+    def accept(
+        self, session_id: SessionId, events: Sequence[Event], live: LiveSession | None = None
+    ) -> list[Accepted]:
+        """Commit messages to ``session_id``'s inbox; ``live``: the session is live here,
+        so they are handed to its activation (and fenced by its lease)."""
+        store = self.persistence
+        assert store is not None
+        token = live.token if live is not None else None
+        result: list[Accepted] = self._call(
+            store.accept,
+            session_id,
+            events,
+            epoch=None if token is None else token[1],
+            now=time.time(),
+            lease=token,
+        )
+        return result
+
+    def retract(
+        self, session_id: SessionId, message_id: MessageId, live: LiveSession | None = None
+    ) -> bool:
+        """Take an accepted message back (its delivery failed right after it committed)."""
+        store = self.persistence
+        assert store is not None
+        token = live.token if live is not None else None
+        done: bool = self._call(
+            store.retract, session_id, message_id, epoch=None if token is None else token[1]
+        )
+        return done
+
+    def pending(self, session_id: SessionId) -> list[InboxEntry]:
+        """The session's accepted messages not yet done, in acceptance order."""
+        store = self.persistence
+        assert store is not None
+        entries: list[InboxEntry] = self._call(store.pending, session_id)
+        return entries
+
+    def hand_over(
+        self, session_id: SessionId, message_ids: Sequence[MessageId], live: LiveSession
+    ) -> None:
+        """Record that ``live``'s activation took these messages (before it runs them)."""
+        store = self.persistence
+        assert store is not None
+        assert live.token is not None
+        self._call(store.hand_over, session_id, message_ids, live.token[1], lease=live.token)
+
+    def remember(self, scope: str, message_id: MessageId, result: Any) -> Any:
+        """Relaxed deduplication: the result first remembered for ``(scope, id)``."""
+        key = (scope, message_id)
+        with self._seen_lock:
+            known = self._seen.get(key)
+            if known is not None:
+                return known
+            self._seen[key] = result
+            if len(self._seen) > SEEN_MAX:
+                self._seen.popitem(last=False)
+        return result
+
+    def recall(self, scope: str, message_id: MessageId) -> Any:
+        """What :meth:`remember` kept for ``(scope, id)``, or None."""
+        with self._seen_lock:
+            return self._seen.get((scope, message_id))
