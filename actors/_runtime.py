@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import sys
 import threading
 import time
@@ -29,7 +30,13 @@ from dataclasses import fields
 from types import TracebackType
 from typing import Any
 
-from subagents.protocol import ErrorCode, SessionHeader, SubagentError, new_session_id
+from subagents.protocol import (
+    ErrorCode,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    new_session_id,
+)
 from subagents.store import SessionStore, open_store
 
 from ._agents import (
@@ -37,6 +44,7 @@ from ._agents import (
     AgentHost,
     AgentOptions,
     AgentRegistry,
+    Leases,
     LiveSession,
     ModelRegistry,
     SessionService,
@@ -99,6 +107,14 @@ class Runtime:
         max_delegation_depth: no agent of this runtime may have a deeper child
             (``DEPTH_EXCEEDED``); a guard against runaway recursive delegation.
             ``None`` lifts it; a request's ``max_depth`` can only tighten it.
+        durability: on a durable store, ``"strict"`` (the default) commits every
+            accepted message before the call that accepted it returns, and
+            replays what a crash left; ``"relaxed"`` accepts in memory and writes
+            behind, as fast as a memory store (see ``docs/durability.md``).
+        lease_ttl: seconds a session's lease outlives this process's last renewal
+            (on a durable store, every live session is leased; another process
+            takes a session over only once its lease expired, or at once when its
+            holder on this host is gone).
     """
 
     def __init__(
@@ -111,8 +127,18 @@ class Runtime:
         projections: bool = True,
         keep_warm: float = 0.0,
         max_delegation_depth: int | None = 32,
+        durability: str = "strict",
+        lease_ttl: float = 30.0,
     ) -> None:
         self.backend = get_backend(backend)
+        if durability not in ("strict", "relaxed"):
+            raise SubagentError(
+                "durability is 'strict' or 'relaxed'", code=ErrorCode.INVALID_ARGUMENT
+            )
+        if type(lease_ttl) not in (int, float) or not math.isfinite(lease_ttl) or lease_ttl <= 0:
+            raise SubagentError(
+                "lease_ttl is a finite number of seconds > 0", code=ErrorCode.INVALID_ARGUMENT
+            )
         if max_delegation_depth is not None and (
             type(max_delegation_depth) is not int or max_delegation_depth < 1
         ):
@@ -129,7 +155,19 @@ class Runtime:
             raise SubagentError("clock must be callable", code=ErrorCode.INVALID_ARGUMENT)
         self.clock: Callable[[], _dt.datetime] = clock or _utcnow
         self.store: SessionStore | None = open_store(store)
-        self.sessions = SessionService(self.store, self.backend)
+        durable = self.store is not None and self.store.durable
+        leases = (
+            Leases(self.store, self.backend, ttl=float(lease_ttl), lost=self._lease_lost)
+            if self.store is not None and durable
+            else None
+        )
+        self.sessions = SessionService(
+            self.store,
+            self.backend,
+            leases=leases,
+            lost=self._lease_lost,
+            strict=durable and durability == "strict",
+        )
         self.models = ModelRegistry()
         self.tools = ToolRegistry()
         self.session_projections: ProjectionRegistry | None = None
@@ -173,6 +211,12 @@ class Runtime:
 
     def _forget(self, agent: Agent) -> None:
         self.agents._unregister(agent)
+
+    def _lease_lost(self, session_id: SessionId) -> None:
+        """Another process took the session over: its agent here stops, writing nothing."""
+        agent = self.agents.get(session_id)
+        if agent is not None:
+            agent.dispose(flush=False, wait=False)
 
     def _leaving(self, live: LiveSession, descriptor: Any) -> None:
         retain_identity(

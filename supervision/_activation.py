@@ -68,7 +68,8 @@ class Activation:
       ``provider``, ``run_id``, ``admissions`` (materializations of its children
       in flight), ``owned`` (its published children not yet released: recorded
       at admission, before a child can run), ``drained``, ``waiters``
-      (follow-ups queued behind a materialization or a release);
+      (follow-ups queued behind a materialization or a release), ``replayed``
+      (the ids of the pending messages its agent was resumed with);
     * latches, set once: ``admitted`` by the registry when the materialization
       publishes or rolls back, ``released`` once the end of the epoch is announced;
     * ``announced``: the actors layer's record of what of the epoch's lifecycle
@@ -93,6 +94,7 @@ class Activation:
         "phase",
         "provider",
         "released",
+        "replayed",
         "run_id",
         "waiters",
     )
@@ -121,12 +123,16 @@ class Activation:
         self.admissions = 0
         self.drained = False
         self.waiters: list[Any] | None = None  # allocated when the first one queues
+        self.replayed: frozenset[Any] = _NONE
         self.owned: set[SessionId] = set()
         self.announced = 0
 
     def __repr__(self) -> str:
         state = residency(self) if self.agent is not None else "-"
         return f"<Activation {self.child_id} {self.phase.name} {state} owned={len(self.owned)}>"
+
+
+_NONE: frozenset[Any] = frozenset()
 
 
 def residency(activation: Activation) -> Residency:

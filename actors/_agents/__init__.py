@@ -9,12 +9,14 @@ only through :class:`AgentHost`, and never imports the subagent service.
 from ._agent import Agent
 from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviour, echo
 from ._host import AgentHost
+from ._leases import Holder, Leases
 from ._live import LiveSession
 from ._messages import plain
 from ._options import AgentOptions
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
+from ._resume import replay
 from ._sessions import SessionService
 from ._tools import ToolFn, ToolRegistry
 from ._turn import Message, Turn, TurnAgent
@@ -26,6 +28,8 @@ __all__ = [
     "AgentRegistry",
     "Behaviour",
     "BehaviourFactory",
+    "Holder",
+    "Leases",
     "LiveSession",
     "Message",
     "ModelRegistry",
@@ -39,5 +43,6 @@ __all__ = [
     "check_output_schema",
     "echo",
     "plain",
+    "replay",
     "validate_output",
 ]

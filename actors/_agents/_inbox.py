@@ -123,18 +123,20 @@ class Inbox:
         on_end: Callable[[TurnOutcome], object] | None = None,
         message_id: MessageId | None = None,
         drop: bool = False,
+        redelivered: bool = False,
     ) -> MessageId:
         """Accept one turn; the caller has validated ``content`` and ``source``.
 
         ``drop=True`` accepts it and, in the same step, discards it and everything
-        accepted before it unrun (a child published below a drain cutoff).
+        accepted before it unrun (a child published below a drain cutoff);
+        ``redelivered=True``: it may have run before (a replay after a crash).
 
         Raises:
             SubagentError: ``AGENT_DISPOSED`` once the gate is closed.
         """
         mid = message_id if message_id is not None else new_message_id()
         n = self._reserve(drop)
-        self._put(Deliver(n, mid, content, source, kind, extra, on_end))
+        self._put(Deliver(n, mid, content, source, kind, extra, on_end, redelivered))
         return mid
 
     def admit_followup(self, content: Any, source: MessageSource, message_id: MessageId) -> bool:
@@ -159,10 +161,16 @@ class Inbox:
         return True
 
     def inject_quiet(
-        self, content: Any, source: MessageSource | None, message_id: MessageId
+        self,
+        content: Any,
+        source: MessageSource | None,
+        message_id: MessageId,
+        *,
+        drop: bool = False,
     ) -> None:
-        """Accept a quiet report (context of the next turn); ``content`` is validated."""
-        n = self._reserve()
+        """Accept a quiet report (context of the next turn); ``content`` is validated.
+        ``drop`` as for :meth:`deliver`."""
+        n = self._reserve(drop)
         self._put(Quiet(n, message_id, content, source))
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:

@@ -13,22 +13,21 @@ from typing import Any
 
 from subagents.protocol import (
     ContinuableDescriptor,
-    DescriptorFold,
     ErrorCode,
     Event,
     SessionHeader,
     SessionId,
     SubagentError,
     TurnStart,
-    parse_descriptor_payload,
-    try_fold_subagent_descriptor,
 )
+from subagents.store import InboxEntry
 
 from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._host import AgentHost
 from ._live import LiveSession
 from ._options import AgentOptions
+from ._resume import Restored, replay, restore
 from ._turn import Turn
 
 __all__ = ["AgentRegistry"]
@@ -55,10 +54,15 @@ class AgentRegistry:
         behaviour: Behaviour | Callable[[Turn], Any] | None = None,
         seed: Sequence[Event] = (),
         output_schema: Any = None,
+        inbox: Sequence[Event] = (),
+        now: bool | None = None,
     ) -> Agent:
         """Open a new session and start its agent, registered and live.
 
-        ``seed`` becomes the first part of the log (a fork's parent history).
+        ``seed`` becomes the first part of the log (a fork's parent history);
+        ``inbox`` messages are accepted with the session; ``now`` commits the
+        session before this returns (the default under strict durability;
+        ``False`` for a one-shot child, whose session is best-effort).
 
         Raises:
             SubagentError: ``MODEL_NOT_FOUND``, ``SESSION_EXISTS``.
@@ -76,7 +80,12 @@ class AgentRegistry:
         sessions = self._host.sessions
         next_turn = sum(1 for e in seed if isinstance(e, TurnStart))
         agent = self._start(
-            sessions.open(header, seed), built, options, next_turn, output_schema, sessions.discard
+            sessions.open(header, seed, inbox=inbox, now=now),
+            built,
+            options,
+            next_turn,
+            output_schema,
+            sessions.discard,
         )
         self._register(agent)
         return agent
@@ -93,50 +102,34 @@ class AgentRegistry:
 
         A subagent's options come from its folded descriptor (model, provider,
         persona, tool filter); a top-level agent needs ``options`` or
-        ``behaviour``.
+        ``behaviour``. Messages it accepted and never ran -- a crash, say -- run
+        now, first, in acceptance order (see :mod:`._resume`).
 
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``SESSION_NOT_FOUND``,
-                ``SESSION_EXISTS`` (already live), ``DESCRIPTOR_CORRUPT`` /
-                ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``.
+                ``SESSION_EXISTS`` (already live), ``LEASE_HELD`` (live in another
+                process), ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``,
+                ``MODEL_NOT_FOUND``.
         """
+        restored = self._restore(
+            session_id, behaviour=behaviour, options=options, output_schema=output_schema
+        )
+        replay(restored.agent, restored.pending)
+        return restored.agent
+
+    def _restore(self, session_id: SessionId | str, **kwargs: Any) -> Restored:
         sid = _as_session_id(session_id)
         if self.get(sid) is not None:
             raise SubagentError(
                 f"an agent for {sid} is already live", code=ErrorCode.SESSION_EXISTS
             )
-        header, next_seq, state, records = self._host.sessions.load_state(sid)
-        events = [r.event for r in records]
-        fold = _fold(state, events)
-        if options is None:
-            options = self._options_from_fold(fold, sid, behaviour)
-        built = (
-            as_behaviour(behaviour)
-            if behaviour is not None
-            else self._models.create(options.model, options)
-        )
-        next_turn = (state or {}).get("next_turn", 0) + sum(
-            1 for e in events if isinstance(e, TurnStart)
-        )
-        sessions = self._host.sessions
-        agent = self._start(
-            sessions.attach(header, next_seq),
-            built,
-            options,
-            next_turn,
-            output_schema,
-            sessions.release,
-        )
-        if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
-            agent._descriptor = fold.descriptor
-        if state is not None and not any(isinstance(e, TurnStart) for e in events):
-            agent._restore_context(state.get("context"))
+        restored = restore(self._host, self._models, sid, start=self._start, **kwargs)
         try:
-            self._register(agent)
+            self._register(restored.agent)
         except BaseException:
-            agent.dispose(flush=False)
+            restored.agent.dispose(flush=False)
             raise
-        return agent
+        return restored
 
     def _start(
         self,
@@ -161,46 +154,25 @@ class AgentRegistry:
             undo(session)
             raise
 
-    def resume_continuable(self, session_id: SessionId) -> tuple[Agent, ContinuableDescriptor]:
-        """Cold-resume a continuable child from its folded descriptor alone.
+    def resume_continuable(
+        self, session_id: SessionId
+    ) -> tuple[Agent, ContinuableDescriptor, list[InboxEntry]]:
+        """Cold-resume a continuable child from its folded descriptor alone; its
+        pending messages are returned, for its publication to deliver.
 
         Raises:
-            SubagentError: ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``, or
-                ``UNAUTHORIZED`` when the session is not a continuable child.
+            SubagentError: ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``,
+                ``LEASE_HELD``, or ``UNAUTHORIZED`` when the session is not a
+                continuable child.
         """
-        agent = self.resume(session_id)
+        restored = self._restore(session_id)
+        agent = restored.agent
         if not isinstance(agent._descriptor, ContinuableDescriptor):
             agent.dispose(flush=False)
             raise SubagentError(
                 f"session {session_id} is not a continuable child", code=ErrorCode.UNAUTHORIZED
             )
-        return agent, agent._descriptor
-
-    @staticmethod
-    def _options_from_fold(fold: Any, sid: SessionId, behaviour: Any) -> AgentOptions:
-        if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
-            d = fold.descriptor
-            return AgentOptions(
-                model=d.model,
-                provider=d.agent_provider,
-                persona=d.persona,
-                tool_filter=d.tool_filter,
-            )
-        if fold.verdict in ("corrupt", "unsupported"):
-            code = (
-                ErrorCode.DESCRIPTOR_CORRUPT
-                if fold.verdict == "corrupt"
-                else ErrorCode.DESCRIPTOR_UNSUPPORTED
-            )
-            raise SubagentError(
-                f"session {sid} has a {fold.verdict} descriptor: {fold.reason}", code=code
-            )
-        if behaviour is not None:
-            return AgentOptions()
-        raise SubagentError(
-            f"session {sid} records no model; pass options= or behaviour=",
-            code=ErrorCode.MODEL_NOT_FOUND,
-        )
+        return agent, agent._descriptor, restored.pending
 
     def _register(self, agent: Agent) -> None:
         with self._lock:
@@ -235,18 +207,3 @@ class AgentRegistry:
         """Every live agent."""
         with self._lock:
             return list(self._agents.values())
-
-
-def _fold(state: dict[str, Any] | None, events: list[Event]) -> DescriptorFold:
-    """Fold the descriptor from a checkpoint plus the events after it (last wins)."""
-    fold = try_fold_subagent_descriptor(events)
-    if fold.verdict != "absent" or state is None or state.get("descriptor") is None:
-        return fold
-    try:
-        return DescriptorFold(
-            verdict="ok", descriptor=parse_descriptor_payload(state["descriptor"])
-        )
-    except SubagentError as exc:
-        if exc.code == ErrorCode.DESCRIPTOR_UNSUPPORTED:
-            return DescriptorFold(verdict="unsupported", reason=str(exc))
-        return DescriptorFold(verdict="corrupt", reason=str(exc))

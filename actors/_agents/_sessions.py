@@ -268,6 +268,17 @@ class SessionService(Acceptance):
             if lease and self._writer is not None:
                 live.last_ticket = self._writer.submit("release", live.id, (token,))
 
+    def give_up(self, session_id: SessionId, token: tuple[str, int]) -> None:
+        """Release a lease taken for a session that did not become live after all."""
+        store = self.persistence
+        if self.leases is not None:
+            self.leases.forget(session_id, token[1])
+        if store is not None:
+            try:
+                self._call(store.release_lease, session_id, token)
+            except SubagentError:
+                logger.warning("releasing the lease of %s failed", session_id, exc_info=True)
+
     def _drop(self, live: LiveSession) -> None:
         with self._lock:
             if self._live.get(live.id) is live:

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from subagents.actors._agents import Agent, AgentRegistry
+from subagents.actors._agents import Agent, AgentRegistry, replay
 from subagents.actors._kernel import Latch
 from subagents.protocol import (
     ErrorCode,
@@ -252,6 +252,8 @@ class Registry(NoticeLoop):
         ):
             raise _err(ErrorCode.UNAUTHORIZED, "only the exact live direct parent may follow up")
         d = request.delivery
+        if d.message_id in act.replayed:
+            return  # committed before this epoch read its inbox: delivered already
         if not agent.admit_followup(d.content, d.source, d.message_id):
             raise _err(ErrorCode.AGENT_DISPOSED, f"agent {agent.session_id} is disposed")
 
@@ -286,12 +288,17 @@ class Registry(NoticeLoop):
         parent_act = act.parent_activation
         if parent_act is not None:
             parent_act.owned.add(act.child_id)  # owned before the child can run
-        # The first message, then those that waited for this materialization, in
-        # order -- all before the phase lets the fast path in, so none overtakes them.
+        # What a crash left in its inbox, the first message, then those that waited
+        # for this materialization, in order -- all before the phase lets the fast
+        # path in, so none overtakes them. Below a cutoff each is accepted (the
+        # materialization was admitted before the cutoff) and discarded with the
+        # rest of the drained forest.
+        if m.replay:
+            replay(agent, list(m.replay), drop=closed)
+            act.replayed = frozenset(e.message_id for e in m.replay)
         d = m.delivery
-        # Below a cutoff it is accepted (the materialization was admitted before
-        # the cutoff) and discarded with the rest of the drained forest.
-        agent.deliver(d.content, d.source, message_id=d.message_id, drop=closed)
+        if d.message_id not in act.replayed:
+            agent.deliver(d.content, d.source, message_id=d.message_id, drop=closed)
         waiters, act.waiters = act.waiters, None
         for request in waiters or ():
             try:

@@ -106,8 +106,11 @@ def create_child(
     seed: Sequence[Event],
     own: Sequence[Event] = (),
     output_schema: Any = None,
+    inbox: Sequence[Event] = (),
+    now: bool | None = None,
 ) -> Agent:
-    """Open the child's session (``seed``, then its ``own`` first events) and start it.
+    """Open the child's session (``seed``, then its ``own`` first events) and start it
+    (``inbox`` and ``now`` as for ``AgentRegistry.create``).
 
     ``seed_len`` records where the parent's history ends, so a fork seed's events
     are never taken for the child's own.
@@ -125,5 +128,10 @@ def create_child(
         seed_len=len(seed),
     )
     return ctx.agents.create(
-        header=header, options=options, seed=(*seed, *own), output_schema=output_schema
+        header=header,
+        options=options,
+        seed=(*seed, *own),
+        output_schema=output_schema,
+        inbox=inbox,
+        now=now,
     )

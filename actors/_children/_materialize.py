@@ -20,7 +20,7 @@ stays accepted) or abandons the reservation it was handed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
@@ -34,6 +34,7 @@ from subagents.protocol import (
     descriptor_event,
     new_message_id,
 )
+from subagents.store import InboxEntry
 from subagents.supervision import Activation, SupervisorInbox
 
 from ._announce import Announcer
@@ -111,11 +112,16 @@ class Materializer:
         agent.add_dispose_listener(on_disposed)
 
     def publish(
-        self, act: Activation, agent: Agent, delivery: Delivery, descriptor: ContinuableDescriptor
+        self,
+        act: Activation,
+        agent: Agent,
+        delivery: Delivery,
+        descriptor: ContinuableDescriptor,
+        replay: Sequence[InboxEntry] = (),
     ) -> None:
         """The final admission, then the epoch's ``subagent/start``; a child published
         below a cutoff is drained at once."""
-        self._ask(Publish(act, agent, delivery, descriptor))
+        self._ask(Publish(act, agent, delivery, descriptor, replay))
         try:
             if act.drained:
                 agent.cancel("drained", keep_inbox=False)
@@ -190,10 +196,10 @@ class Materializer:
         """Cold-resume ``act``'s child from its persisted session and publish it."""
         agent: Agent | None = None
         try:
-            agent, descriptor = agents.resume_continuable(act.child_id)
+            agent, descriptor, pending = agents.resume_continuable(act.child_id)
             self.attach(act, agent)
             signal.raise_if_aborted()
-            self.publish(act, agent, delivery, descriptor)
+            self.publish(act, agent, delivery, descriptor, pending)
         except BaseException:
             self.rollback(act, agent, None)
             raise

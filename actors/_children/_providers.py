@@ -87,6 +87,7 @@ class LocalProvider:
             options=options,
             seed=seed,
             output_schema=request.output_schema,
+            now=False,  # best-effort, as the specification has a one-shot session
         )
         result: ResultFuture[RunResult] = ResultFuture()
         remove_listener: Callable[[], None] | None = None

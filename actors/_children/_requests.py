@@ -9,11 +9,13 @@ Messages (see :mod:`._admission` for what the registry does with each):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from subagents.actors._agents import Agent
 from subagents.actors._kernel import ResultFuture
 from subagents.protocol import ContinuableDescriptor, MessageId, MessageSource, SessionId
+from subagents.store import InboxEntry
 from subagents.supervision import Activation, NoticeBox
 
 from ._types import AncestorAuthority, UserAuthority
@@ -79,7 +81,7 @@ class Withdraw:
 
 
 class Publish:
-    __slots__ = ("activation", "agent", "delivery", "descriptor")
+    __slots__ = ("activation", "agent", "delivery", "descriptor", "replay")
 
     def __init__(
         self,
@@ -87,11 +89,13 @@ class Publish:
         agent: Agent,
         delivery: Delivery,
         descriptor: ContinuableDescriptor,
+        replay: Sequence[InboxEntry] = (),
     ) -> None:
         self.activation = activation
         self.agent = agent
         self.delivery = delivery
         self.descriptor = descriptor
+        self.replay = replay  # pending inbox messages of a resumed child, first
 
 
 class Abandon:

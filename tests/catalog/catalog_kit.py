@@ -225,11 +225,11 @@ class _HookedReads(_Hooks):
         self._enter("get_projections_of", unit)
         return super().get_projections_of(unit, sessions)  # type: ignore[misc, no-any-return]
 
-    def create_session(self, header: SessionHeader, events: Sequence[Event] = ()) -> int:
+    def create_session(self, header: SessionHeader, events: Sequence[Event] = (), **kw: Any) -> int:
         hook = self.hooks.get("create_session")
         if hook is not None:
             hook(header, events)
-        return super().create_session(header, events)  # type: ignore[misc, no-any-return]
+        return super().create_session(header, events, **kw)  # type: ignore[misc, no-any-return]
 
 
 class HookedMemoryStore(_HookedReads, MemoryStore):

@@ -13,6 +13,7 @@ import datetime as dt
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 from subagents.actors import Runtime
@@ -39,11 +40,11 @@ class FailingAppends(MemoryStore):
         self.fail = False
         self.appends = 0
 
-    def append(self, session_id: SessionId | str, events: Sequence[Event]) -> list[int]:
+    def append(self, session_id: SessionId | str, events: Sequence[Event], **kw: Any) -> list[int]:
         self.appends += 1
         if self.fail:
             raise SubagentError("disk on fire", code=ErrorCode.INTERNAL)
-        return super().append(session_id, events)
+        return super().append(session_id, events, **kw)
 
 
 def test_memory_store_is_written_inline_without_a_writer_task(backend: Backend) -> None:

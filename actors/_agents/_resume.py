@@ -1,0 +1,193 @@
+"""Making a persisted session live again: lease, state, the crash's loose ends, replay.
+
+A resume takes the session's lease first (``LEASE_HELD`` if another live process
+has it), then reads the checkpoint and the events after it, rebuilds the agent,
+and deals with what a crash may have left:
+
+* a turn that started and never ended (the process died inside it) gets its
+  ``turn/end`` -- ``failed``, "cut short" -- so the log stays well formed;
+* the messages still pending in the durable inbox are handed to the new
+  activation (recorded in the store before they run) and replayed in acceptance
+  order with their original ids and sources; those that an earlier activation
+  had taken, and so may have started, carry ``redelivered=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from subagents.protocol import (
+    ContinuableDescriptor,
+    DescriptorFold,
+    ErrorCode,
+    Event,
+    MessageEvent,
+    SessionId,
+    SubagentError,
+    TurnEnd,
+    TurnStart,
+    parse_descriptor_payload,
+    try_fold_subagent_descriptor,
+)
+from subagents.store import InboxEntry
+
+from ._agent import Agent
+from ._behaviours import Behaviour, ModelRegistry, as_behaviour
+from ._host import AgentHost
+from ._options import AgentOptions
+
+__all__ = ["CUT_SHORT", "Restored", "replay", "restore"]
+
+#: The error text of the ``turn/end`` a resume writes for a turn a crash cut short.
+CUT_SHORT = "cut short: the runtime stopped before the turn ended"
+
+
+class Restored:
+    """A resumed agent (started, not yet registered) and its pending messages."""
+
+    __slots__ = ("agent", "pending")
+
+    def __init__(self, agent: Agent, pending: list[InboxEntry]) -> None:
+        self.agent = agent
+        self.pending = pending
+
+
+def restore(
+    host: AgentHost,
+    models: ModelRegistry,
+    sid: SessionId,
+    *,
+    behaviour: Any = None,
+    options: AgentOptions | None = None,
+    output_schema: Any = None,
+    start: Callable[..., Agent],
+) -> Restored:
+    """Resume ``sid`` (see the module docstring); ``start`` builds the agent."""
+    sessions = host.sessions
+    leases = sessions.leases
+    token = None
+    if leases is not None:
+        token = leases.acquire(sid).token()
+    try:
+        header, next_seq, state, records = sessions.load_state(sid)
+        events = [r.event for r in records]
+        fold = _fold(state, events)
+        if options is None:
+            options = options_from_fold(fold, sid, behaviour)
+        built: Behaviour = (
+            as_behaviour(behaviour)
+            if behaviour is not None
+            else models.create(options.model, options)
+        )
+        next_turn = (state or {}).get("next_turn", 0) + sum(
+            1 for e in events if isinstance(e, TurnStart)
+        )
+        live = sessions.attach(header, next_seq, token)
+    except BaseException:
+        if token is not None:
+            sessions.give_up(sid, token)
+        raise
+    agent = start(live, built, options, next_turn, output_schema, sessions.release)
+    if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
+        agent._descriptor = fold.descriptor
+    if state is not None and not any(isinstance(e, TurnStart) for e in events):
+        agent._restore_context(state.get("context"))
+    try:
+        open_turn = _open_turn(events)
+        if open_turn is not None:
+            sessions.append(
+                live,
+                (TurnEnd(turn=open_turn, at=host.clock(), stop_reason="failed", error=CUT_SHORT),),
+            )
+        pending: list[InboxEntry] = []
+        if sessions.strict and token is not None:
+            pending = sessions.pending(sid)
+            fresh = [e.message_id for e in pending if e.epoch is None]
+            if fresh:
+                sessions.hand_over(sid, fresh, live)
+    except BaseException:
+        agent.dispose(flush=False)
+        raise
+    return Restored(agent, pending)
+
+
+def replay(agent: Agent, entries: list[InboxEntry], *, drop: bool = False) -> None:
+    """Deliver pending messages into a resumed agent, in acceptance order (``drop``:
+    accepted and discarded unrun, each in the step that accepts it)."""
+    epoch = agent.session.token[1] if agent.session.token is not None else None
+    for entry in entries:
+        event = entry.event
+        redelivered = entry.epoch is not None and entry.epoch != epoch
+        if isinstance(event, MessageEvent):
+            agent.deliver(
+                event.content,
+                event.source,
+                message_id=event.message_id,
+                redelivered=redelivered,
+                drop=drop,
+            )
+        elif event.delivery == "waking":
+            agent.deliver(
+                event.content,
+                event.source,
+                kind="report",
+                message_id=event.message_id,
+                redelivered=redelivered,
+                drop=drop,
+            )
+        else:
+            agent.inject_quiet(event.content, event.source, event.message_id, drop=drop)
+
+
+def _open_turn(events: list[Event]) -> int | None:
+    """The index of a turn that started and has no end, if the log ends inside one."""
+    started: int | None = None
+    for event in events:
+        if isinstance(event, TurnStart):
+            started = event.turn
+        elif isinstance(event, TurnEnd) and event.turn == started:
+            started = None
+    return started
+
+
+def options_from_fold(fold: Any, sid: SessionId, behaviour: Any) -> AgentOptions:
+    """The options a resumed agent is rebuilt with: from its continuable descriptor."""
+    if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
+        d = fold.descriptor
+        return AgentOptions(
+            model=d.model,
+            provider=d.agent_provider,
+            persona=d.persona,
+            tool_filter=d.tool_filter,
+        )
+    if fold.verdict in ("corrupt", "unsupported"):
+        code = (
+            ErrorCode.DESCRIPTOR_CORRUPT
+            if fold.verdict == "corrupt"
+            else ErrorCode.DESCRIPTOR_UNSUPPORTED
+        )
+        raise SubagentError(
+            f"session {sid} has a {fold.verdict} descriptor: {fold.reason}", code=code
+        )
+    if behaviour is not None:
+        return AgentOptions()
+    raise SubagentError(
+        f"session {sid} records no model; pass options= or behaviour=",
+        code=ErrorCode.MODEL_NOT_FOUND,
+    )
+
+
+def _fold(state: dict[str, Any] | None, events: list[Event]) -> DescriptorFold:
+    """Fold the descriptor from a checkpoint plus the events after it (last wins)."""
+    fold = try_fold_subagent_descriptor(events)
+    if fold.verdict != "absent" or state is None or state.get("descriptor") is None:
+        return fold
+    try:
+        return DescriptorFold(
+            verdict="ok", descriptor=parse_descriptor_payload(state["descriptor"])
+        )
+    except SubagentError as exc:
+        if exc.code == ErrorCode.DESCRIPTOR_UNSUPPORTED:
+            return DescriptorFold(verdict="unsupported", reason=str(exc))
+        return DescriptorFold(verdict="corrupt", reason=str(exc))
