@@ -170,11 +170,12 @@ class DurableQueues(abc.ABC):
         self,
         session_id: SessionId | str,
         message_ids: Sequence[MessageId],
-        epoch: int,
+        epoch: int | None,
         *,
         lease: LeaseToken | None = None,
     ) -> None:
-        """Record that pending messages were taken into activation ``epoch``."""
+        """Record that pending messages were taken into activation ``epoch`` (None:
+        given back, by an activation that rolled back before it ran them)."""
 
     @abc.abstractmethod
     def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:

@@ -179,15 +179,15 @@ class MemoryQueues(DurableQueues):
         self,
         session_id: SessionId | str,
         message_ids: Sequence[MessageId],
-        epoch: int,
+        epoch: int | None,
         *,
         lease: LeaseToken | None = None,
     ) -> None:
         sid = check_session_id(session_id)
         ids = check_message_ids(message_ids)
         token = check_token(lease)
-        if type(epoch) is not int:
-            raise invalid("epoch must be an int")
+        if epoch is not None and type(epoch) is not int:
+            raise invalid("epoch must be an int or None")
         with self._lock:
             state = self._queues(sid)
             self._fence(sid, state, token)

@@ -97,7 +97,7 @@ class QueueTxn:
         self,
         session_id: SessionId,
         message_ids: Sequence[bytes],
-        epoch: int,
+        epoch: int | None,
         token: LeaseToken | None,
     ) -> None:
         self.fence(session_id, token)

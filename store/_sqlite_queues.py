@@ -129,15 +129,15 @@ class SqliteQueues(DurableQueues):
         self,
         session_id: SessionId | str,
         message_ids: Sequence[MessageId],
-        epoch: int,
+        epoch: int | None,
         *,
         lease: LeaseToken | None = None,
     ) -> None:
         sid = check_session_id(session_id)
         ids = [m.to_bytes() for m in check_message_ids(message_ids)]
         token = check_token(lease)
-        if type(epoch) is not int:
-            raise invalid("epoch must be an int")
+        if epoch is not None and type(epoch) is not int:
+            raise invalid("epoch must be an int or None")
         self._committer.submit(lambda txn: txn.hand_over(sid, ids, epoch, token))
 
     def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:

@@ -16,7 +16,7 @@ from ._options import AgentOptions
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
-from ._resume import replay
+from ._resume import Restored, replay
 from ._sessions import SessionService
 from ._tools import ToolFn, ToolRegistry
 from ._turn import Message, Turn, TurnAgent
@@ -33,6 +33,7 @@ __all__ = [
     "LiveSession",
     "Message",
     "ModelRegistry",
+    "Restored",
     "SessionService",
     "ToolFn",
     "ToolRegistry",

@@ -83,13 +83,20 @@ class Acceptance:
         return entries
 
     def hand_over(
-        self, session_id: SessionId, message_ids: Sequence[MessageId], live: LiveSession
+        self,
+        session_id: SessionId,
+        message_ids: Sequence[MessageId],
+        live: LiveSession,
+        *,
+        back: bool = False,
     ) -> None:
-        """Record that ``live``'s activation took these messages (before it runs them)."""
+        """Record that ``live``'s activation took these messages (before it runs them);
+        ``back=True``: it gives them back, unrun (it rolled back)."""
         store = self.persistence
         assert store is not None
         assert live.token is not None
-        self._call(store.hand_over, session_id, message_ids, live.token[1], lease=live.token)
+        epoch = None if back else live.token[1]
+        self._call(store.hand_over, session_id, message_ids, epoch, lease=live.token)
 
     def remember(self, scope: str, message_id: MessageId, result: Any) -> Any:
         """Relaxed deduplication: the result first remembered for ``(scope, id)``."""

@@ -37,8 +37,10 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     descriptor_payload,
+    new_message_id,
     packb,
     resolve_delegation_depth,
+    trusted_message,
 )
 
 from ._behaviours import Behaviour
@@ -176,9 +178,15 @@ class Agent(Inbox):
     ) -> MessageId:
         """Submit one message; it becomes exactly one FIFO turn. Returns its id.
 
+        Under strict durability the message is committed to the session's inbox
+        before this returns. ``message_id`` makes it idempotent: the same id again
+        returns it and queues nothing (see ``docs/durability.md`` for how long ids
+        are remembered).
+
         Raises:
             SubagentError: ``AGENT_DISPOSED``; ``ENCODE_ERROR`` for content the
-                session log cannot represent; ``INVALID_ARGUMENT``.
+                session log cannot represent; ``INVALID_ARGUMENT``; the store's
+                error when it cannot commit (nothing accepted).
         """
         if source is not None and not isinstance(source, MessageSource):
             raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
@@ -186,7 +194,26 @@ class Agent(Inbox):
             message_id = MessageId(message_id)
         if not plain(content):
             packb(content)  # refuse what the log cannot hold before anything is accepted
-        return self.deliver(content, source, message_id=message_id)
+        sessions = self._host.sessions
+        if not sessions.strict:
+            if message_id is None:
+                return self.deliver(content, source)
+            if sessions.recall(str(self.session_id), message_id) is not None:
+                return message_id
+            mid = self.deliver(content, source, message_id=message_id)
+            sessions.remember(str(self.session_id), mid, True)
+            return mid
+        mid = message_id if message_id is not None else new_message_id()
+        (accepted,) = sessions.accept(
+            self.session_id, [trusted_message(mid, content, source)], self._session
+        )
+        if accepted.duplicate:
+            return mid
+        try:
+            return self.deliver(content, source, message_id=mid)
+        except BaseException:
+            sessions.retract(self.session_id, mid, self._session)
+            raise
 
     # -- disposal ----------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from subagents.protocol import (
     SubagentError,
     TurnStart,
 )
-from subagents.store import InboxEntry
 
 from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
@@ -154,11 +153,10 @@ class AgentRegistry:
             undo(session)
             raise
 
-    def resume_continuable(
-        self, session_id: SessionId
-    ) -> tuple[Agent, ContinuableDescriptor, list[InboxEntry]]:
-        """Cold-resume a continuable child from its folded descriptor alone; its
-        pending messages are returned, for its publication to deliver.
+    def resume_continuable(self, session_id: SessionId) -> Restored:
+        """Cold-resume a continuable child from its folded descriptor alone (on the
+        agent: ``_descriptor``); its pending messages are returned, for its
+        publication to deliver.
 
         Raises:
             SubagentError: ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``,
@@ -168,11 +166,12 @@ class AgentRegistry:
         restored = self._restore(session_id)
         agent = restored.agent
         if not isinstance(agent._descriptor, ContinuableDescriptor):
+            restored.give_back()
             agent.dispose(flush=False)
             raise SubagentError(
                 f"session {session_id} is not a continuable child", code=ErrorCode.UNAUTHORIZED
             )
-        return agent, agent._descriptor, restored.pending
+        return restored
 
     def _register(self, agent: Agent) -> None:
         with self._lock:

@@ -44,13 +44,21 @@ CUT_SHORT = "cut short: the runtime stopped before the turn ended"
 
 
 class Restored:
-    """A resumed agent (started, not yet registered) and its pending messages."""
+    """A resumed agent (started, not yet registered), its pending messages, and the
+    ids of those it took from nobody (to give back if it rolls back unpublished)."""
 
-    __slots__ = ("agent", "pending")
+    __slots__ = ("agent", "handed", "pending")
 
-    def __init__(self, agent: Agent, pending: list[InboxEntry]) -> None:
+    def __init__(self, agent: Agent, pending: list[InboxEntry], handed: list[Any]) -> None:
         self.agent = agent
         self.pending = pending
+        self.handed = handed
+
+    def give_back(self) -> None:
+        """Return the messages this resume took, unrun (before disposing the agent)."""
+        if self.handed:
+            agent = self.agent
+            agent.host.sessions.hand_over(agent.session_id, self.handed, agent.session, back=True)
 
 
 def restore(
@@ -101,6 +109,7 @@ def restore(
                 (TurnEnd(turn=open_turn, at=host.clock(), stop_reason="failed", error=CUT_SHORT),),
             )
         pending: list[InboxEntry] = []
+        fresh: list[Any] = []
         if sessions.strict and token is not None:
             pending = sessions.pending(sid)
             fresh = [e.message_id for e in pending if e.epoch is None]
@@ -109,7 +118,7 @@ def restore(
     except BaseException:
         agent.dispose(flush=False)
         raise
-    return Restored(agent, pending)
+    return Restored(agent, pending, fresh)
 
 
 def replay(agent: Agent, entries: list[InboxEntry], *, drop: bool = False) -> None:

@@ -24,7 +24,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentOptions, AgentRegistry, SessionService
+from subagents.actors._agents import (
+    Agent,
+    AgentOptions,
+    AgentRegistry,
+    Restored,
+    SessionService,
+)
 from subagents.actors._kernel import AbortSignal, Latch
 from subagents.protocol import (
     ContinuableDescriptor,
@@ -193,13 +199,18 @@ class Materializer:
         delivery: Delivery,
         signal: AbortSignal,
     ) -> None:
-        """Cold-resume ``act``'s child from its persisted session and publish it."""
-        agent: Agent | None = None
+        """Cold-resume ``act``'s child from its persisted session and publish it,
+        delivering what its inbox still holds first."""
+        restored: Restored | None = None
         try:
-            agent, descriptor, pending = agents.resume_continuable(act.child_id)
+            restored = agents.resume_continuable(act.child_id)
+            agent = restored.agent
             self.attach(act, agent)
             signal.raise_if_aborted()
-            self.publish(act, agent, delivery, descriptor, pending)
+            self.publish(act, agent, delivery, agent._descriptor, restored.pending)
         except BaseException:
-            self.rollback(act, agent, None)
+            if restored is not None:
+                with contextlib.suppress(SubagentError):  # then they stay pending: replayed
+                    restored.give_back()
+            self.rollback(act, None if restored is None else restored.agent, None)
             raise
