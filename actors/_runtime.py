@@ -315,7 +315,9 @@ class Runtime:
             self._closed = True
         agents = sorted(self.agents.list(), key=lambda a: a.delegation_depth, reverse=True)
         for agent in agents:
-            agent.cancel("runtime closing", keep_inbox=False)
+            # What they accepted and did not run stays in their durable inboxes
+            # (strict durability): it runs at each session's next activation.
+            agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
         for agent in agents:
             try:
                 agent.dispose()

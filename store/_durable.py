@@ -213,7 +213,13 @@ class DurableQueues(abc.ABC):
 
     @abc.abstractmethod
     def release_lease(self, session_id: SessionId | str, token: LeaseToken) -> bool:
-        """Give the lease up (the epoch stays); False when it was not held with ``token``."""
+        """Give the lease up (the epoch stays); False when it was not held with ``token``.
+
+        The messages the releasing epoch took and did not complete go back to
+        nobody (they were never run: a holder releases only when idle or when it
+        stops without running them), so whoever runs them next does not take them
+        for redeliveries.
+        """
 
     @abc.abstractmethod
     def get_lease(self, session_id: SessionId | str) -> Lease | None:

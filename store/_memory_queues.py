@@ -283,6 +283,9 @@ class MemoryQueues(DurableQueues):
             if state is None or held is None or (held.holder, held.epoch) != checked:
                 return False
             state.lease = Lease(sid, None, held.epoch, 0.0, None)
+            for entry in state.inbox.values():
+                if entry.epoch == held.epoch and not entry.done:
+                    entry.epoch = None
             return True
 
     def get_lease(self, session_id: SessionId | str) -> Lease | None:

@@ -154,9 +154,16 @@ class QueueTxn:
         return [SessionId.from_bytes(bytes(r[0])) for r in rows]
 
     def release(self, session_id: SessionId, token: LeaseToken) -> bool:
+        key = session_id.to_bytes()
         cursor = self.conn.execute(
             "UPDATE leases SET holder = NULL, expires = 0, wake = NULL"
             " WHERE session = ? AND holder = ? AND epoch = ?",
-            (session_id.to_bytes(), token[0], token[1]),
+            (key, token[0], token[1]),
         )
-        return cursor.rowcount > 0
+        if cursor.rowcount == 0:
+            return False
+        self.conn.execute(
+            "UPDATE inbox SET epoch = NULL WHERE session = ? AND epoch = ? AND done = 0",
+            (key, token[1]),
+        )
+        return True

@@ -11,7 +11,7 @@ from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviou
 from ._host import AgentHost
 from ._leases import Holder, Leases
 from ._live import LiveSession
-from ._messages import plain
+from ._messages import UNTAKEN, plain
 from ._options import AgentOptions
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
@@ -22,6 +22,7 @@ from ._tools import ToolFn, ToolRegistry
 from ._turn import Message, Turn, TurnAgent
 
 __all__ = [
+    "UNTAKEN",
     "Agent",
     "AgentHost",
     "AgentOptions",

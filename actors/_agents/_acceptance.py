@@ -42,7 +42,7 @@ class Acceptance:
         raise NotImplementedError
 
     def _init_acceptance(self) -> None:
-        self._seen: OrderedDict[tuple[str, MessageId], Any] = OrderedDict()
+        self._seen: OrderedDict[tuple[SessionId, MessageId], bool] = OrderedDict()
         self._seen_lock = threading.Lock()
 
     def accept(
@@ -98,19 +98,19 @@ class Acceptance:
         epoch = None if back else live.token[1]
         self._call(store.hand_over, session_id, message_ids, epoch, lease=live.token)
 
-    def remember(self, scope: str, message_id: MessageId, result: Any) -> Any:
-        """Relaxed deduplication: the result first remembered for ``(scope, id)``."""
+    def claim(self, scope: SessionId, message_id: MessageId) -> bool:
+        """Relaxed deduplication: True for the first claim of ``(scope, id)`` this
+        runtime remembers (the caller then delivers it, or :meth:`unclaim` s it)."""
         key = (scope, message_id)
         with self._seen_lock:
-            known = self._seen.get(key)
-            if known is not None:
-                return known
-            self._seen[key] = result
+            if key in self._seen:
+                return False
+            self._seen[key] = True
             if len(self._seen) > SEEN_MAX:
                 self._seen.popitem(last=False)
-        return result
+        return True
 
-    def recall(self, scope: str, message_id: MessageId) -> Any:
-        """What :meth:`remember` kept for ``(scope, id)``, or None."""
+    def unclaim(self, scope: SessionId, message_id: MessageId) -> None:
+        """Forget a claim whose delivery failed (the id may be used again)."""
         with self._seen_lock:
-            return self._seen.get((scope, message_id))
+            self._seen.pop((scope, message_id), None)

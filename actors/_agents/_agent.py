@@ -198,11 +198,13 @@ class Agent(Inbox):
         if not sessions.strict:
             if message_id is None:
                 return self.deliver(content, source)
-            if sessions.recall(str(self.session_id), message_id) is not None:
+            if not sessions.claim(self.session_id, message_id):
                 return message_id
-            mid = self.deliver(content, source, message_id=message_id)
-            sessions.remember(str(self.session_id), mid, True)
-            return mid
+            try:
+                return self.deliver(content, source, message_id=message_id)
+            except BaseException:
+                sessions.unclaim(self.session_id, message_id)
+                raise
         mid = message_id if message_id is not None else new_message_id()
         (accepted,) = sessions.accept(
             self.session_id, [trusted_message(mid, content, source)], self._session

@@ -50,7 +50,7 @@ from subagents.protocol import (
 
 from ._host import AgentHost
 from ._loop import TurnRunner
-from ._messages import Call, Deliver, Quiet
+from ._messages import UNTAKEN, Call, Deliver, Quiet
 from ._outcome import TurnOutcome
 
 __all__ = ["CLOSED", "DRAINED", "OPEN", "Inbox"]
@@ -79,6 +79,7 @@ class Inbox:
         self._accepted = 0  # messages accepted so far (monotone)
         self._inflight = 0
         self._discard_through = 0  # messages with n <= this are skipped (cancel without inbox)
+        self._keep_through = 0  # ... and, with n <= this, stay in the durable inbox
         self._gate = OPEN
         self._disposed = False
         self._idle_listeners: list[Callable[[Any], object]] = []
@@ -123,7 +124,7 @@ class Inbox:
         on_end: Callable[[TurnOutcome], object] | None = None,
         message_id: MessageId | None = None,
         drop: bool = False,
-        redelivered: bool = False,
+        redelivered: bool | int = False,
     ) -> MessageId:
         """Accept one turn; the caller has validated ``content`` and ``source``.
 
@@ -139,8 +140,16 @@ class Inbox:
         self._put(Deliver(n, mid, content, source, kind, extra, on_end, redelivered))
         return mid
 
-    def admit_followup(self, content: Any, source: MessageSource, message_id: MessageId) -> bool:
+    def admit_followup(
+        self,
+        content: Any,
+        source: MessageSource,
+        message_id: MessageId,
+        untaken: bool = False,
+    ) -> bool:
         """A continuation follow-up: admitted (True), or the agent is retiring (False).
+
+        ``untaken``: it is in the durable inbox, taken by no activation yet.
 
         Raises:
             SubagentError: ``ADMISSION_CLOSED`` below a drain cutoff.
@@ -157,7 +166,8 @@ class Inbox:
             self._accepted += 1
             self._inflight += 1
             n = self._accepted
-        self._put(Deliver(n, message_id, content, source, "message", (), None))
+        flag = UNTAKEN if untaken else False
+        self._put(Deliver(n, message_id, content, source, "message", (), None, flag))
         return True
 
     def inject_quiet(
@@ -199,18 +209,24 @@ class Inbox:
 
     # -- cancellation and quiescence ----------------------------------------------
 
-    def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None:
+    def cancel(
+        self, cause: Any = None, *, keep_inbox: bool = True, keep_accepted: bool = False
+    ) -> None:
         """Abort the running turn's signal; returns without waiting.
 
         With ``keep_inbox=True`` queued messages still run later, in order; with
         ``False`` every message accepted before this call is skipped. Work claimed
-        into the interrupted turn is not requeued either way.
+        into the interrupted turn is not requeued either way. Skipped messages
+        leave the durable inbox too, unless ``keep_accepted=True`` (the runtime is
+        closing): then they stay accepted and run at the session's next activation.
         """
         with self._lock:
             turn = self._turns.current
             controller = turn._controller_locked() if turn is not None else None
             if not keep_inbox:
                 self._discard_through = self._accepted
+                if keep_accepted:
+                    self._keep_through = self._accepted
         if controller is not None:
             controller.abort(cause if cause is not None else "cancelled")
 
@@ -265,7 +281,7 @@ class Inbox:
     def _handle(self, message: Any) -> None:
         try:
             if message.n <= self._discard_through:
-                self._turns.discard(message)
+                self._turns.discard(message, message.n <= self._keep_through)
             else:
                 self._turns.handle(message)
         finally:

@@ -30,7 +30,7 @@ from subagents.protocol import (
 from ._behaviours import Behaviour
 from ._host import AgentHost
 from ._live import LiveSession
-from ._messages import Deliver, Quiet, plain
+from ._messages import UNTAKEN, Call, Deliver, Quiet, plain
 from ._outcome import TurnOutcome
 from ._output import validate_output
 from ._turn import Message, Turn, TurnAgent
@@ -95,8 +95,23 @@ class TurnRunner:
             except Exception:
                 logger.exception("call in the loop of %s raised", self._agent.session_id)
 
-    def discard(self, message: Any) -> None:
-        """A message accepted before a cancel without ``keep_inbox``: never run."""
+    def discard(self, message: Any, keep: bool = False) -> None:
+        """A message accepted before a cancel without ``keep_inbox``: never run.
+
+        Under strict durability it leaves the durable inbox as it is skipped
+        (write-behind, one group commit for a discarded backlog), unless ``keep``
+        (the runtime is closing: it runs at the session's next activation).
+        """
+        sessions = self._host.sessions
+        if not keep and sessions.strict and type(message) is not Call:
+            try:
+                sessions.append(self._session, (), done=(message.message_id,))
+            except SubagentError:
+                logger.warning(
+                    "could not complete discarded message %s of %s",
+                    message.message_id,
+                    self._session.id,
+                )
         if type(message) is Deliver and message.on_end is not None:
             notify(message.on_end, TurnOutcome(-1, "cancelled", None, None, "discarded unrun"))
 
@@ -115,7 +130,25 @@ class TurnRunner:
                 Message(message_id=message_id, content=content, source=src, kind="report")
             )
 
+    def _take(self, d: Deliver) -> bool:
+        """Record an untaken message taken by this activation before it runs; False
+        when this activation lost its lease (the new holder runs it)."""
+        d.redelivered = False
+        session = self._session
+        try:
+            self._host.sessions.hand_over(session.id, (d.message_id,), session)
+        except SubagentError as exc:
+            if exc.code == ErrorCode.LEASE_LOST:
+                logger.warning("not running %s: %s lost its lease", d.message_id, session.id)
+                return False
+            logger.warning("could not record %s taken: %s", d.message_id, exc)
+        return True
+
     def run_turn(self, d: Deliver) -> None:
+        if d.redelivered == UNTAKEN and not self._take(d):
+            if d.on_end is not None:
+                notify(d.on_end, TurnOutcome(-1, "cancelled", None, None, "lease lost"))
+            return
         host = self._host
         sessions = host.sessions
         clock = host.clock
@@ -130,7 +163,7 @@ class TurnRunner:
             )
         else:
             delivered = trusted_message(mid, d.content, d.source)
-        events: list[Event] = [trusted_turn_start(index, clock(), (mid,), d.redelivered)]
+        events: list[Event] = [trusted_turn_start(index, clock(), (mid,), d.redelivered is True)]
         if d.extra:
             events.extend(d.extra)
         if self.context:

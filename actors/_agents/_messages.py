@@ -20,7 +20,13 @@ from subagents.protocol import Event, MessageId, MessageSource
 if TYPE_CHECKING:
     from ._outcome import TurnOutcome
 
-__all__ = ["OWN", "Call", "Deliver", "Own", "Quiet", "plain"]
+__all__ = ["OWN", "UNTAKEN", "Call", "Deliver", "Own", "Quiet", "plain"]
+
+#: ``Deliver.redelivered`` of a message committed to the durable inbox and taken
+#: by no activation yet (it reached this one through the registry): the turn
+#: records it taken before running it, so a crash inside the turn replays it as a
+#: redelivery.
+UNTAKEN: Final = 2
 
 
 class Own:
@@ -47,7 +53,7 @@ class Deliver(Own):
         kind: str,
         extra: tuple[Event, ...],
         on_end: Callable[[TurnOutcome], object] | None,
-        redelivered: bool = False,
+        redelivered: bool | int = False,
     ) -> None:
         self.n = n
         self.message_id = message_id

@@ -76,6 +76,10 @@ def restore(
     leases = sessions.leases
     token = None
     if leases is not None:
+        # An earlier epoch of this runtime may still have writes queued (its last
+        # turn/end, its release): they land before the lease moves on, or the
+        # new epoch's fence would refuse them.
+        sessions.flush()
         token = leases.acquire(sid).token()
     try:
         header, next_seq, state, records = sessions.load_state(sid)
@@ -99,8 +103,6 @@ def restore(
     agent = start(live, built, options, next_turn, output_schema, sessions.release)
     if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
         agent._descriptor = fold.descriptor
-    if state is not None and not any(isinstance(e, TurnStart) for e in events):
-        agent._restore_context(state.get("context"))
     try:
         open_turn = _open_turn(events)
         if open_turn is not None:
@@ -115,6 +117,12 @@ def restore(
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:
                 sessions.hand_over(sid, fresh, live)
+        if state is not None and not any(isinstance(e, TurnStart) for e in events):
+            # Quiet reports the checkpoint kept; those still in the durable inbox
+            # are replayed from there instead.
+            replayed = {e.message_id for e in pending}
+            context = [c for c in state.get("context") or () if c[0] not in replayed]
+            agent._restore_context(context)
     except BaseException:
         agent.dispose(flush=False)
         raise

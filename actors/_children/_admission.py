@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from subagents.actors._agents import Agent, AgentRegistry, replay
+from subagents.actors._agents import UNTAKEN, Agent, AgentRegistry, replay
 from subagents.actors._kernel import Latch
 from subagents.protocol import (
     ErrorCode,
@@ -137,6 +137,8 @@ class Registry(NoticeLoop):
         if kind is Admit:
             return self._route(message.request)
         if kind is Reserve:
+            if message.fresh and message.child_id in self.index:
+                raise _err(ErrorCode.SESSION_EXISTS, f"{message.child_id} is being materialized")
             return self._reserve(message.child_id, message.parent)
         if kind is Publish:
             return self._publish(message)
@@ -254,7 +256,7 @@ class Registry(NoticeLoop):
         d = request.delivery
         if d.message_id in act.replayed:
             return  # committed before this epoch read its inbox: delivered already
-        if not agent.admit_followup(d.content, d.source, d.message_id):
+        if not agent.admit_followup(d.content, d.source, d.message_id, d.committed):
             raise _err(ErrorCode.AGENT_DISPOSED, f"agent {agent.session_id} is disposed")
 
     def _reroute(self, waiters: list[Request] | None) -> None:
@@ -298,7 +300,13 @@ class Registry(NoticeLoop):
             act.replayed = frozenset(e.message_id for e in m.replay)
         d = m.delivery
         if d.message_id not in act.replayed:
-            agent.deliver(d.content, d.source, message_id=d.message_id, drop=closed)
+            agent.deliver(
+                d.content,
+                d.source,
+                message_id=d.message_id,
+                drop=closed,
+                redelivered=UNTAKEN if d.committed else False,
+            )
         waiters, act.waiters = act.waiters, None
         for request in waiters or ():
             try:

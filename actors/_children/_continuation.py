@@ -36,6 +36,7 @@ from subagents.actors._kernel import (
     Backend,
     DispatchBox,
     Dispatcher,
+    Latch,
     actor_class,
 )
 from subagents.protocol import (
@@ -44,6 +45,7 @@ from subagents.protocol import (
     InterruptEvent,
     MessageId,
     MessageSource,
+    ReportEvent,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -51,6 +53,7 @@ from subagents.protocol import (
     new_session_id,
     packb,
     snapshot_subagent_descriptor,
+    trusted_message,
 )
 from subagents.supervision import (
     MAY_REPORT,
@@ -65,7 +68,8 @@ from ._admission import Registry
 from ._announce import Announcer
 from ._child import ChildContext, child_options
 from ._events import EventBus
-from ._materialize import Materializer
+from ._intake import DONE, accept_report, accept_resident, kept, retract_report, start_child_id
+from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._provider_registry import ProviderRegistry
 from ._requests import (
     Cutoff,
@@ -215,13 +219,60 @@ class ContinuationManager:
             )
         )
         assert isinstance(descriptor, ContinuableDescriptor)
-        act: Activation = self._ask(Reserve(new_session_id(), parent))
-        return self._materializer.create(act, ctx, spec, prepare, options, depth, descriptor)
+        if spec.message_id is None:
+            act: Activation = self._ask(Reserve(new_session_id(), parent))
+            return self._materializer.create(
+                act, ctx, spec, prepare, options, depth, descriptor, new_message_id()
+            )
+        return self._start_once(spec, prepare, options, depth, descriptor, signal)
+
+    def _start_once(
+        self,
+        spec: ContinuableStartSpec,
+        prepare: Any,
+        options: Any,
+        depth: int,
+        descriptor: ContinuableDescriptor,
+        signal: AbortSignal,
+    ) -> ContinuableHandle:
+        """An idempotent start: the child's id derives from the parent's and the
+        message's, so a repeated start finds it (here, or in the store)."""
+        assert spec.message_id is not None
+        mid = MessageId(spec.message_id)
+        child_id = start_child_id(spec.parent.session_id, mid)
+        sessions = self._ctx.sessions
+        while True:
+            if sessions.header(child_id) is not None:
+                return ContinuableHandle(child_id, mid)
+            try:
+                act: Activation = self._ask(Reserve(child_id, spec.parent, fresh=True))
+            except SubagentError as exc:
+                if exc.code != ErrorCode.SESSION_EXISTS:
+                    raise
+                busy = self._index.get(child_id)  # a start or resume in flight here
+                if busy is not None and isinstance(busy.admitted, Latch):
+                    AbortSignal.any(busy.admitted.signal, signal).wait(ADMISSION_TIMEOUT)
+                signal.raise_if_aborted()
+                continue
+            try:
+                return self._materializer.create(
+                    act, self._ctx, spec, prepare, options, depth, descriptor, mid
+                )
+            except SubagentError as exc:
+                if exc.code != ErrorCode.SESSION_EXISTS:  # another process created it
+                    raise
 
     # -- follow-up ---------------------------------------------------------------------
 
     def followup(
-        self, parent: Agent, child_id: Any, content: Any, *, source: Any = None, signal: Any = None
+        self,
+        parent: Agent,
+        child_id: Any,
+        content: Any,
+        *,
+        source: Any = None,
+        signal: Any = None,
+        message_id: Any = None,
     ) -> MessageId:
         if not isinstance(parent, Agent):
             raise bad("parent must be an Agent")
@@ -237,8 +288,30 @@ class ContinuationManager:
         else:
             signal.raise_if_aborted()
         src = source if source is not None else parent.parent_source
-        message_id = new_message_id()
         agents = self._require_agents()
+        delivery = Delivery(content, src, new_message_id())
+        if message_id is None:
+            return self._followup(agents, parent, cid, delivery, signal)
+        delivery.message_id = mid = MessageId(message_id)
+        sessions = self._ctx.sessions
+        if sessions.strict:  # the store deduplicates
+            return self._followup(agents, parent, cid, delivery, signal)
+        if not sessions.claim(cid, mid):
+            return mid
+        try:
+            return self._followup(agents, parent, cid, delivery, signal)
+        except BaseException:
+            sessions.unclaim(cid, mid)
+            raise
+
+    def _followup(
+        self,
+        agents: AgentRegistry,
+        parent: Agent,
+        cid: SessionId,
+        delivery: Delivery,
+        signal: AbortSignal,
+    ) -> MessageId:
         # The resident fast path: the registry's index and phase route it, the
         # child's gate admits it.
         act = self._index.get(cid)
@@ -251,9 +324,13 @@ class ContinuationManager:
                 or not agents.is_live(parent)
             ):
                 raise _unauthorized_followup()
-            if agent.admit_followup(content, src, message_id):
-                return message_id
-        return self._slow_followup(agents, parent, cid, Delivery(content, src, message_id), signal)
+            sessions = self._ctx.sessions
+            if not sessions.strict:
+                if agent.admit_followup(delivery.content, delivery.source, delivery.message_id):
+                    return delivery.message_id
+            elif accept_resident(sessions, agent, delivery) == DONE:
+                return delivery.message_id
+        return self._slow_followup(agents, parent, cid, delivery, signal)
 
     def _slow_followup(
         self,
@@ -276,10 +353,22 @@ class ContinuationManager:
         _authorize(parent, header, agents.is_live)  # before any reconstruction
         if sessions.persistence is None:
             raise _err(ErrorCode.PERSISTENCE_UNAVAILABLE, "cold resume needs session persistence")
-        act = self._materializer.route(Request(cid, parent, delivery), signal)
-        if act is not None:  # absent: cold-resume it, delivering this message first
-            self._materializer.resume(act, agents, delivery, signal)
-        return delivery.message_id
+        mid = delivery.message_id
+        if sessions.strict and not delivery.committed:
+            # Not resident here: committed taken by nobody, before it is routed.
+            event = trusted_message(mid, delivery.content, delivery.source)
+            if sessions.accept(cid, (event,))[0].duplicate:
+                return mid
+            delivery.committed = True
+        try:
+            act = self._materializer.route(Request(cid, parent, delivery), signal)
+            if act is not None:  # absent: cold-resume it, delivering this message first
+                self._materializer.resume(act, agents, delivery, signal)
+        except BaseException as exc:
+            if delivery.committed and kept(sessions, cid, mid, exc):
+                return mid
+            raise
+        return mid
 
     # -- interrupt ---------------------------------------------------------------------
 
@@ -301,7 +390,13 @@ class ContinuationManager:
     # -- reports -----------------------------------------------------------------------
 
     def report_from(
-        self, child: Any, content: Any, *, delivery: str = "quiet", signal: Any = None
+        self,
+        child: Any,
+        content: Any,
+        *,
+        delivery: str = "quiet",
+        signal: Any = None,
+        message_id: Any = None,
     ) -> MessageId:
         if not isinstance(child, Agent):
             raise bad("child must be an Agent")
@@ -324,17 +419,30 @@ class ContinuationManager:
         if parent is None or not agents.is_live(parent):
             raise _err(ErrorCode.UNAUTHORIZED, "the direct parent is not live")
         source = MessageSource(kind="child", session_id=child.session_id)
-        message_id = new_message_id()
+        mid = new_message_id() if message_id is None else MessageId(message_id)
+        sessions = self._ctx.sessions
+        if sessions.strict:
+            event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
+            if not accept_report(sessions, parent, event):
+                return mid
+        elif message_id is not None and not sessions.claim(parent.session_id, mid):
+            return mid
         try:
             if delivery == "quiet":
-                parent.inject_quiet(content, source, message_id)
+                parent.inject_quiet(content, source, mid)
             else:
-                parent.deliver(content, source, kind="report", message_id=message_id)
-        except SubagentError as exc:
-            if exc.code != ErrorCode.AGENT_DISPOSED:
-                raise
-            raise _err(ErrorCode.UNAUTHORIZED, "the direct parent is leaving residency") from None
-        return message_id
+                parent.deliver(content, source, kind="report", message_id=mid)
+        except BaseException as exc:
+            if sessions.strict:
+                retract_report(sessions, parent, mid)
+            elif message_id is not None:
+                sessions.unclaim(parent.session_id, mid)
+            if isinstance(exc, SubagentError) and exc.code == ErrorCode.AGENT_DISPOSED:
+                raise _err(
+                    ErrorCode.UNAUTHORIZED, "the direct parent is leaving residency"
+                ) from None
+            raise
+        return mid
 
     # -- setup contributions -------------------------------------------------------------
 

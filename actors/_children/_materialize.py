@@ -35,10 +35,11 @@ from subagents.actors._kernel import AbortSignal, Latch
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
+    MessageId,
     MessageSource,
     SubagentError,
     descriptor_event,
-    new_message_id,
+    trusted_message,
 )
 from subagents.store import InboxEntry
 from subagents.supervision import Activation, SupervisorInbox
@@ -158,9 +159,11 @@ class Materializer:
         options: AgentOptions,
         depth: int,
         descriptor: ContinuableDescriptor,
+        message_id: MessageId,
     ) -> ContinuableHandle:
         """Create ``act``'s new child from the provider's prepared data and publish
-        it with the initial prompt; on any failure nothing of it remains."""
+        it with the initial prompt ``message_id``; on any failure nothing of it
+        remains. Under strict durability the prompt is committed with the child."""
         parent = spec.parent
         signal = spec.signal or AbortSignal.never()
         agent: Agent | None = None
@@ -171,6 +174,8 @@ class Materializer:
                     f"prepare_continuable returned {type(create).__name__}",
                     code=ErrorCode.INTERNAL,
                 )
+            source = spec.source if isinstance(spec.source, MessageSource) else parent.parent_source
+            prompt = trusted_message(message_id, spec.prompt, source)
             agent = create_child(
                 ctx,
                 parent,
@@ -180,12 +185,11 @@ class Materializer:
                 options=options,
                 seed=tuple(create.seed or ()),
                 own=(descriptor_event(descriptor),),
+                inbox=(prompt,) if ctx.sessions.strict else (),
             )
             agent._descriptor = descriptor
             self.attach(act, agent)
             signal.raise_if_aborted()
-            source = spec.source if isinstance(spec.source, MessageSource) else parent.parent_source
-            message_id = new_message_id()
             self.publish(act, agent, Delivery(spec.prompt, source, message_id), descriptor)
         except BaseException:
             self.rollback(act, agent, ctx.sessions if agent is not None else None)

@@ -36,14 +36,22 @@ __all__ = [
 
 
 class Delivery:
-    """One message on its way into a child's inbox."""
+    """One message on its way into a child's inbox; ``committed``: it is in the
+    child's durable inbox already, taken by no activation."""
 
-    __slots__ = ("content", "message_id", "source")
+    __slots__ = ("committed", "content", "message_id", "source")
 
-    def __init__(self, content: Any, source: MessageSource, message_id: MessageId) -> None:
+    def __init__(
+        self,
+        content: Any,
+        source: MessageSource,
+        message_id: MessageId,
+        committed: bool = False,
+    ) -> None:
         self.content = content
         self.source = source
         self.message_id = message_id
+        self.committed = committed
 
 
 class Request:
@@ -59,11 +67,15 @@ class Request:
 
 
 class Reserve:
-    __slots__ = ("child_id", "parent")
+    """``fresh``: the id is the caller's (an idempotent start), so the registry
+    refuses it (``SESSION_EXISTS``) while any Activation of it is indexed."""
 
-    def __init__(self, child_id: SessionId, parent: Agent) -> None:
+    __slots__ = ("child_id", "fresh", "parent")
+
+    def __init__(self, child_id: SessionId, parent: Agent, *, fresh: bool = False) -> None:
         self.child_id = child_id
         self.parent = parent
+        self.fresh = fresh
 
 
 class Admit:

@@ -208,9 +208,13 @@ class SubagentService:
         """Establish one durable continuable child and deliver its initial prompt.
 
         Returns ``(child_id, message_id)`` once the child's inbox accepted the
-        prompt, without waiting for the turn. Any earlier failure raises and rolls
-        the child back entirely (no session, agent, Activation, ownership, setup
-        contribution or event remains). The caller's signal owns admission only.
+        prompt (under strict durability: once the child and its prompt are
+        committed), without waiting for the turn. Any earlier failure raises and
+        rolls the child back entirely (no session, agent, Activation, ownership,
+        setup contribution or event remains). The caller's signal owns admission
+        only. ``spec.message_id`` makes it idempotent: the same id from the same
+        parent returns the same handle and starts nothing new, across processes
+        and restarts (the child's id is derived from the two).
 
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``PROVIDER_NOT_FOUND``,
@@ -229,12 +233,16 @@ class SubagentService:
         *,
         source: MessageSource | None = None,
         signal: AbortSignal | None = None,
+        message_id: MessageId | str | None = None,
     ) -> MessageId:
         """Deliver one message from the exact live direct parent as the child's next turn.
 
         Running children enqueue it, waiting ones wake, absent ones cold-resume
         from their persisted session (no provider involved). ``source`` is recorded
-        and grants nothing.
+        and grants nothing. Under strict durability the message is committed to
+        the child's durable inbox before this returns; ``message_id`` makes it
+        idempotent (the same id for the same child queues nothing new, see
+        ``docs/durability.md``).
 
         Raises:
             SubagentError: ``UNAUTHORIZED``, ``SESSION_NOT_FOUND``,
@@ -242,7 +250,9 @@ class SubagentService:
                 ``TIMEOUT``, ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``.
         """
         self._check_thread()
-        return self._continuation.followup(parent, child_id, content, source=source, signal=signal)
+        return self._continuation.followup(
+            parent, child_id, content, source=source, signal=signal, message_id=message_id
+        )
 
     def interrupt(
         self, target_session_id: SessionId | str, authority: UserAuthority | AncestorAuthority
@@ -265,16 +275,21 @@ class SubagentService:
         *,
         delivery: str = "quiet",
         signal: AbortSignal | None = None,
+        message_id: MessageId | str | None = None,
     ) -> MessageId:
         """Deliver a message from the exact live continuable child to its live direct parent.
 
         ``quiet`` injects context into the parent's next turn; ``waking`` submits
-        one later parent turn.
+        one later parent turn. Under strict durability the report is committed to
+        the parent's durable inbox before this returns; ``message_id`` makes it
+        idempotent as for :meth:`followup`.
 
         Raises:
             SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``, ``CANCELLED``.
         """
-        return self._continuation.report_from(child, content, delivery=delivery, signal=signal)
+        return self._continuation.report_from(
+            child, content, delivery=delivery, signal=signal, message_id=message_id
+        )
 
     def register_continuable_setup(self, contribution: Any) -> SetupRegistration:
         """Install ``contribution(scope)`` into every newly materialized continuable child.

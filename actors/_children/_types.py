@@ -87,6 +87,7 @@ class ContinuableStartSpec:
     tool_filter: Sequence[str] | None = None
     signal: AbortSignal | None = None
     source: Any = None
+    message_id: MessageId | str | None = None
 
 
 class ContinuableHandle(NamedTuple):

@@ -7,7 +7,7 @@ from typing import Any
 
 from subagents.actors._agents import Agent, check_output_schema
 from subagents.actors._kernel import AbortSignal
-from subagents.protocol import ErrorCode, SubagentError, packb
+from subagents.protocol import ErrorCode, MessageId, SubagentError, packb
 
 from ._types import ContinuableStartSpec, SubagentStartRequest
 
@@ -72,4 +72,6 @@ def check_start_spec(spec: Any) -> None:
         raise bad("spec.signal must be an AbortSignal")
     _optional_strs(spec, ("model", "persona"), "spec")
     check_tool_filter(spec.tool_filter)
+    if spec.message_id is not None:
+        MessageId(spec.message_id)  # INVALID_ARGUMENT unless 32 lowercase hex digits
     packb(spec.prompt)

@@ -200,6 +200,25 @@ def test_a_lease_is_taken_by_compare_and_swap(store: SessionStore, make_header: 
     assert d.epoch == 5
 
 
+def test_a_release_gives_back_what_its_epoch_took_and_did_not_run(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """A holder releases only idle or stopping: what its epoch took and did not
+    complete was never run, so it goes back to nobody (no false ``redelivered``);
+    a failed release (not the holder) changes nothing."""
+    h = make_header()
+    store.create_session(h)
+    lease = store.acquire_lease(h.id, "a", now=NOW, expires=NOW + 10)
+    ran, unrun, other = make_events(3)
+    store.accept(h.id, [ran, unrun], epoch=lease.epoch, lease=lease.token())
+    store.accept(h.id, [other], epoch=7)
+    store.complete(h.id, [ran.message_id], lease=lease.token())
+    assert not store.release_lease(h.id, ("b", lease.epoch))
+    assert [e.epoch for e in store.pending(h.id)] == [lease.epoch, 7]
+    assert store.release_lease(h.id, lease.token())
+    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(unrun, None), (other, 7)]
+
+
 def test_renewal_extends_only_the_holders_leases(
     store: SessionStore, make_header: MakeHeader
 ) -> None:

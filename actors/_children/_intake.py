@@ -1,0 +1,130 @@
+"""Accepted means committed, for the continuation's messages.
+
+Under strict durability a follow-up, a report and a continuable child's prompt
+are in the target's durable inbox before the call that accepted them returns
+(see :mod:`subagents.actors._agents._acceptance`). The continuation manager
+commits first and delivers second; this module holds the steps around that:
+
+* a follow-up to a child resident here is committed *taken* by the child's
+  current activation (fenced by its lease), then admitted; refused because the
+  child is retiring, it stays committed and is routed through the registry (the
+  retiring activation's release gives it back to nobody);
+* a follow-up to a child that is not resident here is committed taken by nobody,
+  then routed; whoever runs it records it taken first;
+* when delivery fails after the commit, the message is retracted -- unless it is
+  no longer ours to take back: another process holds the child (it runs the
+  message from its inbox), or an activation took it meanwhile. Then the call
+  returns the id: the message is accepted after all.
+
+A repeated message id is recognized by the store (strict) or by the runtime's
+memory (relaxed), per target session. A continuable start is deduplicated by its
+child's id, derived from the parent's id and the message id: a second start
+finds the child, in this process or in the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Final
+
+from subagents.actors._agents import Agent, SessionService
+from subagents.protocol import (
+    ErrorCode,
+    MessageId,
+    ReportEvent,
+    SessionId,
+    SubagentError,
+    trusted_message,
+)
+
+from ._requests import Delivery
+
+__all__ = [
+    "DONE",
+    "LEFT",
+    "ROUTE",
+    "accept_report",
+    "accept_resident",
+    "kept",
+    "retract_report",
+    "start_child_id",
+]
+
+logger = logging.getLogger("subagents")
+
+#: :func:`accept_resident` verdicts.
+DONE: Final = "done"  # admitted, or a duplicate: nothing more to do
+ROUTE: Final = "route"  # committed, the child is retiring: route it through the registry
+LEFT: Final = "left"  # not committed, the activation left: the slow path accepts it
+
+
+def start_child_id(parent: SessionId, message_id: MessageId) -> SessionId:
+    """The id of the child a continuable start with ``message_id`` creates."""
+    digest = hashlib.blake2b(
+        parent.to_bytes() + message_id.to_bytes(), digest_size=16, person=b"subagents-start"
+    )
+    return SessionId(digest.hexdigest())
+
+
+def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
+    """Commit ``d`` taken by ``agent``'s activation, then admit it (see the module
+    docstring); returns :data:`DONE`, :data:`ROUTE` or :data:`LEFT`."""
+    live = agent.session
+    try:
+        (accepted,) = sessions.accept(
+            agent.session_id, (trusted_message(d.message_id, d.content, d.source),), live
+        )
+    except SubagentError as exc:
+        if exc.code == ErrorCode.LEASE_LOST:
+            return LEFT
+        raise
+    if accepted.duplicate:
+        return DONE
+    try:
+        admitted = agent.admit_followup(d.content, d.source, d.message_id)
+    except BaseException:
+        _retract(sessions, agent.session_id, d.message_id, agent)
+        raise
+    if admitted:
+        return DONE
+    d.committed = True
+    return ROUTE
+
+
+def accept_report(sessions: SessionService, parent: Agent, event: ReportEvent) -> bool:
+    """Commit a report taken by the live ``parent``'s activation; False for a
+    duplicate (accepted before: deliver nothing)."""
+    (accepted,) = sessions.accept(parent.session_id, (event,), parent.session)
+    return not accepted.duplicate
+
+
+def kept(
+    sessions: SessionService, target: SessionId, message_id: MessageId, error: BaseException
+) -> bool:
+    """After the delivery of a committed message failed with ``error``: True when it
+    stays accepted (see the module docstring), else it is retracted (False).
+
+    A retraction the store cannot make leaves the error to the caller.
+    """
+    if isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_HELD:
+        return True  # in the inbox of a child another process holds: it runs it
+    try:
+        return not sessions.retract(target, message_id)
+    except SubagentError:
+        logger.warning("could not retract %s from %s", message_id, target, exc_info=True)
+        return False
+
+
+def _retract(
+    sessions: SessionService, target: SessionId, message_id: MessageId, agent: Agent
+) -> None:
+    try:
+        sessions.retract(target, message_id, agent.session)
+    except SubagentError:
+        logger.warning("could not retract %s from %s", message_id, target, exc_info=True)
+
+
+def retract_report(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
+    """Take back a committed report its live parent refused."""
+    _retract(sessions, parent.session_id, message_id, parent)
