@@ -208,7 +208,7 @@ class SessionStore(DurableQueues):
         Each op is ``("create", header, events[, lease, inbox])``, ``("append",
         session_id, events[, lease, done])``, ``("delete", session_id)``,
         ``("checkpoint", session_id, seq, data)``, ``("projection", session_id,
-        unit, seq, data)`` or ``("release", session_id, token)``. Returns, per op,
+        unit, seq, data)`` or ``("release", session_id, token[, unrun])``. Returns, per op,
         its result or the :class:`SubagentError` it failed with: one failing op does
         not fail the others. :class:`SqliteStore` commits them in one durable
         transaction, which is what a single writer (the runtime's write-behind
@@ -237,7 +237,7 @@ class SessionStore(DurableQueues):
                 return self.append(op[1], op[2])
             return self.append(op[1], op[2], lease=token, done=done)
         if kind == "release":
-            return self.release_lease(op[1], op[2])
+            return self.release_lease(op[1], op[2], unrun=op[3] if len(op) > 3 else ())
         if kind == "delete":
             return self.delete_session(op[1])
         if kind == "checkpoint":

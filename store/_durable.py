@@ -178,6 +178,15 @@ class DurableQueues(abc.ABC):
         given back, by an activation that rolled back before it ran them)."""
 
     @abc.abstractmethod
+    def give_back(
+        self, session_id: SessionId | str, message_ids: Sequence[MessageId], epoch: int
+    ) -> int:
+        """Messages activation ``epoch`` took and never ran go back to nobody (so whoever
+        runs them does not take them for redeliveries); those taken since by another
+        epoch, or done, are left alone. Not fenced: it only undoes ``epoch``'s own
+        mark. Returns how many went back."""
+
+    @abc.abstractmethod
     def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
         """``(session, n)`` of every inbox that accepted ``message_id``."""
 
@@ -212,14 +221,12 @@ class DurableQueues(abc.ABC):
         """Extend every lease ``holder`` still has; returns their sessions."""
 
     @abc.abstractmethod
-    def release_lease(self, session_id: SessionId | str, token: LeaseToken) -> bool:
-        """Give the lease up (the epoch stays); False when it was not held with ``token``.
-
-        The messages the releasing epoch took and did not complete go back to
-        nobody (they were never run: a holder releases only when idle or when it
-        stops without running them), so whoever runs them next does not take them
-        for redeliveries.
-        """
+    def release_lease(
+        self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
+    ) -> bool:
+        """Give the lease up (the epoch stays); False when it was not held with ``token``
+        (then nothing changes). ``unrun``: messages the releasing epoch took and
+        never ran (it stops with them queued), given back as by :meth:`give_back`."""
 
     @abc.abstractmethod
     def get_lease(self, session_id: SessionId | str) -> Lease | None:

@@ -83,6 +83,15 @@ class QueueState:
         self.inbox[event.message_id] = _Entry(n, event, epoch, at)
         return Accepted(n, False)
 
+    def give_back(self, message_ids: Sequence[MessageId], epoch: int) -> int:
+        n = 0
+        for mid in message_ids:
+            entry = self.inbox.get(mid)
+            if entry is not None and entry.epoch == epoch and not entry.done:
+                entry.epoch = None
+                n += 1
+        return n
+
     def mark_done(self, message_ids: Sequence[MessageId]) -> None:
         for mid in message_ids:
             entry = self.inbox.get(mid)
@@ -196,6 +205,16 @@ class MemoryQueues(DurableQueues):
                 if entry is not None:
                     entry.epoch = epoch
 
+    def give_back(
+        self, session_id: SessionId | str, message_ids: Sequence[MessageId], epoch: int
+    ) -> int:
+        sid = check_session_id(session_id)
+        ids = check_message_ids(message_ids)
+        if type(epoch) is not int:
+            raise invalid("epoch must be an int")
+        with self._lock:
+            return self._queues(sid).give_back(ids, epoch)
+
     def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
         (mid,) = check_message_ids([message_id])
         with self._lock:
@@ -270,8 +289,11 @@ class MemoryQueues(DurableQueues):
                     renewed.append(sid)
         return renewed
 
-    def release_lease(self, session_id: SessionId | str, token: LeaseToken) -> bool:
+    def release_lease(
+        self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
+    ) -> bool:
         sid = check_session_id(session_id)
+        ids = check_message_ids(unrun)
         checked = check_token(token)
         assert checked is not None
         with self._lock:
@@ -283,9 +305,7 @@ class MemoryQueues(DurableQueues):
             if state is None or held is None or (held.holder, held.epoch) != checked:
                 return False
             state.lease = Lease(sid, None, held.epoch, 0.0, None)
-            for entry in state.inbox.values():
-                if entry.epoch == held.epoch and not entry.done:
-                    entry.epoch = None
+            state.give_back(ids, held.epoch)
             return True
 
     def get_lease(self, session_id: SessionId | str) -> Lease | None:

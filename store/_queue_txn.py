@@ -107,6 +107,17 @@ class QueueTxn:
             [(epoch, key, mid) for mid in message_ids],
         )
 
+    def give_back(self, session_id: SessionId, message_ids: Sequence[bytes], epoch: int) -> int:
+        key = session_id.to_bytes()
+        given = 0
+        for mid in message_ids:
+            given += self.conn.execute(
+                "UPDATE inbox SET epoch = NULL"
+                " WHERE session = ? AND message_id = ? AND epoch = ? AND done = 0",
+                (key, mid, epoch),
+            ).rowcount
+        return given
+
     def prune(self, before: float) -> int:
         cursor = self.conn.execute(
             "DELETE FROM inbox WHERE done = 1 AND accepted_at < ?", (before,)
@@ -153,17 +164,16 @@ class QueueTxn:
         ).fetchall()
         return [SessionId.from_bytes(bytes(r[0])) for r in rows]
 
-    def release(self, session_id: SessionId, token: LeaseToken) -> bool:
-        key = session_id.to_bytes()
+    def release(
+        self, session_id: SessionId, token: LeaseToken, unrun: Sequence[bytes] = ()
+    ) -> bool:
         cursor = self.conn.execute(
             "UPDATE leases SET holder = NULL, expires = 0, wake = NULL"
             " WHERE session = ? AND holder = ? AND epoch = ?",
-            (key, token[0], token[1]),
+            (session_id.to_bytes(), token[0], token[1]),
         )
         if cursor.rowcount == 0:
             return False
-        self.conn.execute(
-            "UPDATE inbox SET epoch = NULL WHERE session = ? AND epoch = ? AND done = 0",
-            (key, token[1]),
-        )
+        if unrun:
+            self.give_back(session_id, unrun, token[1])
         return True

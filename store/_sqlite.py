@@ -223,7 +223,8 @@ class SqliteStore(SqliteReads, SqliteQueues, SessionStore):
             released = check_token(op[2])
             if released is None:
                 raise invalid("a lease token is (holder, epoch)")
-            return lambda txn: txn.release(sid, released)
+            unrun = [m.to_bytes() for m in check_message_ids(op[3])] if len(op) > 3 else []
+            return lambda txn: txn.release(sid, released, unrun)
         if kind == "delete":
             sid = check_session_id(op[1])
             return lambda txn: txn.delete(sid)

@@ -140,6 +140,16 @@ class SqliteQueues(DurableQueues):
             raise invalid("epoch must be an int or None")
         self._committer.submit(lambda txn: txn.hand_over(sid, ids, epoch, token))
 
+    def give_back(
+        self, session_id: SessionId | str, message_ids: Sequence[MessageId], epoch: int
+    ) -> int:
+        sid = check_session_id(session_id)
+        ids = [m.to_bytes() for m in check_message_ids(message_ids)]
+        if type(epoch) is not int:
+            raise invalid("epoch must be an int")
+        given: int = self._committer.submit(lambda txn: txn.give_back(sid, ids, epoch))
+        return given
+
     def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
         (mid,) = check_message_ids([message_id])
         rows = self._query("SELECT session, n FROM inbox WHERE message_id = ?", (mid.to_bytes(),))
@@ -179,12 +189,15 @@ class SqliteQueues(DurableQueues):
         renewed: list[SessionId] = self._committer.submit(lambda txn: txn.renew(holder, until))
         return renewed
 
-    def release_lease(self, session_id: SessionId | str, token: LeaseToken) -> bool:
+    def release_lease(
+        self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
+    ) -> bool:
         sid = check_session_id(session_id)
+        ids = [m.to_bytes() for m in check_message_ids(unrun)]
         checked = check_token(token)
         if checked is None:
             raise invalid("a lease token is (holder, epoch)")
-        done: bool = self._committer.submit(lambda txn: txn.release(sid, checked))
+        done: bool = self._committer.submit(lambda txn: txn.release(sid, checked, ids))
         return done
 
     def get_lease(self, session_id: SessionId | str) -> Lease | None:

@@ -83,20 +83,21 @@ class Acceptance:
         return entries
 
     def hand_over(
-        self,
-        session_id: SessionId,
-        message_ids: Sequence[MessageId],
-        live: LiveSession,
-        *,
-        back: bool = False,
+        self, session_id: SessionId, message_ids: Sequence[MessageId], live: LiveSession
     ) -> None:
-        """Record that ``live``'s activation took these messages (before it runs them);
-        ``back=True``: it gives them back, unrun (it rolled back)."""
+        """Record that ``live``'s activation took these messages (before it runs them)."""
         store = self.persistence
         assert store is not None
         assert live.token is not None
-        epoch = None if back else live.token[1]
-        self._call(store.hand_over, session_id, message_ids, epoch, lease=live.token)
+        self._call(store.hand_over, session_id, message_ids, live.token[1], lease=live.token)
+
+    def give_back(
+        self, session_id: SessionId, message_ids: Sequence[MessageId], epoch: int
+    ) -> None:
+        """Messages activation ``epoch`` took and will not run go back to nobody."""
+        store = self.persistence
+        assert store is not None
+        self._call(store.give_back, session_id, message_ids, epoch)
 
     def claim(self, scope: SessionId, message_id: MessageId) -> bool:
         """Relaxed deduplication: True for the first claim of ``(scope, id)`` this

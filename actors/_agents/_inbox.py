@@ -79,7 +79,6 @@ class Inbox:
         self._accepted = 0  # messages accepted so far (monotone)
         self._inflight = 0
         self._discard_through = 0  # messages with n <= this are skipped (cancel without inbox)
-        self._keep_through = 0  # ... and, with n <= this, stay in the durable inbox
         self._gate = OPEN
         self._disposed = False
         self._idle_listeners: list[Callable[[Any], object]] = []
@@ -218,15 +217,17 @@ class Inbox:
         ``False`` every message accepted before this call is skipped. Work claimed
         into the interrupted turn is not requeued either way. Skipped messages
         leave the durable inbox too, unless ``keep_accepted=True`` (the runtime is
-        closing): then they stay accepted and run at the session's next activation.
+        closing): then they -- and the message of a turn this cancels -- stay
+        accepted and run at the session's next activation (the cancelled turn's
+        as a redelivery).
         """
         with self._lock:
             turn = self._turns.current
             controller = turn._controller_locked() if turn is not None else None
             if not keep_inbox:
                 self._discard_through = self._accepted
-                if keep_accepted:
-                    self._keep_through = self._accepted
+            if keep_accepted:
+                self._turns.keep_accepted = True
         if controller is not None:
             controller.abort(cause if cause is not None else "cancelled")
 
@@ -281,7 +282,7 @@ class Inbox:
     def _handle(self, message: Any) -> None:
         try:
             if message.n <= self._discard_through:
-                self._turns.discard(message, message.n <= self._keep_through)
+                self._turns.discard(message)
             else:
                 self._turns.handle(message)
         finally:

@@ -26,6 +26,7 @@ class LiveSession:
         "next_seq",
         "released",
         "token",
+        "unrun",
         "written",
     )
 
@@ -40,6 +41,9 @@ class LiveSession:
         self.released = False
         self.last_ticket = 0  # the writer ticket of this session's latest write
         self.written = next_seq  # inline writes: events from this seq on are not stored yet
+        # Messages this activation took and stops without running (the runtime is
+        # closing): its lease release gives them back to nobody.
+        self.unrun: list[MessageId] | None = None
         self._lock = threading.Lock()
 
     @property

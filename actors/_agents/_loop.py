@@ -52,6 +52,7 @@ class TurnRunner:
         "_session",
         "context",
         "current",
+        "keep_accepted",
         "next_turn",
     )
 
@@ -75,6 +76,8 @@ class TurnRunner:
         self.next_turn = next_turn
         self.context: list[Message] = []  # quiet reports for the next turn
         self.current: Turn | None = None
+        # The runtime is closing: what is not completed stays in the durable inbox.
+        self.keep_accepted = False
 
     def handle(self, message: Any) -> None:
         """Run one inbox message that was not discarded."""
@@ -95,25 +98,35 @@ class TurnRunner:
             except Exception:
                 logger.exception("call in the loop of %s raised", self._agent.session_id)
 
-    def discard(self, message: Any, keep: bool = False) -> None:
+    def discard(self, message: Any) -> None:
         """A message accepted before a cancel without ``keep_inbox``: never run.
 
         Under strict durability it leaves the durable inbox as it is skipped
-        (write-behind, one group commit for a discarded backlog), unless ``keep``
-        (the runtime is closing: it runs at the session's next activation).
+        (write-behind, one group commit for a discarded backlog) -- unless the
+        runtime is closing: then it stays, given back to nobody with the lease,
+        and runs at the session's next activation.
         """
         sessions = self._host.sessions
-        if not keep and sessions.strict and type(message) is not Call:
-            try:
-                sessions.append(self._session, (), done=(message.message_id,))
-            except SubagentError:
-                logger.warning(
-                    "could not complete discarded message %s of %s",
-                    message.message_id,
-                    self._session.id,
-                )
+        if sessions.strict and type(message) is not Call:
+            if self.keep_accepted:
+                session = self._session
+                if session.unrun is None:
+                    session.unrun = []
+                session.unrun.append(message.message_id)
+            else:
+                self._complete_discarded(message)
         if type(message) is Deliver and message.on_end is not None:
             notify(message.on_end, TurnOutcome(-1, "cancelled", None, None, "discarded unrun"))
+
+    def _complete_discarded(self, message: Any) -> None:
+        try:
+            self._host.sessions.append(self._session, (), done=(message.message_id,))
+        except SubagentError:
+            logger.warning(
+                "could not complete discarded message %s of %s",
+                message.message_id,
+                self._session.id,
+            )
 
     def pending_context(self) -> list[list[Any]]:
         """Quiet reports no turn has seen yet, as checkpoint data."""
@@ -206,9 +219,10 @@ class TurnRunner:
                 packb(output)
             except SubagentError as exc:
                 stop, error, output = "failed", f"output cannot be recorded: {exc}", None
-        # The turn's messages leave the durable inbox with its end, in one write.
+        # The turn's messages leave the durable inbox with its end, in one write
+        # (a turn the closing runtime cancelled leaves them: they run again).
         done: tuple[Any, ...] = ()
-        if sessions.strict:
+        if sessions.strict and not (stop == "cancelled" and self.keep_accepted):
             done = (mid, *(q.message_id for q in turn.context)) if turn.context else (mid,)
         try:
             sessions.append(

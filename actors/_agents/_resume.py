@@ -58,7 +58,9 @@ class Restored:
         """Return the messages this resume took, unrun (before disposing the agent)."""
         if self.handed:
             agent = self.agent
-            agent.host.sessions.hand_over(agent.session_id, self.handed, agent.session, back=True)
+            token = agent.session.token
+            assert token is not None
+            agent.host.sessions.give_back(agent.session_id, self.handed, token[1])
 
 
 def restore(

@@ -266,7 +266,9 @@ class SessionService(Acceptance):
         if token is not None and self.leases is not None:
             self.leases.forget(live.id, token[1])
             if lease and self._writer is not None:
-                live.last_ticket = self._writer.submit("release", live.id, (token,))
+                live.last_ticket = self._writer.submit(
+                    "release", live.id, (token, live.unrun or ())
+                )
 
     def give_up(self, session_id: SessionId, token: tuple[str, int]) -> None:
         """Release a lease taken for a session that did not become live after all."""

@@ -7,8 +7,7 @@ commits first and delivers second; this module holds the steps around that:
 
 * a follow-up to a child resident here is committed *taken* by the child's
   current activation (fenced by its lease), then admitted; refused because the
-  child is retiring, it stays committed and is routed through the registry (the
-  retiring activation's release gives it back to nobody);
+  child is retiring, it is given back to nobody and routed through the registry;
 * a follow-up to a child that is not resident here is committed taken by nobody,
   then routed; whoever runs it records it taken first;
 * when delivery fails after the commit, the message is retracted -- unless it is
@@ -88,6 +87,13 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
         raise
     if admitted:
         return DONE
+    # Retiring: give it back from the retiring epoch (which will not run it),
+    # then route it like any message committed for an absent child.
+    if live.token is not None:
+        try:
+            sessions.give_back(agent.session_id, (d.message_id,), live.token[1])
+        except SubagentError:
+            logger.warning("could not give %s back", d.message_id, exc_info=True)
     d.committed = True
     return ROUTE
 

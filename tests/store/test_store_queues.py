@@ -200,23 +200,30 @@ def test_a_lease_is_taken_by_compare_and_swap(store: SessionStore, make_header: 
     assert d.epoch == 5
 
 
-def test_a_release_gives_back_what_its_epoch_took_and_did_not_run(
+def test_unrun_messages_go_back_to_nobody(
     store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
 ) -> None:
-    """A holder releases only idle or stopping: what its epoch took and did not
-    complete was never run, so it goes back to nobody (no false ``redelivered``);
-    a failed release (not the holder) changes nothing."""
+    """``give_back`` and ``release_lease(unrun=)`` undo only the named epoch's own
+    mark on messages not done (so an unrun message is not replayed as a
+    redelivery); a failed release (not the holder) changes nothing."""
     h = make_header()
     store.create_session(h)
     lease = store.acquire_lease(h.id, "a", now=NOW, expires=NOW + 10)
-    ran, unrun, other = make_events(3)
-    store.accept(h.id, [ran, unrun], epoch=lease.epoch, lease=lease.token())
+    ran, unrun, routed, other = make_events(4)
+    store.accept(h.id, [ran, unrun, routed], epoch=lease.epoch, lease=lease.token())
     store.accept(h.id, [other], epoch=7)
     store.complete(h.id, [ran.message_id], lease=lease.token())
-    assert not store.release_lease(h.id, ("b", lease.epoch))
-    assert [e.epoch for e in store.pending(h.id)] == [lease.epoch, 7]
-    assert store.release_lease(h.id, lease.token())
-    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(unrun, None), (other, 7)]
+    assert store.give_back(h.id, [routed.message_id, other.message_id], lease.epoch) == 1
+    assert store.give_back(h.id, [ran.message_id], lease.epoch) == 0  # done: left alone
+    assert not store.release_lease(h.id, ("b", lease.epoch), unrun=[unrun.message_id])
+    assert [e.epoch for e in store.pending(h.id)] == [lease.epoch, None, 7]
+    assert store.release_lease(h.id, lease.token(), unrun=[unrun.message_id, other.message_id])
+    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [
+        (unrun, None),
+        (routed, None),
+        (other, 7),
+    ]
+    assert store.write_many([("release", h.id, lease.token(), [])]) == [False]
 
 
 def test_renewal_extends_only_the_holders_leases(
