@@ -46,6 +46,7 @@ from ._agents import (
     AgentRegistry,
     Leases,
     LiveSession,
+    Mailman,
     ModelRegistry,
     SessionService,
     ToolRegistry,
@@ -202,6 +203,22 @@ class Runtime:
         )
         self._closed = False
         self._close_lock = threading.Lock()
+        #: The pickup of messages other processes accept for sessions this runtime
+        #: holds (on a durable store).
+        self.mail: Mailman | None = None
+        if leases is not None:
+            self.mail = Mailman(
+                self.sessions,
+                self.backend,
+                holder=leases.holder.id,
+                live=self.agents.get,
+                holds=leases.holds,
+                orphan=self._orphan,
+                period=float(lease_ttl) / 3,
+            )
+            leases.wake = self.mail.address
+            self.sessions.on_waiting = self.mail.rung
+            self.mail.start()
         self.default_providers: list[ProviderRegistration] = []
         if default_providers:
             self.default_providers.append(self.subagents.register_provider(LocalProvider(self)))
@@ -217,6 +234,25 @@ class Runtime:
         agent = self.agents.get(session_id)
         if agent is not None:
             agent.dispose(flush=False, wait=False)
+
+    def _orphan(self, session_id: SessionId) -> None:
+        """Messages wait in the inbox of a session nobody holds: activate it here (a
+        top-level agent, from its recorded options) or where its parent lives."""
+        if self._closed:
+            return
+        try:
+            header = self.sessions.header(session_id)
+            if header is None:
+                return
+            if header.origin == "subagent":
+                self.continuation.wake(session_id, header.parent_session)
+            elif self.agents.get(session_id) is None:
+                self.agents.resume(session_id)
+        except SubagentError as exc:
+            if exc.code not in (ErrorCode.LEASE_HELD, ErrorCode.SESSION_EXISTS):
+                logger.warning(
+                    "messages wait for %s, which cannot be activated here: %s", session_id, exc
+                )
 
     def _leaving(self, live: LiveSession, descriptor: Any) -> None:
         retain_identity(
@@ -324,6 +360,8 @@ class Runtime:
             except Exception:
                 logger.exception("disposing %r while closing the runtime failed", agent)
         self.continuation.close()
+        if self.mail is not None:
+            self.mail.close()
         self.sessions.close()
         if self.store is not None:
             self.store.close()

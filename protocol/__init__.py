@@ -1,10 +1,18 @@
 """``subagents.protocol``: pure data, no threads, clocks or I/O (sans-IO).
 
 The msgpack codec and its ExtType registry, the session-event vocabulary, the
-versioned ``subagent/descriptor`` (snapshot and fold), the delegation-depth
+versioned ``subagent/descriptor`` (snapshot and fold) and ``agent/options`` (a
+top-level agent's recorded options and their fold), the delegation-depth
 vocabulary, and the error root shared by every layer.
 """
 
+from ._agent_options import (
+    AGENT_OPTIONS_VERSION,
+    OptionsFold,
+    RecordedOptions,
+    agent_options_event,
+    fold_agent_options,
+)
 from ._codec import EXT_CODES, pack_shaped, packb, unpackb
 from ._depth import (
     SUBAGENT_DEPTH_OPTION,
@@ -55,6 +63,7 @@ from ._trusted import trusted_message, trusted_turn_end, trusted_turn_start
 from ._vocabulary import (
     ORIGINS,
     STOP_REASONS,
+    AgentOptionsEvent,
     Event,
     InterruptEvent,
     MessageEvent,
@@ -68,6 +77,7 @@ from ._vocabulary import (
 )
 
 __all__ = [
+    "AGENT_OPTIONS_VERSION",
     "DEFAULT_LIMITS",
     "DESCRIPTOR_VERSION",
     "EVENT_TYPES",
@@ -75,6 +85,7 @@ __all__ = [
     "ORIGINS",
     "STOP_REASONS",
     "SUBAGENT_DEPTH_OPTION",
+    "AgentOptionsEvent",
     "ContinuableDescriptor",
     "CorruptRecordError",
     "DecodeError",
@@ -93,6 +104,8 @@ __all__ = [
     "MessageId",
     "MessageSource",
     "OneShotDescriptor",
+    "OptionsFold",
+    "RecordedOptions",
     "ReportEvent",
     "RunId",
     "SessionHeader",
@@ -103,6 +116,7 @@ __all__ = [
     "TurnEnd",
     "TurnStart",
     "UnknownEvent",
+    "agent_options_event",
     "assert_subagent_max_depth",
     "decode_event",
     "decode_header",
@@ -113,6 +127,7 @@ __all__ = [
     "encode_header",
     "event_from_wire",
     "event_to_wire",
+    "fold_agent_options",
     "fold_subagent_descriptor",
     "header_from_wire",
     "header_to_wire",

@@ -2,7 +2,7 @@
 
 A session's log is a sequence of events (:mod:`._vocabulary`). On disk and on the wire each event
 is one msgpack map whose ``"type"`` key names the class (``"turn/start"``,
-``"subagent/descriptor"``, ...) and whose other keys are the class's fields.
+``"subagent/descriptor"``, ``"agent/options"``, ...) and whose other keys are the class's fields.
 :func:`event_from_wire` validates every field's type and raises
 :class:`DecodeError` for anything malformed. A map whose ``type`` this runtime does
 not know decodes to :class:`UnknownEvent`, so a log written by a newer runtime
@@ -25,6 +25,7 @@ from ._limits import DEFAULT_LIMITS, Limits
 from ._vocabulary import (
     ORIGINS,
     STOP_REASONS,
+    AgentOptionsEvent,
     Checker,
     Event,
     InterruptEvent,
@@ -83,6 +84,7 @@ _CHECKERS: Final[dict[type[Event], tuple[tuple[str, Checker, bool], ...]]] = {
         ("by_session", field.opt_session_id, False),
     ),
     SubagentDescriptorEvent: (("payload", field.mapping, True),),
+    AgentOptionsEvent: (("payload", field.mapping, True),),
 }
 EVENT_TYPES: Final[dict[str, type[Event]]] = {cls.type: cls for cls in _CHECKERS}
 _FIELD_NAMES: Final = {cls: tuple(f.name for f in fields(cls)) for cls in _CHECKERS}

@@ -18,6 +18,7 @@ __all__ = [
     "ORIGINS",
     "SOURCE_KINDS",
     "STOP_REASONS",
+    "AgentOptionsEvent",
     "Checker",
     "Event",
     "InterruptEvent",
@@ -149,6 +150,20 @@ class SubagentDescriptorEvent(Event):
     """
 
     type: ClassVar[str] = "subagent/descriptor"
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentOptionsEvent(Event):
+    """The durable ``agent/options`` of a top-level agent; ``payload`` is folded, not trusted.
+
+    It records what the agent was spawned with (model, provider, persona, tool
+    filter) so a new process can resume it without being given its model again.
+    Like the descriptor's, the payload stays a raw map so a malformed or
+    future-version record can be stored and later classified by the fold.
+    """
+
+    type: ClassVar[str] = "agent/options"
     payload: Mapping[str, Any] = field(default_factory=dict)
 
 

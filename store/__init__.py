@@ -33,7 +33,7 @@ event content the codec cannot pack, ``ENCODE_ERROR``.
 """
 
 from ._base import LogRecord, SessionStore
-from ._durable import Accepted, InboxEntry, Lease, LeaseToken, NewLease
+from ._durable import Accepted, InboxEntry, Lease, LeaseToken, NewLease, Release
 from ._memory import MemoryStore
 from ._open import open_store
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -50,6 +50,7 @@ __all__ = [
     "LogRecord",
     "MemoryStore",
     "NewLease",
+    "Release",
     "SessionStore",
     "SqliteStore",
     "StoreStatistics",

@@ -23,6 +23,7 @@ the caller; the store compares, it never reads a clock.
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ __all__ = [
     "Lease",
     "LeaseToken",
     "NewLease",
+    "Release",
     "lease_held",
     "lease_lost",
 ]
@@ -51,6 +53,16 @@ __all__ = [
 LeaseToken = tuple[str, int]
 #: ``(holder, expires, wake)``: the lease a new session is created with (epoch 1).
 NewLease = tuple[str, float, "str | None"]
+
+
+class Release(enum.IntEnum):
+    """What :meth:`DurableQueues.release_lease` did (false only for ``NOT_HELD``)."""
+
+    NOT_HELD = 0  #: the token does not hold the lease: nothing changed
+    RELEASED = 1  #: released
+    #: released, and the inbox holds messages nobody took: somebody must activate
+    #: the session to run them (they came in while it was held).
+    WAITING = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +182,14 @@ class DurableQueues(abc.ABC):
         self,
         session_id: SessionId | str,
         message_ids: Sequence[MessageId],
-        epoch: int | None,
+        epoch: int,
         *,
         lease: LeaseToken | None = None,
-    ) -> None:
-        """Record that pending messages were taken into activation ``epoch`` (None:
-        given back, by an activation that rolled back before it ran them)."""
+    ) -> list[MessageId]:
+        """Take pending messages into activation ``epoch``: those no activation has
+        taken (and not done), by compare-and-swap; returns the ids it took, in the
+        order given. Two takers in one epoch (a resident activation and its
+        process's mail pickup) so never both run one message."""
 
     @abc.abstractmethod
     def give_back(
@@ -185,6 +199,11 @@ class DurableQueues(abc.ABC):
         runs them does not take them for redeliveries); those taken since by another
         epoch, or done, are left alone. Not fenced: it only undoes ``epoch``'s own
         mark. Returns how many went back."""
+
+    @abc.abstractmethod
+    def waiting(self, holder: str) -> list[SessionId]:
+        """Sessions leased by ``holder`` whose inbox has messages no activation took
+        (accepted by another process for them): what its mail pickup should read."""
 
     @abc.abstractmethod
     def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
@@ -223,10 +242,13 @@ class DurableQueues(abc.ABC):
     @abc.abstractmethod
     def release_lease(
         self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
-    ) -> bool:
-        """Give the lease up (the epoch stays); False when it was not held with ``token``
-        (then nothing changes). ``unrun``: messages the releasing epoch took and
-        never ran (it stops with them queued), given back as by :meth:`give_back`."""
+    ) -> Release:
+        """Give the lease up (the epoch stays); ``NOT_HELD`` (false) when it was not held
+        with ``token`` (then nothing changes). ``unrun``: messages the releasing epoch
+        took and never ran (it stops with them queued), given back as by
+        :meth:`give_back`. ``WAITING`` when, in the same transaction, the inbox holds
+        messages nobody took: the releaser must see them run (a process that
+        accepted one while the lease was held counted on the holder)."""
 
     @abc.abstractmethod
     def get_lease(self, session_id: SessionId | str) -> Lease | None:

@@ -20,6 +20,7 @@ from ._durable import (
     Lease,
     LeaseToken,
     NewLease,
+    Release,
     lease_held,
     lease_lost,
 )
@@ -188,22 +189,43 @@ class MemoryQueues(DurableQueues):
         self,
         session_id: SessionId | str,
         message_ids: Sequence[MessageId],
-        epoch: int | None,
+        epoch: int,
         *,
         lease: LeaseToken | None = None,
-    ) -> None:
+    ) -> list[MessageId]:
         sid = check_session_id(session_id)
         ids = check_message_ids(message_ids)
         token = check_token(lease)
-        if epoch is not None and type(epoch) is not int:
-            raise invalid("epoch must be an int or None")
+        if type(epoch) is not int:
+            raise invalid("epoch must be an int")
+        taken: list[MessageId] = []
         with self._lock:
             state = self._queues(sid)
             self._fence(sid, state, token)
             for mid in ids:
                 entry = state.inbox.get(mid)
-                if entry is not None:
+                if entry is not None and entry.epoch is None and not entry.done:
                     entry.epoch = epoch
+                    taken.append(mid)
+        return taken
+
+    def waiting(self, holder: str) -> list[SessionId]:
+        if type(holder) is not str:
+            raise invalid("holder must be a str")
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            out = []
+            for sid, session in self._sessions.items():
+                state = session.queues
+                if (
+                    state is not None
+                    and state.lease is not None
+                    and state.lease.holder == holder
+                    and any(e.epoch is None and not e.done for e in state.inbox.values())
+                ):
+                    out.append(sid)
+            return out
 
     def give_back(
         self, session_id: SessionId | str, message_ids: Sequence[MessageId], epoch: int
@@ -291,7 +313,7 @@ class MemoryQueues(DurableQueues):
 
     def release_lease(
         self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
-    ) -> bool:
+    ) -> Release:
         sid = check_session_id(session_id)
         ids = check_message_ids(unrun)
         checked = check_token(token)
@@ -303,10 +325,12 @@ class MemoryQueues(DurableQueues):
             state = session.queues if session is not None else None
             held = state.lease if state is not None else None
             if state is None or held is None or (held.holder, held.epoch) != checked:
-                return False
+                return Release.NOT_HELD
             state.lease = Lease(sid, None, held.epoch, 0.0, None)
             state.give_back(ids, held.epoch)
-            return True
+            if any(e.epoch is None and not e.done for e in state.inbox.values()):
+                return Release.WAITING
+            return Release.RELEASED
 
     def get_lease(self, session_id: SessionId | str) -> Lease | None:
         sid = check_session_id(session_id)

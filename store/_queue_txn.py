@@ -14,7 +14,7 @@ from typing import Final
 
 from subagents.protocol import SessionId
 
-from ._durable import Accepted, Lease, LeaseToken, lease_held, lease_lost
+from ._durable import Accepted, Lease, LeaseToken, Release, lease_held, lease_lost
 
 __all__ = ["QueueTxn"]
 
@@ -97,15 +97,20 @@ class QueueTxn:
         self,
         session_id: SessionId,
         message_ids: Sequence[bytes],
-        epoch: int | None,
+        epoch: int,
         token: LeaseToken | None,
-    ) -> None:
+    ) -> list[bool]:
         self.fence(session_id, token)
         key = session_id.to_bytes()
-        self.conn.executemany(
-            "UPDATE inbox SET epoch = ? WHERE session = ? AND message_id = ?",
-            [(epoch, key, mid) for mid in message_ids],
-        )
+        return [
+            self.conn.execute(
+                "UPDATE inbox SET epoch = ?"
+                " WHERE session = ? AND message_id = ? AND epoch IS NULL AND done = 0",
+                (epoch, key, mid),
+            ).rowcount
+            > 0
+            for mid in message_ids
+        ]
 
     def give_back(self, session_id: SessionId, message_ids: Sequence[bytes], epoch: int) -> int:
         key = session_id.to_bytes()
@@ -166,14 +171,19 @@ class QueueTxn:
 
     def release(
         self, session_id: SessionId, token: LeaseToken, unrun: Sequence[bytes] = ()
-    ) -> bool:
+    ) -> Release:
+        key = session_id.to_bytes()
         cursor = self.conn.execute(
             "UPDATE leases SET holder = NULL, expires = 0, wake = NULL"
             " WHERE session = ? AND holder = ? AND epoch = ?",
-            (session_id.to_bytes(), token[0], token[1]),
+            (key, token[0], token[1]),
         )
         if cursor.rowcount == 0:
-            return False
+            return Release.NOT_HELD
         if unrun:
             self.give_back(session_id, unrun, token[1])
-        return True
+        waiting = self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM inbox WHERE session = ? AND done = 0 AND epoch IS NULL)",
+            (key,),
+        ).fetchone()[0]
+        return Release.WAITING if waiting else Release.RELEASED

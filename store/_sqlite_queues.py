@@ -24,7 +24,7 @@ from subagents.protocol import (
 )
 
 from ._base import not_found
-from ._durable import Accepted, DurableQueues, InboxEntry, Lease, LeaseToken
+from ._durable import Accepted, DurableQueues, InboxEntry, Lease, LeaseToken, Release
 from ._queue_txn import Message
 from ._validate import (
     check_message_ids,
@@ -129,16 +129,30 @@ class SqliteQueues(DurableQueues):
         self,
         session_id: SessionId | str,
         message_ids: Sequence[MessageId],
-        epoch: int | None,
+        epoch: int,
         *,
         lease: LeaseToken | None = None,
-    ) -> None:
+    ) -> list[MessageId]:
         sid = check_session_id(session_id)
-        ids = [m.to_bytes() for m in check_message_ids(message_ids)]
+        ids = check_message_ids(message_ids)
         token = check_token(lease)
-        if epoch is not None and type(epoch) is not int:
-            raise invalid("epoch must be an int or None")
-        self._committer.submit(lambda txn: txn.hand_over(sid, ids, epoch, token))
+        if type(epoch) is not int:
+            raise invalid("epoch must be an int")
+        raw = [m.to_bytes() for m in ids]
+        taken: list[bool] = self._committer.submit(
+            lambda txn: txn.hand_over(sid, raw, epoch, token)
+        )
+        return [m for m, took in zip(ids, taken) if took]
+
+    def waiting(self, holder: str) -> list[SessionId]:
+        if type(holder) is not str:
+            raise invalid("holder must be a str")
+        rows = self._query(
+            "SELECT DISTINCT l.session FROM leases l JOIN inbox i ON i.session = l.session"
+            " WHERE l.holder = ? AND i.done = 0 AND i.epoch IS NULL",
+            (holder,),
+        )
+        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
 
     def give_back(
         self, session_id: SessionId | str, message_ids: Sequence[MessageId], epoch: int
@@ -191,13 +205,13 @@ class SqliteQueues(DurableQueues):
 
     def release_lease(
         self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
-    ) -> bool:
+    ) -> Release:
         sid = check_session_id(session_id)
         ids = [m.to_bytes() for m in check_message_ids(unrun)]
         checked = check_token(token)
         if checked is None:
             raise invalid("a lease token is (holder, epoch)")
-        done: bool = self._committer.submit(lambda txn: txn.release(sid, checked, ids))
+        done: Release = self._committer.submit(lambda txn: txn.release(sid, checked, ids))
         return done
 
     def get_lease(self, session_id: SessionId | str) -> Lease | None:

@@ -11,6 +11,7 @@ from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviou
 from ._host import AgentHost
 from ._leases import Holder, Leases
 from ._live import LiveSession
+from ._mail import Mailman, wake_holder
 from ._messages import UNTAKEN, plain
 from ._options import AgentOptions
 from ._outcome import TurnOutcome
@@ -32,6 +33,7 @@ __all__ = [
     "Holder",
     "Leases",
     "LiveSession",
+    "Mailman",
     "Message",
     "ModelRegistry",
     "Restored",
@@ -47,4 +49,5 @@ __all__ = [
     "plain",
     "replay",
     "validate_output",
+    "wake_holder",
 ]

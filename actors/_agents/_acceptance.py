@@ -84,12 +84,23 @@ class Acceptance:
 
     def hand_over(
         self, session_id: SessionId, message_ids: Sequence[MessageId], live: LiveSession
-    ) -> None:
-        """Record that ``live``'s activation took these messages (before it runs them)."""
+    ) -> list[MessageId]:
+        """Take messages nobody took into ``live``'s activation (before it runs them);
+        returns those it took (the others were taken already)."""
         store = self.persistence
         assert store is not None
         assert live.token is not None
-        self._call(store.hand_over, session_id, message_ids, live.token[1], lease=live.token)
+        taken: list[MessageId] = self._call(
+            store.hand_over, session_id, message_ids, live.token[1], lease=live.token
+        )
+        return taken
+
+    def waiting(self, holder: str) -> list[SessionId]:
+        """Sessions ``holder`` leases that have messages nobody took."""
+        store = self.persistence
+        assert store is not None
+        sessions: list[SessionId] = self._call(store.waiting, holder)
+        return sessions
 
     def give_back(
         self, session_id: SessionId, message_ids: Sequence[MessageId], epoch: int

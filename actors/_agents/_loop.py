@@ -144,12 +144,13 @@ class TurnRunner:
             )
 
     def _take(self, d: Deliver) -> bool:
-        """Record an untaken message taken by this activation before it runs; False
-        when this activation lost its lease (the new holder runs it)."""
+        """Take an untaken message into this activation before it runs; False when
+        it is not ours to run: taken already (this process's mail pickup delivered
+        it too) or this activation lost its lease (the new holder runs it)."""
         d.redelivered = False
         session = self._session
         try:
-            self._host.sessions.hand_over(session.id, (d.message_id,), session)
+            return bool(self._host.sessions.hand_over(session.id, (d.message_id,), session))
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_LOST:
                 logger.warning("not running %s: %s lost its lease", d.message_id, session.id)
@@ -160,7 +161,7 @@ class TurnRunner:
     def run_turn(self, d: Deliver) -> None:
         if d.redelivered == UNTAKEN and not self._take(d):
             if d.on_end is not None:
-                notify(d.on_end, TurnOutcome(-1, "cancelled", None, None, "lease lost"))
+                notify(d.on_end, TurnOutcome(-1, "cancelled", None, None, "not ours to run"))
             return
         host = self._host
         sessions = host.sessions

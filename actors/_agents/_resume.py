@@ -118,7 +118,7 @@ def restore(
             pending = sessions.pending(sid)
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:
-                sessions.hand_over(sid, fresh, live)
+                fresh = sessions.hand_over(sid, fresh, live)
         if state is not None and not any(isinstance(e, TurnStart) for e in events):
             # Quiet reports the checkpoint kept; those still in the durable inbox
             # are replayed from there instead.

@@ -36,7 +36,7 @@ from subagents.protocol import (
     packb,
     unpackb,
 )
-from subagents.store import LogRecord, SessionStore
+from subagents.store import LogRecord, Release, SessionStore
 
 from ._acceptance import Acceptance
 from ._leases import Leases
@@ -74,8 +74,11 @@ class SessionService(Acceptance):
         self._live: dict[SessionId, LiveSession] = {}
         self._lock = threading.Lock()
         self._init_acceptance()
+        #: Called with a session this runtime released while messages nobody took
+        #: were waiting in its inbox (the runtime sees that they run).
+        self.on_waiting: Callable[[SessionId], object] | None = None
         self._writer = (
-            Writer(persistence, backend, self._committed, self._failed)
+            Writer(persistence, backend, self._committed, self._failed, self._waiting)
             if persistence is not None
             else None
         )
@@ -146,6 +149,10 @@ class SessionService(Acceptance):
                 )
             self._live[header.id] = live
         return live
+
+    def _waiting(self, sid: SessionId) -> None:
+        if self.on_waiting is not None:
+            self.on_waiting(sid)
 
     def _failed(self, sid: SessionId, error: BaseException) -> None:
         """A write of ``sid`` failed: a lost lease means another holder took it over."""
@@ -277,9 +284,12 @@ class SessionService(Acceptance):
             self.leases.forget(session_id, token[1])
         if store is not None:
             try:
-                self._call(store.release_lease, session_id, token)
+                released = self._call(store.release_lease, session_id, token)
             except SubagentError:
                 logger.warning("releasing the lease of %s failed", session_id, exc_info=True)
+            else:
+                if released == Release.WAITING:
+                    self._waiting(session_id)
 
     def _drop(self, live: LiveSession) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from typing import Any
 from subagents.actors._kernel._backend import Backend, TaskHandle
 from subagents.actors._kernel._future import Waiter
 from subagents.protocol import ErrorCode, Event, SessionId, SubagentError
-from subagents.store import SessionStore
+from subagents.store import Release, SessionStore
 
 __all__ = ["Writer"]
 
@@ -39,8 +39,10 @@ class Writer:
         backend: Backend,
         committed: Callable[[SessionId, int], object],
         failed: Callable[[SessionId, BaseException], object],
+        waiting: Callable[[SessionId], object] | None = None,
     ) -> None:
         self._store = store
+        self._on_waiting = waiting  # a released session has messages nobody took
         self._backend = backend
         self._on_committed = committed  # (session, last seq) now in the store
         self._on_failed = failed  # a session's write failed: it gets no more writes
@@ -179,6 +181,10 @@ class Writer:
                     self._on_failed(sid, result)
             elif done[0] == "append" and result:
                 self._on_committed(sid, result[-1])
+            elif (
+                done[0] == "release" and result == Release.WAITING and self._on_waiting is not None
+            ):
+                self._on_waiting(sid)
 
     def wait(self, ticket: int, timeout: float | None) -> bool:
         waiter = Waiter()  # woken from the writer's thread, which may not be ours

@@ -254,6 +254,8 @@ class Registry(NoticeLoop):
         ):
             raise _err(ErrorCode.UNAUTHORIZED, "only the exact live direct parent may follow up")
         d = request.delivery
+        if d is None:
+            return  # a wake: resident already, its mail pickup delivers what waits
         if d.message_id in act.replayed:
             return  # committed before this epoch read its inbox: delivered already
         if not agent.admit_followup(d.content, d.source, d.message_id, d.committed):
@@ -299,7 +301,7 @@ class Registry(NoticeLoop):
             replay(agent, list(m.replay), drop=closed)
             act.replayed = frozenset(e.message_id for e in m.replay)
         d = m.delivery
-        if d.message_id not in act.replayed:
+        if d is not None and d.message_id not in act.replayed:
             agent.deliver(
                 d.content,
                 d.source,

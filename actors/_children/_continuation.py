@@ -68,7 +68,15 @@ from ._admission import Registry
 from ._announce import Announcer
 from ._child import ChildContext, child_options
 from ._events import EventBus
-from ._intake import DONE, accept_report, accept_resident, kept, retract_report, start_child_id
+from ._intake import (
+    DONE,
+    accept_report,
+    accept_resident,
+    kept,
+    retract_report,
+    start_child_id,
+    wake_parent_holder,
+)
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._provider_registry import ProviderRegistry
 from ._requests import (
@@ -369,6 +377,26 @@ class ContinuationManager:
                 return mid
             raise
         return mid
+
+    def wake(self, child_id: SessionId, parent_id: SessionId | None) -> None:
+        """Run what waits in a continuable child's durable inbox: resume it on behalf of
+        its parent when the parent is live here, else ring the parent's holder (the
+        child lives where its parent does). Errors are logged: the messages stay
+        accepted, for the child's next activation."""
+        agents = self._require_agents()
+        parent = agents.get(parent_id) if parent_id is not None else None
+        if parent is None or not agents.is_live(parent):
+            if parent_id is not None:
+                wake_parent_holder(self._ctx.sessions, parent_id, child_id)
+            return
+        try:
+            act = self._materializer.route(Request(child_id, parent, None), _NEVER)
+            if act is not None:
+                self._materializer.resume(act, agents, None, _NEVER)
+        except SubagentError as exc:
+            if exc.code == ErrorCode.LEASE_HELD:
+                return  # another process took it: it runs what waits
+            logger.warning("could not wake %s for what waits in its inbox: %s", child_id, exc)
 
     # -- interrupt ---------------------------------------------------------------------
 

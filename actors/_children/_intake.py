@@ -27,7 +27,8 @@ import hashlib
 import logging
 from typing import Final
 
-from subagents.actors._agents import Agent, SessionService
+from subagents.actors._agents import Agent, SessionService, wake_holder
+from subagents.actors._kernel import ring
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -48,6 +49,7 @@ __all__ = [
     "kept",
     "retract_report",
     "start_child_id",
+    "wake_parent_holder",
 ]
 
 logger = logging.getLogger("subagents")
@@ -114,12 +116,27 @@ def kept(
     A retraction the store cannot make leaves the error to the caller.
     """
     if isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_HELD:
-        return True  # in the inbox of a child another process holds: it runs it
+        wake_holder(error, target)  # in the inbox of a child another process holds
+        return True
     try:
         return not sessions.retract(target, message_id)
     except SubagentError:
         logger.warning("could not retract %s from %s", message_id, target, exc_info=True)
         return False
+
+
+def wake_parent_holder(sessions: SessionService, parent_id: SessionId, child_id: SessionId) -> None:
+    """Ring the doorbell of the process holding ``parent_id`` about ``child_id``."""
+    store = sessions.persistence
+    leases = sessions.leases
+    if store is None or leases is None:
+        return
+    try:
+        lease = store.get_lease(parent_id)
+    except SubagentError:
+        return
+    if lease is not None and lease.holder is not None and lease.holder != leases.holder.id:
+        ring(lease.wake, child_id.to_bytes())
 
 
 def _retract(

@@ -122,7 +122,7 @@ class Materializer:
         self,
         act: Activation,
         agent: Agent,
-        delivery: Delivery,
+        delivery: Delivery | None,
         descriptor: ContinuableDescriptor,
         replay: Sequence[InboxEntry] = (),
     ) -> None:
@@ -200,11 +200,12 @@ class Materializer:
         self,
         act: Activation,
         agents: AgentRegistry,
-        delivery: Delivery,
+        delivery: Delivery | None,
         signal: AbortSignal,
     ) -> None:
         """Cold-resume ``act``'s child from its persisted session and publish it,
-        delivering what its inbox still holds first."""
+        delivering what its inbox still holds first, then ``delivery`` (None: a
+        wake, for what the inbox holds)."""
         restored: Restored | None = None
         try:
             restored = agents.resume_continuable(act.child_id)
@@ -214,6 +215,15 @@ class Materializer:
             self.publish(act, agent, delivery, agent._descriptor, restored.pending)
         except BaseException:
             if restored is not None:
+                if delivery is not None and delivery.committed:
+                    # Refused: take it back before the lease goes (whose release
+                    # would otherwise find it waiting and have it run after all).
+                    with contextlib.suppress(SubagentError):
+                        agent = restored.agent
+                        if agent.host.sessions.retract(
+                            act.child_id, delivery.message_id, agent.session
+                        ):
+                            delivery.committed = False
                 with contextlib.suppress(SubagentError):  # then they stay pending: replayed
                     restored.give_back()
             self.rollback(act, None if restored is None else restored.agent, None)

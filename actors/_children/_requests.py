@@ -55,11 +55,12 @@ class Delivery:
 
 
 class Request:
-    """A follow-up routed through the registry; ``reply`` settles with the verdict."""
+    """A follow-up routed through the registry; ``reply`` settles with the verdict.
+    ``delivery`` None: a wake (the child has messages waiting in its durable inbox)."""
 
     __slots__ = ("child_id", "delivery", "parent", "reply")
 
-    def __init__(self, child_id: SessionId, parent: Agent, delivery: Delivery) -> None:
+    def __init__(self, child_id: SessionId, parent: Agent, delivery: Delivery | None) -> None:
         self.child_id = child_id
         self.parent = parent
         self.delivery = delivery
@@ -99,7 +100,7 @@ class Publish:
         self,
         activation: Activation,
         agent: Agent,
-        delivery: Delivery,
+        delivery: Delivery | None,
         descriptor: ContinuableDescriptor,
         replay: Sequence[InboxEntry] = (),
     ) -> None:

@@ -2,7 +2,8 @@
 
 Backends (threading, native gevent), pykka's hooks and the one place that names
 its private surface, futures, cancellation signals, latches and gates, the
-dispatcher actor that runs user callbacks outside every owner, and the alarm.
+dispatcher actor that runs user callbacks outside every owner, the alarm, and
+the doorbell that wakes another process's runtime.
 Nothing here knows agents or children.
 """
 
@@ -19,6 +20,7 @@ from ._backend import (
     get_backend,
 )
 from ._dispatch import DispatchBox, Dispatcher
+from ._doorbell import Doorbell, ring
 from ._future import ResultFuture, Waiter
 from ._gate import Gate, Latch
 from ._gevent import GeventActor, GeventFuture, native_get_ident
@@ -34,6 +36,7 @@ __all__ = [
     "Backend",
     "DispatchBox",
     "Dispatcher",
+    "Doorbell",
     "EventLike",
     "Gate",
     "GeventActor",
@@ -48,4 +51,5 @@ __all__ = [
     "current_backend",
     "get_backend",
     "native_get_ident",
+    "ring",
 ]

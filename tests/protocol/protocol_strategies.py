@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from hypothesis import strategies as st
 from subagents.protocol import (
     EVENT_TYPES,
+    AgentOptionsEvent,
     Event,
     InterruptEvent,
     MessageEvent,
@@ -123,6 +124,11 @@ descriptor_events = st.builds(
     SubagentDescriptorEvent,
     payload=st.dictionaries(st.text(max_size=12), json_trees, max_size=6),
 )
+#: ``agent/options`` stores its payload raw too (issue 13 point 7, durable ownership).
+agent_options_events = st.builds(
+    AgentOptionsEvent,
+    payload=st.dictionaries(st.text(max_size=12), json_trees, max_size=6),
+)
 unknown_events = st.builds(
     UnknownEvent,
     type_name=st.text(max_size=24).filter(lambda name: name not in EVENT_TYPES),
@@ -138,6 +144,7 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Any]] = {
     TurnEnd: turn_ends,
     InterruptEvent: interrupt_events,
     SubagentDescriptorEvent: descriptor_events,
+    AgentOptionsEvent: agent_options_events,
     UnknownEvent: unknown_events,
 }
 

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from subagents.protocol import (
+    AgentOptionsEvent,
     ContinuableDescriptor,
     InterruptEvent,
     MessageEvent,
     MessageId,
     MessageSource,
     OneShotDescriptor,
+    RecordedOptions,
     ReportEvent,
     RunId,
     SessionHeader,
@@ -40,6 +42,7 @@ from subagents.protocol import (
     TurnEnd,
     TurnStart,
     UnknownEvent,
+    agent_options_event,
     decode_event,
     decode_header,
     descriptor_event,
@@ -73,6 +76,16 @@ CONTINUABLE = ContinuableDescriptor(
     persona="A careful reviewer.",
     tool_filter=("read_file", "search"),
 )
+
+#: A top-level agent's recorded options (``agent/options``), every field set.
+AGENT_OPTIONS = RecordedOptions(
+    model="echo",
+    provider="scripted",
+    persona="A careful reviewer.",
+    tool_filter=("read_file", "search"),
+)
+#: Only the model: provider, persona and tool filter unset (recorded as nil).
+AGENT_OPTIONS_MINIMAL = RecordedOptions(model="echo")
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,11 @@ VECTORS: dict[str, Vector] = {
     "event_descriptor_continuable": Vector("event", descriptor_event(CONTINUABLE)),
     "event_descriptor_future_version": Vector(
         "event", SubagentDescriptorEvent(payload={"v": 2, "mode": "hibernating"})
+    ),
+    "event_agent_options": Vector("event", agent_options_event(AGENT_OPTIONS)),
+    "event_agent_options_minimal": Vector("event", agent_options_event(AGENT_OPTIONS_MINIMAL)),
+    "event_agent_options_future_version": Vector(
+        "event", AgentOptionsEvent(payload={"v": 2, "model": "echo", "budget": 3})
     ),
     "event_unknown": Vector(
         "event", UnknownEvent(type_name="x-newer/thing", data={"n": 1, "nested": {"k": [None]}})

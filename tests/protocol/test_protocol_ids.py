@@ -110,6 +110,7 @@ def test_vocabulary_classes_are_frozen_slotted_keyword_only(cls: type[Any]) -> N
 
 def test_event_type_names_are_the_documented_strings() -> None:
     assert sorted(EVENT_TYPES) == [
+        "agent/options",
         "interrupt",
         "message",
         "report",

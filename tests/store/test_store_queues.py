@@ -85,7 +85,9 @@ def test_retract_and_hand_over(
     a, b, c = make_events(3)
     store.accept(h.id, [a, b])
     store.accept(h.id, [c], epoch=1)
-    store.hand_over(h.id, [b.message_id], 2)
+    # Only what nobody took, by compare-and-swap: b, not c.
+    assert store.hand_over(h.id, [c.message_id, b.message_id], 2) == [b.message_id]
+    assert store.hand_over(h.id, [b.message_id], 3) == []
     assert store.retract(h.id, a.message_id)  # not taken yet: gone
     assert not store.retract(h.id, a.message_id)
     assert not store.retract(h.id, b.message_id)  # handed over: stays
@@ -224,6 +226,27 @@ def test_unrun_messages_go_back_to_nobody(
         (other, 7),
     ]
     assert store.write_many([("release", h.id, lease.token(), [])]) == [False]
+
+
+def test_waiting_names_a_holders_sessions_with_untaken_messages(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """What a holder's mail pickup reads: its leased sessions whose inbox holds a
+    message no activation took; not another holder's, not a taken or done one."""
+    mine, taken, theirs, free = (make_header() for _ in range(4))
+    for h in (mine, taken, theirs, free):
+        store.create_session(h)
+    for h, holder in ((mine, "me"), (taken, "me"), (theirs, "them")):
+        store.acquire_lease(h.id, holder, now=NOW, expires=NOW + 10)
+    for h in (mine, taken, theirs, free):
+        store.accept(h.id, make_events(1))
+    (done,) = make_events(1)
+    store.accept(mine.id, [done])
+    store.complete(mine.id, [done.message_id])
+    store.hand_over(taken.id, [e.message_id for e in store.pending(taken.id)], 1)
+    assert store.waiting("me") == [mine.id]
+    assert store.waiting("them") == [theirs.id]
+    assert store.waiting("nobody") == []
 
 
 def test_renewal_extends_only_the_holders_leases(

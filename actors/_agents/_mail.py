@@ -1,0 +1,141 @@
+"""Mail pickup: messages other processes accepted for the sessions this runtime holds.
+
+A process that does not hold a session's lease delivers a message to it by
+committing it to the session's durable inbox, taken by nobody, and ringing the
+holder's :class:`~subagents.actors._kernel.Doorbell` with the session's id.
+The holder's :class:`Mailman` -- one task, blocked on the doorbell -- wakes and,
+for each rung session that is live here, asks the agent to pick its mail up *in
+its own loop* (after what it accepted already): read the messages nobody took,
+take them by compare-and-swap (so a message this process also routed to the
+agent runs once, whoever takes it first) and queue them, in acceptance order.
+
+Rings are hints. Every ``period`` seconds without one (a third of the lease
+ttl) the mailman sweeps: it asks the store which of its sessions have untaken
+messages. A ring for a session that is not live here -- its holder released it
+meanwhile, or another process rang about a child of a parent that lives here --
+goes to ``orphan``, which makes somebody activate it (see the runtime).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from subagents.actors._kernel import Backend, Doorbell, TaskHandle, ring
+from subagents.protocol import SessionId, SubagentError
+
+from ._agent import Agent
+from ._resume import replay
+from ._sessions import SessionService
+
+__all__ = ["Mailman", "wake_holder"]
+
+logger = logging.getLogger("subagents")
+
+_ID = 16  # bytes of a session id in a ring
+
+
+class Mailman:
+    """This runtime's mail pickup (see the module docstring)."""
+
+    def __init__(
+        self,
+        sessions: SessionService,
+        backend: Backend,
+        *,
+        holder: str,
+        live: Callable[[SessionId], Agent | None],
+        holds: Callable[[SessionId], bool],
+        orphan: Callable[[SessionId], object],
+        period: float,
+    ) -> None:
+        self._sessions = sessions
+        self._backend = backend
+        self._holder = holder
+        self._live = live
+        self._holds = holds
+        self._orphan = orphan
+        self._period = period
+        self.doorbell = Doorbell(backend)
+        self._task: TaskHandle | None = None
+
+    @property
+    def address(self) -> str:
+        return self.doorbell.address
+
+    def start(self) -> None:
+        self._task = self._backend.spawn(self._run, name="subagents-mail")
+
+    def close(self) -> None:
+        self.doorbell.close()
+        if self._task is not None:
+            self._task.join(30)
+
+    def rung(self, session_id: SessionId) -> None:
+        """Look at ``session_id`` from the mail task (a ring of our own doorbell)."""
+        ring(self.address, session_id.to_bytes())
+
+    # -- the task ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            rings = self.doorbell.wait(self._period)
+            if rings == []:
+                return  # closed
+            try:
+                if rings is None:
+                    rung = self._sessions.waiting(self._holder)
+                else:
+                    rung = _session_ids(rings)
+                for sid in rung:
+                    self.pickup(sid)
+            except Exception:
+                logger.exception("mail pickup failed")
+
+    def pickup(self, sid: SessionId) -> None:
+        """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``."""
+        agent = self._live(sid)
+        if agent is None:
+            if not self._holds(sid):  # released, or never ours: somebody must activate it
+                self._orphan(sid)
+            return  # materializing: its resume reads the inbox, the sweep the rest
+        # Leaving residency (refused): its lease release finds what waits.
+        with contextlib.suppress(SubagentError):
+            agent.call_in_loop(lambda: self._deliver(agent))
+
+    def _deliver(self, agent: Agent) -> None:
+        """In ``agent``'s loop: take and queue its untaken messages."""
+        sessions = self._sessions
+        sid = agent.session_id
+        try:
+            entries = [e for e in sessions.pending(sid) if e.epoch is None]
+            if not entries:
+                return
+            taken = set(sessions.hand_over(sid, [e.message_id for e in entries], agent.session))
+        except SubagentError as exc:
+            logger.warning("picking up the mail of %s failed: %s", sid, exc)
+            return
+        try:
+            replay(agent, [e for e in entries if e.message_id in taken])
+        except SubagentError:
+            # Disposed meanwhile: what it took goes back, for the next holder.
+            token = agent.session.token
+            if token is not None:
+                sessions.give_back(sid, list(taken), token[1])
+
+
+def _session_ids(rings: list[bytes]) -> list[SessionId]:
+    seen: dict[SessionId, None] = {}
+    for payload in rings:
+        for i in range(0, len(payload) - _ID + 1, _ID):
+            seen[SessionId.from_bytes(payload[i : i + _ID])] = None
+    return list(seen)
+
+
+def wake_holder(error: BaseException, session_id: SessionId) -> None:
+    """After ``LEASE_HELD``: ring the holder named in the error's hint."""
+    hint: Any = getattr(error, "hint", None)
+    if isinstance(hint, dict):
+        ring(hint.get("wake"), session_id.to_bytes())
