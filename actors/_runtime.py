@@ -32,9 +32,12 @@ from typing import Any
 
 from subagents.protocol import (
     ErrorCode,
+    Event,
+    RecordedOptions,
     SessionHeader,
     SessionId,
     SubagentError,
+    agent_options_event,
     new_session_id,
 )
 from subagents.store import SessionStore, open_store
@@ -275,7 +278,11 @@ class Runtime:
         """Create a top-level agent (origin ``"user"``, depth 0, no Activation).
 
         ``behaviour`` is a model name registered in :attr:`models`, a behaviour
-        object, or a callable taking the turn.
+        object, or a callable taking the turn. A model name is recorded in the
+        session's log (``agent/options``) with ``options``' provider, persona and
+        tool filter, so ``agents.resume(session_id)`` rebuilds the agent in any
+        process that registers the model; a behaviour object or callable cannot be
+        recorded, and its resume needs ``behaviour=`` again.
 
         Raises:
             SubagentError: ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``, ``RUNTIME_CLOSED``.
@@ -289,12 +296,24 @@ class Runtime:
         if output_schema is not None:
             check_output_schema(output_schema)
         built = None
+        seed: tuple[Event, ...] = ()
         if isinstance(behaviour, str):
             options = options or AgentOptions(model=behaviour)
             if options.model != behaviour:
                 values = {f.name: getattr(options, f.name) for f in fields(options)}
                 options = AgentOptions(**{**values, "model": behaviour})
             self.models.require(behaviour)
+            # Recorded, so a new process resumes it without being given the model again.
+            seed = (
+                agent_options_event(
+                    RecordedOptions(
+                        model=options.model,
+                        provider=options.provider,
+                        persona=options.persona,
+                        tool_filter=options.tool_filter,
+                    )
+                ),
+            )
         else:
             built = as_behaviour(behaviour)
             options = options or AgentOptions()
@@ -307,7 +326,11 @@ class Runtime:
             label=label,
         )
         return self.agents.create(
-            header=header, options=options, behaviour=built, output_schema=output_schema
+            header=header,
+            options=options,
+            behaviour=built,
+            output_schema=output_schema,
+            seed=seed,
         )
 
     def _check_thread(self) -> None:

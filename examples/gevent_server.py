@@ -16,6 +16,9 @@ Endpoints (JSON in, JSON out; errors are ``{"error": {"code", "message"}}`` with
 method   path                                        does
 =======  ==========================================  ===================================
 POST     /agents                                     create a top-level agent ``{label}``
+GET      /agents                                     this client's top-level agents
+POST     /agents/{id}/messages                       ``{content}`` to the agent itself
+                                                     -> ``{message_id}``
 POST     /agents/{id}/children                       start a continuable child
                                                      ``{prompt, label, model?}``
 POST     /agents/{id}/children/{child}/followup      ``{content}`` -> ``{message_id}``
@@ -29,6 +32,12 @@ GET      /events?limit=N                             streams ``subagent/start|en
 
 No monkey-patching: pywsgi serves on gevent's own sockets, and the runtime's
 actors are greenlets of the same hub.
+
+Restarts lose nothing: sessions live in the store, top-level agents record their
+model (a request resumes one that is not live), and which client created which
+session is kept beside the store (``DB.owners``, a small SQLite table), so a
+restarted server -- or a second worker on the same files -- serves every session
+it created.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import argparse
 import json
 import re
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +67,7 @@ _STATUS = {
     ErrorCode.PROVIDER_NOT_FOUND: 404,
     ErrorCode.MODEL_NOT_FOUND: 404,
     ErrorCode.ADMISSION_CLOSED: 409,
+    ErrorCode.LEASE_HELD: 409,
     ErrorCode.AGENT_DISPOSED: 409,
     ErrorCode.CANCELLED: 409,
     ErrorCode.TIMEOUT: 504,
@@ -89,18 +100,57 @@ def worker(turn: Any) -> Any:
     return f"{turn.agent.label} handled {turn.content!r}"
 
 
+class Owners:
+    """Which client created which session, kept in SQLite beside the session store
+    (``None``: in memory, for a memory runtime)."""
+
+    def __init__(self, path: str | None) -> None:
+        self._db = sqlite3.connect(path or ":memory:", isolation_level=None, timeout=30)
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS owners"
+            " (session_id TEXT PRIMARY KEY, client TEXT NOT NULL, root INTEGER NOT NULL)"
+        )
+        self._lock = threading.Lock()
+
+    def add(self, session_id: str, client: str, *, root: bool) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO owners VALUES (?, ?, ?)", (session_id, client, int(root))
+            )
+
+    def get(self, session_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT client FROM owners WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def roots(self, client: str) -> set[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT session_id FROM owners WHERE client = ? AND root = 1", (client,)
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
 class App:
     """The WSGI application: routes, auth, ownership, error mapping."""
 
-    def __init__(self, runtime: Runtime, token: str | None = None) -> None:
+    def __init__(
+        self, runtime: Runtime, token: str | None = None, owners: Owners | None = None
+    ) -> None:
         self.rt = runtime
         self.token = token
-        self.owners: dict[str, str] = {}  # session id -> client
-        self.agents: dict[str, Any] = {}  # top-level agents by session id
-        self.lock = threading.Lock()
+        self.owners = owners if owners is not None else Owners(None)
         runtime.models.register("worker", lambda _options: worker, replace=True)
         self.routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = [
             ("POST", re.compile(r"^/agents$"), self.create_agent),
+            ("GET", re.compile(r"^/agents$"), self.list_agents),
+            ("POST", re.compile(r"^/agents/(\w+)/messages$"), self.message),
             ("POST", re.compile(r"^/agents/(\w+)/children$"), self.start_child),
             ("POST", re.compile(r"^/agents/(\w+)/children/(\w+)/followup$"), self.followup),
             ("POST", re.compile(r"^/agents/(\w+)/children/(\w+)/interrupt$"), self.interrupt),
@@ -168,16 +218,21 @@ class App:
         return [body]
 
     def _owned(self, client: str, session_id: str) -> str:
-        with self.lock:
-            if self.owners.get(session_id) != client:
-                raise HttpError(404, ErrorCode.SESSION_NOT_FOUND, f"no session {session_id}")
+        if self.owners.get(session_id) != client:
+            raise HttpError(404, ErrorCode.SESSION_NOT_FOUND, f"no session {session_id}")
         return session_id
 
     def _agent(self, client: str, agent_id: str) -> Any:
+        """The live top-level agent, resumed here when it is not (after a restart)."""
         self._owned(client, agent_id)
-        agent = self.agents.get(agent_id)
-        if agent is None or agent.disposed:
-            raise HttpError(404, ErrorCode.SESSION_NOT_FOUND, f"agent {agent_id} is not live")
+        agent = self.rt.agents.get(agent_id)
+        if agent is None:
+            try:
+                agent = self.rt.agents.resume(agent_id)
+            except SubagentError as exc:
+                agent = self.rt.agents.get(agent_id)  # resumed by a concurrent request
+                if exc.code != ErrorCode.SESSION_EXISTS or agent is None:
+                    raise
         return agent
 
     # -- handlers ----------------------------------------------------------------------
@@ -185,10 +240,24 @@ class App:
     def create_agent(self, client: str, body: dict[str, Any]) -> Any:
         label = body.get("label", "agent")
         agent = self.rt.spawn("echo", label=label if isinstance(label, str) else None)
-        with self.lock:
-            self.agents[agent.session_id] = agent
-            self.owners[agent.session_id] = client
+        self.owners.add(agent.session_id, client, root=True)
         return {"session_id": agent.session_id}
+
+    def list_agents(self, client: str, body: dict[str, Any]) -> Any:
+        mine = self.owners.roots(client)
+        return {
+            "agents": [
+                {"session_id": h.id, "label": h.label, "created_at": h.created_at}
+                for h in self.rt.agents.roots()
+                if h.id in mine
+            ]
+        }
+
+    def message(self, client: str, body: dict[str, Any], agent_id: str) -> Any:
+        self._owned(client, agent_id)
+        if "content" not in body:
+            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "content is required")
+        return {"message_id": self.rt.agents.send(agent_id, body["content"])}
 
     def start_child(self, client: str, body: dict[str, Any], agent_id: str) -> Any:
         agent = self._agent(client, agent_id)
@@ -200,8 +269,7 @@ class App:
             model=body.get("model", "worker"),
         )
         child_id, message_id = self.rt.subagents.start_continuable(spec)
-        with self.lock:
-            self.owners[child_id] = client
+        self.owners.add(child_id, client, root=False)
         return {"child_id": child_id, "message_id": message_id}
 
     def followup(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:
@@ -265,11 +333,9 @@ class App:
         queue: gevent.queue.Queue[SubagentEvent] = gevent.queue.Queue()
 
         def listen(event: SubagentEvent) -> None:
-            with self.lock:
-                mine = (
-                    event.parent_session is not None
-                    and self.owners.get(event.parent_session) == client
-                )
+            mine = (
+                event.parent_session is not None and self.owners.get(event.parent_session) == client
+            )
             if mine:
                 queue.put(event)
 
@@ -304,8 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", default="server.db", help="SQLite session store")
     parser.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN'")
     args = parser.parse_args(argv)
+    owners = Owners(f"{args.db}.owners")
     with Runtime(args.db, backend="gevent") as rt:
-        server = WSGIServer((args.host, args.port), App(rt, args.token), log=None, error_log=None)
+        app = App(rt, args.token, owners)
+        server = WSGIServer((args.host, args.port), app, log=None, error_log=None)
         stop = gevent.event.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, stop.set)
@@ -313,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"listening on http://{args.host}:{server.server_port}", flush=True)
         stop.wait()
         server.stop(timeout=5)
+    owners.close()
     return 0
 
 

@@ -11,20 +11,27 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from subagents.actors._kernel import ring
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
     Event,
+    MessageId,
+    MessageSource,
     SessionHeader,
     SessionId,
     SubagentError,
     TurnStart,
+    new_message_id,
+    packb,
+    trusted_message,
 )
 
 from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._host import AgentHost
 from ._live import LiveSession
+from ._mail import wake_holder
 from ._options import AgentOptions
 from ._resume import Restored, replay, restore
 from ._turn import Turn
@@ -201,6 +208,78 @@ class AgentRegistry:
             and self._agents.get(agent.session_id) is agent
             and not agent.disposed
         )
+
+    def roots(self) -> list[SessionHeader]:
+        """Every top-level session, live here or persisted, by ``(created_at, id)``.
+
+        With a durable store this lists what any process created, so a restarted
+        server finds the sessions it owns; resume one with :meth:`resume`, or
+        message it with :meth:`send`.
+        """
+        return self._host.sessions.roots()
+
+    def send(
+        self,
+        session_id: SessionId | str,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        message_id: MessageId | str | None = None,
+    ) -> MessageId:
+        """Send one message to a top-level session, wherever it is live; returns its id.
+
+        Live here: it is ``agent.followup``. Otherwise, under strict durability,
+        the message is committed to the session's inbox first, then the session is
+        resumed here (from its recorded options) and runs it -- or, when another
+        process holds it (``LEASE_HELD``), that process is woken and runs it. On a
+        memory store or under relaxed durability the session is resumed here first.
+        ``message_id`` makes the call idempotent, as for ``followup``.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``; ``UNAUTHORIZED`` for a subagent's
+                session (message it through its parent); the errors of
+                :meth:`resume` (the message is then taken back: nothing accepted);
+                ``ENCODE_ERROR``, ``INVALID_ARGUMENT``, the store's error.
+        """
+        sid = _as_session_id(session_id)
+        if source is not None and not isinstance(source, MessageSource):
+            raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
+        mid = new_message_id() if message_id is None else MessageId(message_id)
+        agent = self.get(sid)
+        if agent is not None:
+            return agent.followup(content, source=source, message_id=mid)
+        sessions = self._host.sessions
+        header = sessions.header(sid)
+        if header is None:
+            raise SubagentError(f"no session {sid}", code=ErrorCode.SESSION_NOT_FOUND)
+        if header.parent_session is not None:
+            raise SubagentError(
+                f"session {sid} is a subagent: follow it up through its parent",
+                code=ErrorCode.UNAUTHORIZED,
+            )
+        if not sessions.strict or sessions.leases is None:
+            try:
+                agent = self.resume(sid)
+            except SubagentError as exc:
+                if exc.code != ErrorCode.SESSION_EXISTS or (agent := self.get(sid)) is None:
+                    raise
+            return agent.followup(content, source=source, message_id=mid)
+        packb(content)  # refuse what the log cannot hold before anything is accepted
+        (accepted,) = sessions.accept(sid, [trusted_message(mid, content, source)])
+        if accepted.duplicate:
+            return mid
+        try:
+            self.resume(sid)  # its replay runs the message
+        except SubagentError as exc:
+            if exc.code == ErrorCode.LEASE_HELD:
+                wake_holder(exc, sid)
+            elif exc.code == ErrorCode.SESSION_EXISTS:
+                # Live here since we looked: its pickup takes what nobody took.
+                ring(sessions.leases.wake, sid.to_bytes())
+            else:
+                sessions.retract(sid, mid)
+                raise
+        return mid
 
     def list(self) -> list[Agent]:
         """Every live agent."""

@@ -14,7 +14,7 @@ and deals with what a crash may have left:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.protocol import (
@@ -27,6 +27,7 @@ from subagents.protocol import (
     SubagentError,
     TurnEnd,
     TurnStart,
+    fold_agent_options,
     parse_descriptor_payload,
     try_fold_subagent_descriptor,
 )
@@ -88,7 +89,7 @@ def restore(
         events = [r.event for r in records]
         fold = _fold(state, events)
         if options is None:
-            options = options_from_fold(fold, sid, behaviour)
+            options = options_from_fold(fold, sid, behaviour, events)
         built: Behaviour = (
             as_behaviour(behaviour)
             if behaviour is not None
@@ -170,8 +171,11 @@ def _open_turn(events: list[Event]) -> int | None:
     return started
 
 
-def options_from_fold(fold: Any, sid: SessionId, behaviour: Any) -> AgentOptions:
-    """The options a resumed agent is rebuilt with: from its continuable descriptor."""
+def options_from_fold(
+    fold: Any, sid: SessionId, behaviour: Any, events: Sequence[Event] = ()
+) -> AgentOptions:
+    """The options a resumed agent is rebuilt with: from its continuable descriptor,
+    else (a top-level agent) from its recorded ``agent/options``."""
     if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
         d = fold.descriptor
         return AgentOptions(
@@ -189,8 +193,24 @@ def options_from_fold(fold: Any, sid: SessionId, behaviour: Any) -> AgentOptions
         raise SubagentError(
             f"session {sid} has a {fold.verdict} descriptor: {fold.reason}", code=code
         )
+    recorded = fold_agent_options(events)
+    if recorded.verdict == "ok" and recorded.options is not None:
+        o = recorded.options
+        return AgentOptions(
+            model=o.model,
+            provider=o.provider or "local",
+            persona=o.persona,
+            tool_filter=o.tool_filter,
+        )
     if behaviour is not None:
         return AgentOptions()
+    if recorded.verdict in ("corrupt", "unsupported"):
+        raise SubagentError(
+            f"session {sid} has {recorded.verdict} agent options: {recorded.reason}",
+            code=ErrorCode.DESCRIPTOR_CORRUPT
+            if recorded.verdict == "corrupt"
+            else ErrorCode.DESCRIPTOR_UNSUPPORTED,
+        )
     raise SubagentError(
         f"session {sid} records no model; pass options= or behaviour=",
         code=ErrorCode.MODEL_NOT_FOUND,

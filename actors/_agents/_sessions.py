@@ -323,6 +323,19 @@ class SessionService(Acceptance):
             return None
         return self._call(self.persistence.header, session_id)  # type: ignore[no-any-return]
 
+    def roots(self) -> list[SessionHeader]:
+        """Every session without a parent, live or persisted, by ``(created_at, id)``."""
+        with self._lock:
+            found = {
+                sid: live.header
+                for sid, live in self._live.items()
+                if live.header.parent_session is None
+            }
+        if self.persistence is not None:
+            stored: list[SessionHeader] = self._call(self.persistence.list_headers, None)
+            found.update((h.id, h) for h in stored)
+        return sorted(found.values(), key=lambda h: (h.created_at, h.id))
+
     def read(self, session_id: SessionId, from_seq: int = 0) -> list[LogRecord]:
         """The log from ``from_seq``: persisted prefix plus the live tail.
 

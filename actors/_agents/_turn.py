@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from subagents.actors._kernel._signal import AbortController, AbortSignal
 from subagents.protocol import (
+    AgentOptionsEvent,
     Event,
     MessageId,
     MessageSource,
@@ -29,6 +30,8 @@ from ._host import AgentHost
 from ._options import AgentOptions
 
 __all__ = ["Message", "Turn", "TurnAgent"]
+
+_LOG_ONLY = (SubagentDescriptorEvent, AgentOptionsEvent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,13 +155,14 @@ class Turn:
 
     @property
     def history(self) -> tuple[Event, ...]:
-        """Session events before this turn, without log-only descriptor events."""
+        """Session events before this turn, without the log-only ``subagent/descriptor``
+        and ``agent/options`` records."""
         agent = self._agent
         records = agent.host.sessions.read(agent.session_id)
         return tuple(
             r.event
             for r in records
-            if r.seq <= self._history_through and not isinstance(r.event, SubagentDescriptorEvent)
+            if r.seq <= self._history_through and not isinstance(r.event, _LOG_ONLY)
         )
 
     @property

@@ -19,6 +19,7 @@ from subagents.actors._agents import (
     SessionService,
 )
 from subagents.protocol import (
+    AgentOptionsEvent,
     Event,
     SessionHeader,
     SessionId,
@@ -89,8 +90,13 @@ def child_options(
 
 
 def completed_history(sessions: SessionService, parent: Agent) -> tuple[Event, ...]:
-    """The parent's log through its last ``turn/end`` (what a fork child sees)."""
-    events = [r.event for r in sessions.read(parent.session_id)]
+    """The parent's log through its last ``turn/end`` (what a fork child sees), without
+    the parent's ``agent/options`` (the child's options are its own)."""
+    events = [
+        r.event
+        for r in sessions.read(parent.session_id)
+        if not isinstance(r.event, AgentOptionsEvent)
+    ]
     last_end = max((i for i, e in enumerate(events) if isinstance(e, TurnEnd)), default=-1)
     return tuple(events[: last_end + 1])
 

@@ -315,11 +315,22 @@ class _GeventBackend(Backend):
             # No hub in this OS thread (a worker thread, a plain thread): nothing
             # here can stall, and a threadpool would only add a hop.
             return fn(*args, **kwargs)
-        result: T = hub.threadpool.apply(fn, args, kwargs)
-        return result
+        ok, result = hub.threadpool.apply(_outcome, (fn, args, kwargs))
+        if not ok:
+            raise result
+        return result  # type: ignore[no-any-return]
 
     def sleep(self, seconds: float) -> None:
         gevent.sleep(seconds)
+
+
+def _outcome(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[bool, Any]:
+    """Run ``fn`` in a pool worker and hand its exception back as a value: raised in
+    the worker, the pool would print it as an error (a typed ``LEASE_HELD`` is not)."""
+    try:
+        return True, fn(*args, **kwargs)
+    except BaseException as exc:
+        return False, exc
 
 
 THREADING: Final[Backend] = _ThreadingBackend()

@@ -65,8 +65,7 @@ class Server:
             conn.close()
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+def _start_server(db: Path) -> Server:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -74,7 +73,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
             "--port",
             "0",
             "--db",
-            str(tmp_path / "s.db"),
+            str(db),
             "--token",
             TOKEN,
         ],
@@ -82,22 +81,33 @@ def server(tmp_path: Path) -> Iterator[Server]:
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening on http://127.0.0.1:"):
+        _stop_server(proc)
+        raise AssertionError(line)
+    return Server(proc, int(line.rsplit(":", 1)[1]))
+
+
+def _stop_server(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, as a process manager would; the server must exit cleanly."""
+    proc.terminate()
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on http://127.0.0.1:"), (
-            line,
-            proc.stderr.read() if proc.poll() is not None else "",
-        )
-        yield Server(proc, int(line.rsplit(":", 1)[1]))
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    assert "Traceback" not in err, err
+    assert proc.returncode == 0, err
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = _start_server(tmp_path / "s.db")
+    try:
+        yield srv
     finally:
-        proc.terminate()
-        try:
-            _, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-        assert "Traceback" not in err, err
+        _stop_server(srv.proc)
 
 
 def _turn_message_ids(srv: Server, child: str, client: str) -> list[str]:
@@ -232,3 +242,56 @@ def test_server_binds_loopback_by_default() -> None:
     source = (EXAMPLES / "gevent_server.py").read_text()
     assert 'default="127.0.0.1"' in source
     assert os.path.exists(EXAMPLES / "agent_tree.py")
+
+
+def test_a_restarted_server_serves_the_sessions_it_created(tmp_path: Path) -> None:
+    """Issue 13 point 7 over real HTTP: start, create, stop, start, follow up. The
+    restarted server lists the client's agents, resumes the top-level agent from
+    its recorded model, follows its child up (a cold resume) and messages the
+    agent itself; another client still sees none of it."""
+    db = tmp_path / "restart.db"
+    srv = _start_server(db)
+    try:
+        status, made = srv.call("POST", "/agents", {"label": "keeper"}, client="alice")
+        assert status == 200, made
+        agent = made["session_id"]
+        status, kid = srv.call(
+            "POST", f"/agents/{agent}/children", {"prompt": "first", "label": "kid"}, client="alice"
+        )
+        assert status == 200, kid
+        child = kid["child_id"]
+    finally:
+        _stop_server(srv.proc)
+    srv = _start_server(db)
+    try:
+        status, listed = srv.call("GET", "/agents", client="alice")
+        assert status == 200, listed
+        assert [a["session_id"] for a in listed["agents"]] == [agent]
+        assert srv.call("GET", "/agents", client="mallory")[1] == {"agents": []}
+        status, sent = srv.call(
+            "POST",
+            f"/agents/{agent}/children/{child}/followup",
+            {"content": "second"},
+            client="alice",
+        )
+        assert status == 200, sent
+        status, direct = srv.call(
+            "POST", f"/agents/{agent}/messages", {"content": "hello me"}, client="alice"
+        )
+        assert status == 200, direct
+        status, refused = srv.call(
+            "POST", f"/agents/{agent}/messages", {"content": "x"}, client="mallory"
+        )
+        assert status == 404, refused
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # polling a server over HTTP, as a client would
+            ran = _turn_message_ids(srv, child, "alice")
+            mine = _turn_message_ids(srv, agent, "alice")
+            if sent["message_id"] in ran and direct["message_id"] in mine:
+                break
+            time.sleep(0.05)
+        assert ran.count(sent["message_id"]) == 1
+        assert len(ran) == 2
+        assert mine.count(direct["message_id"]) == 1
+    finally:
+        _stop_server(srv.proc)

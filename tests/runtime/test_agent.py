@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from subagents.actors import Runtime
 from subagents.actors.testing import Block, Call, Fail, Gate, Reply, ScriptedBehaviour
-from subagents.protocol import ErrorCode, MessageEvent, SubagentError, TurnEnd, TurnStart
+from subagents.protocol import (
+    AgentOptionsEvent,
+    ErrorCode,
+    MessageEvent,
+    SubagentError,
+    TurnEnd,
+    TurnStart,
+)
 
 
 def _turn_ends(rt: Runtime, agent) -> list[TurnEnd]:
@@ -21,6 +28,7 @@ def test_each_followup_is_one_fifo_turn(rt: Runtime) -> None:
     ids = [agent.followup(f"m{i}") for i in range(50)]
     assert agent.wait_idle(10)
     events = [r.event for r in rt.sessions.read(agent.session_id)]
+    assert isinstance(events.pop(0), AgentOptionsEvent)  # the spawn's recorded model
     messages = [e for e in events if isinstance(e, MessageEvent)]
     assert [m.message_id for m in messages] == ids
     ends = [e for e in events if isinstance(e, TurnEnd)]
@@ -167,7 +175,7 @@ def test_unrepresentable_content_is_refused_before_acceptance(rt: Runtime) -> No
         agent.followup({1, 2})
     assert err.value.code == ErrorCode.ENCODE_ERROR
     assert agent.idle
-    assert rt.sessions.read(agent.session_id) == []
+    assert [type(r.event) for r in rt.sessions.read(agent.session_id)] == [AgentOptionsEvent]
 
 
 def test_unrepresentable_output_fails_the_turn(rt: Runtime) -> None:

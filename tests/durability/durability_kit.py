@@ -1,0 +1,72 @@
+"""Helpers of the durability tests: a model that notes what it ran, and waiting on it.
+
+``Noted`` is a thread-safe list of ``(runtime, content, redelivered)`` tuples; its
+``wait_for`` blocks cooperatively on both backends (an ``AbortController``'s
+signal, which a gevent hub can wake), so a test waits for a turn another
+runtime's task runs without sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from subagents.actors import AbortController, Runtime
+
+
+class Noted:
+    """What the ``note`` model ran, in order, from every runtime it is registered on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[tuple[str, Any, bool]] = []
+        self._probes: list[Callable[[], None]] = []
+
+    def add(self, item: tuple[str, Any, bool]) -> None:
+        with self._lock:
+            self._items.append(item)
+            probes = list(self._probes)
+        for wake in probes:
+            wake()
+
+    def items(self) -> list[tuple[str, Any, bool]]:
+        with self._lock:
+            return list(self._items)
+
+    def contents(self) -> list[Any]:
+        return [c for _, c, _ in self.items()]
+
+    def wait_for(
+        self, predicate: Callable[[list[tuple[str, Any, bool]]], bool], timeout: float = 10.0
+    ) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            controller = AbortController()
+            wake = controller.abort
+            with self._lock:
+                if predicate(list(self._items)):
+                    return True
+                self._probes.append(wake)
+            try:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return predicate(self.items())
+                controller.signal.wait(remaining)
+            finally:
+                with self._lock:
+                    self._probes.remove(wake)
+
+    def register(self, rt: Runtime, name: str) -> None:
+        """Register the ``note`` model on ``rt``: its turns note
+        ``(name, content, redelivered)``."""
+
+        def factory(_options: Any) -> Any:
+            def on_turn(turn: Any) -> Any:
+                self.add((name, turn.content, turn.redelivered))
+                return turn.content
+
+            return on_turn
+
+        rt.models.register("note", factory, replace=True)
