@@ -209,6 +209,7 @@ class Runtime:
         #: The pickup of messages other processes accept for sessions this runtime
         #: holds (on a durable store).
         self.mail: Mailman | None = None
+        self._unwakeable: set[SessionId] = set()
         if leases is not None:
             self.mail = Mailman(
                 self.sessions,
@@ -252,7 +253,10 @@ class Runtime:
             elif self.agents.get(session_id) is None:
                 self.agents.resume(session_id)
         except SubagentError as exc:
-            if exc.code not in (ErrorCode.LEASE_HELD, ErrorCode.SESSION_EXISTS):
+            if exc.code in (ErrorCode.LEASE_HELD, ErrorCode.SESSION_EXISTS):
+                return
+            if session_id not in self._unwakeable:  # said once: the sweep asks again
+                self._unwakeable.add(session_id)
                 logger.warning(
                     "messages wait for %s, which cannot be activated here: %s", session_id, exc
                 )

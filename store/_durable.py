@@ -201,6 +201,12 @@ class DurableQueues(abc.ABC):
         mark. Returns how many went back."""
 
     @abc.abstractmethod
+    def orphans(self, now: float) -> list[SessionId]:
+        """Sessions with messages not done whose lease is free at ``now`` (released,
+        expired, or never taken): accepted work no live activation will run unless
+        somebody activates the session."""
+
+    @abc.abstractmethod
     def waiting(self, holder: str) -> list[SessionId]:
         """Sessions leased by ``holder`` whose inbox has messages no activation took
         (accepted by another process for them): what its mail pickup should read."""

@@ -209,6 +209,21 @@ class MemoryQueues(DurableQueues):
                     taken.append(mid)
         return taken
 
+    def orphans(self, now: float) -> list[SessionId]:
+        at = check_seconds(now, "now")
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            out = []
+            for sid, session in self._sessions.items():
+                state = session.queues
+                if state is None or not any(not e.done for e in state.inbox.values()):
+                    continue
+                lease = state.lease
+                if lease is None or lease.holder is None or lease.expires <= at:
+                    out.append(sid)
+            return out
+
     def waiting(self, holder: str) -> list[SessionId]:
         if type(holder) is not str:
             raise invalid("holder must be a str")

@@ -144,6 +144,15 @@ class SqliteQueues(DurableQueues):
         )
         return [m for m, took in zip(ids, taken) if took]
 
+    def orphans(self, now: float) -> list[SessionId]:
+        at = check_seconds(now, "now")
+        rows = self._query(
+            "SELECT DISTINCT i.session FROM inbox i LEFT JOIN leases l ON l.session = i.session"
+            " WHERE i.done = 0 AND (l.session IS NULL OR l.holder IS NULL OR l.expires <= ?)",
+            (at,),
+        )
+        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+
     def waiting(self, holder: str) -> list[SessionId]:
         if type(holder) is not str:
             raise invalid("holder must be a str")

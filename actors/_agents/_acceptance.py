@@ -102,6 +102,13 @@ class Acceptance:
         sessions: list[SessionId] = self._call(store.waiting, holder)
         return sessions
 
+    def orphans(self, now: float) -> list[SessionId]:
+        """Sessions with accepted work whose lease is free (nobody will run it)."""
+        store = self.persistence
+        assert store is not None
+        sessions: list[SessionId] = self._call(store.orphans, now)
+        return sessions
+
     def give_back(
         self, session_id: SessionId, message_ids: Sequence[MessageId], epoch: int
     ) -> None:

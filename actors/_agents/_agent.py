@@ -195,6 +195,8 @@ class Agent(Inbox):
         if not plain(content):
             packb(content)  # refuse what the log cannot hold before anything is accepted
         sessions = self._host.sessions
+        if self._disposed:  # before the store, which would say LEASE_LOST after a takeover
+            raise self._disposed_error()
         if not sessions.strict:
             if message_id is None:
                 return self.deliver(content, source)

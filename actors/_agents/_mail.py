@@ -11,15 +11,19 @@ agent runs once, whoever takes it first) and queue them, in acceptance order.
 
 Rings are hints. Every ``period`` seconds without one (a third of the lease
 ttl) the mailman sweeps: it asks the store which of its sessions have untaken
-messages. A ring for a session that is not live here -- its holder released it
-meanwhile, or another process rang about a child of a parent that lives here --
-goes to ``orphan``, which makes somebody activate it (see the runtime).
+messages, and which sessions have accepted work and no lease at all (their
+holder released them with messages waiting, or died and its lease expired). A
+ring for a session that is not live here -- its holder released it meanwhile,
+or another process rang about a child of a parent that lives here -- and every
+such orphan go to ``orphan``, which makes somebody activate it (see the
+runtime): accepted work runs as long as some process on the store can run it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,9 +91,10 @@ class Mailman:
             try:
                 if rings is None:
                     rung = self._sessions.waiting(self._holder)
+                    rung += self._sessions.orphans(time.time())
                 else:
                     rung = _session_ids(rings)
-                for sid in rung:
+                for sid in dict.fromkeys(rung):
                     self.pickup(sid)
             except Exception:
                 logger.exception("mail pickup failed")

@@ -249,6 +249,30 @@ def test_waiting_names_a_holders_sessions_with_untaken_messages(
     assert store.waiting("nobody") == []
 
 
+def test_orphans_are_sessions_with_work_and_no_live_lease(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Issue 13 point 4: what a sweep adopts -- a session with a message not done
+    (taken by a dead epoch or by nobody) whose lease is absent, released or
+    expired; never one a live lease covers, nor one whose work is done."""
+    never, released, expired, held, done, idle = (make_header() for _ in range(6))
+    for h in (never, released, expired, held, done, idle):
+        store.create_session(h)
+    gone = store.acquire_lease(released.id, "me", now=NOW, expires=NOW + 10)
+    store.release_lease(released.id, gone.token())
+    store.acquire_lease(expired.id, "dead", now=NOW - 20, expires=NOW - 10)
+    store.acquire_lease(held.id, "alive", now=NOW, expires=NOW + 10)
+    for h in (never, released, expired, held, done):
+        store.accept(h.id, make_events(1))
+    store.hand_over(expired.id, [e.message_id for e in store.pending(expired.id)], 1)
+    store.complete(done.id, [e.message_id for e in store.pending(done.id)])
+    assert set(store.orphans(NOW)) == {never.id, released.id, expired.id}
+    assert set(store.orphans(NOW + 10)) == {never.id, released.id, expired.id, held.id}
+    with pytest.raises(SubagentError) as err:
+        store.orphans("now")  # type: ignore[arg-type]
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
 def test_renewal_extends_only_the_holders_leases(
     store: SessionStore, make_header: MakeHeader
 ) -> None:

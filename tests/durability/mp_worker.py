@@ -1,0 +1,89 @@
+"""A worker process of ``test_multiprocess.py``: one runtime on a shared SQLite file.
+
+Usage::
+
+    python mp_worker.py send DB SESSION NAME COUNT TOTAL MARKS BACKEND TTL
+    python mp_worker.py hold DB SESSION - - - MARKS BACKEND TTL
+
+``send``: sends COUNT messages ``NAME-i`` to SESSION with ``agents.send``,
+printing each id it was given, then waits until the session's log has TOTAL
+completed turns (whichever process runs them) and closes.
+
+``hold``: resumes SESSION (taking its lease), prints ``held``, and waits for its
+agent to be disposed -- which happens when another process took the lease over
+(``LEASE_LOST``); then tries one more follow-up, prints the error code, closes.
+
+The ``mark`` model appends ``start NAME CONTENT`` and ``end NAME CONTENT`` lines
+to MARKS around each turn (O_APPEND: lines of concurrent writers never mix), so
+the test can see whether two processes' turns ever overlapped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from subagents.actors import Runtime
+from subagents.protocol import SessionId, SubagentError, TurnEnd
+
+
+def _mark(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode() + b"\n")
+    finally:
+        os.close(fd)
+
+
+def register(rt: Runtime, name: str, marks: str) -> None:
+    def factory(_options: Any) -> Any:
+        def on_turn(turn: Any) -> Any:
+            _mark(marks, f"start {name} {turn.content}")
+            rt.backend.sleep(0.002)  # the turn's "work": long enough to overlap if allowed
+            _mark(marks, f"end {name} {turn.content}")
+            return turn.content
+
+        return on_turn
+
+    rt.models.register("mark", factory, replace=True)
+
+
+def _completed(rt: Runtime, sid: SessionId) -> int:
+    assert rt.store is not None
+    return sum(1 for r in rt.store.read(sid) if isinstance(r.event, TurnEnd))
+
+
+def main(argv: list[str]) -> int:
+    mode, db, session, name, count, total, marks, backend, ttl = argv
+    sid = SessionId(session)
+    rt = Runtime(db, backend=backend, lease_ttl=float(ttl))
+    try:
+        register(rt, name, marks)
+        if mode == "send":
+            for i in range(int(count)):
+                print(rt.agents.send(sid, f"{name}-{i}"), flush=True)
+            deadline = time.monotonic() + 60
+            while _completed(rt, sid) < int(total):
+                if time.monotonic() > deadline:
+                    print("timeout", flush=True)
+                    return 3
+                rt.backend.sleep(0.05)  # polling a store other processes write
+        else:
+            agent = rt.agents.resume(sid)
+            print("held", flush=True)
+            if not agent.wait_disposed(60):
+                print("still held", flush=True)
+                return 3
+            try:
+                agent.followup("late")
+            except SubagentError as exc:
+                print(exc.code, flush=True)
+        return 0
+    finally:
+        rt.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

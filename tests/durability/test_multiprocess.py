@@ -1,0 +1,145 @@
+"""One activation across processes (L-7, issue 13 point 4), with real processes.
+
+Worker processes (``mp_worker.py``) share one SQLite file. Whoever holds a
+session's lease runs its turns; the others commit what they send to its durable
+inbox and wake the holder; a holder that releases the session with work waiting,
+or stalls past its lease, has its work adopted by a process that can run it. The
+checks: every message ran exactly once, turns of different processes never
+overlapped (their start/end marks alternate), each sender's messages ran in the
+order it sent them, and the log's sequence numbers are contiguous.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from durability_kit import Noted
+from subagents.actors import Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import MessageEvent, SessionId, TurnEnd, TurnStart
+
+WORKER = Path(__file__).with_name("mp_worker.py")
+TTL = 1.0  # seconds: a lease held by a stopped process expires quickly
+
+
+def _worker(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _session(db: str, backend: Backend) -> SessionId:
+    """A top-level ``mark`` session nobody holds (made, then its runtime closed)."""
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("mark", lambda _o: lambda turn: None)
+        return rt.spawn("mark", label="shared").session_id
+
+
+def _check_log(db: str, backend: Backend, sid: SessionId) -> list[object]:
+    """The contents of the session's turns, after checking the log is well formed."""
+    with Runtime(db, backend=backend) as rt:
+        assert rt.store is not None
+        records = rt.store.read(sid)
+    assert [r.seq for r in records] == list(range(len(records)))  # no gap, no duplicate
+    events = [r.event for r in records]
+    starts = [e for e in events if isinstance(e, TurnStart)]
+    ends = [e for e in events if isinstance(e, TurnEnd)]
+    assert [e.turn for e in starts] == list(range(len(starts)))
+    assert [e.turn for e in ends] == [e.turn for e in starts]
+    assert all(e.stop_reason == "completed" for e in ends)
+    return [e.content for e in events if isinstance(e, MessageEvent)]
+
+
+def _check_marks(marks: Path) -> list[str]:
+    """Turns never overlapped: every start is followed by its own end. Returns the
+    contents in the order they ran."""
+    lines = marks.read_text().splitlines()
+    ran = []
+    for start, end in zip(lines[::2], lines[1::2]):
+        kind, who, content = start.split(" ", 2)
+        assert (kind, end) == ("start", f"end {who} {content}"), lines
+        ran.append(content)
+    assert len(lines) % 2 == 0, lines
+    return ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 4])
+def test_processes_sending_to_one_session_run_each_message_once_never_interleaved(
+    backend: Backend, tmp_path: Path, processes: int
+) -> None:
+    """Issue 13 point 4: 2 and 4 processes send to one session at once. Whichever
+    holds it runs every message once; turns never interleave; per sender, in order."""
+    db = str(tmp_path / "shared.db")
+    marks = tmp_path / "marks"
+    sid = _session(db, backend)
+    count = 15
+    total = count * processes
+    procs = [
+        _worker(
+            "send", db, sid, f"p{i}", str(count), str(total), str(marks), backend.name, str(TTL)
+        )
+        for i in range(processes)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, (out, err)
+        assert "Traceback" not in err, err
+    returned = [line for out, _ in outs for line in out.split()]
+    assert len(returned) == total
+    ran = _check_marks(marks)
+    assert Counter(ran) == Counter(f"p{i}-{k}" for i in range(processes) for k in range(count))
+    for i in range(processes):
+        mine = [c for c in ran if c.startswith(f"p{i}-")]
+        assert mine == [f"p{i}-{k}" for k in range(count)]
+    assert _check_log(db, backend, sid) == ran
+
+
+@pytest.mark.slow
+def test_a_stalled_holder_is_taken_over_and_loses_its_lease_when_it_wakes(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Issue 13 point 4: the holder is SIGSTOPped; a message sent meanwhile is
+    committed, and once the holder's lease expired this process adopts the
+    session and runs it. SIGCONT: the old holder finds its lease lost, disposes
+    its agent (``AGENT_DISPOSED`` after) and wrote nothing into the new epoch."""
+    db = str(tmp_path / "shared.db")
+    marks = tmp_path / "marks"
+    sid = _session(db, backend)
+    holder = _worker("hold", db, sid, "old", "-", "-", str(marks), backend.name, str(TTL))
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        os.kill(holder.pid, signal.SIGSTOP)
+        noted = Noted()
+        with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
+            noted.register(rt, "new")
+            rt.models.register("mark", rt.models.require("note"), replace=True)
+            rt.agents.send(sid, "while stopped")
+            assert noted.wait_for(lambda items: len(items) == 1, timeout=30)
+            assert noted.items() == [("new", "while stopped", False)]
+            agent = rt.agents.get(sid)
+            assert agent is not None
+            os.kill(holder.pid, signal.SIGCONT)
+            out, err = holder.communicate(timeout=60)
+            assert holder.returncode == 0, (out, err)
+            assert out.split() == ["AGENT_DISPOSED"], (out, err)
+            agent.followup("after")
+            assert noted.wait_for(lambda items: len(items) == 2)
+            assert agent.wait_idle(10)
+        assert not marks.exists()  # the old holder never ran a turn
+        assert _check_log(db, backend, sid) == ["while stopped", "after"]
+    finally:
+        if holder.poll() is None:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+            holder.communicate()
