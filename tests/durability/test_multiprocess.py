@@ -37,6 +37,10 @@ def _worker(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def _env(backend: Backend) -> tuple[str, str]:
+    return backend.name, str(TTL)
+
+
 def _session(db: str, backend: Backend) -> SessionId:
     """A top-level ``mark`` session nobody holds (made, then its runtime closed)."""
     with Runtime(db, backend=backend) as rt:
@@ -115,7 +119,7 @@ def test_a_stalled_holder_is_taken_over_and_loses_its_lease_when_it_wakes(
     db = str(tmp_path / "shared.db")
     marks = tmp_path / "marks"
     sid = _session(db, backend)
-    holder = _worker("hold", db, sid, "old", "-", "-", str(marks), backend.name, str(TTL))
+    holder = _worker("hold", db, sid, "old", "-", "-", str(marks), *_env(backend))
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
