@@ -278,6 +278,7 @@ class Runtime:
         label: str | None = None,
         options: AgentOptions | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        session_id: SessionId | str | None = None,
     ) -> Agent:
         """Create a top-level agent (origin ``"user"``, depth 0, no Activation).
 
@@ -288,8 +289,14 @@ class Runtime:
         process that registers the model; a behaviour object or callable cannot be
         recorded, and its resume needs ``behaviour=`` again.
 
+        ``session_id`` names the new session (a fresh id by default): with a
+        durable store, of processes that spawn the same id at once exactly one
+        creates it and the others get ``SESSION_EXISTS`` -- a get-or-create for a
+        well-known agent (resume it then).
+
         Raises:
-            SubagentError: ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``, ``RUNTIME_CLOSED``.
+            SubagentError: ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``, ``RUNTIME_CLOSED``,
+                ``SESSION_EXISTS``.
         """
         self._check_open()
         self._check_thread()
@@ -321,8 +328,12 @@ class Runtime:
         else:
             built = as_behaviour(behaviour)
             options = options or AgentOptions()
+        sid = new_session_id() if session_id is None else SessionId(session_id)
+        if session_id is not None and self.sessions.header(sid) is not None:
+            # Written behind (relaxed), a clash would surface only in the writer.
+            raise SubagentError(f"session {sid} exists", code=ErrorCode.SESSION_EXISTS)
         header = SessionHeader(
-            id=new_session_id(),
+            id=sid,
             parent_session=None,
             origin="user",
             delegation_depth=options.subagent_depth or 0,

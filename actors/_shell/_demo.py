@@ -7,6 +7,10 @@ reports, interrupts one child and drains a side project. A second run on the sam
 database resumes: the root is resumed from its session and its persisted
 children cold-resume when it follows up with them.
 
+The root has one well-known session id, so runs started at once on one new
+file build one tree: one creates the root, the others find it, wait for the
+lease of the run that holds it, and resume it.
+
 Every turn is scripted: no model is called, nothing sleeps to order things
 (blocking points are :class:`~subagents.actors.testing.Gate` objects released by
 the demo itself).
@@ -15,6 +19,7 @@ the demo itself).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,10 +35,12 @@ from subagents.actors._children import ContinuableStartSpec, UserAuthority
 from subagents.actors._kernel import Gate
 from subagents.actors._runtime import Runtime
 from subagents.protocol import (
+    ErrorCode,
     MessageEvent,
     ReportEvent,
     SessionHeader,
     SessionId,
+    SubagentError,
     TurnEnd,
     TurnStart,
     try_fold_subagent_descriptor,
@@ -43,6 +50,8 @@ __all__ = ["run_demo"]
 
 ROOT_LABEL = "demo-root"
 SIDE_LABEL = "side-project"
+#: The demo root's session id: the same in every run (a get-or-create).
+ROOT_ID = SessionId(hashlib.blake2b(b"subagents demo root", digest_size=16).hexdigest())
 
 
 @dataclass
@@ -266,8 +275,7 @@ def _quiet(rt: Runtime) -> bool:
     return all(a.idle for a in rt.agents.list())
 
 
-def _first_run(rt: Runtime, script: _Script, show: _Show) -> None:
-    root = rt.spawn("lead", label=ROOT_LABEL)
+def _first_run(rt: Runtime, root: Any, script: _Script, show: _Show) -> None:
     show.step("root plans the tree (continuable researchers, a fork writer)")
     root.followup("plan")
     show.wait(lambda: script.slow_started.arrivals > 0, "researcher-B starting")
@@ -302,9 +310,25 @@ def _children(rt: Runtime, parent: SessionId) -> dict[str, SessionId]:
     return {h.label or "": h.id for h in _headers(rt) if h.parent_session == parent}
 
 
-def _second_run(rt: Runtime, root_id: SessionId, show: _Show) -> list[str]:
+def _resume_root(rt: Runtime, root_id: SessionId, console: Console) -> Any:
+    """Resume the root, waiting (up to a minute) while another run holds it."""
+    deadline = time.monotonic() + 60
+    told = False
+    while True:
+        try:
+            return rt.agents.resume(root_id, behaviour=_lead)
+        except SubagentError as exc:
+            if exc.code != ErrorCode.LEASE_HELD or time.monotonic() > deadline:
+                raise
+            if not told:
+                console.print("another demo run holds the tree: waiting for it to finish")
+                told = True
+            rt.backend.sleep(0.1)
+
+
+def _second_run(rt: Runtime, root: Any, show: _Show) -> list[str]:
     said: list[str] = []
-    root = rt.agents.resume(root_id, behaviour=_lead)
+    root_id = root.session_id
     show.step(f"resumed the root {ROOT_LABEL} from its session")
     said.append(f"resumed {ROOT_LABEL} ({root_id})")
     for label, cid in _children(rt, root_id).items():
@@ -326,23 +350,25 @@ def run_demo(db: str, backend: str, console: Console | None = None) -> int:
     script = _Script()
     with Runtime(db, backend=backend) as rt:
         _register(rt, script)
-        previous = (
-            [
-                h
-                for h in rt.store.all_headers()
-                if h.parent_session is None and h.label == ROOT_LABEL
-            ]
-            if rt.store
-            else []
-        )
+        # A tree an older demo made has a random root id: found by its label.
+        older = [h.id for h in rt.agents.roots() if h.label == ROOT_LABEL and h.id != ROOT_ID]
+        root = None
+        if not older:
+            try:
+                root = rt.spawn("lead", label=ROOT_LABEL, session_id=ROOT_ID)
+            except SubagentError as exc:
+                if exc.code != ErrorCode.SESSION_EXISTS:
+                    raise  # resumed below when it exists
+        previous = root is None
         show = _Show(rt, console)
         with show.live if console.is_terminal else contextlib.nullcontext():
             if previous:
                 console.print(f"found a demo tree in {db}: resuming it")
-                said = _second_run(rt, previous[-1].id, show)
+                root = _resume_root(rt, older[-1] if older else ROOT_ID, console)
+                said = _second_run(rt, root, show)
             else:
                 console.print(f"no demo tree in {db} yet: building one")
-                _first_run(rt, script, show)
+                _first_run(rt, root, script, show)
                 said = []
             group, nodes = _render(rt, "done")
             if console.is_terminal:

@@ -30,6 +30,39 @@ def test_demo_builds_then_resumes(tmp_path: Path, backend: Backend, capsys) -> N
     assert "resumed: 11 sessions" in second
 
 
+@pytest.mark.slow
+def test_two_demo_runs_at_once_on_a_new_file_build_one_tree(
+    tmp_path: Path, backend: Backend
+) -> None:
+    """Issue 13 point 4: two ``subagents demo`` processes started together on one new
+    file build one tree -- one creates it, the other waits for its lease and
+    resumes it; the file then holds exactly one tree of 11 sessions."""
+    db = str(tmp_path / "demo.db")
+    cli = "import sys; from subagents.actors._shell._cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", cli, "demo", "--db", db, "--backend", backend.name]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, (out, err)
+        assert "Traceback" not in err, err
+    texts = sorted(out for out, _ in outs)
+    built = [t for t in texts if "building one" in t]
+    resumed = [t for t in texts if "resuming it" in t]
+    assert len(built) == 1 and len(resumed) == 1, texts
+    assert "created: 11 sessions" in built[0]
+    assert "resumed: 11 sessions" in resumed[0]
+    con = sqlite3.connect(db)
+    try:
+        (roots,) = con.execute("select count(*) from sessions where parent is null").fetchone()
+        (total,) = con.execute("select count(*) from sessions").fetchone()
+    finally:
+        con.close()
+    assert (roots, total) == (2, 11)  # the demo root and its side project
+
+
 def _a_session(db: str) -> str:
     con = sqlite3.connect(db)
     try:
