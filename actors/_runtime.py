@@ -40,7 +40,12 @@ from subagents.protocol import (
     agent_options_event,
     new_session_id,
 )
-from subagents.store import SessionStore, open_store
+from subagents.store import (
+    SessionStore,
+    defer_interrupt,
+    open_store,
+    set_interrupt_delivery,
+)
 
 from ._agents import (
     Agent,
@@ -73,7 +78,16 @@ from ._children import (
     ProviderRegistry,
     SubagentService,
 )
-from ._kernel import GEVENT, Backend, get_backend, native_get_ident
+from ._kernel import (
+    GEVENT,
+    Backend,
+    close_at_exit,
+    closed,
+    deliver_interrupt,
+    get_backend,
+    install_sigint,
+    native_get_ident,
+)
 
 __all__ = ["Runtime"]
 
@@ -206,6 +220,11 @@ class Runtime:
         )
         self._closed = False
         self._close_lock = threading.Lock()
+        # A script that forgets close() still exits, and loses nothing it accepted;
+        # Ctrl-C reaches the main greenlet (gevent) and never splits a store write.
+        close_at_exit(self)
+        install_sigint(defer_interrupt)
+        set_interrupt_delivery(deliver_interrupt)
         #: The pickup of messages other processes accept for sessions this runtime
         #: holds (on a durable store).
         self.mail: Mailman | None = None
@@ -234,7 +253,8 @@ class Runtime:
         self.agents._unregister(agent)
 
     def _lease_lost(self, session_id: SessionId) -> None:
-        """Another process took the session over: its agent here stops, writing nothing."""
+        """Another process took the session over, or (strict) its write failed: its
+        agent here stops, writing nothing more."""
         agent = self.agents.get(session_id)
         if agent is not None:
             agent.dispose(flush=False, wait=False)
@@ -387,6 +407,7 @@ class Runtime:
             if self._closed:
                 return
             self._closed = True
+        closed(self)
         agents = sorted(self.agents.list(), key=lambda a: a.delegation_depth, reverse=True)
         for agent in agents:
             # What they accepted and did not run stays in their durable inboxes

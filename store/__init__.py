@@ -33,6 +33,7 @@ event content the codec cannot pack, ``ENCODE_ERROR``.
 """
 
 from ._base import LogRecord, SessionStore
+from ._critical import critical, defer_interrupt, set_interrupt_delivery
 from ._durable import Accepted, InboxEntry, Lease, LeaseToken, NewLease, Release
 from ._memory import MemoryStore
 from ._open import open_store
@@ -54,5 +55,8 @@ __all__ = [
     "SessionStore",
     "SqliteStore",
     "StoreStatistics",
+    "critical",
+    "defer_interrupt",
     "open_store",
+    "set_interrupt_delivery",
 ]

@@ -18,6 +18,7 @@ from typing import Any
 
 from subagents.protocol import ErrorCode, SubagentError
 
+from ._critical import critical
 from ._native import native_lock
 
 __all__ = ["GroupCommitter", "WriteRequest"]
@@ -87,17 +88,19 @@ class GroupCommitter:
     def submit(self, op: Callable[[Any], Any]) -> Any:
         """Queue ``op``, wait until its batch committed, return its result."""
         request = WriteRequest(op)
-        with self._mu:
-            if self._closed:
-                raise self._closed_error()
-            self._pending.append(request)
-            lead = not self._leading
-            self._leading = True
-        if not lead:
-            request._wake.acquire()  # woken when done, or when promoted to lead
-            if not request.lead:
-                return request.outcome()
-        self._lead(request)
+        # A Ctrl-C between queueing and leading would strand every later writer.
+        with critical():
+            with self._mu:
+                if self._closed:
+                    raise self._closed_error()
+                self._pending.append(request)
+                lead = not self._leading
+                self._leading = True
+            if not lead:
+                request._wake.acquire()  # woken when done, or when promoted to lead
+                if not request.lead:
+                    return request.outcome()
+            self._lead(request)
         return request.outcome()
 
     def submit_many(self, ops: list[Callable[[Any], Any]]) -> list[WriteRequest]:
@@ -106,18 +109,19 @@ class GroupCommitter:
         requests = [WriteRequest(op) for op in ops]
         if not requests:
             return requests
-        with self._mu:
-            if self._closed:
-                raise self._closed_error()
-            self._pending.extend(requests)  # atomically: a leader takes all or none
-            lead = not self._leading
-            self._leading = True
         first = requests[0]
-        if not lead:
-            first._wake.acquire()  # woken when the batch is done, or promoted to lead
-            if not first.lead:
-                return requests
-        self._lead(first)
+        with critical():
+            with self._mu:
+                if self._closed:
+                    raise self._closed_error()
+                self._pending.extend(requests)  # atomically: a leader takes all or none
+                lead = not self._leading
+                self._leading = True
+            if not lead:
+                first._wake.acquire()  # woken when the batch is done, or promoted to lead
+                if not first.lead:
+                    return requests
+            self._lead(first)
         return requests
 
     def _lead(self, own: WriteRequest) -> None:

@@ -89,6 +89,8 @@ class Leases:
         self._clock = clock
         self._lock = threading.Lock()  # held for a set operation, never across a call out
         self._held: dict[SessionId, int] = {}  # session -> epoch
+        # Releases the store refused (it was failing): retried every period.
+        self._unreleased: dict[SessionId, tuple[LeaseToken, Callable[[Any], object]]] = {}
         self._task: TaskHandle | None = None
         self._stop: EventLike = backend.event()
         self._closed = False
@@ -140,6 +142,27 @@ class Leases:
             if self._held.get(session_id) == epoch:
                 del self._held[session_id]
 
+    def release_later(
+        self, session_id: SessionId, token: LeaseToken, done: Callable[[Any], object]
+    ) -> None:
+        """A release the store refused: retry it every period, and at close, until it
+        is written; ``done(result)`` then."""
+        with self._lock:
+            self._unreleased[session_id] = (token, done)
+
+    def _retry_releases(self) -> None:
+        with self._lock:
+            pending = dict(self._unreleased)
+        for sid, (token, done) in pending.items():
+            try:
+                result = self._call(self._store.release_lease, sid, token)
+            except SubagentError:
+                continue  # still failing: next period
+            with self._lock:
+                if self._unreleased.get(sid, (None,))[0] == token:
+                    del self._unreleased[sid]
+            done(result)
+
     def holds(self, session_id: SessionId) -> bool:
         return session_id in self._held
 
@@ -152,6 +175,8 @@ class Leases:
                 if self._closed:
                     return
                 held = dict(self._held)
+            if self._unreleased:
+                self._retry_releases()
             if not held:
                 continue
             try:
@@ -178,3 +203,5 @@ class Leases:
         self._stop.set()
         if task is not None:
             task.join(30)
+        if self._unreleased:
+            self._retry_releases()

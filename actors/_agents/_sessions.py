@@ -155,12 +155,12 @@ class SessionService(Acceptance):
             self.on_waiting(sid)
 
     def _failed(self, sid: SessionId, error: BaseException) -> None:
-        """A write of ``sid`` failed: a lost lease means another holder took it over."""
-        if (
-            isinstance(error, SubagentError)
-            and error.code == ErrorCode.LEASE_LOST
-            and self._lost is not None
-        ):
+        """A write of ``sid`` failed: a lost lease means another holder took it over;
+        under strict durability any other failure stops the session's agent too (as
+        Akka stops a persistent actor whose write failed): the store is the truth,
+        and the next activation replays from it what was accepted and not done."""
+        lost = isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_LOST
+        if self._lost is not None and (lost or self.strict):
             self._lost(sid)
 
     def append(
@@ -273,9 +273,14 @@ class SessionService(Acceptance):
         if token is not None and self.leases is not None:
             self.leases.forget(live.id, token[1])
             if lease and self._writer is not None:
-                live.last_ticket = self._writer.submit(
-                    "release", live.id, (token, live.unrun or ())
-                )
+                if self._writer.take_failure(live.id) is not None:
+                    # Its writes stopped at a failure: the lease goes back directly,
+                    # so its next activation (anywhere) replays what it accepted.
+                    self.give_up(live.id, token)
+                else:
+                    live.last_ticket = self._writer.submit(
+                        "release", live.id, (token, live.unrun or ())
+                    )
 
     def give_up(self, session_id: SessionId, token: tuple[str, int]) -> None:
         """Release a lease taken for a session that did not become live after all."""
@@ -285,11 +290,18 @@ class SessionService(Acceptance):
         if store is not None:
             try:
                 released = self._call(store.release_lease, session_id, token)
-            except SubagentError:
-                logger.warning("releasing the lease of %s failed", session_id, exc_info=True)
+            except SubagentError as exc:
+                logger.warning("releasing the lease of %s failed (retried): %s", session_id, exc)
+                if self.leases is not None:
+                    self.leases.release_later(
+                        session_id, token, lambda r: self._released(session_id, r)
+                    )
             else:
-                if released == Release.WAITING:
-                    self._waiting(session_id)
+                self._released(session_id, released)
+
+    def _released(self, session_id: SessionId, result: Release) -> None:
+        if result == Release.WAITING:
+            self._waiting(session_id)
 
     def _drop(self, live: LiveSession) -> None:
         with self._lock:

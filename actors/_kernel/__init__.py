@@ -3,7 +3,7 @@
 Backends (threading, native gevent), pykka's hooks and the one place that names
 its private surface, futures, cancellation signals, latches and gates, the
 dispatcher actor that runs user callbacks outside every owner, the alarm, and
-the doorbell that wakes another process's runtime.
+the doorbell that wakes another process's runtime, and process exit and Ctrl-C.
 Nothing here knows agents or children.
 """
 
@@ -21,6 +21,7 @@ from ._backend import (
 )
 from ._dispatch import DispatchBox, Dispatcher
 from ._doorbell import Doorbell, ring
+from ._exit import close_at_exit, closed, deliver_interrupt, install_sigint
 from ._future import ResultFuture, Waiter
 from ._gate import Gate, Latch
 from ._gevent import GeventActor, GeventFuture, native_get_ident
@@ -48,8 +49,12 @@ __all__ = [
     "ThreadActor",
     "Waiter",
     "actor_class",
+    "close_at_exit",
+    "closed",
     "current_backend",
+    "deliver_interrupt",
     "get_backend",
+    "install_sigint",
     "native_get_ident",
     "ring",
 ]

@@ -38,8 +38,7 @@ def test_two_demo_runs_at_once_on_a_new_file_build_one_tree(
     file build one tree -- one creates it, the other waits for its lease and
     resumes it; the file then holds exactly one tree of 11 sessions."""
     db = str(tmp_path / "demo.db")
-    cli = "import sys; from subagents.actors._shell._cli import main; sys.exit(main())"
-    cmd = [sys.executable, "-c", cli, "demo", "--db", db, "--backend", backend.name]
+    cmd = [sys.executable, "-c", _CLI, "demo", "--db", db, "--backend", backend.name]
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -61,6 +60,48 @@ def test_two_demo_runs_at_once_on_a_new_file_build_one_tree(
     finally:
         con.close()
     assert (roots, total) == (2, 11)  # the demo root and its side project
+
+
+@pytest.mark.parametrize("damage", ["random", "foreign", "pages", "events-row"])
+def test_demo_on_a_damaged_file_is_one_typed_line(tmp_path: Path, damage: str) -> None:
+    """Issue 13 point 8: ``subagents demo`` on a damaged or foreign database prints
+    one line naming the error code and exits non-zero -- never a traceback, never 0."""
+    db = tmp_path / "demo.db"
+    if damage == "random":
+        db.write_bytes(os.urandom(100_000))
+    elif damage == "foreign":
+        con = sqlite3.connect(db)
+        con.execute("create table t(x)")
+        con.commit()
+        con.close()
+    else:
+        assert main(["demo", "--db", str(db)]) == 0
+        con = sqlite3.connect(db)
+        con.execute("pragma wal_checkpoint(truncate)")
+        con.close()
+        if damage == "pages":
+            with db.open("r+b") as f:
+                f.seek(8192)
+                f.write(b"\xff" * 8192)
+        else:
+            con = sqlite3.connect(db)
+            con.execute("update events set body = x'c1c1c1'")
+            con.commit()
+            con.close()
+    out = subprocess.run(
+        [sys.executable, "-c", _CLI, "demo", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("subagents demo: ["), out.stderr
+
+
+_CLI = "import sys; from subagents.actors._shell._cli import main; sys.exit(main())"
 
 
 def _a_session(db: str) -> str:

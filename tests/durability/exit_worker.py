@@ -1,0 +1,55 @@
+"""A script of ``test_exit.py``: a runtime in the states a user's script leaves it.
+
+Usage: ``python exit_worker.py BACKEND DB MODE`` where MODE is
+
+* ``forget``: spawn an agent, queue five follow-ups, return without ``close()``;
+* ``with-sigint`` / ``bare-sigint``: a turn blocks (cooperatively, on its
+  signal) and a second message waits behind it; the script waits for the
+  runtime to be idle -- in a ``with Runtime(...)`` block or without one -- and
+  prints ``waiting`` first: the test sends SIGINT then.
+
+Each prints the session id first.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from subagents.actors import Runtime
+
+
+def slow(turn: Any) -> Any:
+    print("turn started", flush=True)
+    turn.signal.wait(60)
+    return "cancelled" if turn.cancelled else "done"
+
+
+def run(rt: Runtime, mode: str) -> None:
+    if mode == "forget":
+        agent = rt.spawn("echo")
+        print(agent.session_id, flush=True)
+        for i in range(5):
+            agent.followup(f"m{i}")
+        return
+    rt.models.register("slow", lambda _o: slow)
+    agent = rt.spawn("slow")
+    print(agent.session_id, flush=True)
+    agent.followup("work")
+    agent.followup("queued")
+    print("waiting", flush=True)
+    rt.wait_idle(60)
+    print("finished normally", flush=True)
+
+
+def main() -> None:
+    backend, db, mode = sys.argv[1:]
+    if mode.startswith("with"):
+        with Runtime(db, backend=backend) as rt:
+            run(rt, mode)
+    else:
+        run(Runtime(db, backend=backend), mode)
+
+
+if __name__ == "__main__":
+    main()
