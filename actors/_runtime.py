@@ -34,6 +34,7 @@ from subagents.protocol import (
     ErrorCode,
     Event,
     RecordedOptions,
+    ReportEvent,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -99,6 +100,10 @@ _UTC = _dt.UTC
 
 def _utcnow() -> _dt.datetime:
     return _now(_UTC)
+
+
+def _only_quiet(pending: list[Any]) -> bool:
+    return all(isinstance(e.event, ReportEvent) and e.event.delivery == "quiet" for e in pending)
 
 
 def _patched() -> bool:
@@ -266,8 +271,8 @@ class Runtime:
             return
         try:
             header = self.sessions.header(session_id)
-            if header is None:
-                return
+            if header is None or _only_quiet(self.sessions.pending(session_id)):
+                return  # quiet reports wait for the next turn: nothing to wake it for
             if header.origin == "subagent":
                 self.continuation.wake(session_id, header.parent_session)
             elif self.agents.get(session_id) is None:
@@ -408,6 +413,10 @@ class Runtime:
                 return
             self._closed = True
         closed(self)
+        if self.mail is not None:
+            # First: a pickup in flight may activate a session; none may start after
+            # the agents below are listed.
+            self.mail.close()
         agents = sorted(self.agents.list(), key=lambda a: a.delegation_depth, reverse=True)
         for agent in agents:
             # What they accepted and did not run stays in their durable inboxes
@@ -419,8 +428,6 @@ class Runtime:
             except Exception:
                 logger.exception("disposing %r while closing the runtime failed", agent)
         self.continuation.close()
-        if self.mail is not None:
-            self.mail.close()
         self.sessions.close()
         if self.store is not None:
             self.store.close()

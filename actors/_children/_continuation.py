@@ -72,6 +72,7 @@ from ._intake import (
     DONE,
     accept_report,
     accept_resident,
+    give_back_report,
     kept,
     retract_report,
     start_child_id,
@@ -79,6 +80,7 @@ from ._intake import (
 )
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._provider_registry import ProviderRegistry
+from ._receipts import ReportReceipt, keep_report, report_receipt
 from ._requests import (
     Cutoff,
     Delivery,
@@ -444,11 +446,16 @@ class ContinuationManager:
         ):
             raise _err(ErrorCode.UNAUTHORIZED, "only an exact live continuable child may report")
         parent = agents.get(act.parent_session)
-        if parent is None or not agents.is_live(parent):
-            raise _err(ErrorCode.UNAUTHORIZED, "the direct parent is not live")
         source = MessageSource(kind="child", session_id=child.session_id)
         mid = new_message_id() if message_id is None else MessageId(message_id)
         sessions = self._ctx.sessions
+        if parent is None or not agents.is_live(parent):
+            if not sessions.strict:
+                raise _err(ErrorCode.UNAUTHORIZED, "the direct parent is not live")
+            # Kept in the parent's inbox: delivered when the parent is next live.
+            event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
+            keep_report(sessions, act.parent_session, event)
+            return mid
         if sessions.strict:
             event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
             if not accept_report(sessions, parent, event):
@@ -461,16 +468,25 @@ class ContinuationManager:
             else:
                 parent.deliver(content, source, kind="report", message_id=mid)
         except BaseException as exc:
+            leaving = isinstance(exc, SubagentError) and exc.code == ErrorCode.AGENT_DISPOSED
+            if sessions.strict and leaving:
+                # Kept: untaken again, it is delivered when the parent is next live.
+                give_back_report(sessions, parent, mid)
+                return mid
             if sessions.strict:
                 retract_report(sessions, parent, mid)
             elif message_id is not None:
                 sessions.unclaim(parent.session_id, mid)
-            if isinstance(exc, SubagentError) and exc.code == ErrorCode.AGENT_DISPOSED:
+            if leaving:
                 raise _err(
                     ErrorCode.UNAUTHORIZED, "the direct parent is leaving residency"
                 ) from None
             raise
         return mid
+
+    def report_receipt(self, child: Any, message_id: Any) -> ReportReceipt:
+        cid = child.session_id if isinstance(child, Agent) else SessionId(child)
+        return report_receipt(self._ctx.sessions, cid, MessageId(message_id))
 
     # -- setup contributions -------------------------------------------------------------
 

@@ -46,6 +46,7 @@ __all__ = [
     "ROUTE",
     "accept_report",
     "accept_resident",
+    "give_back_report",
     "kept",
     "retract_report",
     "start_child_id",
@@ -146,6 +147,18 @@ def _retract(
         sessions.retract(target, message_id, agent.session)
     except SubagentError:
         logger.warning("could not retract %s from %s", message_id, target, exc_info=True)
+
+
+def give_back_report(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
+    """A committed report its parent could not take (it is leaving residency): back to
+    nobody, for the parent's next activation."""
+    token = parent.session.token
+    if token is None:
+        return
+    try:
+        sessions.give_back(parent.session_id, [message_id], token[1])
+    except SubagentError:
+        logger.warning("could not keep %s for %s", message_id, parent.session_id, exc_info=True)
 
 
 def retract_report(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:

@@ -34,6 +34,7 @@ from subagents.protocol import (
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
+from ._receipts import ReportReceipt
 from ._setup import SetupRegistration
 from ._types import (
     AncestorAuthority,
@@ -277,19 +278,35 @@ class SubagentService:
         signal: AbortSignal | None = None,
         message_id: MessageId | str | None = None,
     ) -> MessageId:
-        """Deliver a message from the exact live continuable child to its live direct parent.
+        """Deliver a message from the exact live continuable child to its direct parent.
 
         ``quiet`` injects context into the parent's next turn; ``waking`` submits
         one later parent turn. Under strict durability the report is committed to
-        the parent's durable inbox before this returns; ``message_id`` makes it
-        idempotent as for :meth:`followup`.
+        the parent's durable inbox before this returns, and a parent that is not
+        live (leaving residency, or live in no process) keeps it: it is delivered
+        when the parent is next live, once (see :meth:`report_receipt`). Without
+        it, the parent must be live. ``message_id`` makes it idempotent as for
+        :meth:`followup`.
 
         Raises:
-            SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``, ``CANCELLED``.
+            SubagentError: ``UNAUTHORIZED`` (not an exact live continuable child; or,
+                relaxed, the parent is not live), ``INVALID_ARGUMENT``, ``CANCELLED``.
         """
         return self._continuation.report_from(
             child, content, delivery=delivery, signal=signal, message_id=message_id
         )
+
+    def report_receipt(
+        self, child: Agent | SessionId | str, message_id: MessageId | str
+    ) -> ReportReceipt:
+        """What became of a report ``child`` sent: delivered (with the parent turn that
+        consumed it), pending, or unknown -- read from the parent's log and inbox.
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``, ``UNAUTHORIZED`` (not a subagent),
+                ``INVALID_ARGUMENT``.
+        """
+        return self._continuation.report_receipt(child, message_id)
 
     def register_continuable_setup(self, contribution: Any) -> SetupRegistration:
         """Install ``contribution(scope)`` into every newly materialized continuable child.
