@@ -22,9 +22,15 @@ _LEASE: Final = "SELECT holder, epoch, expires, wake FROM leases WHERE session =
 _UPSERT_LEASE: Final = (
     "INSERT OR REPLACE INTO leases (session, holder, epoch, expires, wake) VALUES (?, ?, ?, ?, ?)"
 )
+# A repeated message id is not an error (dedup): only that conflict is ignored, so a
+# stale ``n`` still fails the statement (and the batch is retried uncached).
 _INSERT_ENTRY: Final = (
     "INSERT INTO inbox (session, n, message_id, body, epoch, accepted_at) VALUES (?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (session, message_id) DO NOTHING"
 )
+
+#: Prefix of an inbox's last-``n`` key in the writer's cache (a session key is 16 bytes).
+_N: Final = b"n"
 
 #: ``(message id bytes, encoded event)`` of one message to accept.
 Message = tuple[bytes, bytes]
@@ -34,9 +40,20 @@ class QueueTxn:
     """Inbox and lease operations; ``conn`` and ``_next_seq`` come from ``Txn``."""
 
     conn: sqlite3.Connection
+    _cache: dict[bytes, int]
+    overlay: dict[bytes, int | None]
 
     def _next_seq(self, key: bytes, session_id: SessionId) -> int:
         raise NotImplementedError
+
+    def _last_n(self, key: bytes) -> int:
+        """The session's highest inbox ``n`` (0 for none), cached like next seqs."""
+        nkey = _N + key
+        last = self.overlay.get(nkey, self._cache.get(nkey))
+        if last is None:
+            found = self.conn.execute("SELECT max(n) FROM inbox WHERE session = ?", (key,))
+            last = found.fetchone()[0] or 0
+        return last
 
     def fence(self, session_id: SessionId, token: LeaseToken | None) -> None:
         """``LEASE_LOST`` unless the session's lease is exactly ``token``."""
@@ -60,19 +77,18 @@ class QueueTxn:
         self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
         self.fence(session_id, token)
         conn = self.conn
-        last = conn.execute("SELECT max(n) FROM inbox WHERE session = ?", (key,)).fetchone()[0]
-        n = last or 0
+        n = self._last_n(key)
         out: list[Accepted] = []
         for mid, body in messages:
+            if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
+                n += 1
+                out.append(Accepted(n, False))
+                continue
             known = conn.execute(
                 "SELECT n FROM inbox WHERE session = ? AND message_id = ?", (key, mid)
             ).fetchone()
-            if known is not None:
-                out.append(Accepted(int(known[0]), True))
-                continue
-            n += 1
-            conn.execute(_INSERT_ENTRY, (key, n, mid, body, epoch, at))
-            out.append(Accepted(n, False))
+            out.append(Accepted(int(known[0]), True))
+        self.overlay[_N + key] = n
         return out
 
     def complete(

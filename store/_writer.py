@@ -183,6 +183,7 @@ class Txn(QueueTxn):
         ):
             self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
         self.overlay[key] = None
+        self.overlay[b"n" + key] = None  # the inbox's last n (see _queue_txn)
 
     def raise_depth(self, session_id: SessionId, depth: int) -> SessionHeader:
         key = session_id.to_bytes()
