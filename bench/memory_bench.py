@@ -43,7 +43,9 @@ if kind == "raw":
     print(json.dumps({"per": (after - before) / n, "rss": after}))
     sys.exit(0)
 from subagents.actors import ContinuableStartSpec, Runtime
-with Runtime(db, backend=backend, keep_warm=float("inf")) as rt:
+# Relaxed: the starts are accepted write-behind. The resident footprint (leases
+# included) is the same under strict durability; the build is 100,000 fsyncs faster.
+with Runtime(db, backend=backend, keep_warm=float("inf"), durability="relaxed") as rt:
     root = rt.spawn("echo", label="root")
     spec = lambda i: ContinuableStartSpec(parent=root, provider="local", prompt="p", label=f"c{i}")
     for i in range(50):

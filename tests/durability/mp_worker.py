@@ -4,10 +4,15 @@ Usage::
 
     python mp_worker.py send DB SESSION NAME COUNT TOTAL MARKS BACKEND TTL
     python mp_worker.py hold DB SESSION - - - MARKS BACKEND TTL
+    python mp_worker.py accept DB SESSION - COUNT - MARKS BACKEND TTL
 
 ``send``: sends COUNT messages ``NAME-i`` to SESSION with ``agents.send``,
 printing each id it was given, then waits until the session's log has TOTAL
 completed turns (whichever process runs them) and closes.
+
+``accept``: resumes SESSION, whose first turn (``first``) then never ends, and
+follows it up with ``m0`` .. ``m{COUNT-1}`` (accepted, queued behind it); prints
+``ready`` and waits to be killed.
 
 ``hold``: resumes SESSION (taking its lease), prints ``held``, and waits for its
 agent to be disposed -- which happens when another process took the lease over
@@ -70,6 +75,15 @@ def main(argv: list[str]) -> int:
                     print("timeout", flush=True)
                     return 3
                 rt.backend.sleep(0.05)  # polling a store other processes write
+        elif mode == "accept":
+            stuck = lambda _o: lambda turn: turn.signal.wait(3600)  # noqa: E731
+            rt.models.register("mark", stuck, replace=True)
+            agent = rt.agents.resume(sid)
+            agent.followup("first")
+            for i in range(int(count)):
+                agent.followup(f"m{i}")
+            print("ready", flush=True)
+            agent.wait_disposed(3600)  # killed before
         else:
             agent = rt.agents.resume(sid)
             print("held", flush=True)
