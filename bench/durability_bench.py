@@ -2,12 +2,13 @@
 
 * durable acceptance -- 1, 16 and 100 producer threads calling ``followup`` on
   one agent of a strict SQLite runtime (each call returns after its message is
-  fsynced; concurrent calls share a commit), against raw ``sqlite3`` committing
-  one row per transaction (1 producer) and the ideal group commit of as many rows
-  per transaction as there are producers. The target rows accept into an agent
-  busy in a turn (the acceptance path alone: every message queued); the
-  ``turns running`` rows accept while the agent runs each message as it comes,
-  its turns' writes sharing the store with the producers;
+  fsynced; concurrent calls share a commit), against raw ``sqlite3`` writing the
+  same rows into the same table (the store's inbox, its indexes included): one
+  row per commit (1 producer), or the ideal group commit of as many rows per
+  commit as there are producers (one thread, no coordination). The target rows
+  accept into an agent busy in a turn (the acceptance path alone: every message
+  queued); the ``turns running`` rows accept while the agent runs each message
+  as it comes, its turns' writes sharing the store with the producers;
 * a follow-up across processes -- this process ``send``s to a session another
   process holds; the holder's doorbell wakes it, it runs the turn and answers on
   a datagram socket: the round trip's p50, beside the same round trip in one
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from subagents.actors import Runtime
+from subagents.protocol import encode_event, new_message_id, new_session_id, trusted_message
+from subagents.store import SqliteStore
 
 from bench._harness import Context, Row, compare, group, run_threads, settle
 
@@ -90,26 +93,34 @@ def _sink(_options: Any) -> Any:
 
 
 def _raw(path: Path, n: int, batch: int) -> float:
-    """Raw sqlite3, WAL, synchronous=FULL: ``batch`` rows per commit (rows/s)."""
+    """Raw sqlite3 writing the same rows into the same table: the store's inbox
+    (its schema, its indexes -- the dedup index among them), WAL,
+    synchronous=FULL, ``batch`` rows per commit (rows/s)."""
+    SqliteStore(path).close()  # the schema, and nothing else
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.execute("pragma journal_mode=wal")
         conn.execute("pragma synchronous=FULL")
-        conn.execute(
-            "create table inbox(session blob, n integer, body blob, primary key(session, n))"
-        )
-        body = PAYLOAD.encode() * 2
+        body = encode_event(trusted_message(new_message_id(), PAYLOAD, None))
+        key = new_session_id().to_bytes()
         start = time.perf_counter()
         for j in range(0, n, batch):
-            conn.execute("begin")
+            conn.execute("begin immediate")
             conn.executemany(
-                "insert into inbox values(?,?,?)",
-                ((b"s", i, body) for i in range(j, min(n, j + batch))),
+                _INSERT,
+                (
+                    (key, i + 1, new_message_id().to_bytes(), body, 1, 0.0)
+                    for i in range(j, min(n, j + batch))
+                ),
             )
             conn.execute("commit")
         return n / (time.perf_counter() - start)
     finally:
         conn.close()
+
+
+_INSERT = (
+    "INSERT INTO inbox (session, n, message_id, body, epoch, accepted_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 def _accept(path: Path, producers: int, per: int, *, running: bool) -> float:
@@ -251,7 +262,7 @@ def _row(workload: str, value: float, unit: str, **kw: Any) -> Row:
 def durability_group(ctx: Context) -> list[Row]:
     rows: list[Row] = []
     per_commit = Row(
-        workload="raw sqlite3 commit per message",
+        workload="raw sqlite3 inbox row, commit per message",
         backend="-",
         store="raw sqlite3",
         value=_raw(ctx.tmpdir / "raw1.db", ctx.size(600, 30), 1),
@@ -261,7 +272,7 @@ def durability_group(ctx: Context) -> list[Row]:
     for producers, per, target in ((1, 600, 0.8), (16, 150, 0.3), (100, 30, None)):
         label = f"{producers} producer{'s' if producers > 1 else ''}"
         raw = Row(
-            workload=f"raw sqlite3 group commit x{producers}",
+            workload=f"raw sqlite3 inbox rows, group commit x{producers}",
             backend="-",
             store="raw sqlite3",
             value=_raw(ctx.tmpdir / f"raw-group{producers}.db", ctx.size(6000, 200), producers),

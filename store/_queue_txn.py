@@ -16,7 +16,7 @@ from subagents.protocol import SessionId
 
 from ._durable import Accepted, Lease, LeaseToken, Release, lease_held, lease_lost
 
-__all__ = ["QueueTxn"]
+__all__ = ["AcceptOp", "QueueTxn"]
 
 _LEASE: Final = "SELECT holder, epoch, expires, wake FROM leases WHERE session = ?"
 _UPSERT_LEASE: Final = (
@@ -36,10 +36,46 @@ _N: Final = b"n"
 Message = tuple[bytes, bytes]
 
 
+class AcceptOp:
+    """A queued acceptance: ``txn.accept_messages`` of one caller's messages.
+
+    A plain object rather than a closure, so a transaction can take a run of
+    acceptances for one session and lease in one statement (:meth:`QueueTxn.accept_many`).
+    """
+
+    __slots__ = ("at", "epoch", "rows", "session_id", "token")
+
+    def __init__(
+        self,
+        session_id: SessionId,
+        rows: Sequence[Message],
+        epoch: int | None,
+        at: float,
+        token: LeaseToken | None,
+    ) -> None:
+        self.session_id = session_id
+        self.rows = rows
+        self.epoch = epoch
+        self.at = at
+        self.token = token
+
+    def __call__(self, txn: QueueTxn) -> list[Accepted]:
+        return txn.accept_messages(self.session_id, self.rows, self.epoch, self.at, self.token)
+
+    def joins(self, other: AcceptOp) -> bool:
+        """Whether ``other`` may be written in one statement with this one."""
+        return (
+            other.session_id == self.session_id
+            and other.epoch == self.epoch
+            and other.token == self.token
+        )
+
+
 class QueueTxn:
     """Inbox and lease operations; ``conn`` and ``_next_seq`` come from ``Txn``."""
 
     conn: sqlite3.Connection
+    _fenced: dict[bytes, LeaseToken]
     _cache: dict[bytes, int]
     overlay: dict[bytes, int | None]
 
@@ -56,14 +92,27 @@ class QueueTxn:
         return last
 
     def fence(self, session_id: SessionId, token: LeaseToken | None) -> None:
-        """``LEASE_LOST`` unless the session's lease is exactly ``token``."""
+        """``LEASE_LOST`` unless the session's lease is exactly ``token``.
+
+        Read once per session and token in a transaction (a batch of one holder's
+        acceptances checks its lease once): only this transaction can change the
+        row meanwhile, and every op that does forgets the check (:meth:`_moved`).
+        """
         if token is None:
             return
+        key = session_id.to_bytes()
+        if self._fenced.get(key) == token:
+            return
         row = self.conn.execute(
-            "SELECT holder, epoch FROM leases WHERE session = ?", (session_id.to_bytes(),)
+            "SELECT holder, epoch FROM leases WHERE session = ?", (key,)
         ).fetchone()
         if row is None or row[0] != token[0] or row[1] != token[1]:
             raise lease_lost(session_id, token)
+        self._fenced[key] = token
+
+    def _moved(self, key: bytes) -> None:
+        """The session's lease row changed in this transaction: fence it again."""
+        self._fenced.pop(key, None)
 
     def accept_messages(
         self,
@@ -89,6 +138,52 @@ class QueueTxn:
             ).fetchone()
             out.append(Accepted(int(known[0]), True))
         self.overlay[_N + key] = n
+        return out
+
+    def accept_many(self, ops: Sequence[AcceptOp]) -> list[list[Accepted]]:
+        """Several acceptances for one session, epoch and lease (``AcceptOp.joins``)
+        in one insert: each op's result as ``accept_messages`` would give it."""
+        first = ops[0]
+        session_id = first.session_id
+        key = session_id.to_bytes()
+        self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
+        self.fence(session_id, first.token)
+        last = self._last_n(key)
+        epoch = first.epoch
+        params: list[tuple[object, ...]] = []
+        for op in ops:
+            at = op.at
+            for mid, body in op.rows:
+                params.append((key, last + len(params) + 1, mid, body, epoch, at))
+        inserted = self.conn.executemany(_INSERT_ENTRY, params).rowcount
+        out: list[list[Accepted]] = []
+        if inserted == len(params):
+            n = last
+            for op in ops:
+                out.append([Accepted(n + i + 1, False) for i in range(len(op.rows))])
+                n += len(op.rows)
+            self.overlay[_N + key] = n
+            return out
+        # Some ids were accepted before (or twice in this batch): ask the table.
+        taken = dict(
+            self.conn.execute(
+                "SELECT message_id, n FROM inbox WHERE session = ? AND n > ?", (key, last)
+            ).fetchall()
+        )
+        i = 0
+        for op in ops:
+            results = []
+            for mid, _body in op.rows:
+                i += 1
+                if taken.get(mid) == last + i:
+                    results.append(Accepted(last + i, False))
+                    continue
+                known = self.conn.execute(
+                    "SELECT n FROM inbox WHERE session = ? AND message_id = ?", (key, mid)
+                ).fetchone()
+                results.append(Accepted(int(known[0]), True))
+            out.append(results)
+        self.overlay[_N + key] = last + len(params)
         return out
 
     def complete(
@@ -151,7 +246,9 @@ class QueueTxn:
         self, session_id: SessionId, holder: str, expires: float, wake: str | None
     ) -> None:
         """The first lease of a session being created (epoch 1)."""
-        self.conn.execute(_UPSERT_LEASE, (session_id.to_bytes(), holder, 1, expires, wake))
+        key = session_id.to_bytes()
+        self._moved(key)
+        self.conn.execute(_UPSERT_LEASE, (key, holder, 1, expires, wake))
 
     def acquire(
         self,
@@ -176,6 +273,7 @@ class QueueTxn:
             ):
                 raise lease_held(Lease(session_id, current, epoch, until, their_wake))
         lease = Lease(session_id, holder, epoch + 1, expires, wake)
+        self._moved(key)
         self.conn.execute(_UPSERT_LEASE, (key, holder, lease.epoch, expires, wake))
         return lease
 
@@ -189,6 +287,7 @@ class QueueTxn:
         self, session_id: SessionId, token: LeaseToken, unrun: Sequence[bytes] = ()
     ) -> Release:
         key = session_id.to_bytes()
+        self._moved(key)
         cursor = self.conn.execute(
             "UPDATE leases SET holder = NULL, expires = 0, wake = NULL"
             " WHERE session = ? AND holder = ? AND epoch = ?",

@@ -25,7 +25,7 @@ from subagents.protocol import (
 
 from ._base import not_found
 from ._durable import Accepted, DurableQueues, InboxEntry, Lease, LeaseToken, Release
-from ._queue_txn import Message
+from ._queue_txn import AcceptOp, Message
 from ._validate import (
     check_message_ids,
     check_messages,
@@ -76,9 +76,7 @@ class SqliteQueues(DurableQueues):
             if not self.exists(sid):
                 raise not_found(sid)
             return []
-        out: list[Accepted] = self._committer.submit(
-            lambda txn: txn.accept_messages(sid, rows, epoch, at, token)
-        )
+        out: list[Accepted] = self._committer.submit(AcceptOp(sid, rows, epoch, at, token))
         return out
 
     def pending(self, session_id: SessionId | str) -> list[InboxEntry]:

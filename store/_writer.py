@@ -43,7 +43,7 @@ from subagents.protocol import (
 from ._base import not_found, session_exists
 from ._durable import LeaseToken, NewLease
 from ._group import WriteRequest
-from ._queue_txn import Message, QueueTxn
+from ._queue_txn import AcceptOp, Message, QueueTxn
 from ._validate import invalid
 
 __all__ = ["NEXT_SEQ", "Txn", "Writer", "decode_header_row", "storage_error"]
@@ -100,13 +100,14 @@ class Txn(QueueTxn):
     no longer exists); it reaches the shared cache only after ``COMMIT``.
     """
 
-    __slots__ = ("_cache", "conn", "events", "overlay")
+    __slots__ = ("_cache", "_fenced", "conn", "events", "overlay")
 
     def __init__(self, conn: sqlite3.Connection, cache: dict[bytes, int]) -> None:
         self.conn = conn
         self._cache = cache
         self.overlay: dict[bytes, int | None] = {}
         self.events = 0
+        self._fenced: dict[bytes, LeaseToken] = {}  # lease checks made (see QueueTxn.fence)
 
     def _next_seq(self, key: bytes, session_id: SessionId) -> int:
         if key in self.overlay:
@@ -184,6 +185,7 @@ class Txn(QueueTxn):
             self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
         self.overlay[key] = None
         self.overlay[b"n" + key] = None  # the inbox's last n (see _queue_txn)
+        self._moved(key)
 
     def raise_depth(self, session_id: SessionId, depth: int) -> SessionHeader:
         key = session_id.to_bytes()
@@ -280,11 +282,28 @@ class Writer:
             if data_version != self._data_version:
                 self._cache.clear()  # someone else committed since our last transaction
                 self._data_version = data_version
-            for request in batch:
+            i = 0
+            while i < len(batch):
+                op = batch[i].op
+                j = i + 1
+                run: list[AcceptOp] = []
+                if isinstance(op, AcceptOp):
+                    # Acceptances for one session and lease, queued together: one insert.
+                    run.append(op)
+                    while j < len(batch):
+                        following = batch[j].op
+                        if not (isinstance(following, AcceptOp) and op.joins(following)):
+                            break
+                        run.append(following)
+                        j += 1
                 try:
-                    outcomes.append((request.op(txn), None))
+                    if len(run) > 1:
+                        outcomes.extend((result, None) for result in txn.accept_many(run))
+                    else:
+                        outcomes.append((op(txn), None))
                 except SubagentError as exc:  # a check failed; nothing was written
-                    outcomes.append((None, exc))
+                    outcomes.extend((None, exc) for _ in range(j - i))
+                i = j
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

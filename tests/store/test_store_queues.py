@@ -11,7 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import threading
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import MakeEvents, MakeHeader
@@ -19,13 +21,14 @@ from subagents.protocol import (
     CorruptRecordError,
     ErrorCode,
     MessageEvent,
+    MessageId,
     ReportEvent,
     SubagentError,
     TurnStart,
     new_message_id,
     new_session_id,
 )
-from subagents.store import Lease, LogRecord, SessionStore, SqliteStore
+from subagents.store import Accepted, Lease, LogRecord, SessionStore, SqliteStore
 
 NOW = 1_000.0
 
@@ -419,3 +422,88 @@ def test_deleting_a_session_deletes_its_inbox_and_lease(
 
 def _at() -> dt.datetime:
     return dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def test_concurrent_acceptances_with_shared_ids_accept_each_id_once(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Issue 13 points 1 and 3: acceptances that share a commit (the SQLite store
+    writes a run of them for one session in one insert) still accept every id
+    once -- a repeat, in the same batch or after it, is a duplicate naming the
+    original's ``n`` -- and the inbox holds each id once, in ``n`` order. Many
+    rounds of 8 racing threads."""
+    for _ in range(20):
+        h = make_header()
+        store.create_session(h)
+        pool = make_events(12)
+        store.accept(h.id, pool[:2])  # accepted before the race
+        results = _race_acceptances(store, h.id, pool)
+        pending = store.pending(h.id)
+        by_id = {e.message_id: e.n for e in pending}
+        assert len(by_id) == len(pending)
+        assert [e.n for e in pending] == sorted(e.n for e in pending)
+        fresh = Counter(mid for mid, a in results if not a.duplicate)
+        assert all(count == 1 for count in fresh.values())
+        for mid, accepted in results:
+            assert by_id[mid] == accepted.n
+        assert set(by_id) == {pool[i].message_id for i in range(2)} | {m for m, _ in results}
+
+
+def _race_acceptances(
+    store: SessionStore, sid: Any, pool: list[MessageEvent]
+) -> list[tuple[MessageId, Any]]:
+    """8 threads released together, each accepting 4 of ``pool`` (overlapping)."""
+    results: list[tuple[MessageId, Any]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def worker(k: int) -> None:
+        mine = [pool[(k + i) % len(pool)] for i in range(0, 12, 3)]
+        barrier.wait()
+        for event in mine:
+            (accepted,) = store.accept(sid, [event])
+            with lock:
+                results.append((event.message_id, accepted))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_a_run_of_acceptances_in_one_insert_reports_each_like_alone(
+    sqlite_store: SqliteStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """The SQLite store's merged insert (a run of acceptances for one session and
+    lease in one batch): fresh ids numbered in order, an id accepted before or
+    earlier in the same run a duplicate with the original's ``n``; a run whose
+    lease is stale fails as a whole, writing nothing."""
+    from subagents.store._queue_txn import AcceptOp
+    from subagents.store._sqlite_queues import encode_messages
+
+    h = make_header()
+    sqlite_store.create_session(h)
+    lease = sqlite_store.acquire_lease(h.id, "me", now=NOW, expires=NOW + 10)
+    a, b, c, d = make_events(4)
+    (first,) = sqlite_store.accept(h.id, [a], lease=lease.token())
+    ops = [
+        AcceptOp(h.id, encode_messages(events), None, NOW, lease.token())
+        for events in ([b, c], [a], [c, d])
+    ]
+    requests = sqlite_store._committer.submit_many(ops)  # one batch, one insert
+    assert [r.outcome() for r in requests] == [
+        [Accepted(first.n + 1, False), Accepted(first.n + 2, False)],
+        [Accepted(first.n, True)],
+        [Accepted(first.n + 2, True), Accepted(first.n + 5, False)],
+    ]
+    assert [e.message_id for e in sqlite_store.pending(h.id)] == [
+        e.message_id for e in (a, b, c, d)
+    ]
+    stale = [AcceptOp(h.id, encode_messages([e]), None, NOW, ("me", 99)) for e in make_events(2)]
+    for request in sqlite_store._committer.submit_many(stale):
+        with pytest.raises(SubagentError) as err:
+            request.outcome()
+        assert err.value.code == ErrorCode.LEASE_LOST
+    assert len(sqlite_store.pending(h.id)) == 4
