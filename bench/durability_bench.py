@@ -37,7 +37,7 @@ from subagents.actors import Runtime
 from subagents.protocol import encode_event, new_message_id, new_session_id, trusted_message
 from subagents.store import SqliteStore
 
-from bench._harness import Context, Row, compare, group, run_threads, settle
+from bench._harness import Context, Row, best_of_each, compare, group, run_threads, settle
 
 PAYLOAD = "x" * 130
 
@@ -261,32 +261,34 @@ def _row(workload: str, value: float, unit: str, **kw: Any) -> Row:
 @group("durability")
 def durability_group(ctx: Context) -> list[Row]:
     rows: list[Row] = []
-    per_commit = Row(
-        workload="raw sqlite3 inbox row, commit per message",
-        backend="-",
-        store="raw sqlite3",
-        value=_raw(ctx.tmpdir / "raw1.db", ctx.size(600, 30), 1),
-        unit="msg/s",
-    )
-    rows.append(per_commit)
     for producers, per, target in ((1, 600, 0.8), (16, 150, 0.3), (100, 30, None)):
         label = f"{producers} producer{'s' if producers > 1 else ''}"
-        raw = Row(
-            workload=f"raw sqlite3 inbox rows, group commit x{producers}",
-            backend="-",
-            store="raw sqlite3",
-            value=_raw(ctx.tmpdir / f"raw-group{producers}.db", ctx.size(6000, 200), producers),
-            unit="msg/s",
-        )
-        base = per_commit if producers == 1 else raw
-        if producers > 1:
-            rows.append(raw)
         size = ctx.size(per, 5)
-        queued = _accept(ctx.tmpdir / f"accept{producers}.db", producers, size, running=False)
+        rows_n = ctx.size(600, 30) if producers == 1 else ctx.size(6000, 200)
+        # The raw rows and ours in turn, best of three each: a slow spell of the
+        # machine lands on both sides of the ratio.
+        rounds = iter(range(1_000_000))
+        raw_value, queued, running = best_of_each(
+            1 if ctx.quick else 3,
+            lambda: _raw(ctx.tmpdir / f"raw{producers}-{next(rounds)}.db", rows_n, producers),
+            lambda: _accept(
+                ctx.tmpdir / f"accept{producers}-{next(rounds)}.db", producers, size, running=False
+            ),
+            lambda: _accept(
+                ctx.tmpdir / f"run{producers}-{next(rounds)}.db", producers, size, running=True
+            ),
+        )
+        if producers == 1:
+            workload = "raw sqlite3 inbox row, commit per message"
+        else:
+            workload = f"raw sqlite3 inbox rows, group commit x{producers}"
+        base = Row(
+            workload=workload, backend="-", store="raw sqlite3", value=raw_value, unit="msg/s"
+        )
+        rows.append(base)
         rows.append(
             compare(_row(f"durable acceptance, {label}", queued, "msg/s"), base, target=target)
         )
-        running = _accept(ctx.tmpdir / f"run{producers}.db", producers, size, running=True)
         rows.append(
             compare(_row(f"durable acceptance, {label}, turns running", running, "msg/s"), base)
         )

