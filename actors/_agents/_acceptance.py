@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from subagents.protocol import Event, MessageId, SessionId
+from subagents.protocol import Event, MessageId, SessionId, SubagentError
 from subagents.store import Accepted, InboxEntry, SessionStore
 
 from ._live import LiveSession
@@ -37,6 +37,7 @@ class Acceptance:
 
     persistence: SessionStore | None
     strict: bool
+    leases: Any  # ._leases.Leases | None
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -116,6 +117,22 @@ class Acceptance:
         store = self.persistence
         assert store is not None
         self._call(store.give_back, session_id, message_ids, epoch)
+
+    def wake_address(self, session_id: SessionId) -> str | None:
+        """The doorbell of the runtime holding ``session_id``'s lease when that is
+        another runtime; None when nobody else does (or the store cannot say)."""
+        store = self.persistence
+        leases = self.leases
+        if store is None or leases is None:
+            return None
+        try:
+            lease = store.get_lease(session_id)
+        except SubagentError:
+            return None
+        if lease is None or lease.holder in (None, leases.holder.id):
+            return None
+        wake: str | None = lease.wake
+        return wake
 
     def claim(self, scope: SessionId, message_id: MessageId) -> bool:
         """Relaxed deduplication: True for the first claim of ``(scope, id)`` this

@@ -128,16 +128,7 @@ def kept(
 
 def wake_parent_holder(sessions: SessionService, parent_id: SessionId, child_id: SessionId) -> None:
     """Ring the doorbell of the process holding ``parent_id`` about ``child_id``."""
-    store = sessions.persistence
-    leases = sessions.leases
-    if store is None or leases is None:
-        return
-    try:
-        lease = store.get_lease(parent_id)
-    except SubagentError:
-        return
-    if lease is not None and lease.holder is not None and lease.holder != leases.holder.id:
-        ring(lease.wake, child_id.to_bytes())
+    ring(sessions.wake_address(parent_id), child_id.to_bytes())
 
 
 def _retract(

@@ -49,16 +49,8 @@ def keep_report(sessions: SessionService, parent_id: SessionId, event: ReportEve
     else this runtime's own mail pickup, which activates the parent for a waking
     report (a quiet one waits for the parent's next turn, wherever it runs)."""
     sessions.accept(parent_id, (event,))
-    store = sessions.persistence
-    leases = sessions.leases
-    if store is None or leases is None:
-        return
-    try:
-        lease = store.get_lease(parent_id)
-    except SubagentError:
-        return  # the sweep of whoever holds it finds it
-    theirs = lease is not None and lease.holder not in (None, leases.holder.id)
-    ring(lease.wake if theirs and lease is not None else leases.wake, parent_id.to_bytes())
+    if sessions.leases is not None:
+        ring(sessions.wake_address(parent_id) or sessions.leases.wake, parent_id.to_bytes())
 
 
 def report_receipt(

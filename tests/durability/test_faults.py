@@ -124,20 +124,7 @@ def test_an_io_error_refuses_the_message_and_what_waits_still_runs(
     """Issue 13 point 8: an I/O error at commit is ``PERSISTENCE_UNAVAILABLE``; the
     messages accepted before it -- one running, one queued behind it -- run."""
     rt, store, noted = setup
-    gate = Gate("first turn")
-    note = rt.models.require("note")
-
-    def gated(options: Any) -> Any:
-        inner = note(options)
-
-        def on_turn(turn: Any) -> Any:
-            if turn.content == "first":
-                gate.pass_through(turn.signal)
-            return inner(turn)
-
-        return on_turn
-
-    rt.models.register("gated", gated)
+    gate = _register_gated(rt)
     agent = rt.spawn("gated")
     agent.followup("first")
     agent.followup("second")
@@ -168,22 +155,10 @@ def test_a_failed_write_behind_stops_the_agent_and_the_next_activation_replays(
     lease goes back, and the next activation runs what was accepted and not done
     -- flagged ``redelivered``; nothing is lost."""
     noted = Noted()
-    gate = Gate("first turn")
     store = SqliteStore(db)
     with Runtime(store, backend=backend) as rt:
         noted.register(rt, "one")
-        note = rt.models.require("note")
-
-        def gated(options: Any) -> Any:
-            inner = note(options)
-
-            def on_turn(turn: Any) -> Any:
-                gate.pass_through(turn.signal)
-                return inner(turn)
-
-            return on_turn
-
-        rt.models.register("gated", gated)
+        gate = _register_gated(rt)
         agent = rt.spawn("gated")
         agent.followup("first")
         agent.followup("second")
@@ -213,6 +188,26 @@ def test_a_failed_write_behind_stops_the_agent_and_the_next_activation_replays(
         ("two", "second", True),
     ]
     assert _pending_of(db, sid) == []
+
+
+def _register_gated(rt: Runtime) -> Gate:
+    """The ``gated`` model: the ``note`` model, whose turn of ``"first"`` waits at the
+    returned gate."""
+    gate = Gate("first turn")
+    note = rt.models.require("note")
+
+    def gated(options: Any) -> Any:
+        inner = note(options)
+
+        def on_turn(turn: Any) -> Any:
+            if turn.content == "first":
+                gate.pass_through(turn.signal)
+            return inner(turn)
+
+        return on_turn
+
+    rt.models.register("gated", gated, replace=True)
+    return gate
 
 
 def _lease_holder(db: Path, sid: Any) -> Any:
