@@ -19,6 +19,17 @@ MODULES = [
 ]
 
 
+def _stable(value: object) -> str:
+    """A constant's repr that is the same on every run (set order and function
+    addresses are not): sets sorted, functions by name."""
+    if isinstance(value, (set, frozenset)):
+        inner = ", ".join(sorted(repr(v) for v in value))
+        return f"{type(value).__name__}({{{inner}}})"
+    if isinstance(value, tuple) and value and all(callable(v) for v in value):
+        return "(" + ", ".join(getattr(v, "__name__", repr(v)) for v in value) + ")"
+    return repr(value)
+
+
 def _summary(obj: object) -> str:
     doc = inspect.getdoc(obj) or ""
     paragraphs = [p.strip() for p in doc.split("\n\n") if p.strip()]
@@ -50,7 +61,7 @@ def render() -> str:
             sig = _signature(obj) if kind == "function" else ""
             out.append(f"### `{public}{sig}`" if sig else f"### `{public}`")
             out.append("")
-            summary = _summary(obj) if kind != "value" else f"Constant: `{obj!r}`"[:300]
+            summary = _summary(obj) if kind != "value" else f"Constant: `{_stable(obj)}`"[:300]
             out.append(f"*{kind}*. {summary}".rstrip())
             out.append("")
             if inspect.isclass(obj):
