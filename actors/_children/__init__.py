@@ -12,7 +12,7 @@ from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._providers import ForkProvider, LocalProvider
-from ._receipts import ReportReceipt
+from ._reports import ReportReceipt
 from ._service import SubagentService
 from ._setup import ContinuableScope, SetupRegistration
 from ._types import (

@@ -45,7 +45,6 @@ from subagents.protocol import (
     InterruptEvent,
     MessageId,
     MessageSource,
-    ReportEvent,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -56,7 +55,6 @@ from subagents.protocol import (
     trusted_message,
 )
 from subagents.supervision import (
-    MAY_REPORT,
     VISIBLE,
     Activation,
     Phase,
@@ -70,17 +68,14 @@ from ._child import ChildContext, child_options
 from ._events import EventBus
 from ._intake import (
     DONE,
-    accept_report,
     accept_resident,
-    give_back_report,
     kept,
-    retract_report,
     start_child_id,
     wake_parent_holder,
 )
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._provider_registry import ProviderRegistry
-from ._receipts import ReportReceipt, keep_report, report_receipt
+from ._reports import ReportReceipt, report_from, report_receipt
 from ._requests import (
     Cutoff,
     Delivery,
@@ -428,61 +423,18 @@ class ContinuationManager:
         signal: Any = None,
         message_id: Any = None,
     ) -> MessageId:
-        if not isinstance(child, Agent):
-            raise bad("child must be an Agent")
-        if delivery not in ("quiet", "waking"):
-            raise bad("delivery is 'quiet' or 'waking'")
-        if signal is not None and not isinstance(signal, AbortSignal):
-            raise bad("signal must be an AbortSignal")
-        packb(content)
-        (signal or _NEVER).raise_if_aborted()
         agents = self._require_agents()
-        act = self._index.get(child.session_id)
-        if (
-            act is None
-            or act.agent is not child
-            or act.phase not in MAY_REPORT
-            or not agents.is_live(child)
-        ):
-            raise _err(ErrorCode.UNAUTHORIZED, "only an exact live continuable child may report")
-        parent = agents.get(act.parent_session)
-        source = MessageSource(kind="child", session_id=child.session_id)
-        mid = new_message_id() if message_id is None else MessageId(message_id)
-        sessions = self._ctx.sessions
-        if parent is None or not agents.is_live(parent):
-            if not sessions.strict:
-                raise _err(ErrorCode.UNAUTHORIZED, "the direct parent is not live")
-            # Kept in the parent's inbox: delivered when the parent is next live.
-            event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
-            keep_report(sessions, act.parent_session, event)
-            return mid
-        if sessions.strict:
-            event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
-            if not accept_report(sessions, parent, event):
-                return mid
-        elif message_id is not None and not sessions.claim(parent.session_id, mid):
-            return mid
-        try:
-            if delivery == "quiet":
-                parent.inject_quiet(content, source, mid)
-            else:
-                parent.deliver(content, source, kind="report", message_id=mid)
-        except BaseException as exc:
-            leaving = isinstance(exc, SubagentError) and exc.code == ErrorCode.AGENT_DISPOSED
-            if sessions.strict and leaving:
-                # Kept: untaken again, it is delivered when the parent is next live.
-                give_back_report(sessions, parent, mid)
-                return mid
-            if sessions.strict:
-                retract_report(sessions, parent, mid)
-            elif message_id is not None:
-                sessions.unclaim(parent.session_id, mid)
-            if leaving:
-                raise _err(
-                    ErrorCode.UNAUTHORIZED, "the direct parent is leaving residency"
-                ) from None
-            raise
-        return mid
+        return report_from(
+            self._ctx.sessions,
+            self._index,
+            agents.get,
+            agents.is_live,
+            child,
+            content,
+            delivery=delivery,
+            signal=signal,
+            message_id=message_id,
+        )
 
     def report_receipt(self, child: Any, message_id: Any) -> ReportReceipt:
         cid = child.session_id if isinstance(child, Agent) else SessionId(child)

@@ -1,6 +1,6 @@
 """Accepted means committed, for the continuation's messages.
 
-Under strict durability a follow-up, a report and a continuable child's prompt
+Under strict durability a follow-up and a continuable child's prompt
 are in the target's durable inbox before the call that accepted them returns
 (see :mod:`subagents.actors._agents._acceptance`). The continuation manager
 commits first and delivers second; this module holds the steps around that:
@@ -32,7 +32,6 @@ from subagents.actors._kernel import ring
 from subagents.protocol import (
     ErrorCode,
     MessageId,
-    ReportEvent,
     SessionId,
     SubagentError,
     trusted_message,
@@ -44,11 +43,8 @@ __all__ = [
     "DONE",
     "LEFT",
     "ROUTE",
-    "accept_report",
     "accept_resident",
-    "give_back_report",
     "kept",
-    "retract_report",
     "start_child_id",
     "wake_parent_holder",
 ]
@@ -101,13 +97,6 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     return ROUTE
 
 
-def accept_report(sessions: SessionService, parent: Agent, event: ReportEvent) -> bool:
-    """Commit a report taken by the live ``parent``'s activation; False for a
-    duplicate (accepted before: deliver nothing)."""
-    (accepted,) = sessions.accept(parent.session_id, (event,), parent.session)
-    return not accepted.duplicate
-
-
 def kept(
     sessions: SessionService, target: SessionId, message_id: MessageId, error: BaseException
 ) -> bool:
@@ -138,20 +127,3 @@ def _retract(
         sessions.retract(target, message_id, agent.session)
     except SubagentError:
         logger.warning("could not retract %s from %s", message_id, target, exc_info=True)
-
-
-def give_back_report(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
-    """A committed report its parent could not take (it is leaving residency): back to
-    nobody, for the parent's next activation."""
-    token = parent.session.token
-    if token is None:
-        return
-    try:
-        sessions.give_back(parent.session_id, [message_id], token[1])
-    except SubagentError:
-        logger.warning("could not keep %s for %s", message_id, parent.session_id, exc_info=True)
-
-
-def retract_report(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
-    """Take back a committed report its live parent refused."""
-    _retract(sessions, parent.session_id, message_id, parent)

@@ -34,7 +34,7 @@ from subagents.protocol import (
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
-from ._receipts import ReportReceipt
+from ._reports import ReportReceipt
 from ._setup import SetupRegistration
 from ._types import (
     AncestorAuthority,

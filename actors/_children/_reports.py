@@ -1,0 +1,198 @@
+"""Reports from a continuable child to its parent: delivery, durability, receipts.
+
+``report_from`` checks that the caller is the exact live continuable child (the
+registry publishes its Activation and phase) and delivers to the direct parent:
+a quiet report becomes context of the parent's next turn, a waking one a turn of
+its own.
+
+Under strict durability (L-9) a report is committed to the parent's durable inbox
+first. When the parent is live it is delivered at once; when it is not -- it is
+leaving residency, or lives in no process right now -- it stays there and is
+delivered when the parent is next live (its resume replays it), exactly once.
+Relaxed, the parent must be live (``UNAUTHORIZED``).
+
+A receipt (L-10) is read from the parent's log and inbox: a report is
+*delivered* once a parent turn consumed it -- the turn whose ``turn/start`` its
+``report`` event follows in the parent's log -- and no longer waits in the inbox;
+*pending* while it waits; *unknown* when the parent never accepted it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from subagents.actors._agents import Agent, SessionService
+from subagents.actors._kernel import AbortSignal, ring
+from subagents.protocol import (
+    ErrorCode,
+    MessageId,
+    MessageSource,
+    ReportEvent,
+    SessionId,
+    SubagentError,
+    TurnStart,
+    new_message_id,
+    packb,
+)
+from subagents.supervision import MAY_REPORT, Activation
+
+from ._validate import bad
+
+__all__ = ["ReportReceipt", "report_from", "report_receipt"]
+
+logger = logging.getLogger("subagents")
+
+_NEVER = AbortSignal.never()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportReceipt:
+    """What became of one report: ``status`` is ``"delivered"`` (``turn`` is the
+    parent turn that consumed it), ``"pending"`` (accepted, waiting for the
+    parent) or ``"unknown"`` (the parent never accepted it)."""
+
+    message_id: MessageId
+    parent_session: SessionId
+    status: Literal["delivered", "pending", "unknown"]
+    turn: int | None = None
+
+
+def report_from(
+    sessions: SessionService,
+    index: Mapping[SessionId, Activation],
+    live: Callable[[SessionId], Agent | None],
+    is_live: Callable[[object], bool],
+    child: Any,
+    content: Any,
+    *,
+    delivery: str = "quiet",
+    signal: Any = None,
+    message_id: Any = None,
+) -> MessageId:
+    """Deliver a report from ``child`` (see the module docstring); its message id.
+
+    ``index`` is the registry's published Activation index; ``live`` and
+    ``is_live`` are the agent registry's ``get`` and exact-liveness check.
+    """
+    if not isinstance(child, Agent):
+        raise bad("child must be an Agent")
+    if delivery not in ("quiet", "waking"):
+        raise bad("delivery is 'quiet' or 'waking'")
+    if signal is not None and not isinstance(signal, AbortSignal):
+        raise bad("signal must be an AbortSignal")
+    packb(content)
+    (signal or _NEVER).raise_if_aborted()
+    act = index.get(child.session_id)
+    if act is None or act.agent is not child or act.phase not in MAY_REPORT or not is_live(child):
+        raise _unauthorized("only an exact live continuable child may report")
+    parent = live(act.parent_session)
+    source = MessageSource(kind="child", session_id=child.session_id)
+    mid = new_message_id() if message_id is None else MessageId(message_id)
+    event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
+    if parent is None or not is_live(parent):
+        if not sessions.strict:
+            raise _unauthorized("the direct parent is not live")
+        _keep(sessions, act.parent_session, event)
+        return mid
+    if sessions.strict:
+        (accepted,) = sessions.accept(parent.session_id, (event,), parent.session)
+        if accepted.duplicate:
+            return mid
+    elif message_id is not None and not sessions.claim(parent.session_id, mid):
+        return mid
+    try:
+        if delivery == "quiet":
+            parent.inject_quiet(content, source, mid)
+        else:
+            parent.deliver(content, source, kind="report", message_id=mid)
+    except BaseException as exc:
+        leaving = isinstance(exc, SubagentError) and exc.code == ErrorCode.AGENT_DISPOSED
+        if sessions.strict and leaving:
+            _give_back(sessions, parent, mid)  # kept, untaken again: the next activation's
+            return mid
+        if sessions.strict:
+            _retract(sessions, parent, mid)
+        elif message_id is not None:
+            sessions.unclaim(parent.session_id, mid)
+        if leaving:
+            raise _unauthorized("the direct parent is leaving residency") from None
+        raise
+    return mid
+
+
+def _unauthorized(message: str) -> SubagentError:
+    return SubagentError(message, code=ErrorCode.UNAUTHORIZED)
+
+
+def _give_back(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
+    token = parent.session.token
+    if token is None:
+        return
+    try:
+        sessions.give_back(parent.session_id, [message_id], token[1])
+    except SubagentError:
+        logger.warning("could not keep %s for %s", message_id, parent.session_id, exc_info=True)
+
+
+def _retract(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
+    """Take back a committed report its live parent refused."""
+    try:
+        sessions.retract(parent.session_id, message_id, parent.session)
+    except SubagentError:
+        logger.warning("could not retract %s from %s", message_id, parent.session_id, exc_info=True)
+
+
+def _keep(sessions: SessionService, parent_id: SessionId, event: ReportEvent) -> None:
+    """Commit a report for a parent that is not live here, taken by nobody, and ring:
+    the parent's holder if another process has it live (its pickup delivers it),
+    else this runtime's own mail pickup, which activates the parent for a waking
+    report (a quiet one waits for the parent's next turn, wherever it runs)."""
+    sessions.accept(parent_id, (event,))
+    if sessions.leases is not None:
+        ring(sessions.wake_address(parent_id) or sessions.leases.wake, parent_id.to_bytes())
+
+
+def report_receipt(
+    sessions: SessionService, child_id: SessionId, message_id: MessageId
+) -> ReportReceipt:
+    """The receipt of ``child_id``'s report ``message_id`` (see the module docstring).
+
+    Raises:
+        SubagentError: ``SESSION_NOT_FOUND``; ``UNAUTHORIZED`` when ``child_id``
+            is not a subagent (it has no parent to report to).
+    """
+    header = sessions.header(child_id)
+    if header is None:
+        raise SubagentError(f"no session {child_id}", code=ErrorCode.SESSION_NOT_FOUND)
+    parent = header.parent_session
+    if parent is None:
+        raise SubagentError(
+            f"session {child_id} has no parent to report to", code=ErrorCode.UNAUTHORIZED
+        )
+    if sessions.strict and sessions.live(parent) is not None:
+        sessions.flush(parent)  # a turn's end (and its "done") is written behind
+    turn: int | None = None
+    consumed = False
+    current: int | None = None
+    for record in sessions.read(parent):
+        event = record.event
+        if isinstance(event, TurnStart):
+            current = event.turn
+        elif (
+            isinstance(event, ReportEvent)
+            and event.message_id == message_id
+            and event.source is not None
+            and event.source.session_id == child_id
+        ):
+            consumed, turn = True, current
+    waiting = sessions.strict and any(e.message_id == message_id for e in sessions.pending(parent))
+    if waiting:
+        return ReportReceipt(message_id=message_id, parent_session=parent, status="pending")
+    if consumed:
+        return ReportReceipt(
+            message_id=message_id, parent_session=parent, status="delivered", turn=turn
+        )
+    return ReportReceipt(message_id=message_id, parent_session=parent, status="unknown")
