@@ -29,6 +29,7 @@ def test_tutorial_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) 
             rt.close()  # type: ignore[attr-defined]
     out = capsys.readouterr().out
     assert "hello, world" in out and "QUIET PLEASE" in out and "stop_reason='completed'" in out
+    assert "1 hello again, world" in out  # a restart: resumed by recorded model, sent once
 
 
 def test_readme_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
