@@ -25,6 +25,7 @@ from ._durable import (
     lease_lost,
 )
 from ._validate import (
+    check_acquire,
     check_message_ids,
     check_messages,
     check_seconds,
@@ -292,11 +293,7 @@ class MemoryQueues(DurableQueues):
         wake: str | None = None,
         dead: Callable[[str], bool] | None = None,
     ) -> Lease:
-        sid = check_session_id(session_id)
-        if type(holder) is not str or not holder:
-            raise invalid("holder must be a non-empty str")
-        at = check_seconds(now, "now")
-        until = check_seconds(expires, "expires")
+        sid, at, until = check_acquire(session_id, holder, now, expires, wake)
         with self._lock:
             state = self._queues(sid)
             held = state.lease

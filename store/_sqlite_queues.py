@@ -27,6 +27,7 @@ from ._base import not_found
 from ._durable import Accepted, DurableQueues, InboxEntry, Lease, LeaseToken, Release
 from ._queue_txn import AcceptOp, Message
 from ._validate import (
+    check_acquire,
     check_message_ids,
     check_messages,
     check_seconds,
@@ -193,13 +194,7 @@ class SqliteQueues(DurableQueues):
         wake: str | None = None,
         dead: Callable[[str], bool] | None = None,
     ) -> Lease:
-        sid = check_session_id(session_id)
-        if type(holder) is not str or not holder:
-            raise invalid("holder must be a non-empty str")
-        at = check_seconds(now, "now")
-        until = check_seconds(expires, "expires")
-        if wake is not None and type(wake) is not str:
-            raise invalid("wake must be a str or None")
+        sid, at, until = check_acquire(session_id, holder, now, expires, wake)
         lease: Lease = self._committer.submit(
             lambda txn: txn.acquire(sid, holder, at, until, wake, dead)
         )

@@ -171,6 +171,20 @@ def check_seconds(value: object, name: str) -> float:
     return seconds
 
 
+def check_acquire(
+    session_id: object, holder: object, now: object, expires: object, wake: object
+) -> tuple[SessionId, float, float]:
+    """The arguments of ``acquire_lease``: ``(session id, now, expires)``."""
+    sid = check_session_id(session_id)
+    if type(holder) is not str or not holder:
+        raise invalid("holder must be a non-empty str")
+    at = check_seconds(now, "now")
+    until = check_seconds(expires, "expires")
+    if wake is not None and type(wake) is not str:
+        raise invalid("wake must be a str or None")
+    return sid, at, until
+
+
 def check_new_lease(lease: object) -> tuple[str, float, str | None] | None:
     """The lease a session is created with: ``(holder, expires, wake)`` or None."""
     if lease is None:

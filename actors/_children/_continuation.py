@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pykka
@@ -42,7 +43,6 @@ from subagents.actors._kernel import (
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
-    InterruptEvent,
     MessageId,
     MessageSource,
     SessionHeader,
@@ -65,6 +65,7 @@ from subagents.supervision import (
 from ._admission import Registry
 from ._announce import Announcer
 from ._child import ChildContext, child_options
+from ._control import drain, interrupt
 from ._events import EventBus
 from ._intake import (
     DONE,
@@ -75,12 +76,9 @@ from ._intake import (
 )
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._provider_registry import ProviderRegistry
-from ._reports import ReportReceipt, report_from, report_receipt
 from ._requests import (
-    Cutoff,
     Delivery,
     EndCutoff,
-    Interrupt,
     RegistryInbox,
     Request,
     Reserve,
@@ -88,10 +86,8 @@ from ._requests import (
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
 from ._types import (
-    AncestorAuthority,
     ContinuableHandle,
     ContinuableStartSpec,
-    UserAuthority,
 )
 from ._validate import bad, check_start_spec
 
@@ -158,7 +154,7 @@ class ContinuationManager:
         """A round trip to the registry actor (its answer, or its error raised)."""
         return self._registry.ask(message, block=True)
 
-    def _require_agents(self) -> AgentRegistry:
+    def require_agents(self) -> AgentRegistry:
         """The agent registry, resolved per operation (the seed's ``ctx.agents``)."""
         agents: AgentRegistry | None = getattr(self._ctx, "agents", None)
         if agents is None:  # unmounted (the seed's ctx.agents is optional)
@@ -168,6 +164,11 @@ class ContinuationManager:
         return agents
 
     # -- reading -----------------------------------------------------------------------
+
+    @property
+    def index(self) -> Mapping[SessionId, Activation]:
+        """The Activation index the registry publishes (read it, never write it)."""
+        return self._index
 
     def activation(self, child_id: SessionId | str) -> Activation | None:
         """The resident Activation of ``child_id`` (None when absent or settling)."""
@@ -187,7 +188,7 @@ class ContinuationManager:
     def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableHandle:
         check_start_spec(spec)
         ctx = self._ctx
-        agents = self._require_agents()
+        agents = self.require_agents()
         parent = spec.parent
         signal = spec.signal or _NEVER
         if ctx.sessions.persistence is None:
@@ -293,7 +294,7 @@ class ContinuationManager:
         else:
             signal.raise_if_aborted()
         src = source if source is not None else parent.parent_source
-        agents = self._require_agents()
+        agents = self.require_agents()
         delivery = Delivery(content, src, new_message_id())
         if message_id is None:
             return self._followup(agents, parent, cid, delivery, signal)
@@ -380,16 +381,14 @@ class ContinuationManager:
         its parent when the parent is live here, else ring the parent's holder (the
         child lives where its parent does). Errors are logged: the messages stay
         accepted, for the child's next activation."""
-        agents = self._require_agents()
+        agents = self.require_agents()
         parent = agents.get(parent_id) if parent_id is not None else None
         if parent is None or not agents.is_live(parent):
             if parent_id is not None:
                 wake_parent_holder(self._ctx.sessions, parent_id, child_id)
             return
         try:
-            act = self._materializer.route(Request(child_id, parent, None), _NEVER)
-            if act is not None:
-                self._materializer.resume(act, agents, None, _NEVER)
+            self._materializer.wake(child_id, parent, agents)
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_HELD:
                 return  # another process took it: it runs what waits
@@ -398,47 +397,9 @@ class ContinuationManager:
     # -- interrupt ---------------------------------------------------------------------
 
     def interrupt(self, target: Any, authority: Any) -> None:
-        tid = SessionId(target)
-        if not isinstance(authority, (UserAuthority, AncestorAuthority)):
-            raise bad("authority is a UserAuthority or an AncestorAuthority")
-        verdict = self._ask(Interrupt(tid, authority))
-        if verdict is None:
-            return  # an absent target is an accepted no-op
-        agent, kind, by = verdict
-        agent.cancel("interrupted", keep_inbox=True)
-        event = InterruptEvent(
-            at=self._ctx.clock(), cause="interrupted", authority=kind, by_session=by
+        interrupt(
+            target, authority, ask=self._ask, sessions=self._ctx.sessions, clock=self._ctx.clock
         )
-        with contextlib.suppress(SubagentError):  # the child left residency meanwhile
-            self._ctx.sessions.append(agent.session, (event,))
-
-    # -- reports -----------------------------------------------------------------------
-
-    def report_from(
-        self,
-        child: Any,
-        content: Any,
-        *,
-        delivery: str = "quiet",
-        signal: Any = None,
-        message_id: Any = None,
-    ) -> MessageId:
-        agents = self._require_agents()
-        return report_from(
-            self._ctx.sessions,
-            self._index,
-            agents.get,
-            agents.is_live,
-            child,
-            content,
-            delivery=delivery,
-            signal=signal,
-            message_id=message_id,
-        )
-
-    def report_receipt(self, child: Any, message_id: Any) -> ReportReceipt:
-        cid = child.session_id if isinstance(child, Agent) else SessionId(child)
-        return report_receipt(self._ctx.sessions, cid, MessageId(message_id))
 
     # -- setup contributions -------------------------------------------------------------
 
@@ -448,37 +409,15 @@ class ContinuationManager:
     # -- drain -------------------------------------------------------------------------
 
     def drain(self, parents: Any, timeout: float | None = 60.0) -> None:
-        agents = self._require_agents()
-        parent_list = tuple(parents) if not isinstance(parents, Agent) else (parents,)
-        for p in parent_list:
-            if not isinstance(p, Agent) or not agents.is_live(p):
-                raise _err(ErrorCode.UNAUTHORIZED, "drain takes exact live agents")
-            act = self._index.get(p.session_id)
-            if act is not None and act.agent is p and act.phase in VISIBLE:
-                raise bad("drain takes host-owned (non-continuable) parents")
-        for p in parent_list:
-            p.add_dispose_listener(self._end_cutoff)
-        forest, pending = self._ask(Cutoff(parent_list))
-        for act in sorted(forest, key=lambda a: a.depth):  # top-down
-            act.agent.cancel("drained", keep_inbox=False)
-        for latch in pending:
-            latch.wait(timeout)
-        again, _ = self._ask(Cutoff(parent_list))
-        known = {id(a) for a in forest}
-        fresh = [a for a in again if id(a) not in known]  # published since the cutoff
-        for act in sorted(fresh, key=lambda a: a.depth):
-            act.agent.cancel("drained", keep_inbox=False)
-        everything = [*forest, *fresh]
-        for act in everything:
-            # A running agent reports its own idleness (a drained Activation always
-            # does); only the ones idle already need a nudge.
-            if act.agent.idle:
-                self._supervisor_box.quiescent(act)
-        for act in everything:
-            if not act.released.wait(timeout):
-                raise _err(
-                    ErrorCode.TIMEOUT, f"draining {act.child_id} did not finish in {timeout} s"
-                )
+        drain(
+            parents,
+            timeout,
+            agents=self.require_agents(),
+            index=self._index,
+            ask=self._ask,
+            quiescent=self._supervisor_box.quiescent,
+            end_cutoff=self._end_cutoff,
+        )
 
     def _end_cutoff(self, agent: Agent) -> None:
         with contextlib.suppress(pykka.ActorDeadError):

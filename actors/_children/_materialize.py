@@ -37,6 +37,7 @@ from subagents.protocol import (
     ErrorCode,
     MessageId,
     MessageSource,
+    SessionId,
     SubagentError,
     descriptor_event,
     trusted_message,
@@ -55,6 +56,8 @@ __all__ = ["ADMISSION_TIMEOUT", "Materializer"]
 #: Seconds a follow-up waits behind a materialization or a release in flight
 #: before it gives up with ``TIMEOUT`` (its caller's signal may end it sooner).
 ADMISSION_TIMEOUT = 60.0
+
+_NEVER = AbortSignal.never()
 
 
 class Materializer:
@@ -195,6 +198,14 @@ class Materializer:
             self.rollback(act, agent, ctx.sessions if agent is not None else None)
             raise
         return ContinuableHandle(act.child_id, message_id)
+
+    def wake(self, child_id: SessionId, parent: Agent, agents: AgentRegistry) -> None:
+        """Cold-resume ``child_id`` for what waits in its durable inbox, on behalf of
+        its live ``parent``: no message of the caller's own (``LEASE_HELD``:
+        another process holds it, and runs what waits)."""
+        act = self.route(Request(child_id, parent, None), _NEVER)
+        if act is not None:
+            self.resume(act, agents, None, _NEVER)
 
     def resume(
         self,

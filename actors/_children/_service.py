@@ -34,7 +34,7 @@ from subagents.protocol import (
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
-from ._reports import ReportReceipt
+from ._reports import ReportReceipt, report_from, report_receipt
 from ._setup import SetupRegistration
 from ._types import (
     AncestorAuthority,
@@ -292,8 +292,18 @@ class SubagentService:
             SubagentError: ``UNAUTHORIZED`` (not an exact live continuable child; or,
                 relaxed, the parent is not live), ``INVALID_ARGUMENT``, ``CANCELLED``.
         """
-        return self._continuation.report_from(
-            child, content, delivery=delivery, signal=signal, message_id=message_id
+        continuation = self._continuation
+        agents = continuation.require_agents()
+        return report_from(
+            self._ctx.sessions,
+            continuation.index,
+            agents.get,
+            agents.is_live,
+            child,
+            content,
+            delivery=delivery,
+            signal=signal,
+            message_id=message_id,
         )
 
     def report_receipt(
@@ -306,7 +316,8 @@ class SubagentService:
             SubagentError: ``SESSION_NOT_FOUND``, ``UNAUTHORIZED`` (not a subagent),
                 ``INVALID_ARGUMENT``.
         """
-        return self._continuation.report_receipt(child, message_id)
+        cid = child.session_id if isinstance(child, Agent) else SessionId(child)
+        return report_receipt(self._ctx.sessions, cid, MessageId(message_id))
 
     def register_continuable_setup(self, contribution: Any) -> SetupRegistration:
         """Install ``contribution(scope)`` into every newly materialized continuable child.

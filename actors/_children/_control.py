@@ -1,0 +1,107 @@
+"""The caller's side of what the registry actor decides: interrupts and drains.
+
+``interrupt``: the registry decides the authority (a user at the durable parent
+address, or an ancestor) and answers with the target's live agent; the caller
+cancels its turn, keeping its inbox, and logs the interrupt.
+
+``drain_continuable_descendants``: the registry owns the cutoff (``Cutoff``
+closes admission below the given host-owned parents and answers with their
+resident forest and the latches of what is still materializing); the caller
+cancels that forest top-down, asks again for what was published since, nudges
+the idle ones to the supervisor, and waits for every Activation to be released
+child-first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
+from subagents.supervision import VISIBLE, Activation
+
+from ._requests import Cutoff, Interrupt
+from ._types import AncestorAuthority, UserAuthority
+from ._validate import bad
+
+__all__ = ["drain", "interrupt"]
+
+
+def interrupt(
+    target: Any,
+    authority: Any,
+    *,
+    ask: Callable[[Any], Any],
+    sessions: SessionService,
+    clock: Callable[[], _dt.datetime],
+) -> None:
+    """Cancel ``target``'s current turn if ``authority`` may (an absent target is an
+    accepted no-op); ``ask`` asks the registry.
+
+    Raises:
+        SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``.
+    """
+    tid = SessionId(target)
+    if not isinstance(authority, (UserAuthority, AncestorAuthority)):
+        raise bad("authority is a UserAuthority or an AncestorAuthority")
+    verdict = ask(Interrupt(tid, authority))
+    if verdict is None:
+        return
+    agent, kind, by = verdict
+    agent.cancel("interrupted", keep_inbox=True)
+    event = InterruptEvent(at=clock(), cause="interrupted", authority=kind, by_session=by)
+    with contextlib.suppress(SubagentError):  # the child left residency meanwhile
+        sessions.append(agent.session, (event,))
+
+
+def drain(
+    parents: Any,
+    timeout: float | None,
+    *,
+    agents: AgentRegistry,
+    index: Mapping[SessionId, Activation],
+    ask: Callable[[Any], Any],
+    quiescent: Callable[[Activation], object],
+    end_cutoff: Callable[[Agent], object],
+) -> None:
+    """Drain the continuable forests below ``parents`` (exact live host-owned agents).
+
+    ``ask`` asks the registry; ``quiescent`` tells the supervisor an Activation is
+    idle; ``end_cutoff`` is registered to lift a parent's cutoff when it is disposed.
+
+    Raises:
+        SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``, ``TIMEOUT``.
+    """
+    parent_list = tuple(parents) if not isinstance(parents, Agent) else (parents,)
+    for p in parent_list:
+        if not isinstance(p, Agent) or not agents.is_live(p):
+            raise SubagentError("drain takes exact live agents", code=ErrorCode.UNAUTHORIZED)
+        act = index.get(p.session_id)
+        if act is not None and act.agent is p and act.phase in VISIBLE:
+            raise bad("drain takes host-owned (non-continuable) parents")
+    for p in parent_list:
+        p.add_dispose_listener(end_cutoff)
+    forest, pending = ask(Cutoff(parent_list))
+    for act in sorted(forest, key=lambda a: a.depth):  # top-down
+        act.agent.cancel("drained", keep_inbox=False)
+    for latch in pending:
+        latch.wait(timeout)
+    again, _ = ask(Cutoff(parent_list))
+    known = {id(a) for a in forest}
+    fresh = [a for a in again if id(a) not in known]  # published since the cutoff
+    for act in sorted(fresh, key=lambda a: a.depth):
+        act.agent.cancel("drained", keep_inbox=False)
+    everything = [*forest, *fresh]
+    for act in everything:
+        # A running agent reports its own idleness (a drained Activation always
+        # does); only the ones idle already need a nudge.
+        if act.agent.idle:
+            quiescent(act)
+    for act in everything:
+        if not act.released.wait(timeout):
+            raise SubagentError(
+                f"draining {act.child_id} did not finish in {timeout} s", code=ErrorCode.TIMEOUT
+            )
