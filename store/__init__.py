@@ -32,6 +32,8 @@ another process), ``STORE_CLOSED``, ``INVALID_ARGUMENT`` and, for
 event content the codec cannot pack, ``ENCODE_ERROR``.
 """
 
+from typing import TYPE_CHECKING
+
 from ._base import LogRecord, SessionStore
 from ._critical import critical, defer_interrupt, set_interrupt_delivery
 from ._durable import Accepted, InboxEntry, Lease, LeaseToken, NewLease, Release
@@ -40,9 +42,14 @@ from ._open import open_store
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import SqliteStore, StoreStatistics
 
+if TYPE_CHECKING:  # imported lazily at run time (see __getattr__ below)
+    from ._pg_schema import PG_SCHEMA_VERSION
+    from ._postgres import PgListener, PostgresStore
+
 __all__ = [
     "APPLICATION_ID",
     "MIGRATIONS",
+    "PG_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "Accepted",
     "InboxEntry",
@@ -51,6 +58,8 @@ __all__ = [
     "LogRecord",
     "MemoryStore",
     "NewLease",
+    "PgListener",
+    "PostgresStore",
     "Release",
     "SessionStore",
     "SqliteStore",
@@ -60,3 +69,15 @@ __all__ = [
     "open_store",
     "set_interrupt_delivery",
 ]
+
+_POSTGRES = frozenset({"PG_SCHEMA_VERSION", "PgListener", "PostgresStore"})
+
+
+def __getattr__(name: str) -> object:
+    # The PostgreSQL store needs psycopg (the ``postgres`` extra): imported on
+    # first use, so the rest of the layer works without it.
+    if name in _POSTGRES:
+        from . import _pg_schema, _postgres
+
+        return getattr(_postgres, name, None) or getattr(_pg_schema, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

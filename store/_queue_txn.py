@@ -8,19 +8,20 @@ the session's lease row in the same transaction.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, ClassVar, Final, Protocol
 
 from subagents.protocol import SessionId
 
 from ._durable import Accepted, Lease, LeaseToken, Release, lease_held, lease_lost
 
-__all__ = ["AcceptOp", "QueueTxn"]
+__all__ = ["AcceptOp", "QueueTxn", "SqlConn"]
 
 _LEASE: Final = "SELECT holder, epoch, expires, wake FROM leases WHERE session = ?"
 _UPSERT_LEASE: Final = (
-    "INSERT OR REPLACE INTO leases (session, holder, epoch, expires, wake) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO leases (session, holder, epoch, expires, wake) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (session) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch,"
+    " expires = excluded.expires, wake = excluded.wake"
 )
 # A repeated message id is not an error (dedup): only that conflict is ignored, so a
 # stale ``n`` still fails the statement (and the batch is retried uncached).
@@ -71,10 +72,25 @@ class AcceptOp:
         )
 
 
-class QueueTxn:
-    """Inbox and lease operations; ``conn`` and ``_next_seq`` come from ``Txn``."""
+class SqlConn(Protocol):
+    """What a transaction needs of its connection (``sqlite3.Connection``, or the
+    PostgreSQL store's wrapper): statements with ``?`` placeholders, returning a
+    cursor with ``fetchone``, ``fetchall`` and ``rowcount``."""
 
-    conn: sqlite3.Connection
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+    def executemany(self, sql: str, parameters: Any, /) -> Any: ...
+
+
+class QueueTxn:
+    """Inbox and lease operations; ``conn`` and ``_next_seq`` come from ``Txn``.
+
+    ``FENCE`` is the statement that reads a lease to fence a write (the PostgreSQL
+    transaction adds ``FOR SHARE``, so no acquisition commits between the check and
+    the write).
+    """
+
+    FENCE: ClassVar[str] = "SELECT holder, epoch FROM leases WHERE session = ?"
+    conn: SqlConn
     _fenced: dict[bytes, LeaseToken]
     _cache: dict[bytes, int]
     overlay: dict[bytes, int | None]
@@ -103,9 +119,7 @@ class QueueTxn:
         key = session_id.to_bytes()
         if self._fenced.get(key) == token:
             return
-        row = self.conn.execute(
-            "SELECT holder, epoch FROM leases WHERE session = ?", (key,)
-        ).fetchone()
+        row = self.conn.execute(self.FENCE, (key,)).fetchone()
         if row is None or row[0] != token[0] or row[1] != token[1]:
             raise lease_lost(session_id, token)
         self._fenced[key] = token
@@ -202,7 +216,7 @@ class QueueTxn:
             " AND (epoch IS NULL OR epoch = ?)",
             (session_id.to_bytes(), message_id, epoch),
         )
-        return cursor.rowcount > 0
+        return bool(cursor.rowcount > 0)
 
     def hand_over(
         self,
@@ -238,7 +252,7 @@ class QueueTxn:
         cursor = self.conn.execute(
             "DELETE FROM inbox WHERE done = 1 AND accepted_at < ?", (before,)
         )
-        return cursor.rowcount
+        return int(cursor.rowcount)
 
     # -- leases --------------------------------------------------------------------
 

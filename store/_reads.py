@@ -1,15 +1,17 @@
-"""The read side of ``SqliteStore``: pooled read connections, one snapshot a statement.
+"""The read side of the SQL stores: one statement, one snapshot.
 
-Reads never wait for a writer (WAL): each statement runs on a connection taken
-from a small pool, in its own snapshot. Stored bytes are decoded against the
-store's limits; an event that does not decode is a
-:class:`~subagents.protocol.CorruptRecordError` for that row, never another
-exception type.
+:class:`SqlReads` is mixed into :class:`~._sqlite.SqliteStore` and
+:class:`~._postgres.PostgresStore`; each provides ``_query`` (one statement on a
+pooled connection, every row fetched). The SQL here is written once for both:
+``?`` and ``?N`` placeholders (the PostgreSQL store translates them), no
+dialect-only syntax. Reads never wait for a writer (SQLite's WAL, PostgreSQL's
+MVCC). Stored bytes are decoded against the store's limits; an event that does
+not decode is a :class:`~subagents.protocol.CorruptRecordError` for that row,
+never another exception type.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
@@ -22,14 +24,13 @@ from subagents.protocol import (
     decode_event,
 )
 
-from ._base import LogRecord, not_found, store_closed
-from ._schema import unavailable
-from ._validate import check_int, check_session_id, check_session_ids, check_unit
-from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, decode_header_row, storage_error
+from ._base import LogRecord, not_found
+from ._committed import unit_name
+from ._validate import check_int, check_session_id, check_session_ids
+from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, decode_header_row
 
-__all__ = ["SqliteReads", "unit_name"]
+__all__ = ["SqlReads"]
 
-_IDLE_READERS: Final = 16
 _SCAN_CHUNK: Final = 512
 #: Parents per ``IN (...)``: under the 999 bound variables of older SQLite builds.
 _IN_CHUNK: Final = 500
@@ -51,48 +52,16 @@ def _corrupt(session_id: SessionId, seq: int, exc: DecodeError) -> CorruptRecord
     return err
 
 
-class SqliteReads:
-    """Reads of a :class:`~._sqlite.SqliteStore` (which sets the attributes below)."""
+class SqlReads:
+    """Reads of a SQL store (which sets the attributes below)."""
 
-    path: str
-    _timeout: float
     _limits: Limits
-    _pool_lock: Any
-    _idle: list[sqlite3.Connection]
     _header_cache: dict[bytes, SessionHeader]
     _id_cache: dict[bytes, SessionId]
-    _closed: bool
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            return sqlite3.connect(
-                self.path,
-                timeout=self._timeout,
-                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-                check_same_thread=False,  # pooled; used by one thread at a time
-            )
-        except sqlite3.Error as exc:
-            raise unavailable(self.path, exc) from exc
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         """Run one read statement on a pooled connection and fetch every row."""
-        with self._pool_lock:
-            if self._closed:
-                raise store_closed(self)
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._connect()
-        try:
-            return conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise storage_error(exc) from exc
-        finally:
-            with self._pool_lock:
-                keep = not self._closed and len(self._idle) < _IDLE_READERS
-                if keep:
-                    self._idle.append(conn)
-            if not keep:
-                conn.close()
+        raise NotImplementedError
 
     def _decode(self, session_id: SessionId, seq: int, body: bytes) -> LogRecord:
         try:
@@ -266,8 +235,3 @@ class SqliteReads:
             chunk = keys[i : i + _IN_CHUNK]
             rows += self._query(sql.format(",".join("?" * len(chunk))), (*params, *chunk))
         return rows
-
-
-def unit_name(unit: object) -> str:
-    """A projection unit's name, checked (SQLite keeps them to 200 characters)."""
-    return check_unit(unit, max_len=200)

@@ -25,44 +25,32 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from subagents.protocol import (
     DEFAULT_LIMITS,
-    Event,
     Limits,
-    MessageId,
     SessionHeader,
     SessionId,
-    SubagentError,
-    encode_event,
-    encode_header,
 )
 
-from ._base import SessionStore, not_found, store_closed
-from ._durable import LeaseToken, NewLease
+from ._base import SessionStore, store_closed
+from ._committed import CommittedWrites
 from ._group import GroupCommitter
 from ._native import native_lock
-from ._reads import SqliteReads, unit_name
+from ._queue_reads import SqlQueueReads
+from ._reads import SqlReads
 from ._schema import migrate, probe, unavailable
-from ._sqlite_queues import SqliteQueues, encode_messages
 from ._validate import (
-    check_blob,
-    check_events,
-    check_header,
-    check_int,
-    check_message_ids,
-    check_new_lease,
     check_session_id,
-    check_token,
     invalid,
 )
-from ._writer import Writer
+from ._writer import Writer, storage_error
 
 __all__ = ["SqliteStore", "StoreStatistics"]
 
+_IDLE_READERS: Final = 16
 _SYNC_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
 
@@ -80,7 +68,7 @@ class StoreStatistics:
     pending: int
 
 
-class SqliteStore(SqliteReads, SqliteQueues, SessionStore):
+class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
     """Sessions in one SQLite file; appends are durable when they return.
 
     Args:
@@ -151,121 +139,36 @@ class SqliteStore(SqliteReads, SqliteQueues, SessionStore):
         self._writer = Writer(conn)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
 
-    def create_session(
-        self,
-        header: SessionHeader,
-        events: Sequence[Event] = (),
-        *,
-        lease: NewLease | None = None,
-        inbox: Sequence[Event] = (),
-    ) -> int:
-        create = self._prepare(("create", header, events, lease, inbox))
-        result: int = self._committer.submit(create)
-        return result
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            return sqlite3.connect(
+                self.path,
+                timeout=self._timeout,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # pooled; used by one thread at a time
+            )
+        except sqlite3.Error as exc:
+            raise unavailable(self.path, exc) from exc
 
-    def append(
-        self,
-        session_id: SessionId | str,
-        events: Sequence[Event],
-        *,
-        lease: LeaseToken | None = None,
-        done: Sequence[MessageId] = (),
-    ) -> list[int]:
-        sid = check_session_id(session_id)
-        bodies = [encode_event(e) for e in check_events(events)]
-        token = check_token(lease)
-        finished = [m.to_bytes() for m in check_message_ids(done)] if done else []
-        if not bodies and token is None and not finished:
-            if not self.exists(sid):
-                raise not_found(sid)
-            return []
-        seqs: list[int] = self._committer.submit(
-            lambda txn: txn.append(sid, bodies, token, finished)
-        )
-        return seqs
-
-    def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
-        # Validate and encode every op first (failures stay per op), then hand the
-        # rest to the committer at once: one transaction, one fsync.
-        prepared: list[Any] = []
-        results: list[Any] = [None] * len(ops)
-        slots: list[int] = []
-        for i, op in enumerate(ops):
-            try:
-                prepared.append(self._prepare(op))
-                slots.append(i)
-            except SubagentError as exc:
-                results[i] = exc
-        for i, request in zip(slots, self._committer.submit_many(prepared)):
-            try:
-                results[i] = request.outcome()
-            except SubagentError as exc:
-                results[i] = exc
-        return results
-
-    def _prepare(self, op: tuple[Any, ...]) -> Any:
-        kind = op[0]
-        if kind == "create":
-            header = check_header(op[1])
-            blob = encode_header(header)
-            bodies = [encode_event(e) for e in check_events(op[2])]
-            lease = check_new_lease(op[3]) if len(op) > 3 else None
-            inbox = encode_messages(op[4]) if len(op) > 4 else []
-            return lambda txn: txn.create(header, blob, bodies, lease, inbox)
-        if kind == "append":
-            sid = check_session_id(op[1])
-            bodies = [encode_event(e) for e in check_events(op[2])]
-            token = check_token(op[3]) if len(op) > 3 else None
-            done = [m.to_bytes() for m in check_message_ids(op[4])] if len(op) > 4 else []
-            return lambda txn: txn.append(sid, bodies, token, done)
-        if kind == "release":
-            sid = check_session_id(op[1])
-            released = check_token(op[2])
-            if released is None:
-                raise invalid("a lease token is (holder, epoch)")
-            unrun = [m.to_bytes() for m in check_message_ids(op[3])] if len(op) > 3 else []
-            return lambda txn: txn.release(sid, released, unrun)
-        if kind == "delete":
-            sid = check_session_id(op[1])
-            return lambda txn: txn.delete(sid)
-        if kind == "checkpoint":
-            sid = check_session_id(op[1])
-            seq = check_int(op[2], "seq")
-            blob = check_blob(op[3])
-            return lambda txn: txn.put_checkpoint(sid, seq, blob)
-        if kind == "projection":
-            sid = check_session_id(op[1])
-            unit = unit_name(op[2])
-            seq = check_int(op[3], "seq", minimum=-1)
-            blob = check_blob(op[4])
-            return lambda txn: txn.put_projection(sid, unit, seq, blob)
-        raise invalid(f"unknown write op {kind!r}")
-
-    def raise_delegation_depth(self, session_id: SessionId | str, depth: int) -> SessionHeader:
-        sid = check_session_id(session_id)
-        check_int(depth, "depth")
-        header: SessionHeader = self._committer.submit(lambda txn: txn.raise_depth(sid, depth))
-        return header
-
-    def delete_session(self, session_id: SessionId | str) -> None:
-        sid = check_session_id(session_id)
-        self._committer.submit(lambda txn: txn.delete(sid))
-
-    def put_checkpoint(self, session_id: SessionId | str, seq: int, data: bytes) -> None:
-        sid = check_session_id(session_id)
-        check_int(seq, "seq")
-        blob = check_blob(data)
-        self._committer.submit(lambda txn: txn.put_checkpoint(sid, seq, blob))
-
-    def put_projection(self, session_id: SessionId | str, unit: str, seq: int, data: bytes) -> None:
-        sid = check_session_id(session_id)
-        name = unit_name(unit)
-        check_int(seq, "seq", minimum=-1)
-        blob = check_blob(data)
-        self._committer.submit(lambda txn: txn.put_projection(sid, name, seq, blob))
-
-    def drop_projections(self) -> None:
-        self._committer.submit(lambda txn: txn.drop_projections())
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        """Run one read statement on a pooled connection and fetch every row."""
+        with self._pool_lock:
+            if self._closed:
+                raise store_closed(self)
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
+        finally:
+            with self._pool_lock:
+                keep = not self._closed and len(self._idle) < _IDLE_READERS
+                if keep:
+                    self._idle.append(conn)
+            if not keep:
+                conn.close()
 
     def flush(self, session_id: SessionId | str | None = None) -> None:
         if session_id is not None:

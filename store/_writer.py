@@ -43,10 +43,18 @@ from subagents.protocol import (
 from ._base import not_found, session_exists
 from ._durable import LeaseToken, NewLease
 from ._group import WriteRequest
-from ._queue_txn import AcceptOp, Message, QueueTxn
+from ._queue_txn import AcceptOp, Message, QueueTxn, SqlConn
 from ._validate import invalid
 
-__all__ = ["NEXT_SEQ", "Txn", "Writer", "decode_header_row", "storage_error"]
+__all__ = [
+    "NEXT_SEQ",
+    "Txn",
+    "Writer",
+    "apply_batch",
+    "decode_header_row",
+    "finish_batch",
+    "storage_error",
+]
 
 _EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 #: Forget cached next-seqs beyond this many sessions (a bound, not a tuning knob).
@@ -102,7 +110,7 @@ class Txn(QueueTxn):
 
     __slots__ = ("_cache", "_fenced", "conn", "events", "overlay")
 
-    def __init__(self, conn: sqlite3.Connection, cache: dict[bytes, int]) -> None:
+    def __init__(self, conn: SqlConn, cache: dict[bytes, int]) -> None:
         self.conn = conn
         self._cache = cache
         self.overlay: dict[bytes, int | None] = {}
@@ -205,8 +213,8 @@ class Txn(QueueTxn):
         key = session_id.to_bytes()
         self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
         self.conn.execute(
-            "INSERT OR REPLACE INTO projection_cache (session, unit, seq, data)"
-            " VALUES (?, ?, ?, ?)",
+            "INSERT INTO projection_cache (session, unit, seq, data) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (session, unit) DO UPDATE SET seq = excluded.seq, data = excluded.data",
             (key, unit, seq, data),
         )
 
@@ -223,7 +231,8 @@ class Txn(QueueTxn):
                 seq=seq,
             )
         self.conn.execute(
-            "INSERT OR REPLACE INTO checkpoints (session, seq, data) VALUES (?, ?, ?)",
+            "INSERT INTO checkpoints (session, seq, data) VALUES (?, ?, ?)"
+            " ON CONFLICT (session) DO UPDATE SET seq = excluded.seq, data = excluded.data",
             (key, seq, data),
         )
 
@@ -276,34 +285,12 @@ class Writer:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         txn = Txn(conn, self._cache)
-        outcomes: list[tuple[object, BaseException | None]] = []
         try:
             data_version = conn.execute("PRAGMA data_version").fetchone()[0]
             if data_version != self._data_version:
                 self._cache.clear()  # someone else committed since our last transaction
                 self._data_version = data_version
-            i = 0
-            while i < len(batch):
-                op = batch[i].op
-                j = i + 1
-                run: list[AcceptOp] = []
-                if isinstance(op, AcceptOp):
-                    # Acceptances for one session and lease, queued together: one insert.
-                    run.append(op)
-                    while j < len(batch):
-                        following = batch[j].op
-                        if not (isinstance(following, AcceptOp) and op.joins(following)):
-                            break
-                        run.append(following)
-                        j += 1
-                try:
-                    if len(run) > 1:
-                        outcomes.extend((result, None) for result in txn.accept_many(run))
-                    else:
-                        outcomes.append((op(txn), None))
-                except SubagentError as exc:  # a check failed; nothing was written
-                    outcomes.extend((None, exc) for _ in range(j - i))
-                i = j
+            outcomes = apply_batch(txn, batch)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -320,8 +307,49 @@ class Writer:
                 cache.pop(key, None)
             else:
                 cache[key] = nxt
-        for request, (result, error) in zip(batch, outcomes):
-            request.finish(result, error)
+        finish_batch(batch, outcomes)
+
+
+Outcome = tuple[object, BaseException | None]
+
+
+def apply_batch(txn: Txn, batch: list[WriteRequest]) -> list[Outcome]:
+    """Apply every request's op to ``txn`` in order: ``(result, error)`` per request.
+
+    A failed check (a :class:`SubagentError`) fails its own request, having written
+    nothing; anything else propagates (the caller rolls the batch back). A run of
+    acceptances for one session and lease is written in one statement.
+    """
+    outcomes: list[Outcome] = []
+    i = 0
+    while i < len(batch):
+        op = batch[i].op
+        j = i + 1
+        run: list[AcceptOp] = []
+        if isinstance(op, AcceptOp):
+            # Acceptances for one session and lease, queued together: one insert.
+            run.append(op)
+            while j < len(batch):
+                following = batch[j].op
+                if not (isinstance(following, AcceptOp) and op.joins(following)):
+                    break
+                run.append(following)
+                j += 1
+        try:
+            if len(run) > 1:
+                outcomes.extend((result, None) for result in txn.accept_many(run))
+            else:
+                outcomes.append((op(txn), None))
+        except SubagentError as exc:  # a check failed; nothing was written
+            outcomes.extend((None, exc) for _ in range(j - i))
+        i = j
+    return outcomes
+
+
+def finish_batch(batch: list[WriteRequest], outcomes: list[Outcome]) -> None:
+    """Hand each request its outcome (after the batch committed)."""
+    for request, (result, error) in zip(batch, outcomes):
+        request.finish(result, error)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

@@ -380,3 +380,48 @@ def rt_sqlite(backend: Backend, tmp_path: Any) -> Iterator[Any]:
 
     with Runtime(str(tmp_path / "sessions.db"), backend=backend) as runtime:
         yield runtime
+
+
+# -- PostgreSQL --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The url of a PostgreSQL server for this test session:
+    ``SUBAGENTS_TEST_POSTGRES_URL`` when set (CI starts one), else a throwaway
+    cluster started here (``tests/pgcluster.py``) and removed at the end. Without
+    either, PostgreSQL tests are skipped -- unless ``SUBAGENTS_REQUIRE_POSTGRES``
+    is set, when that is an error."""
+    import os
+
+    url = os.environ.get("SUBAGENTS_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    import pgcluster
+
+    try:
+        cluster = pgcluster.start()
+    except RuntimeError as exc:
+        if os.environ.get("SUBAGENTS_REQUIRE_POSTGRES"):
+            raise
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    try:
+        yield cluster.url
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A url of ``pg_server`` naming a schema of this test's own (``?schema=t_...``),
+    dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    sep = "&" if "?" in pg_server else "?"
+    yield f"{pg_server}{sep}schema={schema}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -18,7 +18,7 @@ from subagents.protocol import (
     new_message_id,
     new_session_id,
 )
-from subagents.store import MemoryStore, SessionStore, SqliteStore
+from subagents.store import MemoryStore, PostgresStore, SessionStore, SqliteStore
 
 T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -26,10 +26,17 @@ MakeHeader = Callable[..., SessionHeader]
 MakeEvents = Callable[..., list[MessageEvent]]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
-    """Each behavioural test runs against both stores."""
-    s: SessionStore = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
+    """Each behavioural test runs against every store: memory, SQLite and
+    PostgreSQL (a schema of its own on the test server)."""
+    s: SessionStore
+    if request.param == "memory":
+        s = MemoryStore()
+    elif request.param == "sqlite":
+        s = SqliteStore(tmp_path / "s.db")
+    else:
+        s = PostgresStore(request.getfixturevalue("pg_url"))
     try:
         yield s
     finally:

@@ -480,8 +480,8 @@ def test_a_run_of_acceptances_in_one_insert_reports_each_like_alone(
     lease in one batch): fresh ids numbered in order, an id accepted before or
     earlier in the same run a duplicate with the original's ``n``; a run whose
     lease is stale fails as a whole, writing nothing."""
+    from subagents.store._committed import encode_messages
     from subagents.store._queue_txn import AcceptOp
-    from subagents.store._sqlite_queues import encode_messages
 
     h = make_header()
     sqlite_store.create_session(h)

@@ -1,0 +1,178 @@
+"""The write side of :class:`~._postgres.PostgresStore`: one connection, one
+transaction per batch, row locks for what SQLite's single write lock gave.
+
+:class:`PgWriter` is driven by the group-commit leader like SQLite's ``Writer``
+and applies a batch with the same operations (``_writer.apply_batch`` over a
+:class:`PgTxn`), in one ``BEGIN ... COMMIT``. What differs is concurrency: many
+processes on many hosts write at once, and PostgreSQL has no database-wide
+write lock, so
+
+* a write to a session's log or inbox first locks the session's row (``SELECT
+  ... FOR UPDATE``) and reads ``max(seq)`` / ``max(n)`` afterwards, in a new
+  statement (a new snapshot under READ COMMITTED): seqs and inbox places never
+  repeat or skip, and no next-seq cache is kept across transactions (another
+  process may have appended since);
+* a fenced write reads the lease ``FOR SHARE``: an acquisition (which locks the
+  session, then updates the lease) waits for it, so the loser of a lease never
+  commits after the winner;
+* lease acquisition is a compare-and-swap under the session's row lock; a
+  release, a hand-over and a renewal are single-row conditional updates.
+
+Failures: a check that fails fails its own request (writing nothing); a key
+conflict or a deadlock between processes rolls the batch back and retries each
+request alone; a lost connection fails the batch with
+``PERSISTENCE_UNAVAILABLE`` -- it is not retried, since its commit may have
+happened -- and the next batch reconnects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import psycopg
+import psycopg.errors
+from psycopg.pq import TransactionStatus
+from subagents.protocol import SessionHeader, SessionId, SubagentError
+
+from ._base import not_found
+from ._group import WriteRequest
+from ._pg_schema import pg_error, reorder, translate
+from ._writer import Txn, apply_batch, finish_batch
+
+__all__ = ["PgConn", "PgTxn", "PgWriter"]
+
+_LOCK_SESSION: Final = "SELECT 1 FROM sessions WHERE id = ? FOR UPDATE"
+_MAX_SEQ: Final = "SELECT max(seq) FROM events WHERE session = ?"
+
+#: Failures after which each request of the batch is retried alone.
+_RETRY: Final = (
+    psycopg.errors.IntegrityError,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+)
+
+
+class PgConn:
+    """A psycopg connection speaking the ``?`` SQL of the shared operations."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> psycopg.Cursor[Any]:
+        text, order = translate(sql)
+        return self.raw.execute(text, reorder(order, params), binary=True)
+
+    def executemany(self, sql: str, rows: Any, /) -> psycopg.Cursor[Any]:
+        text, order = translate(sql)
+        cursor = self.raw.cursor(binary=True)
+        cursor.executemany(
+            text,
+            rows if order is None else [reorder(order, r) for r in rows],
+        )
+        return cursor
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+
+class PgTxn(Txn):
+    """The shared operations with PostgreSQL's row locks (see the module docstring).
+
+    Lease acquisition needs no override: ``Txn.acquire`` checks the session exists
+    through :meth:`_next_seq`, which takes the session's row lock.
+    """
+
+    __slots__ = ()
+    FENCE = "SELECT holder, epoch FROM leases WHERE session = ? FOR SHARE"
+
+    def _next_seq(self, key: bytes, session_id: SessionId) -> int:
+        if key in self.overlay:  # locked earlier in this transaction
+            nxt = self.overlay[key]
+            if nxt is None:
+                raise not_found(session_id)
+            return nxt
+        if self.conn.execute(_LOCK_SESSION, (key,)).fetchone() is None:
+            raise not_found(session_id)
+        last = self.conn.execute(_MAX_SEQ, (key,)).fetchone()[0]
+        nxt = 0 if last is None else int(last) + 1
+        self.overlay[key] = nxt
+        return nxt
+
+    def raise_depth(self, session_id: SessionId, depth: int) -> SessionHeader:
+        self._next_seq(session_id.to_bytes(), session_id)  # locks the row it rewrites
+        return super().raise_depth(session_id, depth)
+
+
+class PgWriter:
+    """Applies batches of write requests through one connection (reconnecting)."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+        self._connect = connect
+        self.conn: PgConn | None = None
+        self.transactions = 0
+        self.requests = 0
+        self.events = 0
+        self.largest_batch = 0
+
+    def _connection(self) -> PgConn:
+        conn = self.conn
+        if conn is None or conn.raw.closed or conn.raw.broken:
+            if conn is not None:
+                conn.raw.close()
+                self.conn = None
+            try:
+                conn = self.conn = PgConn(self._connect())
+            except psycopg.Error as exc:
+                raise pg_error(exc) from exc
+        return conn
+
+    def execute(self, batch: list[WriteRequest]) -> None:
+        """Write ``batch`` in one transaction; isolate failures (see module doc)."""
+        self.requests += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        try:
+            conn = self._connection()
+            self._transaction(conn, batch)
+            return
+        except SubagentError as exc:  # cannot connect
+            for request in batch:
+                request.finish(error=exc)
+            return
+        except _RETRY:
+            pass  # another process raced us (or one request broke a key): one by one
+        except psycopg.Error as exc:
+            for request in batch:
+                request.finish(error=pg_error(exc))
+            return
+        for request in batch:
+            try:
+                self._transaction(self._connection(), [request])
+            except SubagentError as exc:
+                request.finish(error=exc)
+            except psycopg.Error as exc:
+                request.finish(error=pg_error(exc))
+
+    def _transaction(self, conn: PgConn, batch: list[WriteRequest]) -> None:
+        conn.execute("BEGIN")
+        txn = PgTxn(conn, {})
+        try:
+            outcomes = apply_batch(txn, batch)
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.raw.broken and conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    conn.raw.close()  # the next batch reconnects
+            raise
+        self.transactions += 1
+        self.events += txn.events
+        finish_batch(batch, outcomes)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.raw.close()

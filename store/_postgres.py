@@ -1,0 +1,306 @@
+"""``PostgresStore``: sessions in a PostgreSQL database, shared by many processes on
+many hosts (psycopg 3, ``psycopg_pool``; the ``postgres`` extra).
+
+Theory of operation:
+
+* **Writes** go through the same :class:`~._group.GroupCommitter` as SQLite's:
+  concurrent calls of this process coalesce into one transaction on the store's
+  one write connection (:class:`~._pg_txn.PgWriter`), each returning after its
+  ``COMMIT`` (``synchronous_commit`` as the server has it: on by default, so
+  after the WAL was flushed). Between processes, row locks serialise what must
+  be serial (see :mod:`._pg_txn`).
+* **Reads** take a connection from a ``psycopg_pool.ConnectionPool``
+  (autocommit: each statement its own snapshot, never waiting for a writer).
+  A read that finds its pooled connection dead (the server restarted) is
+  retried once on a fresh one.
+* **Wake-ups** by ``LISTEN/NOTIFY``: :meth:`PostgresStore.listen` gives a
+  runtime a channel (its lease's ``wake`` address, ``pg:<channel>``) on a
+  connection of its own; :meth:`PostgresStore.notify` rings it from any process
+  on any host. A notification is a hint, as the host doorbell's datagram is: a
+  lost one is made up by the holder's periodic sweep.
+* **Opening** classifies the schema first without writing (:mod:`._pg_schema`),
+  then migrates it under an advisory lock.
+
+Errors are :class:`~subagents.protocol.SubagentError` s, as for every store:
+``PERSISTENCE_UNAVAILABLE`` while the server cannot be reached (a call made
+then fails; the same call succeeds once it is back), ``TIMEOUT`` for a lock
+held past ``lock_timeout_s``, ``NOT_A_DATABASE`` / ``SCHEMA_TOO_NEW`` for a
+schema that is not ours or is newer, left untouched.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import urllib.parse
+import uuid
+from typing import Any, Final
+
+import psycopg
+import psycopg_pool
+from subagents.protocol import DEFAULT_LIMITS, Limits, SessionHeader, SessionId
+
+from ._base import SessionStore, store_closed
+from ._committed import CommittedWrites
+from ._group import GroupCommitter
+from ._pg_schema import classify, migrate, pg_error, reorder, translate
+from ._pg_txn import PgWriter
+from ._queue_reads import SqlQueueReads
+from ._reads import SqlReads
+from ._sqlite import StoreStatistics
+from ._validate import invalid
+
+__all__ = ["PgListener", "PostgresStore", "is_postgres_url"]
+
+_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_PREFIXES: Final = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(spec: object) -> bool:
+    """Whether ``spec`` is a ``postgresql://`` (or ``postgres://``) URL."""
+    return isinstance(spec, str) and spec.startswith(_PREFIXES)
+
+
+def _split_url(url: str) -> tuple[str, str | None]:
+    """``(conninfo, schema)``: our ``schema`` query parameter taken out of the URL."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "schema"])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), schema
+
+
+class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
+    """Sessions in one schema of a PostgreSQL database; appends durable on return.
+
+    Args:
+        url: a libpq URL (``postgresql://user@host:port/db``). A ``schema`` query
+            parameter (``...?schema=tenant_a``) chooses the schema, as the
+            ``schema`` argument does.
+        schema: the schema holding the store (created when missing; default
+            ``subagents``): lowercase letters, digits and ``_``.
+        pool_size: most read connections.
+        connect_timeout_s: how long to wait for the server (connecting, or for a
+            free pooled connection).
+        lock_timeout_s: how long a write waits for another process's row lock.
+        limits: decoding bounds applied to stored bytes.
+
+    Raises:
+        SubagentError: ``PERSISTENCE_UNAVAILABLE`` (the server cannot be reached),
+            ``NOT_A_DATABASE``, ``SCHEMA_TOO_NEW``, ``INVALID_ARGUMENT``.
+    """
+
+    durable = True
+    blocking = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        lock_timeout_s: float = 30.0,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        if not is_postgres_url(url):
+            raise invalid(f"not a postgresql:// URL: {url!r}")
+        conninfo, from_url = _split_url(url)
+        schema = schema if schema is not None else from_url or "subagents"
+        if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+            raise invalid(f"schema must match [a-z_][a-z0-9_]*, got {schema!r}")
+        if type(pool_size) is not int or pool_size < 1:
+            raise invalid(f"pool_size must be an int >= 1, got {pool_size!r}")
+        for name, value in (
+            ("connect_timeout_s", connect_timeout_s),
+            ("lock_timeout_s", lock_timeout_s),
+        ):
+            if type(value) not in (int, float) or not value > 0:
+                raise invalid(f"{name} must be a number > 0, got {value!r}")
+        if not isinstance(limits, Limits):
+            raise invalid(f"limits must be a Limits, got {type(limits).__name__}")
+        self.url = url
+        self.schema = schema
+        self._limits = limits
+        self._header_cache: dict[bytes, SessionHeader] = {}
+        self._id_cache: dict[bytes, SessionId] = {}
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._timeout = float(connect_timeout_s)
+        self._kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout_s)),
+            "options": f"-c search_path={schema} -c lock_timeout={round(lock_timeout_s * 1000)}",
+        }
+        self._conninfo = conninfo
+        try:
+            admin = psycopg.connect(conninfo, **self._kwargs)
+        except psycopg.Error as exc:
+            raise pg_error(exc, f"cannot open a session store at {_safe(url)}") from exc
+        try:
+            classify(admin, schema)  # refuse a foreign or newer schema before writing
+            migrate(admin, schema)
+        except psycopg.Error as exc:
+            raise pg_error(exc, f"cannot open a session store at {_safe(url)}") from exc
+        finally:
+            admin.close()
+        self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            conninfo,
+            kwargs=self._kwargs,
+            min_size=1,
+            max_size=pool_size,
+            timeout=self._timeout,
+            num_workers=1,
+            name=f"subagents-{schema}",
+            open=True,
+        )
+        self._writer = PgWriter(self.connect)
+        self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection to the store's schema (the caller closes it)."""
+        return psycopg.connect(self._conninfo, **self._kwargs)
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        if self._closed:
+            raise store_closed(self)
+        text, order = translate(sql)
+        args = reorder(order, params)
+        for attempt in (1, 2):
+            try:
+                with self._pool.connection(timeout=self._timeout) as conn:
+                    rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
+                    return rows
+            except psycopg.OperationalError as exc:
+                if attempt == 2 or self._closed:
+                    raise pg_error(exc) from exc
+                # A pooled connection the server dropped (restarted): one more try,
+                # on a connection the pool opens afresh.
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                raise pg_error(exc) from exc
+            except psycopg_pool.PoolClosed:
+                raise store_closed(self) from None
+        raise AssertionError("unreachable")
+
+    def flush(self, session_id: SessionId | str | None = None) -> None:
+        if session_id is not None:
+            from ._validate import check_session_id
+
+            check_session_id(session_id)
+        if self._closed:
+            raise store_closed(self)
+        # Every append was committed before it returned.
+
+    # -- wake-ups --------------------------------------------------------------------
+
+    def listen(self) -> PgListener:
+        """A notification channel of this process's own (see :class:`PgListener`)."""
+        if self._closed:
+            raise store_closed(self)
+        return PgListener(self.connect, f"subagents_{uuid.uuid4().hex[:24]}")
+
+    def notify(self, address: str, payload: bytes) -> bool:
+        if not isinstance(address, str) or not address.startswith("pg:"):
+            return False
+        self._query("SELECT pg_notify(?, ?)", (address[3:], payload.hex()))
+        return True
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def statistics(self) -> StoreStatistics:
+        """A snapshot of the write-side counters (see :class:`StoreStatistics`)."""
+        w = self._writer
+        return StoreStatistics(
+            transactions=w.transactions,
+            write_requests=w.requests,
+            events_appended=w.events,
+            largest_batch=w.largest_batch,
+            pending=self._committer.pending,
+        )
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._header_cache.clear()
+        self._id_cache.clear()
+        self._committer.close(self._writer.close)
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<PostgresStore {_safe(self.url)} schema={self.schema} {state}>"
+
+
+def _safe(url: str) -> str:
+    """``url`` without its password."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class PgListener:
+    """A ``LISTEN`` channel on a connection of its own (a holder's wake-up address).
+
+    ``fileno()`` is the socket to wait on (None while disconnected); after it is
+    readable, :meth:`receive` returns the payloads rung. Used by one task at a
+    time. A lost connection is reopened by the next :meth:`receive`, which then
+    returns None: rings may have been missed meanwhile, so the caller sweeps.
+    """
+
+    def __init__(self, connect: Any, channel: str) -> None:
+        self.channel = channel
+        self.address = f"pg:{channel}"
+        self._connect = connect
+        self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
+        self._open()
+
+    def __repr__(self) -> str:
+        return f"<PgListener {self.address}>"
+
+    def _open(self) -> bool:
+        try:
+            conn = self._connect()
+            conn.execute(f'LISTEN "{self.channel}"')
+        except psycopg.Error:
+            return False
+        self._conn = conn
+        return True
+
+    def fileno(self) -> int | None:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            return None
+        return int(conn.pgconn.socket)
+
+    def receive(self) -> list[bytes] | None:
+        """The payloads waiting (never blocks); None when it had to reconnect."""
+        if self._closed:
+            return []
+        conn = self._conn
+        if conn is None:
+            return None if self._open() else []
+        out: list[bytes] = []
+        try:
+            pgconn = conn.pgconn
+            pgconn.consume_input()
+            while (note := pgconn.notifies()) is not None:
+                try:
+                    out.append(bytes.fromhex(note.extra.decode()))
+                except ValueError:
+                    continue  # not one of ours
+        except psycopg.Error:
+            conn.close()
+            self._conn = None
+            return None if self._open() else []
+        return out
+
+    def close(self) -> None:
+        self._closed = True
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,114 @@
+"""The inbox and lease reads of the SQL stores (see :mod:`._durable`).
+
+Their writes are in :mod:`._committed`; these reads use the store's ``_query``,
+in SQL both dialects run (see :mod:`._reads`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from subagents.protocol import (
+    CorruptRecordError,
+    DecodeError,
+    Limits,
+    MessageEvent,
+    MessageId,
+    ReportEvent,
+    SessionId,
+    decode_event,
+)
+
+from ._base import not_found
+from ._durable import DurableQueues, InboxEntry, Lease
+from ._validate import (
+    check_message_ids,
+    check_seconds,
+    check_session_id,
+    invalid,
+)
+
+__all__ = ["SqlQueueReads"]
+
+
+class SqlQueueReads(DurableQueues):
+    """Mixed into the SQL stores (which provide the members below)."""
+
+    _committer: Any
+    _limits: Limits
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        raise NotImplementedError
+
+    def exists(self, session_id: SessionId | str) -> bool:
+        raise NotImplementedError
+
+    # -- the inbox -----------------------------------------------------------------
+
+    def pending(self, session_id: SessionId | str) -> list[InboxEntry]:
+        sid = check_session_id(session_id)
+        rows = self._query(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1), n, body, epoch"
+            " FROM (SELECT 1) AS one LEFT JOIN inbox ON session = ?1 AND done = 0 ORDER BY n",
+            (sid.to_bytes(),),
+        )
+        if not rows or not rows[0][0]:
+            raise not_found(sid)
+        entries = []
+        for _exists, n, body, epoch in rows:
+            if n is None:
+                continue
+            try:
+                event = decode_event(bytes(body), limits=self._limits)
+            except DecodeError as exc:
+                raise _corrupt_entry(sid, n, exc) from exc
+            if not isinstance(event, (MessageEvent, ReportEvent)):
+                raise _corrupt_entry(sid, n, DecodeError(f"not a message: {event.type!r}"))
+            entries.append(InboxEntry(int(n), event, None if epoch is None else int(epoch)))
+        return entries
+
+    def orphans(self, now: float) -> list[SessionId]:
+        at = check_seconds(now, "now")
+        rows = self._query(
+            "SELECT DISTINCT i.session FROM inbox i LEFT JOIN leases l ON l.session = i.session"
+            " WHERE i.done = 0 AND (l.session IS NULL OR l.holder IS NULL OR l.expires <= ?)",
+            (at,),
+        )
+        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+
+    def waiting(self, holder: str) -> list[SessionId]:
+        if type(holder) is not str:
+            raise invalid("holder must be a str")
+        rows = self._query(
+            "SELECT DISTINCT l.session FROM leases l JOIN inbox i ON i.session = l.session"
+            " WHERE l.holder = ? AND i.done = 0 AND i.epoch IS NULL",
+            (holder,),
+        )
+        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+
+    def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
+        (mid,) = check_message_ids([message_id])
+        rows = self._query("SELECT session, n FROM inbox WHERE message_id = ?", (mid.to_bytes(),))
+        return [(SessionId.from_bytes(bytes(key)), int(n)) for key, n in rows]
+
+    # -- leases --------------------------------------------------------------------
+
+    def get_lease(self, session_id: SessionId | str) -> Lease | None:
+        sid = check_session_id(session_id)
+        rows = self._query(
+            "SELECT holder, epoch, expires, wake FROM leases WHERE session = ?", (sid.to_bytes(),)
+        )
+        if not rows:
+            return None
+        holder, epoch, expires, wake = rows[0]
+        return Lease(sid, holder, int(epoch), float(expires), wake)
+
+
+def _corrupt_entry(session_id: SessionId, n: int, exc: DecodeError) -> CorruptRecordError:
+    err = CorruptRecordError(
+        f"session {session_id} inbox entry {n} does not decode: {exc}",
+        session_id=session_id,
+        seq=-1,
+    )
+    err.__cause__ = exc
+    return err
