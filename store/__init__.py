@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from ._base import LogRecord, SessionStore
 from ._critical import critical, defer_interrupt, set_interrupt_delivery
-from ._durable import Accepted, InboxEntry, Lease, LeaseToken, NewLease, Release
+from ._durable import Accepted, InboxEntry, Lease, LeaseToken, Listener, NewLease, Release
 from ._memory import MemoryStore
 from ._open import open_store
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -55,6 +55,7 @@ __all__ = [
     "InboxEntry",
     "Lease",
     "LeaseToken",
+    "Listener",
     "LogRecord",
     "MemoryStore",
     "NewLease",

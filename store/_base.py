@@ -24,7 +24,7 @@ from subagents.protocol import (
     SubagentError,
 )
 
-from ._durable import DurableQueues, LeaseToken, NewLease
+from ._durable import DurableQueues, LeaseToken, Listener, NewLease
 from ._validate import check_session_ids
 
 __all__ = ["LogRecord", "SessionStore", "not_found", "session_exists", "store_closed"]
@@ -331,6 +331,21 @@ class SessionStore(DurableQueues):
     @abc.abstractmethod
     def drop_projections(self) -> None:
         """Forget every cached projection (they are rebuilt from the logs)."""
+
+    def listen(self) -> Listener | None:
+        """A wake-up channel of this process's own that other processes reach through
+        the store (:meth:`notify`), or None when the store has none (the runtime then
+        uses its host's doorbell). A runtime records its ``address`` in its leases."""
+        return None
+
+    def notify(self, address: str, payload: bytes) -> bool:
+        """Ring the :meth:`listen` channel at ``address`` with ``payload`` (a hint,
+        at most 1024 bytes); False when ``address`` is not one of this store's.
+
+        Raises:
+            SubagentError: the store failed (the caller treats a ring as a hint).
+        """
+        return False
 
     @abc.abstractmethod
     def flush(self, session_id: SessionId | str | None = None) -> None:

@@ -26,6 +26,7 @@ import abc
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from subagents.protocol import (
     ErrorCode,
@@ -43,6 +44,7 @@ __all__ = [
     "InboxEntry",
     "Lease",
     "LeaseToken",
+    "Listener",
     "NewLease",
     "Release",
     "lease_held",
@@ -123,6 +125,21 @@ def lease_lost(session_id: SessionId, token: LeaseToken) -> SubagentError:
         code=ErrorCode.LEASE_LOST,
         hint={"session_id": session_id, "holder": token[0], "epoch": token[1]},
     )
+
+
+class Listener(Protocol):
+    """A store's wake-up channel (:meth:`SessionStore.listen`), read by one task.
+
+    ``fileno()`` is what to wait on for readability (None while disconnected);
+    :meth:`receive` never blocks: the payloads rung since, or None when it had to
+    reconnect (rings may have been lost: the caller should sweep).
+    """
+
+    address: str
+
+    def fileno(self) -> int | None: ...
+    def receive(self) -> list[bytes] | None: ...
+    def close(self) -> None: ...
 
 
 class DurableQueues(abc.ABC):

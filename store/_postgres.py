@@ -38,7 +38,14 @@ from typing import Any, Final
 
 import psycopg
 import psycopg_pool
-from subagents.protocol import DEFAULT_LIMITS, Limits, SessionHeader, SessionId
+from subagents.protocol import (
+    DEFAULT_LIMITS,
+    ErrorCode,
+    Limits,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+)
 
 from ._base import SessionStore, store_closed
 from ._committed import CommittedWrites
@@ -48,7 +55,7 @@ from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
 from ._sqlite import StoreStatistics
-from ._validate import invalid
+from ._validate import check_session_id, invalid
 
 __all__ = ["PgListener", "PostgresStore", "is_postgres_url"]
 
@@ -84,6 +91,8 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             free pooled connection).
         lock_timeout_s: how long a write waits for another process's row lock.
         limits: decoding bounds applied to stored bytes.
+        create: create the store when the schema holds none (False: refuse with
+            ``NOT_A_DATABASE``, writing nothing -- what a reader wants).
 
     Raises:
         SubagentError: ``PERSISTENCE_UNAVAILABLE`` (the server cannot be reached),
@@ -102,6 +111,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         connect_timeout_s: float = 10.0,
         lock_timeout_s: float = 30.0,
         limits: Limits = DEFAULT_LIMITS,
+        create: bool = True,
     ) -> None:
         if not is_postgres_url(url):
             raise invalid(f"not a postgresql:// URL: {url!r}")
@@ -138,7 +148,14 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         except psycopg.Error as exc:
             raise pg_error(exc, f"cannot open a session store at {_safe(url)}") from exc
         try:
-            classify(admin, schema)  # refuse a foreign or newer schema before writing
+            # Refuse a foreign or newer schema before writing anything.
+            kind, _version = classify(admin, schema)
+            if kind == "new" and not create:
+                raise SubagentError(
+                    f"no subagents store in schema {schema!r} of {_safe(url)}",
+                    code=ErrorCode.NOT_A_DATABASE,
+                    hint={"schema": schema},
+                )
             migrate(admin, schema)
         except psycopg.Error as exc:
             raise pg_error(exc, f"cannot open a session store at {_safe(url)}") from exc
@@ -184,8 +201,6 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
 
     def flush(self, session_id: SessionId | str | None = None) -> None:
         if session_id is not None:
-            from ._validate import check_session_id
-
             check_session_id(session_id)
         if self._closed:
             raise store_closed(self)

@@ -15,18 +15,22 @@ message id is recognized only while this runtime remembers it
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from subagents.actors._kernel import ring
 from subagents.protocol import Event, MessageId, SessionId, SubagentError
-from subagents.store import Accepted, InboxEntry, SessionStore
+from subagents.store import Accepted, InboxEntry, Listener, SessionStore
 
 from ._live import LiveSession
 
 __all__ = ["SEEN_MAX", "Acceptance"]
+
+logger = logging.getLogger("subagents")
 
 #: Message ids a relaxed runtime remembers for deduplication.
 SEEN_MAX: Final = 100_000
@@ -133,6 +137,31 @@ class Acceptance:
             return None
         wake: str | None = lease.wake
         return wake
+
+    def listen(self) -> Listener | None:
+        """The store's wake-up channel for this runtime, if it has one (see
+        :meth:`subagents.store.SessionStore.listen`)."""
+        store = self.persistence
+        if store is None:
+            return None
+        listener: Listener | None = self._call(store.listen)
+        return listener
+
+    def ring(self, address: str | None, payload: bytes) -> bool:
+        """Wake the runtime at ``address`` (a lease's ``wake``) with ``payload``: through
+        the store when the address is one of its channels, else the host's doorbell.
+        A hint: False when it could not be delivered, never an error."""
+        if not address:
+            return False
+        store = self.persistence
+        if store is not None and not address.startswith(("@", "/")):
+            try:
+                delivered: bool = self._call(store.notify, address, payload)
+            except SubagentError as exc:
+                logger.debug("ringing %s through the store failed: %s", address, exc)
+                return False
+            return delivered
+        return ring(address, payload)
 
     def claim(self, scope: SessionId, message_id: MessageId) -> bool:
         """Relaxed deduplication: True for the first claim of ``(scope, id)`` this

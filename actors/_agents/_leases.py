@@ -89,6 +89,10 @@ class Leases:
         self._clock = clock
         self._lock = threading.Lock()  # held for a set operation, never across a call out
         self._held: dict[SessionId, int] = {}  # session -> epoch
+        # Sessions created under a lease no renewal has returned yet: their create
+        # may still wait in the write-behind queue (relaxed durability), so a
+        # renewal that misses them says nothing about a takeover.
+        self._fresh: set[SessionId] = set()
         # Releases the store refused (it was failing): retried every period.
         self._unreleased: dict[SessionId, tuple[LeaseToken, Callable[[Any], object]]] = {}
         self._task: TaskHandle | None = None
@@ -103,6 +107,8 @@ class Leases:
     def new(self, session_id: SessionId) -> tuple[str, float, str | None]:
         """The lease a session is created with (epoch 1); it is held from now on."""
         self._hold(session_id, 1)
+        with self._lock:
+            self._fresh.add(session_id)
         return (self.holder.id, self._clock() + self.ttl, self.wake)
 
     def acquire(self, session_id: SessionId) -> Lease:
@@ -141,6 +147,7 @@ class Leases:
         with self._lock:
             if self._held.get(session_id) == epoch:
                 del self._held[session_id]
+                self._fresh.discard(session_id)
 
     def release_later(
         self, session_id: SessionId, token: LeaseToken, done: Callable[[Any], object]
@@ -186,8 +193,11 @@ class Leases:
             except SubagentError:
                 logger.exception("renewing the leases of %s failed", self.holder.id)
                 continue
+            with self._lock:
+                self._fresh -= renewed
+                fresh = set(self._fresh)
             for sid, epoch in held.items():
-                if sid not in renewed:
+                if sid not in renewed and not (epoch == 1 and sid in fresh):
                     with self._lock:
                         still = self._held.get(sid) == epoch
                         if still:

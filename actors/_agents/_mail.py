@@ -62,7 +62,10 @@ class Mailman:
         self._holds = holds
         self._orphan = orphan
         self._period = period
-        self.doorbell = Doorbell(backend)
+        # A store that wakes holders itself (PostgreSQL's LISTEN/NOTIFY) gives this
+        # runtime a channel of its own; else the host's doorbell alone.
+        self._listener = sessions.listen()
+        self.doorbell = Doorbell(backend, self._listener)
         self._task: TaskHandle | None = None
 
     @property
@@ -76,10 +79,12 @@ class Mailman:
         self.doorbell.close()
         if self._task is not None:
             self._task.join(30)
+        if self._listener is not None:
+            self._listener.close()
 
     def rung(self, session_id: SessionId) -> None:
         """Look at ``session_id`` from the mail task (a ring of our own doorbell)."""
-        ring(self.address, session_id.to_bytes())
+        ring(self.doorbell.local_address, session_id.to_bytes())
 
     # -- the task ------------------------------------------------------------------
 
@@ -139,8 +144,8 @@ def _session_ids(rings: list[bytes]) -> list[SessionId]:
     return list(seen)
 
 
-def wake_holder(error: BaseException, session_id: SessionId) -> None:
+def wake_holder(sessions: SessionService, error: BaseException, session_id: SessionId) -> None:
     """After ``LEASE_HELD``: ring the holder named in the error's hint."""
     hint: Any = getattr(error, "hint", None)
     if isinstance(hint, dict):
-        ring(hint.get("wake"), session_id.to_bytes())
+        sessions.ring(hint.get("wake"), session_id.to_bytes())

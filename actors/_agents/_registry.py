@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from subagents.actors._kernel import ring
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
@@ -272,10 +271,10 @@ class AgentRegistry:
             self.resume(sid)  # its replay runs the message
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_HELD:
-                wake_holder(exc, sid)
+                wake_holder(sessions, exc, sid)
             elif exc.code == ErrorCode.SESSION_EXISTS:
                 # Live here since we looked: its pickup takes what nobody took.
-                ring(sessions.leases.wake, sid.to_bytes())
+                sessions.ring(sessions.leases.wake, sid.to_bytes())
             else:
                 sessions.retract(sid, mid)
                 raise

@@ -28,7 +28,6 @@ import logging
 from typing import Final
 
 from subagents.actors._agents import Agent, SessionService, wake_holder
-from subagents.actors._kernel import ring
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -106,7 +105,7 @@ def kept(
     A retraction the store cannot make leaves the error to the caller.
     """
     if isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_HELD:
-        wake_holder(error, target)  # in the inbox of a child another process holds
+        wake_holder(sessions, error, target)  # in the inbox of a child another process holds
         return True
     try:
         return not sessions.retract(target, message_id)
@@ -117,7 +116,7 @@ def kept(
 
 def wake_parent_holder(sessions: SessionService, parent_id: SessionId, child_id: SessionId) -> None:
     """Ring the doorbell of the process holding ``parent_id`` about ``child_id``."""
-    ring(sessions.wake_address(parent_id), child_id.to_bytes())
+    sessions.ring(sessions.wake_address(parent_id), child_id.to_bytes())
 
 
 def _retract(

@@ -8,22 +8,35 @@ holder's doorbell with the session's id; the holder wakes, reads what waits in
 the session's durable inbox and delivers it. Blocked in ``recv``, an idle
 holder costs no CPU.
 
+A store that reaches further than one host (PostgreSQL: ``LISTEN/NOTIFY``)
+gives the runtime a *listener* (:meth:`subagents.store.SessionStore.listen`):
+the doorbell then waits on both its socket and the listener's connection, and
+its address -- the one leases record -- is the listener's, which any process on
+any host rings through the store (:meth:`~subagents.store.SessionStore.notify`).
+The socket stays, for this process's own rings and for :meth:`Doorbell.close`.
+
 A ring is only a hint, never the message: it may be lost (the holder is gone,
-its buffer is full) and then the holder's periodic sweep finds the message
-anyway. So :func:`ring` never blocks and never raises.
+its buffer is full, the listener's connection dropped) and then the holder's
+periodic sweep finds the message anyway. So :func:`ring` never blocks and
+never raises, and a listener that had to reconnect makes :meth:`Doorbell.wait`
+return as a timeout does (sweep now).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 import sys
 import tempfile
+import time
 import uuid
 from typing import Any, Final
 
+import gevent.select
 import gevent.socket
+from subagents.store import Listener
 
 from ._backend import Backend
 
@@ -31,6 +44,8 @@ __all__ = ["Doorbell", "ring"]
 
 #: The largest ring: 64 session ids of 16 bytes.
 MAX_RING: Final = 1024
+#: While a listener is disconnected, how often to try it again (seconds).
+_RECONNECT: Final = 2.0
 
 _ABSTRACT = sys.platform.startswith("linux")
 
@@ -43,17 +58,24 @@ def _sockaddr(address: str) -> str:
 class Doorbell:
     """This runtime's doorbell (see the module docstring).
 
-    ``wait`` is called by one task at a time; ``close`` wakes it.
+    ``wait`` is called by one task at a time; ``close`` wakes it. The listener
+    stays its owner's to close (after the waiting task ended).
     """
 
-    def __init__(self, backend: Backend) -> None:
-        module: Any = gevent.socket if backend.name == "gevent" else socket
+    def __init__(self, backend: Backend, listener: Listener | None = None) -> None:
+        green = backend.name == "gevent"
+        module: Any = gevent.socket if green else socket
+        self._select: Any = gevent.select.select if green else select.select
         name = f"subagents-{os.getpid()}-{uuid.uuid4().hex[:16]}"
-        self.address = (
+        #: The socket's address: this process's own rings.
+        self.local_address = (
             f"@{name}" if _ABSTRACT else os.path.join(tempfile.gettempdir(), f"{name}.sock")
         )
+        self._listener = listener
+        #: Where other processes ring (recorded in leases).
+        self.address = listener.address if listener is not None else self.local_address
         self._sock = module.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.bind(_sockaddr(self.address))
+        self._sock.bind(_sockaddr(self.local_address))
         self._closed = False
 
     def __repr__(self) -> str:
@@ -71,6 +93,8 @@ class Doorbell:
         """
         if self._closed:
             return []
+        if self._listener is not None:
+            return self._wait_both(self._listener, timeout)
         sock = self._sock
         sock.settimeout(timeout)
         try:
@@ -83,9 +107,14 @@ class Doorbell:
             raise
         if self._closed_now():  # close() rang to wake us
             return []
-        rings = [first]
+        return [first, *self._drain()]
+
+    def _drain(self) -> list[bytes]:
+        """Everything rung on the socket so far, without blocking."""
+        rings: list[bytes] = []
+        sock = self._sock
         sock.settimeout(0)
-        while True:  # everything else rung meanwhile, without blocking
+        while True:
             try:
                 rings.append(sock.recv(MAX_RING))
             except (BlockingIOError, TimeoutError, InterruptedError):
@@ -93,17 +122,44 @@ class Doorbell:
             except OSError:
                 return rings
 
+    def _wait_both(self, listener: Listener, timeout: float | None) -> list[bytes] | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            fd = listener.fileno()
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if fd is None:  # disconnected: look again every few seconds
+                left = _RECONNECT if left is None else min(left, _RECONNECT)
+            try:
+                readable = self._select(
+                    [self._sock] if fd is None else [self._sock, fd], [], [], left
+                )[0]
+            except (OSError, ValueError):
+                readable = []  # the listener's socket closed under us: try it again
+                fd = None
+            if self._closed_now():
+                return []
+            rings = self._drain() if self._sock in readable else []
+            if fd is None or fd in readable:
+                got = listener.receive()
+                if got is None:
+                    return None  # reconnected: rings may be lost, sweep
+                rings += got
+            if rings:
+                return rings
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
     def close(self) -> None:
         """Stop: a waiter returns ``[]``. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        ring(self.address, b"")  # wakes a waiter blocked in recv
+        ring(self.local_address, b"")  # wakes a waiter blocked in recv or select
         with contextlib.suppress(OSError):
             self._sock.close()
         if not _ABSTRACT:
             with contextlib.suppress(OSError):
-                os.unlink(self.address)
+                os.unlink(self.local_address)
 
 
 def ring(address: str | None, payload: bytes) -> bool:

@@ -48,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument(
-        "--db", default="./subagents-demo.db", help="database file (default: %(default)s)"
+        "--db",
+        default="./subagents-demo.db",
+        help="database file, or a postgresql:// URL (default: %(default)s)",
     )
     demo.add_argument(
         "--backend",
@@ -62,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Print every session tree (or the one under ROOT): label, mode, activity, "
         "diagnostics and active time, from the durable catalog.",
     )
-    tree.add_argument("db", help="a subagents database file")
+    tree.add_argument("db", help="a subagents database file, or a postgresql:// URL (?schema=...)")
     tree.add_argument("root", nargs="?", help="only the tree under this session id")
     tree.add_argument("--json", action="store_true", help="machine-readable output")
     show = sub.add_parser(
@@ -70,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print one session's events, decoded",
         description="Print a session's header and events.",
     )
-    show.add_argument("db", help="a subagents database file")
+    show.add_argument("db", help="a subagents database file, or a postgresql:// URL (?schema=...)")
     show.add_argument("session", help="the session id (32 hex digits)")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
@@ -79,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
 def _open_existing(path: str) -> Any:
     """Open a database that must already exist; SubagentError otherwise."""
     from subagents.store import SqliteStore
+
+    if path.startswith(("postgresql://", "postgres://")):
+        from subagents.store import PostgresStore
+
+        return PostgresStore(path, create=False)
 
     if not os.path.exists(path):
         raise SubagentError(f"{path}: no such file", code="NOT_A_DATABASE")
