@@ -2,9 +2,9 @@
 
 Usage: ``python crash_worker.py DB BACKEND RUNS KIND K [BURSTS SIZE]``
 
-It opens a strict runtime on the SQLite file ``DB``, spawns a root agent, starts
-one continuable child of model ``rec`` and follows it up in ``BURSTS`` bursts of
-``SIZE`` messages, waiting for the child to settle between bursts (so a burst's
+It opens a strict runtime on the store ``DB`` (an SQLite file or a PostgreSQL
+URL), spawns a root agent, starts one continuable child of model ``rec`` and
+follows it up in ``BURSTS`` bursts of ``SIZE`` messages, waiting for the child to settle between bursts (so a burst's
 first message cold-resumes it and the rest queue behind), then waits until the
 child ran them all (except for ``close``) and closes the runtime. Every id a call
 returned is printed (``id <message id>``) and flushed before the next call.
@@ -38,7 +38,7 @@ from typing import Any
 from subagents.actors import AbortController, ContinuableStartSpec, Runtime
 from subagents.actors._agents._sessions import SessionService
 from subagents.actors.testing import LifecycleProbe
-from subagents.store import _writer
+from subagents.store import _pg_txn, _writer
 
 DB, BACKEND, RUNS, KIND, K = sys.argv[1:6]
 BURSTS = int(sys.argv[6]) if len(sys.argv) > 6 else 4
@@ -93,6 +93,18 @@ def _transaction_then(self: Any, batch: Any) -> None:
 
 
 _writer.Writer._transaction = _transaction_then  # type: ignore[method-assign]
+
+_pg_transaction = _pg_txn.PgWriter._transaction
+
+
+def _pg_transaction_then(self: Any, conn: Any, batch: Any) -> None:
+    _end_committing.value = False
+    _pg_transaction(self, conn, batch)
+    if _end_committing.value:
+        hit("end-out")
+
+
+_pg_txn.PgWriter._transaction = _pg_transaction_then  # type: ignore[method-assign]
 
 _accept = SessionService.accept
 

@@ -63,9 +63,9 @@ POINTS = [
 ]
 
 
-def _produce(db: Path, backend: str, runs: Path, kind: str, k: int) -> tuple[int, list[str]]:
+def _produce(db: str, backend: str, runs: Path, kind: str, k: int) -> tuple[int, list[str]]:
     proc = subprocess.run(
-        [sys.executable, str(WORKER), str(db), backend, str(runs), kind, str(k)],
+        [sys.executable, str(WORKER), db, backend, str(runs), kind, str(k)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -92,16 +92,16 @@ def _recorder(runs: Path) -> Any:
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "k"), POINTS, ids=[f"{p[0]}-{p[1]}" for p in POINTS])
 def test_every_returned_id_runs_exactly_once_after_a_kill(
-    backend: Backend, tmp_path: Path, kind: str, k: int
+    backend: Backend, db: str, tmp_path: Path, kind: str, k: int
 ) -> None:
     """L-8: accepted => committed; a SIGKILL anywhere loses nothing and runs nothing
     that completed twice."""
-    db, runs = tmp_path / "sessions.db", tmp_path / "runs.txt"
+    runs = tmp_path / "runs.txt"
     code, lines = _produce(db, backend.name, runs, kind, k)
     assert (code == 0) == (kind in ("never", "close")), lines
     returned = [MessageId(line.split()[1]) for line in lines if line.startswith("id ")]
     root_id = SessionId(next(line.split()[1] for line in lines if line.startswith("root ")))
-    with Runtime(str(db), backend=backend) as rt:
+    with Runtime(db, backend=backend) as rt:
         rt.models.register("rec", _recorder(runs))
         kids = rt.store.list_headers(root_id) if rt.store is not None else []
         if not kids:  # killed before the child's creation committed: nothing returned

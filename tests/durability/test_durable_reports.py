@@ -9,7 +9,6 @@ consumed it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +17,6 @@ from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel import Gate
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, MessageId, ReportEvent, SubagentError
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return str(tmp_path / "reports.db")
 
 
 def _reporter(rt: Runtime, gate: Gate, sent: list[MessageId], delivery: str) -> None:

@@ -1,6 +1,7 @@
 """One activation across processes (L-7, issue 13 point 4), with real processes.
 
-Worker processes (``mp_worker.py``) share one SQLite file. Whoever holds a
+Worker processes (``mp_worker.py``) share one store: an SQLite file, or a
+PostgreSQL server (the ``db`` fixture). Whoever holds a
 session's lease runs its turns; the others commit what they send to its durable
 inbox and wake the holder; a holder that releases the session with work waiting,
 or stalls past its lease, has its work adopted by a process that can run it. The
@@ -84,11 +85,10 @@ def _check_marks(marks: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 4])
 def test_processes_sending_to_one_session_run_each_message_once_never_interleaved(
-    backend: Backend, tmp_path: Path, processes: int
+    backend: Backend, db: str, tmp_path: Path, processes: int
 ) -> None:
     """Issue 13 point 4: 2 and 4 processes send to one session at once. Whichever
     holds it runs every message once; turns never interleave; per sender, in order."""
-    db = str(tmp_path / "shared.db")
     marks = tmp_path / "marks"
     sid = _session(db, backend)
     count = 15
@@ -115,13 +115,12 @@ def test_processes_sending_to_one_session_run_each_message_once_never_interleave
 
 @pytest.mark.slow
 def test_a_stalled_holder_is_taken_over_and_loses_its_lease_when_it_wakes(
-    backend: Backend, tmp_path: Path
+    backend: Backend, db: str, tmp_path: Path
 ) -> None:
     """Issue 13 point 4: the holder is SIGSTOPped; a message sent meanwhile is
     committed, and once the holder's lease expired this process adopts the
     session and runs it. SIGCONT: the old holder finds its lease lost, disposes
     its agent (``AGENT_DISPOSED`` after) and wrote nothing into the new epoch."""
-    db = str(tmp_path / "shared.db")
     marks = tmp_path / "marks"
     sid = _session(db, backend)
     holder = _worker("hold", db, sid, "old", "-", "-", str(marks), *_env(backend))
@@ -156,13 +155,12 @@ def test_a_stalled_holder_is_taken_over_and_loses_its_lease_when_it_wakes(
 
 @pytest.mark.slow
 def test_a_killed_holder_is_taken_over_after_expiry_and_its_messages_replay(
-    backend: Backend, tmp_path: Path
+    backend: Backend, db: str, tmp_path: Path
 ) -> None:
     """Issue 13 point 4: a holder SIGKILLed with a turn running and messages queued;
     a runtime on the same file, asked nothing, adopts the session once the dead
     holder's lease expired (its sweep) and replays every accepted message once,
     in order, flagged redelivered (the dead epoch had taken them)."""
-    db = str(tmp_path / "shared.db")
     sid = _session(db, backend)
     count = 5
     victim = _worker("accept", db, sid, "-", str(count), "-", str(tmp_path / "m"), *_env(backend))

@@ -11,7 +11,6 @@ their own); ``test_multiprocess.py`` runs real ones.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from durability_kit import Noted
@@ -26,15 +25,10 @@ from subagents.protocol import (
     SubagentError,
     TurnEnd,
 )
-from subagents.store import SqliteStore
+from subagents.store import open_store
 
 M1 = "a1" * 16
 SAME = "5a" * 16
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return str(tmp_path / "sessions.db")
 
 
 @pytest.fixture
@@ -58,7 +52,8 @@ def runtimes(backend: Backend, db: str, noted: Noted) -> Iterator[list[Runtime]]
 
 
 def _pending(db: str, sid: SessionId) -> list[object]:
-    other = SqliteStore(db)
+    other = open_store(db)
+    assert other is not None
     try:
         return [e.event.content for e in other.pending(sid)]
     finally:
