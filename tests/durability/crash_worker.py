@@ -7,7 +7,8 @@ URL), spawns a root agent, starts one continuable child of model ``rec`` and
 follows it up in ``BURSTS`` bursts of ``SIZE`` messages, waiting for the child
 to settle between bursts (so a burst's first message cold-resumes it and the
 rest queue behind), then waits until the child ran them all (except for
-``close``) and closes the runtime. Every id a call returned is printed (``id <message id>``) and flushed before the next call.
+``close``) and closes the runtime. Every id a call returned is printed (``id
+<message id>``) and flushed before the next call.
 
 ``rec`` appends ``<pid> <message id> <redelivered>`` to the file ``RUNS`` (an
 O_APPEND write: it survives the kill) each time it runs a turn.
