@@ -34,7 +34,6 @@ from subagents.protocol import (
     ErrorCode,
     Event,
     RecordedOptions,
-    ReportEvent,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -78,6 +77,7 @@ from ._children import (
     ProviderRegistration,
     ProviderRegistry,
     SubagentService,
+    adopt,
 )
 from ._kernel import (
     GEVENT,
@@ -100,10 +100,6 @@ _UTC = _dt.UTC
 
 def _utcnow() -> _dt.datetime:
     return _now(_UTC)
-
-
-def _only_quiet(pending: list[Any]) -> bool:
-    return all(isinstance(e.event, ReportEvent) and e.event.delivery == "quiet" for e in pending)
 
 
 def _patched() -> bool:
@@ -270,13 +266,7 @@ class Runtime:
         if self._closed:
             return
         try:
-            header = self.sessions.header(session_id)
-            if header is None or _only_quiet(self.sessions.pending(session_id)):
-                return  # quiet reports wait for the next turn: nothing to wake it for
-            if header.origin == "subagent":
-                self.continuation.wake(session_id, header.parent_session)
-            elif self.agents.get(session_id) is None:
-                self.agents.resume(session_id)
+            adopt(self.agents, self.sessions, self.continuation, session_id)
         except SubagentError as exc:
             if exc.code in (ErrorCode.LEASE_HELD, ErrorCode.SESSION_EXISTS):
                 return
@@ -427,6 +417,10 @@ class Runtime:
                 agent.dispose()
             except Exception:
                 logger.exception("disposing %r while closing the runtime failed", agent)
+        # Children that settled on their own (disposing without a waiter) release
+        # their sessions in their actors' on_stop: before the writer closes.
+        if not self.agents.wait_stopped(30.0):
+            logger.warning("an agent was still disposing when the runtime closed")
         self.continuation.close()
         self.sessions.close()
         if self.store is not None:

@@ -3,6 +3,7 @@
 Run::
 
     python examples/gevent_server.py --db server.db --port 8080 [--token SECRET]
+    python examples/gevent_server.py --db postgresql://user@host/db --port 8080
 
 It binds 127.0.0.1 unless told otherwise (``--host``). With ``--token`` every
 request must carry ``Authorization: Bearer SECRET`` (else 401). A client is named
@@ -35,9 +36,16 @@ actors are greenlets of the same hub.
 
 Restarts lose nothing: sessions live in the store, top-level agents record their
 model (a request resumes one that is not live), and which client created which
-session is kept beside the store (``DB.owners``, a small SQLite table), so a
-restarted server -- or a second worker on the same files -- serves every session
-it created.
+session is kept beside the store (``DB.owners``, a small SQLite table; on
+PostgreSQL an ``owners`` table in the store's schema), so a restarted
+server -- or a second worker on the same files -- serves every session it
+created.
+
+Scaling out: several server processes on one PostgreSQL store (or one SQLite
+file on one host) serve one tree, with no balancer in front. A follow-up that
+reaches a worker where the child's parent is not live is committed to the
+child's durable inbox and run where the tree lives (the parent's holder is woken
+by ``NOTIFY``), once, whichever worker the client asked.
 """
 
 from __future__ import annotations
@@ -102,33 +110,44 @@ def worker(turn: Any) -> Any:
 
 class Owners:
     """Which client created which session, kept in SQLite beside the session store
-    (``None``: in memory, for a memory runtime)."""
+    (``None``: in memory, for a memory runtime), or -- given a connection -- in a
+    table of a PostgreSQL store's schema (``PostgresStore.connect()``)."""
 
-    def __init__(self, path: str | None) -> None:
-        self._db = sqlite3.connect(path or ":memory:", isolation_level=None, timeout=30)
+    def __init__(self, path: str | None, *, connection: Any = None) -> None:
+        self._db: Any = connection
+        # psycopg spells its placeholders %s, sqlite3 ?.
+        self._mark = "%s" if connection is not None else "?"
+        if connection is None:
+            self._db = sqlite3.connect(path or ":memory:", isolation_level=None, timeout=30)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS owners"
             " (session_id TEXT PRIMARY KEY, client TEXT NOT NULL, root INTEGER NOT NULL)"
         )
         self._lock = threading.Lock()
 
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", self._mark)
+
     def add(self, session_id: str, client: str, *, root: bool) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR IGNORE INTO owners VALUES (?, ?, ?)", (session_id, client, int(root))
+                self._sql("INSERT INTO owners VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
+                (session_id, client, int(root)),
             )
 
     def get(self, session_id: str) -> str | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT client FROM owners WHERE session_id = ?", (session_id,)
+                self._sql("SELECT client FROM owners WHERE session_id = ?"),
+                (session_id,),
             ).fetchone()
         return None if row is None else str(row[0])
 
     def roots(self, client: str) -> set[str]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT session_id FROM owners WHERE client = ? AND root = 1", (client,)
+                self._sql("SELECT session_id FROM owners WHERE client = ? AND root = 1"),
+                (client,),
             ).fetchall()
         return {r[0] for r in rows}
 
@@ -273,11 +292,17 @@ class App:
         return {"child_id": child_id, "message_id": message_id}
 
     def followup(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:
-        agent = self._agent(client, agent_id)
+        self._owned(client, agent_id)
         self._owned(client, child_id)
         if "content" not in body:
             raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "content is required")
-        message_id = self.rt.subagents.followup(agent, child_id, body["content"])
+        message_id = body.get("message_id")
+        if message_id is not None and not isinstance(message_id, str):
+            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "message_id must be a string")
+        # By the parent's id: wherever the tree is live (here, or another worker).
+        message_id = self.rt.subagents.followup(
+            agent_id, child_id, body["content"], message_id=message_id
+        )
         return {"message_id": message_id}
 
     def interrupt(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:
@@ -367,11 +392,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8080, help="port; 0 picks a free one")
-    parser.add_argument("--db", default="server.db", help="SQLite session store")
+    parser.add_argument(
+        "--db", default="server.db", help="SQLite session store, or a postgresql:// URL"
+    )
     parser.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN'")
     args = parser.parse_args(argv)
-    owners = Owners(f"{args.db}.owners")
-    with Runtime(args.db, backend="gevent") as rt:
+    store: Any = args.db
+    if args.db.startswith(("postgresql://", "postgres://")):
+        from subagents.store import PostgresStore
+
+        store = PostgresStore(args.db)
+        owners = Owners(None, connection=store.connect())
+    else:
+        owners = Owners(f"{args.db}.owners")
+    with Runtime(store, backend="gevent") as rt:
         app = App(rt, args.token, owners)
         server = WSGIServer((args.host, args.port), app, log=None, error_log=None)
         stop = gevent.event.Event()

@@ -307,6 +307,10 @@ class Agent(Inbox):
     def wait_disposed(self, timeout: float | None = None) -> bool:
         return bool(self._stopped.wait(timeout))
 
+    def disposed_now(self) -> bool:
+        """Whether its disposal finished (its session released)."""
+        return bool(self._stopped.is_set())
+
 
 class _AgentActor:
     """The agent's actor behaviour; built into an actor class per backend."""

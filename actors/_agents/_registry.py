@@ -8,6 +8,7 @@ for a session that has since been resumed by another, is not live.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,6 +51,7 @@ class AgentRegistry:
         self._models = models
         self._lock = threading.Lock()
         self._agents: dict[SessionId, Agent] = {}
+        self._stopping: list[Agent] = []  # left the registry, maybe still disposing
 
     def create(
         self,
@@ -191,6 +193,18 @@ class AgentRegistry:
         with self._lock:
             if self._agents.get(agent.session_id) is agent:
                 del self._agents[agent.session_id]
+                # Disposing, perhaps without anyone waiting (a child settling): the
+                # runtime's close waits for its release before closing the store.
+                self._stopping = [a for a in self._stopping if not a.disposed_now()]
+                self._stopping.append(agent)
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait until every agent that left the registry finished disposing (its
+        session released); False when one had not after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            stopping, self._stopping = self._stopping, []
+        return all(a.wait_disposed(max(0.0, deadline - time.monotonic())) for a in stopping)
 
     def get(self, session_id: SessionId | str) -> Agent | None:
         """The live agent for ``session_id``, or None."""

@@ -12,6 +12,7 @@ from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._providers import ForkProvider, LocalProvider
+from ._remote import adopt, wake_child
 from ._reports import ReportReceipt
 from ._service import SubagentService
 from ._setup import ContinuableScope, SetupRegistration
@@ -55,4 +56,6 @@ __all__ = [
     "SubagentStartRequest",
     "Subscription",
     "UserAuthority",
+    "adopt",
+    "wake_child",
 ]

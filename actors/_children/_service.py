@@ -34,6 +34,7 @@ from subagents.protocol import (
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
+from ._remote import followup_by_id
 from ._reports import ReportReceipt, report_from, report_receipt
 from ._setup import SetupRegistration
 from ._types import (
@@ -228,7 +229,7 @@ class SubagentService:
 
     def followup(
         self,
-        parent: Agent,
+        parent: Agent | SessionId | str,
         child_id: SessionId | str,
         content: Any,
         *,
@@ -245,12 +246,28 @@ class SubagentService:
         idempotent (the same id for the same child queues nothing new, see
         ``docs/durability.md``).
 
+        ``parent`` may also be the parent's session id, from a process where the
+        parent is not live (a server worker serving a tree another worker holds):
+        the caller vouches for it, and the message is committed to the child's
+        inbox and run wherever the tree lives (see ``_children/_remote.py``).
+
         Raises:
             SubagentError: ``UNAUTHORIZED``, ``SESSION_NOT_FOUND``,
                 ``PERSISTENCE_UNAVAILABLE``, ``ADMISSION_CLOSED``, ``CANCELLED``,
                 ``TIMEOUT``, ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``.
         """
         self._check_thread()
+        if isinstance(parent, (str, SessionId)) and not isinstance(parent, Agent):
+            return followup_by_id(
+                self._ctx.agents,
+                self._ctx.sessions,
+                self._continuation,
+                SessionId(parent),
+                SessionId(child_id),
+                content,
+                source=source,
+                message_id=message_id,
+            )
         return self._continuation.followup(
             parent, child_id, content, source=source, signal=signal, message_id=message_id
         )

@@ -32,11 +32,10 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import gevent.select
 import gevent.socket
-from subagents.store import Listener
 
 from ._backend import Backend
 
@@ -48,6 +47,16 @@ MAX_RING: Final = 1024
 _RECONNECT: Final = 2.0
 
 _ABSTRACT = sys.platform.startswith("linux")
+
+
+class Listener(Protocol):
+    """What the doorbell needs of a store's listener (``subagents.store.Listener``,
+    restated here: the kernel imports nothing above it)."""
+
+    address: str
+
+    def fileno(self) -> int | None: ...
+    def receive(self) -> list[bytes] | None: ...
 
 
 def _sockaddr(address: str) -> str:

@@ -65,7 +65,7 @@ class Server:
             conn.close()
 
 
-def _start_server(db: Path) -> Server:
+def _start_server(db: Path | str) -> Server:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -244,12 +244,16 @@ def test_server_binds_loopback_by_default() -> None:
     assert os.path.exists(EXAMPLES / "agent_tree.py")
 
 
-def test_a_restarted_server_serves_the_sessions_it_created(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_restarted_server_serves_the_sessions_it_created(
+    request: pytest.FixtureRequest, tmp_path: Path, store: str
+) -> None:
     """Issue 13 point 7 over real HTTP: start, create, stop, start, follow up. The
     restarted server lists the client's agents, resumes the top-level agent from
     its recorded model, follows its child up (a cold resume) and messages the
-    agent itself; another client still sees none of it."""
-    db = tmp_path / "restart.db"
+    agent itself; another client still sees none of it. On SQLite and on
+    PostgreSQL (issue 14 point 6)."""
+    db = tmp_path / "restart.db" if store == "sqlite" else request.getfixturevalue("pg_url")
     srv = _start_server(db)
     try:
         status, made = srv.call("POST", "/agents", {"label": "keeper"}, client="alice")
@@ -295,3 +299,54 @@ def test_a_restarted_server_serves_the_sessions_it_created(tmp_path: Path) -> No
         assert mine.count(direct["message_id"]) == 1
     finally:
         _stop_server(srv.proc)
+
+
+def test_two_servers_on_one_postgres_store_serve_one_tree(pg_url: str) -> None:
+    """Issue 14 point 6 over real HTTP: two server processes on one PostgreSQL store,
+    no balancer; the client alternates between their ports. The tree lives where it
+    was made (server A); every follow-up sent to either server reaches the child
+    exactly once, in the order sent -- one retried on the other server with the
+    same ``message_id`` too -- and either server lists the tree."""
+    a, b = _start_server(pg_url), _start_server(pg_url)
+    try:
+        status, made = a.call("POST", "/agents", {"label": "shared"}, client="alice")
+        assert status == 200, made
+        agent = made["session_id"]
+        status, kid = a.call(
+            "POST", f"/agents/{agent}/children", {"prompt": "p", "label": "kid"}, client="alice"
+        )
+        assert status == 200, kid
+        child = kid["child_id"]
+        sent: list[str] = [kid["message_id"]]
+        for i in range(10):
+            srv = (a, b)[i % 2]
+            body: dict[str, Any] = {"content": f"m{i}", "message_id": f"{i + 1:032x}"}
+            status, got = srv.call(
+                "POST", f"/agents/{agent}/children/{child}/followup", body, client="alice"
+            )
+            assert status == 200, got
+            assert got["message_id"] == body["message_id"]
+            sent.append(got["message_id"])
+            if i == 4:  # a client retry, to the other server: accepted once
+                other = (b, a)[i % 2]
+                status, again = other.call(
+                    "POST", f"/agents/{agent}/children/{child}/followup", body, client="alice"
+                )
+                assert (status, again["message_id"]) == (200, body["message_id"])
+        status, refused = b.call(
+            "POST", f"/agents/{agent}/children/{child}/followup", {"content": "x"}, client="eve"
+        )
+        assert status == 404, refused
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # polling a server over HTTP, as a client would
+            ran = _turn_message_ids(b, child, "alice")
+            if len(ran) >= len(sent):
+                break
+            time.sleep(0.05)
+        assert ran == sent
+        status, listing = b.call("GET", f"/agents/{agent}/children", client="alice")
+        assert status == 200, listing
+        assert [r["id"] for r in listing["rows"]] == [child]
+    finally:
+        _stop_server(a.proc)
+        _stop_server(b.proc)

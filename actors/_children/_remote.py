@@ -1,0 +1,166 @@
+"""A follow-up addressed by the parent's *id*: from a process where the parent is not live.
+
+``runtime.subagents.followup(parent_id, child_id, content)`` is what a server
+worker calls for a tree another worker holds (several processes on one store,
+requests reaching any of them). The caller vouches for the parent, as
+:class:`~subagents.actors.UserAuthority` does for an interrupt: the child must be
+a direct subagent of ``parent_id``.
+
+* The parent is live here: it is the ordinary follow-up.
+* Otherwise, under strict durability, the message is first committed to the
+  child's durable inbox (its id deduplicates, as always), then whoever can run it
+  is woken: the child's holder when another process has the child live; else the
+  parent's holder, which activates the child on the parent's behalf; else --
+  nobody holds the parent -- the parent is resumed here and wakes the child.
+  Whatever moves meanwhile (a holder releasing, dying), the message is committed
+  and the holders' sweeps find it.
+* On a memory store or under relaxed durability the parent is resumed here
+  first (nothing can be committed for another process to run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.protocol import (
+    ErrorCode,
+    MessageId,
+    MessageSource,
+    ReportEvent,
+    SessionId,
+    SubagentError,
+    new_message_id,
+    packb,
+    trusted_message,
+)
+
+from ._continuation import ContinuationManager
+
+__all__ = ["adopt", "followup_by_id", "wake_child"]
+
+#: How far up a chain of inactive parents a wake goes (a bound, not a tuning knob).
+_MAX_CHAIN = 64
+
+
+def followup_by_id(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    parent_id: SessionId,
+    child_id: SessionId,
+    content: Any,
+    *,
+    source: MessageSource | None,
+    message_id: MessageId | str | None,
+) -> MessageId:
+    """See the module docstring. Returns the message's id.
+
+    Raises:
+        SubagentError: ``SESSION_NOT_FOUND`` (no such child), ``UNAUTHORIZED`` (not
+            a subagent of ``parent_id``), ``ENCODE_ERROR``, the store's errors, and
+            those of resuming the parent (nothing accepted then).
+    """
+    parent = agents.get(parent_id)
+    if parent is not None:
+        return _local(continuation, parent, child_id, content, source, message_id)
+    header = sessions.header(child_id)
+    if header is None:
+        raise SubagentError(f"no session {child_id}", code=ErrorCode.SESSION_NOT_FOUND)
+    if header.origin != "subagent" or header.parent_session != parent_id:
+        raise SubagentError(
+            f"session {child_id} is not a subagent of {parent_id}", code=ErrorCode.UNAUTHORIZED
+        )
+    if not sessions.strict or sessions.leases is None:
+        parent = _resume(agents, parent_id)
+        return _local(continuation, parent, child_id, content, source, message_id)
+    packb(content)  # refuse what the log cannot hold before anything is accepted
+    mid = new_message_id() if message_id is None else MessageId(message_id)
+    src = source if source is not None else MessageSource(kind="parent", session_id=parent_id)
+    (accepted,) = sessions.accept(child_id, [trusted_message(mid, content, src)])
+    if not accepted.duplicate:
+        wake_child(agents, sessions, continuation, child_id, parent_id)
+    return mid
+
+
+def wake_child(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    child_id: SessionId,
+    parent_id: SessionId,
+    depth: int = 0,
+) -> None:
+    """Messages wait in a continuable child's durable inbox: wake whoever can run
+    them -- the child's holder, else its parent's, else (nobody holds the parent)
+    the parent resumed here, itself woken through its own parent when it is a
+    subagent. A committed message is never lost by a failure here: it runs at the
+    child's next activation, and the holders' sweeps look again."""
+    child_holder = sessions.wake_address(child_id)
+    if child_holder is not None:  # live in another process: its pickup takes it
+        sessions.ring(child_holder, child_id.to_bytes())
+        return
+    parent = agents.get(parent_id)
+    if parent is None and sessions.wake_address(parent_id) is None and depth < _MAX_CHAIN:
+        header = sessions.header(parent_id)
+        try:
+            if header is not None and header.origin == "subagent":
+                if header.parent_session is not None:
+                    wake_child(
+                        agents, sessions, continuation, parent_id, header.parent_session, depth + 1
+                    )
+            elif header is not None:
+                _resume(agents, parent_id)
+        except SubagentError as exc:
+            if exc.code != ErrorCode.LEASE_HELD:
+                raise
+    continuation.wake(child_id, parent_id)  # here, or it rings the parent's holder
+
+
+def adopt(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    session_id: SessionId,
+) -> None:
+    """Messages wait in the inbox of a session nobody holds (a sweep found it): have
+    it activated -- a top-level agent here, from its recorded options; a child
+    where its parent lives (:func:`wake_child`).
+
+    Raises:
+        SubagentError: ``LEASE_HELD`` / ``SESSION_EXISTS`` (somebody else did),
+            or why it cannot be activated here.
+    """
+    header = sessions.header(session_id)
+    if header is None or _only_quiet(sessions.pending(session_id)):
+        return  # quiet reports wait for the next turn: nothing to wake it for
+    if header.origin == "subagent" and header.parent_session is not None:
+        wake_child(agents, sessions, continuation, session_id, header.parent_session)
+    elif agents.get(session_id) is None:
+        agents.resume(session_id)
+
+
+def _only_quiet(pending: list[Any]) -> bool:
+    return all(isinstance(e.event, ReportEvent) and e.event.delivery == "quiet" for e in pending)
+
+
+def _resume(agents: AgentRegistry, parent_id: SessionId) -> Agent:
+    """The parent, live here (resumed from its recorded options if it was not)."""
+    try:
+        return agents.resume(parent_id)
+    except SubagentError as exc:
+        agent = agents.get(parent_id)  # resumed here meanwhile
+        if exc.code != ErrorCode.SESSION_EXISTS or agent is None:
+            raise
+        return agent
+
+
+def _local(
+    continuation: ContinuationManager,
+    parent: Agent,
+    child_id: SessionId,
+    content: Any,
+    source: MessageSource | None,
+    message_id: MessageId | str | None,
+) -> MessageId:
+    return continuation.followup(parent, child_id, content, source=source, message_id=message_id)
