@@ -110,8 +110,13 @@ class PgTxn(Txn):
 class PgWriter:
     """Applies batches of write requests through one connection (reconnecting)."""
 
-    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        unreachable: Callable[[], None] = lambda: None,
+    ) -> None:
         self._connect = connect
+        self._unreachable = unreachable  # told when the server could not be reached
         self.conn: PgConn | None = None
         self.transactions = 0
         self.requests = 0
@@ -127,6 +132,7 @@ class PgWriter:
             try:
                 conn = self.conn = PgConn(self._connect())
             except psycopg.Error as exc:
+                self._unreachable()
                 raise pg_error(exc) from exc
         return conn
 

@@ -30,6 +30,7 @@ schema that is not ours or is newer, left untouched.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import urllib.parse
@@ -136,6 +137,9 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._id_cache: dict[bytes, SessionId] = {}
         self._closed = False
         self._close_lock = threading.Lock()
+        # Set by a read that could not reach the server; reads then connect directly
+        # until one succeeds (see _query_direct).
+        self._unreachable = False
         self._timeout = float(connect_timeout_s)
         self._kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -171,7 +175,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             name=f"subagents-{schema}",
             open=True,
         )
-        self._writer = PgWriter(self.connect)
+        self._writer = PgWriter(self.connect, self._lost_server)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
 
     def connect(self) -> psycopg.Connection[Any]:
@@ -183,6 +187,8 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             raise store_closed(self)
         text, order = translate(sql)
         args = reorder(order, params)
+        if self._unreachable:
+            return self._query_direct(text, args)
         for attempt in (1, 2):
             try:
                 with self._pool.connection(timeout=self._timeout) as conn:
@@ -190,14 +196,36 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
                     return rows
             except psycopg.OperationalError as exc:
                 if attempt == 2 or self._closed:
+                    self._unreachable = True
                     raise pg_error(exc) from exc
                 # A pooled connection the server dropped (restarted): one more try,
                 # on a connection the pool opens afresh.
-            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            except psycopg_pool.PoolTimeout as exc:
+                self._unreachable = True
+                raise pg_error(exc) from exc
+            except psycopg.Error as exc:
                 raise pg_error(exc) from exc
             except psycopg_pool.PoolClosed:
                 raise store_closed(self) from None
         raise AssertionError("unreachable")
+
+    def _lost_server(self) -> None:
+        self._unreachable = True
+
+    def _query_direct(self, text: str, args: Any) -> list[Any]:
+        """A read while the server was last seen unreachable: on a connection of its
+        own, so a call fails as fast as the server refuses it (the pool would wait
+        for its reconnection backoff), and the first that succeeds puts the pool
+        back in use."""
+        try:
+            with self.connect() as conn:
+                rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
+        except psycopg.Error as exc:
+            raise pg_error(exc) from exc
+        self._unreachable = False
+        with contextlib.suppress(psycopg_pool.PoolClosed):
+            self._pool.check()  # drop the connections the outage broke
+        return rows
 
     def flush(self, session_id: SessionId | str | None = None) -> None:
         if session_id is not None:

@@ -14,6 +14,9 @@ completed turns (whichever process runs them) and closes.
 follows it up with ``m0`` .. ``m{COUNT-1}`` (accepted, queued behind it); prints
 ``ready`` and waits to be killed.
 
+With ``SUBAGENTS_TEST_HOST`` set, the worker's lease holder names that host
+instead of this one (a second machine, for the PostgreSQL tests).
+
 ``hold``: resumes SESSION (taking its lease), prints ``held``, and waits for its
 agent to be disposed -- which happens when another process took the lease over
 (``LEASE_LOST``); then tries one more follow-up, prints the error code, closes.
@@ -60,7 +63,18 @@ def _completed(rt: Runtime, sid: SessionId) -> int:
     return sum(1 for r in rt.store.read(sid) if isinstance(r.event, TurnEnd))
 
 
+def _fake_host() -> None:
+    # SUBAGENTS_TEST_HOST: this worker says it runs on another host (its lease
+    # holder id names that host), as a second machine on one PostgreSQL store would.
+    host = os.environ.get("SUBAGENTS_TEST_HOST")
+    if host:
+        from subagents.actors._agents import _leases
+
+        _leases._HOST = host
+
+
 def main(argv: list[str]) -> int:
+    _fake_host()
     mode, db, session, name, count, total, marks, backend, ttl = argv
     sid = SessionId(session)
     rt = Runtime(db, backend=backend, lease_ttl=float(ttl))

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,18 +24,29 @@ import pytest
 from durability_kit import Noted
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
-from subagents.protocol import MessageEvent, SessionId, TurnEnd, TurnStart
+from subagents.protocol import (
+    ErrorCode,
+    MessageEvent,
+    SessionId,
+    SubagentError,
+    TurnEnd,
+    TurnStart,
+)
 
 WORKER = Path(__file__).with_name("mp_worker.py")
 TTL = 1.0  # seconds: a lease held by a stopped process expires quickly
 
 
-def _worker(*args: str) -> subprocess.Popen[str]:
+def _worker(*args: str, host: str | None = None) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    if host is not None:
+        env["SUBAGENTS_TEST_HOST"] = host  # the worker's leases name another machine
     return subprocess.Popen(
         [sys.executable, str(WORKER), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -184,3 +196,45 @@ def test_a_killed_holder_is_taken_over_after_expiry_and_its_messages_replay(
     # The turn the kill cut short is in the log (closed "failed") if its start was
     # written before the kill; then comes the replay, each message once.
     assert ran in (expected, ["first", *expected])
+
+
+@pytest.mark.slow
+def test_a_holder_on_another_host_is_taken_over_only_after_its_lease_expires(
+    backend: Backend, pg_url: str, tmp_path: Path
+) -> None:
+    """Issue 14 point 5, two hosts simulated: a worker whose leases name another
+    host holds a session on the shared PostgreSQL server (its own process, its own
+    pools) and is SIGKILLed with messages queued. This host cannot see that
+    process, so it must not judge it dead: resuming the session is ``LEASE_HELD``
+    at once. Once the lease expired, the sweep adopts the session and replays every
+    accepted message once, in order."""
+    sid = _session(pg_url, backend)
+    count = 3
+    ttl = 3.0  # long enough to look before it expires, short for the test
+    victim = _worker(
+        "accept", pg_url, sid, "-", str(count), "-", str(tmp_path / "m"), backend.name,
+        str(ttl), host="host-b",
+    )  # fmt: skip
+    try:
+        assert victim.stdout is not None
+        assert victim.stdout.readline().strip() == "ready"
+    finally:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate()
+    noted = Noted()
+    with Runtime(pg_url, backend=backend, lease_ttl=ttl) as rt:
+        assert rt.store is not None
+        lease = rt.store.get_lease(sid)
+        assert lease is not None and lease.holder is not None
+        assert lease.holder.startswith("host-b:")
+        assert lease.expires > time.time()
+        noted.register(rt, "new")
+        rt.models.register("mark", rt.models.require("note"), replace=True)
+        with pytest.raises(SubagentError) as info:
+            rt.agents.resume(sid)  # on this host the pid would be seen dead: not there
+        assert info.value.code == ErrorCode.LEASE_HELD
+        expected = ["first", *(f"m{i}" for i in range(count))]
+        assert noted.wait_for(lambda items: len(items) >= len(expected), timeout=30)
+        agent = rt.agents.get(sid)
+        assert agent is not None and agent.wait_idle(10)
+        assert noted.items() == [("new", c, True) for c in expected]

@@ -1,0 +1,334 @@
+"""What is particular to the PostgreSQL store (issue 14): opening and identifying
+a schema, the URL, LISTEN/NOTIFY wake-ups, and its faults against a real server.
+
+The store contract suite and the durability tests run on PostgreSQL too (their
+``store`` and ``db`` fixtures); here are the rest. Faults that stop the server
+use a private cluster (``tests/pgcluster.py``), never the shared one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import MakeEvents, MakeHeader
+from subagents.actors import Runtime
+from subagents.actors._kernel import Doorbell
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import (
+    ErrorCode,
+    MessageEvent,
+    SessionHeader,
+    SubagentError,
+    TurnEnd,
+    TurnStart,
+    new_message_id,
+)
+from subagents.store import PG_SCHEMA_VERSION, PostgresStore, _pg_txn, open_store
+
+
+def _code(fn: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(SubagentError) as info:
+        fn(*args, **kwargs)
+    return str(info.value.code)
+
+
+def _schema(url: str) -> str:
+    return url.rsplit("schema=", 1)[1]
+
+
+def _tables(server: str, schema: str) -> set[str]:
+    with psycopg.connect(server, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+# -- opening ------------------------------------------------------------------------
+
+
+def test_a_new_schema_is_created_and_versioned(pg_server: str, pg_url: str) -> None:
+    """Issue 14 point 1: the schema and its tables are created at the first open and
+    stamped with the version; a second open migrates nothing."""
+    with PostgresStore(pg_url) as store:
+        assert store.schema == _schema(pg_url)
+    tables = _tables(pg_server, _schema(pg_url))
+    assert {"sessions", "events", "inbox", "leases", "subagents_schema"} <= tables
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        row = conn.execute(f'SELECT * FROM "{_schema(pg_url)}".subagents_schema').fetchall()
+    assert row == [("subagents", PG_SCHEMA_VERSION)]
+    with PostgresStore(pg_url):
+        pass
+
+
+def test_a_foreign_or_newer_schema_is_refused_untouched(pg_server: str, pg_url: str) -> None:
+    """Issue 14 point 1: a schema with other tables is NOT_A_DATABASE, one of a newer
+    version SCHEMA_TOO_NEW; neither is changed."""
+    schema = _schema(pg_url)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".invoices (id int)')
+    assert _code(PostgresStore, pg_url) == ErrorCode.NOT_A_DATABASE
+    assert _tables(pg_server, schema) == {"invoices"}
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE "{schema}".invoices')
+        conn.execute(f'CREATE TABLE "{schema}".subagents_schema (application text, version int)')
+        conn.execute(f'INSERT INTO "{schema}".subagents_schema VALUES (%s, 99)', ("subagents",))
+    with pytest.raises(SubagentError) as info:
+        PostgresStore(pg_url)
+    assert info.value.code == ErrorCode.SCHEMA_TOO_NEW
+    assert info.value.hint["version"] == 99
+    assert _tables(pg_server, schema) == {"subagents_schema"}
+
+
+def test_create_false_refuses_a_schema_without_a_store(pg_server: str, pg_url: str) -> None:
+    """What ``subagents tree`` opens with: no store there is NOT_A_DATABASE, and
+    nothing is created."""
+    assert _code(PostgresStore, pg_url, create=False) == ErrorCode.NOT_A_DATABASE
+    assert _tables(pg_server, _schema(pg_url)) == set()
+
+
+def test_concurrent_opens_migrate_once(pg_url: str) -> None:
+    """Four threads open one new schema at once (an advisory lock serialises the
+    migration): every open succeeds."""
+    stores: list[PostgresStore] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def open_one() -> None:
+        try:
+            s = PostgresStore(pg_url, pool_size=1)
+        except BaseException as exc:
+            errors.append(exc)
+            return
+        with lock:
+            stores.append(s)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for s in stores:
+        s.close()
+    assert errors == [] and len(stores) == 4
+
+
+def test_bad_arguments_and_an_unreachable_server(pg_server: str) -> None:
+    assert _code(PostgresStore, "/tmp/x.db") == ErrorCode.INVALID_ARGUMENT
+    assert _code(PostgresStore, pg_server, schema="Bad-Name") == ErrorCode.INVALID_ARGUMENT
+    assert _code(PostgresStore, pg_server, pool_size=0) == ErrorCode.INVALID_ARGUMENT
+    assert _code(PostgresStore, pg_server, lock_timeout_s=0) == ErrorCode.INVALID_ARGUMENT
+    # Nothing listens on port 1: a typed error, quickly.
+    dead = "postgresql://postgres@127.0.0.1:1/postgres"
+    assert _code(PostgresStore, dead, connect_timeout_s=2) == ErrorCode.PERSISTENCE_UNAVAILABLE
+
+
+def test_urls_open_the_store_everywhere(backend: Backend, pg_url: str) -> None:
+    """``open_store`` and ``Runtime(store=url)`` take a postgresql:// URL; the schema
+    comes from its query."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore) and store.schema == _schema(pg_url)
+    store.close()
+    with Runtime(pg_url, backend=backend) as rt:
+        assert isinstance(rt.store, PostgresStore)
+        agent = rt.spawn("echo", label="on postgres")
+        agent.followup("hello")
+        assert agent.wait_idle(10)
+        sid = agent.session_id
+    with Runtime(pg_url, backend=backend) as rt:
+        assert [h.id for h in rt.agents.roots()] == [sid]
+        lease = rt.store.get_lease(sid) if rt.store is not None else None
+        assert lease is not None and lease.holder is None  # released at close
+
+
+# -- LISTEN/NOTIFY ---------------------------------------------------------------------
+
+
+def test_notify_reaches_the_listener_of_another_store(pg_url: str) -> None:
+    """Issue 14 point 3: a ring through one store (another process's pool) arrives on
+    the listener of another: its socket turns readable, ``receive`` gives the
+    payloads in order."""
+    with PostgresStore(pg_url) as a, PostgresStore(pg_url) as b:
+        listener = a.listen()
+        try:
+            assert listener.address.startswith("pg:")
+            fd = listener.fileno()
+            assert fd is not None
+            assert b.notify(listener.address, b"\x01" * 16)
+            assert b.notify(listener.address, b"\x02" * 16)
+            assert not b.notify("@not-a-pg-address", b"x")
+            got: list[bytes] = []
+            while len(got) < 2:
+                assert select.select([fd], [], [], 10)[0], "no notification arrived"
+                got += listener.receive() or []
+            assert got == [b"\x01" * 16, b"\x02" * 16]
+        finally:
+            listener.close()
+
+
+def test_the_doorbell_wakes_on_a_notify_and_a_lost_connection_means_sweep(
+    backend: Backend, pg_server: str, pg_url: str, run_in: Any
+) -> None:
+    """The doorbell waits on its socket and the listener at once (both backends). A
+    listener whose connection the server dropped reconnects and makes ``wait``
+    return None (rings may be lost: sweep), then rings arrive again."""
+    with PostgresStore(pg_url) as store:
+        listener = store.listen()
+        bell = Doorbell(backend, listener)
+        try:
+            assert bell.address == listener.address
+            store.notify(bell.address, b"\x07" * 16)
+            assert run_in(backend, bell.wait, 10) == [b"\x07" * 16]
+            with psycopg.connect(pg_server, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+                )
+            assert run_in(backend, bell.wait, 10) is None  # reconnected: sweep
+            store.notify(bell.address, b"\x08" * 16)
+            assert run_in(backend, bell.wait, 10) == [b"\x08" * 16]
+        finally:
+            bell.close()
+            listener.close()
+
+
+def test_a_runtime_on_postgres_records_a_notify_address_in_its_leases(
+    backend: Backend, pg_url: str
+) -> None:
+    with Runtime(pg_url, backend=backend) as rt:
+        agent = rt.spawn("echo")
+        lease = rt.store.get_lease(agent.session_id) if rt.store is not None else None
+        assert lease is not None and lease.wake is not None and lease.wake.startswith("pg:")
+
+
+# -- faults ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[Any]:
+    """A private cluster, for the tests that stop or restart the server."""
+    import os
+
+    import pgcluster
+
+    try:
+        cluster = pgcluster.start()
+    except RuntimeError as exc:
+        if os.environ.get("SUBAGENTS_REQUIRE_POSTGRES"):
+            raise
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def test_a_connection_killed_mid_transaction_fails_its_call_and_the_next_succeeds(
+    pg_server: str,
+    pg_url: str,
+    make_header: MakeHeader,
+    make_events: MakeEvents,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 14 point 5: the writer's connection is terminated by the server inside an
+    acceptance's transaction: the call fails ``PERSISTENCE_UNAVAILABLE`` with
+    nothing of it committed; the next call reconnects and succeeds; what was
+    accepted before is intact."""
+    with PostgresStore(pg_url) as store:
+        header: SessionHeader = make_header()
+        store.create_session(header)
+        first = make_events(1)
+        store.accept(header.id, first, now=1.0)
+        original = _pg_txn.PgTxn.accept_messages
+        killed: list[bool] = []
+
+        def killing(self: Any, *args: Any) -> Any:
+            if not killed:
+                killed.append(True)
+                pid = self.conn.raw.info.backend_pid
+                with psycopg.connect(pg_server, autocommit=True) as admin:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            return original(self, *args)
+
+        monkeypatch.setattr(_pg_txn.PgTxn, "accept_messages", killing)
+        doomed = make_events(1)
+        with pytest.raises(SubagentError) as info:
+            store.accept(header.id, doomed, now=2.0)
+        assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert [e.message_id for e in store.pending(header.id)] == [first[0].message_id]
+        again = store.accept(header.id, doomed, now=3.0)
+        assert [a.duplicate for a in again] == [False]
+        assert [e.message_id for e in store.pending(header.id)] == [
+            first[0].message_id,
+            doomed[0].message_id,
+        ]
+
+
+def test_a_server_restart_mid_stream_loses_nothing_accepted(
+    backend: Backend, own_server: Any
+) -> None:
+    """Issue 14 point 5: messages stream to a session (``agents.send`` with an id, as a
+    server would) while the server stops and starts again. A call made while it is
+    down fails with a typed error and accepts nothing; retried with the same id
+    once the server is back, it succeeds. (Under strict durability the agent whose
+    write failed stopped; ``send`` resumes it.) Every accepted message ran in
+    exactly one completed turn, in the order accepted."""
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    url = f"{own_server.url}?schema={schema}"
+    try:
+        with Runtime(url, backend=backend) as rt:
+            rt.models.register("note", lambda _o: lambda turn: turn.content)
+            sid = rt.spawn("note").session_id
+            accepted: list[str] = []
+            refused = 0
+            for i in range(40):
+                if i == 15:
+                    own_server.stop("fast")
+                if i == 25:
+                    own_server.start()
+                mid = new_message_id()
+                for _attempt in range(50):
+                    try:
+                        rt.agents.send(sid, f"m{i}", message_id=mid)
+                    except SubagentError as exc:
+                        assert exc.code in (
+                            ErrorCode.PERSISTENCE_UNAVAILABLE,
+                            ErrorCode.TIMEOUT,
+                            ErrorCode.AGENT_DISPOSED,
+                        ), exc
+                        refused += 1
+                        if 15 <= i < 25:
+                            break  # down: the caller gives this one up
+                        continue  # back: retry with the same id
+                    accepted.append(f"m{i}")
+                    break
+            assert refused, "no call saw the server down"
+            assert accepted[:15] == [f"m{i}" for i in range(15)]
+            assert accepted[-15:] == [f"m{i}" for i in range(25, 40)]
+            agent = rt.agents.get(sid)
+            assert agent is not None and agent.wait_idle(30)
+            rt.sessions.flush()
+            events = [r.event for r in rt.sessions.read(sid)]
+        starts = {e.turn: e for e in events if isinstance(e, TurnStart)}
+        contents = {e.message_id: e.content for e in events if isinstance(e, MessageEvent)}
+        completed = [
+            contents[m]
+            for e in events
+            if isinstance(e, TurnEnd) and e.stop_reason == "completed"
+            for m in starts[e.turn].message_ids
+        ]
+        assert completed == accepted
+    finally:
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(own_server.url, autocommit=True) as conn,
+        ):
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
