@@ -123,7 +123,7 @@ _INSERT = (
 )
 
 
-def _accept(path: Path, producers: int, per: int, *, running: bool) -> float:
+def accept_rate(path: Path | str, producers: int, per: int, *, running: bool) -> float:
     """Messages accepted per second by ``producers`` threads following up one agent:
     busy in a turn until they are done (``running=False``: the acceptance path
     alone, every message queued), or running their turns as they arrive."""
@@ -145,7 +145,7 @@ def _accept(path: Path, producers: int, per: int, *, running: bool) -> float:
     return producers * per / elapsed
 
 
-def _in_process_round_trip(path: Path, n: int) -> list[float]:
+def in_process_round_trip(path: Path | str, n: int) -> list[float]:
     done = threading.Event()
     with Runtime(str(path)) as rt:
         rt.models.register("answer", lambda _o: lambda turn: done.set())
@@ -160,11 +160,14 @@ def _in_process_round_trip(path: Path, n: int) -> list[float]:
     return samples
 
 
-def _cross_process_round_trip(ctx: Context, n: int) -> tuple[list[float], float]:
+def cross_process_round_trip(
+    ctx: Context, n: int, db: str | None = None
+) -> tuple[list[float], float]:
     """p50 samples of send -> the holder's turn -> its answer; and the holder's CPU
-    seconds while idle for the idle window."""
-    db = str(ctx.tmpdir / "cross.db")
-    reply = str(ctx.tmpdir / "reply.sock")
+    seconds while idle for the idle window. ``db``: the shared store (default: an
+    SQLite file in the scratch directory)."""
+    db = db if db is not None else str(ctx.tmpdir / "cross.db")
+    reply = str(ctx.tmpdir / f"reply-{os.getpid()}-{time.monotonic_ns()}.sock")
     inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     inbox.bind(reply)
     inbox.settimeout(30)
@@ -271,10 +274,10 @@ def durability_group(ctx: Context) -> list[Row]:
         raw_value, queued, running = best_of_each(
             1 if ctx.quick else 3,
             lambda: _raw(ctx.tmpdir / f"raw{producers}-{next(rounds)}.db", rows_n, producers),
-            lambda: _accept(
+            lambda: accept_rate(
                 ctx.tmpdir / f"accept{producers}-{next(rounds)}.db", producers, size, running=False
             ),
-            lambda: _accept(
+            lambda: accept_rate(
                 ctx.tmpdir / f"run{producers}-{next(rounds)}.db", producers, size, running=True
             ),
         )
@@ -293,8 +296,8 @@ def durability_group(ctx: Context) -> list[Row]:
             compare(_row(f"durable acceptance, {label}, turns running", running, "msg/s"), base)
         )
     n = ctx.size(300, 20)
-    local = _in_process_round_trip(ctx.tmpdir / "local.db", n)
-    remote, idle = _cross_process_round_trip(ctx, n)
+    local = in_process_round_trip(ctx.tmpdir / "local.db", n)
+    remote, idle = cross_process_round_trip(ctx, n)
     local_row = _row(
         "follow-up round trip, one process, p50",
         statistics.median(local) * 1e6,

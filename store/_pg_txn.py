@@ -36,6 +36,7 @@ from psycopg.pq import TransactionStatus
 from subagents.protocol import SessionHeader, SessionId, SubagentError
 
 from ._base import not_found
+from ._durable import LeaseToken, Release, lease_lost
 from ._group import WriteRequest
 from ._pg_schema import pg_error, reorder, translate
 from ._writer import Txn, apply_batch, finish_batch
@@ -43,6 +44,16 @@ from ._writer import Txn, apply_batch, finish_batch
 __all__ = ["PgConn", "PgTxn", "PgWriter"]
 
 _LOCK_SESSION: Final = "SELECT 1 FROM sessions WHERE id = ? FOR UPDATE"
+#: What an acceptance reads once it holds the session's row lock, in one statement:
+#: its inbox's last n and its lease. A statement of its own, after the lock's: under
+#: READ COMMITTED each statement reads a new snapshot, so one that waited for the
+#: lock sees what the holder before it committed (subqueries of the locking
+#: statement itself would read the snapshot taken before the wait).
+_ACCEPTING: Final = (
+    "SELECT (SELECT max(n) FROM inbox WHERE session = ?1),"
+    " (SELECT holder FROM leases WHERE session = ?1),"
+    " (SELECT epoch FROM leases WHERE session = ?1)"
+)
 _MAX_SEQ: Final = "SELECT max(seq) FROM events WHERE session = ?"
 
 #: Failures after which each request of the batch is retried alone.
@@ -86,21 +97,61 @@ class PgTxn(Txn):
     through :meth:`_next_seq`, which takes the session's row lock.
     """
 
-    __slots__ = ()
+    __slots__ = ("_locked",)
     FENCE = "SELECT holder, epoch FROM leases WHERE session = ? FOR SHARE"
 
+    def __init__(self, conn: Any, cache: dict[bytes, int]) -> None:
+        super().__init__(conn, cache)
+        self._locked: set[bytes] = set()  # sessions whose row this transaction locked
+
     def _next_seq(self, key: bytes, session_id: SessionId) -> int:
-        if key in self.overlay:  # locked earlier in this transaction
+        if key in self.overlay:  # read earlier in this transaction
             nxt = self.overlay[key]
             if nxt is None:
                 raise not_found(session_id)
             return nxt
-        if self.conn.execute(_LOCK_SESSION, (key,)).fetchone() is None:
-            raise not_found(session_id)
+        self._lock(key, session_id)
         last = self.conn.execute(_MAX_SEQ, (key,)).fetchone()[0]
         nxt = 0 if last is None else int(last) + 1
         self.overlay[key] = nxt
         return nxt
+
+    def _accepting(self, key: bytes, session_id: SessionId, token: LeaseToken | None) -> int:
+        if key in self._locked:  # earlier in this transaction
+            if self.overlay.get(key, 0) is None:
+                raise not_found(session_id)
+            self.fence(session_id, token)
+            return self._last_n(key)
+        self._lock(key, session_id)
+        last, holder, epoch = self.conn.execute(_ACCEPTING, (key,)).fetchone()
+        # The lease is read under the session's row lock, which every acquisition
+        # and release takes first: it cannot change before this transaction ends.
+        if token is not None:
+            if holder != token[0] or epoch != token[1]:
+                raise lease_lost(session_id, token)
+            self._fenced[key] = token
+        n = 0 if last is None else int(last)
+        self.overlay[b"n" + key] = n
+        return n
+
+    def _lock(self, key: bytes, session_id: SessionId) -> None:
+        """The session's row lock (once per transaction); SESSION_NOT_FOUND."""
+        if key in self._locked:
+            return
+        if self.conn.execute(_LOCK_SESSION, (key,)).fetchone() is None:
+            raise not_found(session_id)
+        self._locked.add(key)
+
+    def release(
+        self, session_id: SessionId, token: LeaseToken, unrun: Sequence[bytes] = ()
+    ) -> Release:
+        # Under the session's lock like an acquisition: a fenced acceptance holding it
+        # then never commits after the lease changed hands.
+        try:
+            self._lock(session_id.to_bytes(), session_id)
+        except SubagentError:
+            return Release.NOT_HELD  # no session, so no lease
+        return super().release(session_id, token, unrun)
 
     def raise_depth(self, session_id: SessionId, depth: int) -> SessionHeader:
         self._next_seq(session_id.to_bytes(), session_id)  # locks the row it rewrites

@@ -107,6 +107,13 @@ class QueueTxn:
             last = found.fetchone()[0] or 0
         return last
 
+    def _accepting(self, key: bytes, session_id: SessionId, token: LeaseToken | None) -> int:
+        """Before an acceptance: ``SESSION_NOT_FOUND`` for an unknown session, the fence
+        of ``token``; returns the inbox's last ``n``."""
+        self._next_seq(key, session_id)
+        self.fence(session_id, token)
+        return self._last_n(key)
+
     def fence(self, session_id: SessionId, token: LeaseToken | None) -> None:
         """``LEASE_LOST`` unless the session's lease is exactly ``token``.
 
@@ -137,10 +144,8 @@ class QueueTxn:
         token: LeaseToken | None,
     ) -> list[Accepted]:
         key = session_id.to_bytes()
-        self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
-        self.fence(session_id, token)
+        n = self._accepting(key, session_id, token)
         conn = self.conn
-        n = self._last_n(key)
         out: list[Accepted] = []
         for mid, body in messages:
             if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
@@ -160,9 +165,7 @@ class QueueTxn:
         first = ops[0]
         session_id = first.session_id
         key = session_id.to_bytes()
-        self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
-        self.fence(session_id, first.token)
-        last = self._last_n(key)
+        last = self._accepting(key, session_id, first.token)
         epoch = first.epoch
         params: list[tuple[object, ...]] = []
         for op in ops:

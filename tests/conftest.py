@@ -425,3 +425,15 @@ def pg_url(pg_server: str) -> Iterator[str]:
     yield f"{pg_server}{sep}schema={schema}"
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A store location every runtime and worker process of a test shares: an SQLite
+    file in the test's directory, or a PostgreSQL schema of the test's own
+    (``pg_url``). The durable-inbox, dedup, lease, fencing and crash-replay tests
+    take it and so run unchanged on both (a module may override it)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "sessions.db")
+    url: str = request.getfixturevalue("pg_url")
+    return url
