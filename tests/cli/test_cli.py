@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from subagents.actors._kernel._backend import Backend
 from subagents.actors._shell._cli import main
+from subagents.protocol import SubagentError
+from subagents.store import PostgresStore, open_store
 
 
 def test_demo_builds_then_resumes(tmp_path: Path, backend: Backend, capsys) -> None:
@@ -31,13 +33,11 @@ def test_demo_builds_then_resumes(tmp_path: Path, backend: Backend, capsys) -> N
 
 
 @pytest.mark.slow
-def test_two_demo_runs_at_once_on_a_new_file_build_one_tree(
-    tmp_path: Path, backend: Backend
-) -> None:
+def test_two_demo_runs_at_once_on_a_new_file_build_one_tree(db: str, backend: Backend) -> None:
     """Issue 13 point 4: two ``subagents demo`` processes started together on one new
     file build one tree -- one creates it, the other waits for its lease and
-    resumes it; the file then holds exactly one tree of 11 sessions."""
-    db = str(tmp_path / "demo.db")
+    resumes it; the file then holds exactly one tree of 11 sessions. The same on
+    a new PostgreSQL schema (issue 14 point 7)."""
     cmd = [sys.executable, "-c", _CLI, "demo", "--db", db, "--backend", backend.name]
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -53,12 +53,12 @@ def test_two_demo_runs_at_once_on_a_new_file_build_one_tree(
     assert len(built) == 1 and len(resumed) == 1, texts
     assert "created: 11 sessions" in built[0]
     assert "resumed: 11 sessions" in resumed[0]
-    con = sqlite3.connect(db)
+    store = open_store(db)
+    assert store is not None
     try:
-        (roots,) = con.execute("select count(*) from sessions where parent is null").fetchone()
-        (total,) = con.execute("select count(*) from sessions").fetchone()
+        roots, total = len(store.list_headers(None)), len(store.all_headers())
     finally:
-        con.close()
+        store.close()
     assert (roots, total) == (2, 11)  # the demo root and its side project
 
 
@@ -217,3 +217,30 @@ def test_tree_bad_files(tmp_path: Path, kind: str, capsys) -> None:
     assert main(["tree", str(path)]) != 0
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_demo_tree_and_show_on_postgres(pg_url: str, backend: Backend, capsys) -> None:
+    """Issue 14 point 7: ``demo --db postgresql://...`` builds, then resumes; ``tree``
+    and ``show`` read the same URL as they read a file; a schema holding no store
+    is one line and a non-zero exit, and is not created."""
+    assert main(["demo", "--db", pg_url, "--backend", backend.name]) == 0
+    assert "created: 11 sessions" in capsys.readouterr().out
+    assert main(["demo", "--db", pg_url, "--backend", backend.name]) == 0
+    second = capsys.readouterr().out
+    assert "resumed: 11 sessions" in second and "cold-resumed writer" in second
+    assert main(["tree", pg_url, "--json"]) == 0
+    roots = {r["label"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(roots) == {"demo-root", "side-project"}
+    depths = {d["label"]: d["depth"] for d in roots["demo-root"]["descendants"]}
+    assert depths["researcher-A"] == 1 and depths["lookup"] == 3
+    sid = roots["side-project"]["id"]
+    assert main(["show", pg_url, sid, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["header"]["id"] == sid
+    elsewhere = pg_url.rsplit("=", 1)[0] + "=t_no_store_here"
+    assert main(["tree", elsewhere]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "NOT_A_DATABASE" in err
+    assert main(["show", elsewhere, sid]) != 0
+    capsys.readouterr()
+    with pytest.raises(SubagentError):
+        PostgresStore(elsewhere, create=False)  # still nothing there
