@@ -332,3 +332,61 @@ def test_a_server_restart_mid_stream_loses_nothing_accepted(
             psycopg.connect(own_server.url, autocommit=True) as conn,
         ):
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# -- listings follow the subtree --------------------------------------------------------
+
+
+def _plan(store: PostgresStore, sql: str, params: tuple[Any, ...]) -> str:
+    from subagents.store._pg_schema import reorder, translate
+
+    text, order = translate(sql)
+    with store.connect() as conn:
+        # Sequential scans priced out: the plan is an index's if some index can
+        # serve the query at all (PostgreSQL falls back to a Seq Scan when none
+        # can), whatever a small table makes cheapest today.
+        conn.execute("SET enable_seqscan = off")
+        rows = conn.execute("EXPLAIN " + text, reorder(order, params)).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_the_catalog_listings_are_indexed_queries(pg_url: str, make_header: MakeHeader) -> None:
+    """Issue 14 point 3: among 3,000 sessions, one parent's children and its
+    children's projections are read through indexes (their cost follows the
+    subtree, not the table): an index serves each statement a listing runs."""
+    with PostgresStore(pg_url) as store:
+        parents = [make_header() for _ in range(30)]
+        kids = [make_header(parent=p.id) for p in parents for _ in range(99)]
+        store.write_many([("create", h, []) for h in parents + kids])
+        store.write_many([("projection", k.id, "subagent", -1, b"x") for k in kids])
+        with store.connect() as conn:
+            conn.execute("ANALYZE")
+        key = parents[3].id.to_bytes()
+        mine = [k.id.to_bytes() for k in kids if k.parent_session == parents[3].id]
+        plans = [
+            _plan(
+                store,
+                "SELECT created_at, id, parent, header FROM sessions WHERE parent IN (?)"
+                " ORDER BY created_at, id",
+                (key,),
+            ),
+            _plan(
+                store,
+                "SELECT id, header FROM sessions WHERE parent = ? ORDER BY created_at, id",
+                (key,),
+            ),
+            _plan(
+                store,
+                "SELECT session, seq, data FROM projection_cache WHERE unit = ?"
+                f" AND session IN ({','.join('?' * len(mine))})",
+                ("subagent", *mine),
+            ),
+        ]
+        for plan, index in zip(plans, ("sessions_by_parent",) * 2 + ("projection_cache_pkey",)):
+            assert "Seq Scan" not in plan, plan
+            assert f"using {index}" in plan and "Index Cond" in plan, plan
+        # What the store actually runs for a listing: these statements.
+        children = store.scan_children([parents[3].id])
+        assert [h.id for h in children if isinstance(h, SessionHeader)] == [
+            k.id for k in kids if k.parent_session == parents[3].id
+        ]
