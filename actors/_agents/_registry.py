@@ -52,6 +52,7 @@ class AgentRegistry:
         self._lock = threading.Lock()
         self._agents: dict[SessionId, Agent] = {}
         self._stopping: list[Agent] = []  # left the registry, maybe still disposing
+        self._prune_at = 64
 
     def create(
         self,
@@ -195,8 +196,12 @@ class AgentRegistry:
                 del self._agents[agent.session_id]
                 # Disposing, perhaps without anyone waiting (a child settling): the
                 # runtime's close waits for its release before closing the store.
-                self._stopping = [a for a in self._stopping if not a.disposed_now()]
+                # Pruned when the list doubled (amortised O(1): a drain disposes
+                # thousands at once).
                 self._stopping.append(agent)
+                if len(self._stopping) >= self._prune_at:
+                    self._stopping = [a for a in self._stopping if not a.disposed_now()]
+                    self._prune_at = max(64, 2 * len(self._stopping))
 
     def wait_stopped(self, timeout: float) -> bool:
         """Wait until every agent that left the registry finished disposing (its

@@ -391,3 +391,95 @@ def test_the_catalog_listings_are_indexed_queries(pg_url: str, make_header: Make
         assert [h.id for h in children if isinstance(h, SessionHeader)] == [
             k.id for k in kids if k.parent_session == parents[3].id
         ]
+
+
+# -- races between processes' connections -------------------------------------------------
+#
+# Two store instances are two write connections (as two processes or hosts would
+# have): their transactions really run at once on the server, where one instance's
+# group commit would serialise them.
+
+
+def _together(n: int, fn: Any, *args: Any) -> None:
+    """Run ``fn(k, barrier, *args)`` in ``n`` threads released at once; join them."""
+    barrier = threading.Barrier(n)
+    threads = [threading.Thread(target=fn, args=(k, barrier, *args)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+
+
+def _grab(
+    i: int, barrier: Any, stores: Any, sid: Any, now: float, winners: list[Any], lock: Any
+) -> None:
+    barrier.wait()
+    try:
+        lease = stores[i % 2].acquire_lease(sid, f"h{i}", now=now, expires=now + 50)
+    except SubagentError as exc:
+        assert exc.code == ErrorCode.LEASE_HELD
+        return
+    with lock:
+        winners.append(lease)
+
+
+def test_racing_acquisitions_across_connections_have_one_winner(
+    pg_url: str, make_header: MakeHeader
+) -> None:
+    """Issue 14 point 3: eight holders on two connections race for one free lease,
+    20 rounds: one winner each round (the session's row lock serialises them), and
+    only its epoch can write."""
+    with PostgresStore(pg_url) as a, PostgresStore(pg_url) as b:
+        h = make_header()
+        a.create_session(h)
+        for round_ in range(20):
+            winners: list[Any] = []
+            _together(8, _grab, (a, b), h.id, 1000.0 + round_ * 100, winners, threading.Lock())
+            assert len(winners) == 1, winners
+            assert a.get_lease(h.id) == winners[0]
+            for store in (a, b):
+                with pytest.raises(SubagentError) as info:
+                    store.append(h.id, [], lease=(f"h-{round_}", winners[0].epoch))
+                assert info.value.code == ErrorCode.LEASE_LOST
+
+
+def _write(
+    k: int,
+    barrier: Any,
+    stores: Any,
+    sid: Any,
+    pool: list[Any],
+    make_events: MakeEvents,
+    fresh: list[int],
+    lock: Any,
+) -> None:
+    store = stores[k % 2]
+    barrier.wait()
+    for i in range(4):
+        store.append(sid, make_events(2))
+        (accepted,) = store.accept(sid, [pool[(k * 2 + i) % 16]])
+        if not accepted.duplicate:
+            with lock:
+                fresh.append(accepted.n)
+
+
+def test_appends_and_acceptances_across_connections_never_repeat_or_skip(
+    pg_url: str, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Issue 14 point 3: 8 threads on two connections append to one session and accept
+    into its inbox at once, repeating each other's message ids, 10 rounds: seqs are
+    gapless, every id is accepted once, inbox places are gapless."""
+    with PostgresStore(pg_url) as a, PostgresStore(pg_url) as b:
+        for _round in range(10):
+            h = make_header()
+            a.create_session(h)
+            fresh: list[int] = []
+            _together(
+                8, _write, (a, b), h.id, make_events(16), make_events, fresh, threading.Lock()
+            )
+            assert [r.seq for r in b.read(h.id)] == list(range(64))
+            pending = a.pending(h.id)
+            assert [e.n for e in pending] == list(range(1, len(pending) + 1))
+            assert sorted(fresh) == [e.n for e in pending]
+            assert len({e.message_id for e in pending}) == len(pending)
