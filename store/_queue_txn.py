@@ -120,6 +120,9 @@ class QueueTxn:
         Read once per session and token in a transaction (a batch of one holder's
         acceptances checks its lease once): only this transaction can change the
         row meanwhile, and every op that does forgets the check (:meth:`_moved`).
+        The SQLite writer keeps the checks across its transactions for as long as
+        no other connection commits (``data_version``), so a holder's steady
+        stream of acceptances reads its lease once.
         """
         if token is None:
             return

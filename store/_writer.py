@@ -110,12 +110,19 @@ class Txn(QueueTxn):
 
     __slots__ = ("_cache", "_fenced", "conn", "events", "overlay")
 
-    def __init__(self, conn: SqlConn, cache: dict[bytes, int]) -> None:
+    def __init__(
+        self,
+        conn: SqlConn,
+        cache: dict[bytes, int],
+        fenced: dict[bytes, LeaseToken] | None = None,
+    ) -> None:
         self.conn = conn
         self._cache = cache
         self.overlay: dict[bytes, int | None] = {}
         self.events = 0
-        self._fenced: dict[bytes, LeaseToken] = {}  # lease checks made (see QueueTxn.fence)
+        # Lease checks made (see QueueTxn.fence): this transaction's, or the writer's
+        # while nobody else committed (the same rule as the next-seq cache).
+        self._fenced: dict[bytes, LeaseToken] = {} if fenced is None else fenced
 
     def _next_seq(self, key: bytes, session_id: SessionId) -> int:
         if key in self.overlay:
@@ -252,6 +259,10 @@ class Writer:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self._cache: dict[bytes, int] = {}
+        # Leases this writer checked or wrote, valid while no other connection has
+        # committed (PRAGMA data_version unchanged): a holder's acceptances then
+        # skip the lease read. Any change of a lease row here drops its entry.
+        self._fences: dict[bytes, LeaseToken] = {}
         self._data_version = -1
         self.transactions = 0
         self.requests = 0
@@ -284,11 +295,12 @@ class Writer:
     def _transaction(self, batch: list[WriteRequest]) -> None:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
-        txn = Txn(conn, self._cache)
+        txn = Txn(conn, self._cache, self._fences)
         try:
             data_version = conn.execute("PRAGMA data_version").fetchone()[0]
             if data_version != self._data_version:
                 self._cache.clear()  # someone else committed since our last transaction
+                self._fences.clear()
                 self._data_version = data_version
             outcomes = apply_batch(txn, batch)
             conn.execute("COMMIT")
@@ -296,12 +308,15 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             self._cache.clear()
+            self._fences.clear()
             raise
         self.transactions += 1
         self.events += txn.events
         cache = self._cache
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
+        if len(self._fences) > _CACHE_LIMIT:
+            self._fences.clear()
         for key, nxt in txn.overlay.items():
             if nxt is None:
                 cache.pop(key, None)

@@ -378,12 +378,16 @@ def test_two_stores_on_one_file_share_one_lease(
     tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
 ) -> None:
     """Two stores on one file (two processes' view of it): the second sees the first's
-    lease, and once it took the session over, the first's fenced writes are refused."""
+    lease, and once it took the session over, the first's fenced writes are refused
+    -- also the acceptances whose lease check the first had kept from its earlier
+    transactions (kept only while no other connection commits)."""
     path = tmp_path / "shared.db"
     h = make_header()
     with SqliteStore(path) as one, SqliteStore(path) as two:
         one.create_session(h)
         first = one.acquire_lease(h.id, "one", now=NOW, expires=NOW + 1)
+        one.accept(h.id, make_events(1), epoch=first.epoch, lease=first.token())
+        one.accept(h.id, make_events(1), epoch=first.epoch, lease=first.token())
         with pytest.raises(SubagentError) as err:
             two.acquire_lease(h.id, "two", now=NOW, expires=NOW + 10)
         assert _code(err) == ErrorCode.LEASE_HELD
@@ -391,6 +395,9 @@ def test_two_stores_on_one_file_share_one_lease(
         assert taken.epoch == 2
         with pytest.raises(SubagentError) as err:
             one.append(h.id, make_events(1), lease=first.token())
+        assert _code(err) == ErrorCode.LEASE_LOST
+        with pytest.raises(SubagentError) as err:
+            one.accept(h.id, make_events(1), epoch=first.epoch, lease=first.token())
         assert _code(err) == ErrorCode.LEASE_LOST
         two.append(h.id, make_events(1), lease=taken.token())
         assert one.last_seq(h.id) == 0
