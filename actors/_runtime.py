@@ -38,6 +38,7 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     agent_options_event,
+    check_name,
     new_session_id,
 )
 from subagents.store import (
@@ -82,6 +83,7 @@ from ._children import (
 from ._kernel import (
     GEVENT,
     Backend,
+    check_timeout,
     close_at_exit,
     closed,
     deliver_interrupt,
@@ -150,6 +152,9 @@ class Runtime:
         lease_ttl: float = 30.0,
     ) -> None:
         self.backend = get_backend(backend)
+        for flag, value in (("projections", projections), ("default_providers", default_providers)):
+            if type(value) is not bool:
+                raise SubagentError(f"{flag} is a bool", code=ErrorCode.INVALID_ARGUMENT)
         if durability not in ("strict", "relaxed"):
             raise SubagentError(
                 "durability is 'strict' or 'relaxed'", code=ErrorCode.INVALID_ARGUMENT
@@ -315,8 +320,7 @@ class Runtime:
         """
         self._check_open()
         self._check_thread()
-        if label is not None and type(label) is not str:
-            raise SubagentError("label must be a str or None", code=ErrorCode.INVALID_ARGUMENT)
+        check_name(label, "label")
         if options is not None and not isinstance(options, AgentOptions):
             raise SubagentError("options must be AgentOptions", code=ErrorCode.INVALID_ARGUMENT)
         if output_schema is not None:
@@ -384,6 +388,7 @@ class Runtime:
         returns, and may start more work. True when quiescent, False on timeout.
         """
         self._check_thread()
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             busy = [a for a in self.agents.list() if not a.idle]
@@ -397,7 +402,13 @@ class Runtime:
     # -- shutdown ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Dispose every agent (deepest first), drain writes, close the store. Idempotent."""
+        """Dispose every agent (deepest first), drain writes, close the store. Idempotent.
+
+        Raises:
+            SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent (before
+                anything changed: call it from the runtime's own thread).
+        """
+        self._check_thread()
         with self._close_lock:
             if self._closed:
                 return

@@ -46,6 +46,9 @@ from ._errors import (
 )
 from ._events import (
     EVENT_TYPES,
+    MAX_NAME_LEN,
+    check_name,
+    check_source,
     decode_event,
     decode_header,
     encode_event,
@@ -82,6 +85,7 @@ __all__ = [
     "DESCRIPTOR_VERSION",
     "EVENT_TYPES",
     "EXT_CODES",
+    "MAX_NAME_LEN",
     "ORIGINS",
     "STOP_REASONS",
     "SUBAGENT_DEPTH_OPTION",
@@ -118,6 +122,8 @@ __all__ = [
     "UnknownEvent",
     "agent_options_event",
     "assert_subagent_max_depth",
+    "check_name",
+    "check_source",
     "decode_event",
     "decode_header",
     "delegation_depth_of",

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from . import _fields as field
 from ._codec import check_shape, pack_shaped, packb, unpackb
-from ._errors import DecodeError, EncodeError
+from ._errors import DecodeError, EncodeError, ErrorCode, SubagentError
 from ._limits import DEFAULT_LIMITS, Limits
 from ._vocabulary import (
     ORIGINS,
@@ -41,6 +41,9 @@ from ._vocabulary import (
 
 __all__ = [
     "EVENT_TYPES",
+    "MAX_NAME_LEN",
+    "check_name",
+    "check_source",
     "decode_event",
     "decode_header",
     "encode_event",
@@ -135,6 +138,41 @@ _OMIT_WHEN_DEFAULT: Final[dict[type[Event], dict[str, Any]]] = {
     TurnStart: {"redelivered": False},
 }
 _HEADER_ENCODE_CHECKS: Final = _encode_checks(_HEADER_CHECKERS)
+
+
+#: The longest name a log stores for a label, a model or a persona (characters).
+MAX_NAME_LEN: Final = 4096
+
+
+def check_name(value: object, what: str) -> None:
+    """Refuse a label, model or persona name the log cannot hold: not a ``str``, longer
+    than :data:`MAX_NAME_LEN`, or not encodable as UTF-8 (a lone surrogate) --
+    ``INVALID_ARGUMENT``, before anything is created. ``None`` passes."""
+    if value is None:
+        return
+    ok = isinstance(value, str) and type(value) is str and len(value) <= MAX_NAME_LEN
+    if ok and isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            ok = False
+    if not ok:
+        shown = repr(value) if len(repr(value)) < 80 else f"a {type(value).__name__}"
+        raise SubagentError(
+            f"{what} must be a str of at most {MAX_NAME_LEN} characters that UTF-8 can"
+            f" encode, or None; got {shown}",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+
+
+def check_source(source: MessageSource) -> None:
+    """Refuse a :class:`MessageSource` the log cannot hold (an unknown kind, a
+    malformed session id) as its encoder would: ``ENCODE_ERROR``, before anything is
+    accepted -- also where nothing is encoded at acceptance (a memory store)."""
+    try:
+        field.source_ok(source.to_wire())
+    except DecodeError as exc:
+        raise EncodeError(f"message source: {exc.args[0]}") from None
 
 
 def event_to_wire(event: Event) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 import greenlet
 import pykka
 from subagents.actors._kernel._actorclass import actor_class
+from subagents.actors._kernel._checks import check_timeout
 from subagents.actors._kernel._pykka import STOP
 from subagents.protocol import (
     ErrorCode,
@@ -36,6 +37,7 @@ from subagents.protocol import (
     SessionHeader,
     SessionId,
     SubagentError,
+    check_source,
     descriptor_payload,
     new_message_id,
     packb,
@@ -188,8 +190,12 @@ class Agent(Inbox):
                 session log cannot represent; ``INVALID_ARGUMENT``; the store's
                 error when it cannot commit (nothing accepted).
         """
-        if source is not None and not isinstance(source, MessageSource):
-            raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
+        if source is not None:
+            if not isinstance(source, MessageSource):
+                raise SubagentError(
+                    "source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT
+                )
+            check_source(source)  # what the log holds, also where nothing is encoded yet
         if message_id is not None and type(message_id) is not MessageId:
             message_id = MessageId(message_id)
         if not plain(content):
@@ -240,6 +246,7 @@ class Agent(Inbox):
         ``checkpoint=True`` (a continuable child settling) writes its folded state
         first, so a cold resume reads the checkpoint instead of the whole log.
         """
+        timeout = check_timeout(timeout)
         with self._lock:
             first = not self._disposed
             self._disposed = True
@@ -305,7 +312,7 @@ class Agent(Inbox):
         self._turns.restore_context(pending)
 
     def wait_disposed(self, timeout: float | None = None) -> bool:
-        return bool(self._stopped.wait(timeout))
+        return bool(self._stopped.wait(check_timeout(timeout)))
 
     def disposed_now(self) -> bool:
         """Whether its disposal finished (its session released)."""

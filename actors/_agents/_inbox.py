@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import pykka
 from subagents.actors._kernel._backend import EventLike
+from subagents.actors._kernel._checks import check_timeout
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -248,6 +249,7 @@ class Inbox:
             SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent.
         """
         self._host.check_thread()
+        timeout = check_timeout(timeout)
         with self._lock:
             if self._inflight == 0:
                 return True

@@ -97,7 +97,9 @@ def plain(value: Any) -> bool:
     """True for a value the session log certainly holds without a trial pack."""
     kind = type(value)
     if kind is str:
-        return len(value) < 65536
+        # Only ASCII is certain (an O(1) flag in CPython): any other string may hold a
+        # lone surrogate, which UTF-8 -- and so the log -- cannot.
+        return len(value) < 65536 and value.isascii()
     if kind is int:
         return bool(-(2**63) <= value < 2**64)
     return kind in _SCALARS

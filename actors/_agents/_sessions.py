@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.actors._kernel._backend import Backend
+from subagents.actors._kernel._checks import check_timeout
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -384,6 +385,7 @@ class SessionService(Acceptance):
         Raises:
             SubagentError: the write failure of ``session_id``, or ``TIMEOUT``.
         """
+        timeout = check_timeout(timeout)
         if self._writer is None:
             return
         # A live session waits only for its own writes: settling thousands of

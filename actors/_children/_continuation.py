@@ -48,6 +48,7 @@ from subagents.protocol import (
     SessionHeader,
     SessionId,
     SubagentError,
+    check_source,
     new_message_id,
     new_session_id,
     packb,
@@ -283,8 +284,10 @@ class ContinuationManager:
         if not isinstance(parent, Agent):
             raise bad("parent must be an Agent")
         cid = child_id if type(child_id) is SessionId else SessionId(child_id)
-        if source is not None and not isinstance(source, MessageSource):
-            raise bad("source must be a MessageSource")
+        if source is not None:
+            if not isinstance(source, MessageSource):
+                raise bad("source must be a MessageSource")
+            check_source(source)
         if signal is not None and not isinstance(signal, AbortSignal):
             raise bad("signal must be an AbortSignal")
         if not plain(content):

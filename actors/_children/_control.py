@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.actors._kernel._checks import check_timeout
 from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
 from subagents.supervision import VISIBLE, Activation
 
@@ -75,7 +76,16 @@ def drain(
     Raises:
         SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``, ``TIMEOUT``.
     """
-    parent_list = tuple(parents) if not isinstance(parents, Agent) else (parents,)
+    timeout = check_timeout(timeout)
+    if isinstance(parents, Agent):
+        parent_list: tuple[Any, ...] = (parents,)
+    else:
+        try:
+            if isinstance(parents, (str, bytes)):
+                raise TypeError
+            parent_list = tuple(parents)
+        except TypeError:
+            raise bad("drain takes an agent or an iterable of agents") from None
     for p in parent_list:
         if not isinstance(p, Agent) or not agents.is_live(p):
             raise SubagentError("drain takes exact live agents", code=ErrorCode.UNAUTHORIZED)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from subagents.actors._agents import Agent, SessionService
-from subagents.actors._kernel import AbortSignal, ring
+from subagents.actors._kernel import AbortSignal
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -151,8 +151,13 @@ def _keep(sessions: SessionService, parent_id: SessionId, event: ReportEvent) ->
     else this runtime's own mail pickup, which activates the parent for a waking
     report (a quiet one waits for the parent's next turn, wherever it runs)."""
     sessions.accept(parent_id, (event,))
-    if sessions.leases is not None:
-        ring(sessions.wake_address(parent_id) or sessions.leases.wake, parent_id.to_bytes())
+    if sessions.leases is None:
+        return
+    other = sessions.wake_address(parent_id)
+    if other is not None:
+        sessions.ring(other, parent_id.to_bytes())  # a doorbell, or NOTIFY through the store
+    elif sessions.on_waiting is not None:
+        sessions.on_waiting(parent_id)  # our own mail pickup
 
 
 def report_receipt(

@@ -7,7 +7,7 @@ from typing import Any
 
 from subagents.actors._agents import Agent, check_output_schema
 from subagents.actors._kernel import AbortSignal
-from subagents.protocol import ErrorCode, MessageId, SubagentError, packb
+from subagents.protocol import ErrorCode, MessageId, SubagentError, check_name, packb
 
 from ._types import ContinuableStartSpec, SubagentStartRequest
 
@@ -32,9 +32,7 @@ def check_tool_filter(tool_filter: Any) -> None:
 
 def _optional_strs(obj: Any, names: Sequence[str], prefix: str) -> None:
     for name in names:
-        value = getattr(obj, name)
-        if value is not None and type(value) is not str:
-            raise bad(f"{prefix}.{name} must be a str or None")
+        check_name(getattr(obj, name), f"{prefix}.{name}")
 
 
 def check_start_request(request: Any) -> None:
@@ -68,6 +66,7 @@ def check_start_spec(spec: Any) -> None:
         raise SubagentError(
             "a continuable child needs a non-empty label", code=ErrorCode.DESCRIPTOR_INVALID
         )
+    check_name(spec.label, "spec.label")
     if spec.signal is not None and not isinstance(spec.signal, AbortSignal):
         raise bad("spec.signal must be an AbortSignal")
     _optional_strs(spec, ("model", "persona"), "spec")

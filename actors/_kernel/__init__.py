@@ -19,6 +19,7 @@ from ._backend import (
     current_backend,
     get_backend,
 )
+from ._checks import check_timeout
 from ._dispatch import DispatchBox, Dispatcher
 from ._doorbell import Doorbell, ring
 from ._exit import close_at_exit, closed, deliver_interrupt, install_sigint
@@ -49,6 +50,7 @@ __all__ = [
     "ThreadActor",
     "Waiter",
     "actor_class",
+    "check_timeout",
     "close_at_exit",
     "closed",
     "current_backend",

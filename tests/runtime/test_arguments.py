@@ -1,0 +1,120 @@
+"""Every public call rejects wrong types and out-of-range numbers with a typed error
+(issue 19 point 3), and a gevent runtime's ``close()`` from a foreign OS thread
+refuses before it changes anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from subagents.actors import Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, SubagentError
+
+BAD_TIMEOUTS = ["x", float("nan"), -1, -0.5, True, object()]
+
+
+def _code(fn: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(SubagentError) as info:
+        fn(*args, **kwargs)
+    return str(info.value.code)
+
+
+@pytest.mark.parametrize("bad", BAD_TIMEOUTS, ids=repr)
+def test_waits_reject_a_timeout_that_is_not_seconds(backend: Backend, bad: Any) -> None:
+    with Runtime(backend=backend) as rt:
+        agent = rt.spawn("echo")
+        assert _code(rt.wait_idle, bad) == ErrorCode.INVALID_ARGUMENT
+        assert _code(agent.wait_idle, bad) == ErrorCode.INVALID_ARGUMENT
+        assert _code(agent.wait_disposed, bad) == ErrorCode.INVALID_ARGUMENT
+        assert _code(rt.sessions.flush, None, bad) == ErrorCode.INVALID_ARGUMENT
+        assert _code(agent.dispose, timeout=bad) == ErrorCode.INVALID_ARGUMENT
+        assert not agent.disposed  # refused before anything changed
+        assert (
+            _code(rt.subagents.drain_continuable_descendants, [agent], timeout=bad)
+            == ErrorCode.INVALID_ARGUMENT
+        )
+
+
+def test_an_infinite_timeout_means_no_limit(backend: Backend) -> None:
+    with Runtime(backend=backend) as rt:
+        agent = rt.spawn("echo")
+        agent.followup("hi")
+        assert agent.wait_idle(float("inf"))
+        assert rt.wait_idle(float("inf"))
+        rt.sessions.flush(None, float("inf"))
+
+
+@pytest.mark.parametrize("parents", [None, 5, object(), "zz", b"zz"], ids=repr)
+def test_drain_takes_agents(backend: Backend, parents: Any) -> None:
+    with Runtime(backend=backend) as rt:
+        code = _code(rt.subagents.drain_continuable_descendants, parents)
+        assert code == ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"keep_warm": float("nan")},
+        {"keep_warm": -1},
+        {"lease_ttl": float("inf")},
+        {"projections": "yes"},
+        {"default_providers": 1},
+        {"durability": "sometimes"},
+        {"max_delegation_depth": 0},
+    ],
+    ids=repr,
+)
+def test_runtime_arguments(backend: Backend, kwargs: dict[str, Any]) -> None:
+    assert _code(Runtime, backend=backend, **kwargs) == ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.backend_specific
+def test_gevent_close_from_a_foreign_thread_changes_nothing(start_os_thread: Any) -> None:
+    """Issue 19 point 3: ``close()`` from another OS thread is ``WRONG_THREAD`` before
+    anything changed; the runtime still works, and closes from its own thread."""
+    rt = Runtime(backend="gevent")
+    try:
+        agent = rt.spawn("echo")
+        thread = start_os_thread(rt.close)
+        thread.join(30)
+        assert isinstance(thread.error, SubagentError)
+        assert thread.error.code == ErrorCode.WRONG_THREAD
+        agent.followup("still open")
+        assert agent.wait_idle(10)
+    finally:
+        rt.close()
+    assert _code(rt.spawn, "echo") == ErrorCode.RUNTIME_CLOSED
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_what_the_log_cannot_hold_is_refused_at_acceptance(
+    backend: Backend, tmp_path: Any, store: str
+) -> None:
+    """Issue 19 point 1 (in part): a lone surrogate in content or a label, a source of
+    an unknown kind or with a malformed session id, and an overlong label are
+    refused before anything is accepted -- on the memory store too, where nothing
+    is encoded at acceptance -- and the session goes on."""
+    from subagents.actors import ContinuableStartSpec
+    from subagents.protocol import MAX_NAME_LEN, MessageSource
+
+    with Runtime(None if store == "memory" else str(tmp_path / "s.db"), backend=backend) as rt:
+        agent = rt.spawn("echo")
+        assert _code(agent.followup, "a\ud800") == ErrorCode.ENCODE_ERROR
+        for source in (
+            MessageSource(kind="bogus"),
+            MessageSource(kind="parent", session_id="zz"),  # type: ignore[arg-type]
+        ):
+            assert _code(agent.followup, "ok", source=source) == ErrorCode.ENCODE_ERROR
+        for label in ("bad\ud800", "x" * (MAX_NAME_LEN + 1)):
+            assert _code(rt.spawn, "echo", label=label) == ErrorCode.INVALID_ARGUMENT
+            spec = ContinuableStartSpec(parent=agent, provider="local", prompt="p", label=label)
+            code = _code(rt.subagents.start_continuable, spec)
+            assert code == ErrorCode.INVALID_ARGUMENT
+        assert list(rt.subagents.list_children(agent.session_id).rows) == []
+        agent.followup("héllo, still here")
+        assert agent.wait_idle(10)
+        rt.sessions.flush()
+        assert [r.seq for r in rt.sessions.read(agent.session_id)] == list(
+            range(len(rt.sessions.read(agent.session_id)))
+        )
