@@ -118,3 +118,30 @@ def test_what_the_log_cannot_hold_is_refused_at_acceptance(
         assert [r.seq for r in rt.sessions.read(agent.session_id)] == list(
             range(len(rt.sessions.read(agent.session_id)))
         )
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_an_output_the_log_cannot_hold_fails_its_turn_and_the_session_goes_on(
+    backend: Backend, tmp_path: Any, store: str
+) -> None:
+    """Issue 19 point 1: a behaviour returning a lone surrogate ends that turn
+    ``failed`` with the reason recorded; the next turn completes, and the durable
+    log equals the live one."""
+    from subagents.protocol import TurnEnd
+
+    outputs = iter(["\udcff", "fine"])
+    with Runtime(None if store == "memory" else str(tmp_path / "s.db"), backend=backend) as rt:
+        rt.models.register("odd", lambda _o: lambda turn: next(outputs))
+        agent = rt.spawn("odd")
+        agent.followup("one")
+        assert agent.wait_idle(10)
+        agent.followup("two")
+        assert agent.wait_idle(10)
+        rt.sessions.flush()
+        live = [r.event for r in rt.sessions.read(agent.session_id)]
+        ends = [e for e in live if isinstance(e, TurnEnd)]
+        assert [e.stop_reason for e in ends] == ["failed", "completed"]
+        assert ends[0].error
+        assert not agent.disposed
+        if rt.store is not None:
+            assert [r.event for r in rt.store.read(agent.session_id)] == live
