@@ -261,17 +261,58 @@ def _row(workload: str, value: float, unit: str, **kw: Any) -> Row:
     )
 
 
+def acceptance_rows(
+    raw: str, store: str, producers: int, rates: list[float], target: float | None
+) -> list[Row]:
+    """The rows of one producer count: the ``raw`` baseline (``raw`` names the driver),
+    then ours queued and with turns running on ``store``. ``rates``: the three, in
+    that order (as :func:`best_of_each` returns them)."""
+    raw_value, queued, running = rates
+    label = f"{producers} producer{'s' if producers > 1 else ''}"
+    if producers == 1:
+        workload = f"raw {raw} inbox row, commit per message"
+    else:
+        workload = f"raw {raw} inbox rows, group commit x{producers}"
+    base = Row(workload=workload, backend="-", store=f"raw {raw}", value=raw_value, unit="msg/s")
+
+    def ours(workload: str, value: float) -> Row:
+        return Row(workload=workload, backend="threading", store=store, value=value, unit="msg/s")
+
+    return [
+        base,
+        compare(ours(f"durable acceptance, {label}", queued), base, target=target),
+        compare(ours(f"durable acceptance, {label}, turns running", running), base),
+    ]
+
+
+def round_trip_rows(
+    store: str, local: list[float], remote: list[float], remote_name: str
+) -> list[Row]:
+    """The p50 of a follow-up's round trip in one process, and across processes
+    against it (seconds in, microseconds out)."""
+
+    def p50(workload: str, samples: list[float]) -> Row:
+        value = statistics.median(samples) * 1e6
+        return Row(
+            workload=workload, backend="threading", store=store, value=value, unit="us",
+            better="lower",
+        )  # fmt: skip
+
+    local_row = p50("follow-up round trip, one process, p50", local)
+    remote_row = p50(remote_name, remote)
+    return [local_row, compare(remote_row, local_row)]
+
+
 @group("durability")
 def durability_group(ctx: Context) -> list[Row]:
     rows: list[Row] = []
     for producers, per, target in ((1, 600, 0.8), (16, 150, 0.3), (100, 30, None)):
-        label = f"{producers} producer{'s' if producers > 1 else ''}"
         size = ctx.size(per, 5)
         rows_n = ctx.size(600, 30) if producers == 1 else ctx.size(6000, 200)
         # The raw rows and ours in turn, best of three each: a slow spell of the
         # machine lands on both sides of the ratio.
         rounds = iter(range(1_000_000))
-        raw_value, queued, running = best_of_each(
+        rates = best_of_each(
             1 if ctx.quick else 3,
             lambda: _raw(ctx.tmpdir / f"raw{producers}-{next(rounds)}.db", rows_n, producers),
             lambda: accept_rate(
@@ -281,41 +322,11 @@ def durability_group(ctx: Context) -> list[Row]:
                 ctx.tmpdir / f"run{producers}-{next(rounds)}.db", producers, size, running=True
             ),
         )
-        if producers == 1:
-            workload = "raw sqlite3 inbox row, commit per message"
-        else:
-            workload = f"raw sqlite3 inbox rows, group commit x{producers}"
-        base = Row(
-            workload=workload, backend="-", store="raw sqlite3", value=raw_value, unit="msg/s"
-        )
-        rows.append(base)
-        rows.append(
-            compare(_row(f"durable acceptance, {label}", queued, "msg/s"), base, target=target)
-        )
-        rows.append(
-            compare(_row(f"durable acceptance, {label}, turns running", running, "msg/s"), base)
-        )
+        rows += acceptance_rows("sqlite3", "sqlite FULL", producers, rates, target)
     n = ctx.size(300, 20)
     local = in_process_round_trip(ctx.tmpdir / "local.db", n)
     remote, idle = cross_process_round_trip(ctx, n)
-    local_row = _row(
-        "follow-up round trip, one process, p50",
-        statistics.median(local) * 1e6,
-        "us",
-        better="lower",
-    )
-    rows.append(local_row)
-    rows.append(
-        compare(
-            _row(
-                "follow-up across processes, p50",
-                statistics.median(remote) * 1e6,
-                "us",
-                better="lower",
-            ),
-            local_row,
-        )
-    )
+    rows += round_trip_rows("sqlite FULL", local, remote, "follow-up across processes, p50")
     window = ctx.size(10, 1)
     python_idle = Row(
         workload=f"idle python process, CPU over {window} s",

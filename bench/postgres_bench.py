@@ -21,23 +21,23 @@ a note. Every measurement writes into a schema of its own.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from subagents.protocol import encode_event, new_message_id, new_session_id, trusted_message
 
-from bench._harness import Context, Row, best_of_each, compare, group
+from bench._harness import Context, Row, best_of_each, group
 from bench.durability_bench import (
     PAYLOAD,
     accept_rate,
+    acceptance_rows,
     cross_process_round_trip,
     in_process_round_trip,
+    round_trip_rows,
 )
 
 _INSERT = (
@@ -103,12 +103,6 @@ def _raw(url: str, n: int, batch: int) -> float:
         store.close()
 
 
-def _row(workload: str, value: float, unit: str, **kw: Any) -> Row:
-    return Row(
-        workload=workload, backend="threading", store="postgresql", value=value, unit=unit, **kw
-    )
-
-
 @group("postgres")
 def postgres_group(ctx: Context) -> list[Row]:
     rows: list[Row] = []
@@ -116,48 +110,19 @@ def postgres_group(ctx: Context) -> list[Row]:
         if url is None:
             return rows
         for producers, per, target in ((1, 400, None), (16, 100, 0.3)):
-            label = f"{producers} producer{'s' if producers > 1 else ''}"
             size = ctx.size(per, 5)
             rows_n = ctx.size(400, 30) if producers == 1 else ctx.size(3200, 160)
-            raw_value, queued, running = best_of_each(
+            rates = best_of_each(
                 1 if ctx.quick else 3,
                 lambda: _raw(url, rows_n, producers),
                 lambda: accept_rate(_schema(url), producers, size, running=False),
                 lambda: accept_rate(_schema(url), producers, size, running=True),
             )
-            if producers == 1:
-                workload = "raw psycopg inbox row, commit per message"
-            else:
-                workload = f"raw psycopg inbox rows, group commit x{producers}"
-            base = Row(
-                workload=workload, backend="-", store="raw psycopg", value=raw_value, unit="msg/s"
-            )
-            rows.append(base)
-            rows.append(
-                compare(_row(f"durable acceptance, {label}", queued, "msg/s"), base, target=target)
-            )
-            rows.append(
-                compare(_row(f"durable acceptance, {label}, turns running", running, "msg/s"), base)
-            )
+            rows += acceptance_rows("psycopg", "postgresql", producers, rates, target)
         n = ctx.size(300, 20)
         local = in_process_round_trip(_schema(url), n)
         remote, _idle = cross_process_round_trip(ctx, n, _schema(url))
-        local_row = _row(
-            "follow-up round trip, one process, p50",
-            statistics.median(local) * 1e6,
-            "us",
-            better="lower",
-        )
-        rows.append(local_row)
-        rows.append(
-            compare(
-                _row(
-                    "follow-up across processes (NOTIFY), p50",
-                    statistics.median(remote) * 1e6,
-                    "us",
-                    better="lower",
-                ),
-                local_row,
-            )
+        rows += round_trip_rows(
+            "postgresql", local, remote, "follow-up across processes (NOTIFY), p50"
         )
     return rows

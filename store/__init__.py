@@ -35,12 +35,13 @@ event content the codec cannot pack, ``ENCODE_ERROR``.
 from typing import TYPE_CHECKING
 
 from ._base import LogRecord, SessionStore
+from ._committed import StoreStatistics
 from ._critical import critical, defer_interrupt, set_interrupt_delivery
 from ._durable import Accepted, InboxEntry, Lease, LeaseToken, Listener, NewLease, Release
 from ._memory import MemoryStore
 from ._open import open_store
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from ._sqlite import SqliteStore, StoreStatistics
+from ._sqlite import SqliteStore
 
 if TYPE_CHECKING:  # imported lazily at run time (see __getattr__ below)
     from ._pg_schema import PG_SCHEMA_VERSION

@@ -12,6 +12,7 @@ names: this module is the contract between them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from subagents.protocol import (
@@ -44,7 +45,7 @@ from ._validate import (
     invalid,
 )
 
-__all__ = ["CommittedWrites", "encode_messages", "unit_name"]
+__all__ = ["CommittedWrites", "StoreStatistics", "encode_messages", "unit_name"]
 
 
 def encode_messages(events: Sequence[Event]) -> list[Message]:
@@ -57,10 +58,36 @@ def unit_name(unit: object) -> str:
     return check_unit(unit, max_len=200)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreStatistics:
+    """Counters of a SQL store's writes since it was opened.
+
+    ``transactions / write_requests`` shows how well group commit coalesces.
+    """
+
+    transactions: int
+    write_requests: int
+    events_appended: int
+    largest_batch: int
+    pending: int
+
+
 class CommittedWrites:
     """Every write of a SQL store (see the module docstring)."""
 
     _committer: GroupCommitter
+    _writer: Any  # ``_writer.Writer`` or ``_pg_txn.PgWriter``: the same counters
+
+    def statistics(self) -> StoreStatistics:
+        """A snapshot of the write-side counters (see :class:`StoreStatistics`)."""
+        w = self._writer
+        return StoreStatistics(
+            transactions=w.transactions,
+            write_requests=w.requests,
+            events_appended=w.events,
+            largest_batch=w.largest_batch,
+            pending=self._committer.pending,
+        )
 
     def exists(self, session_id: SessionId | str) -> bool:
         raise NotImplementedError

@@ -55,7 +55,6 @@ from ._pg_schema import classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
-from ._sqlite import StoreStatistics
 from ._validate import check_session_id, invalid
 
 __all__ = ["PgListener", "PostgresStore", "is_postgres_url"]
@@ -249,17 +248,6 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         return True
 
     # -- lifecycle ------------------------------------------------------------------
-
-    def statistics(self) -> StoreStatistics:
-        """A snapshot of the write-side counters (see :class:`StoreStatistics`)."""
-        w = self._writer
-        return StoreStatistics(
-            transactions=w.transactions,
-            write_requests=w.requests,
-            events_appended=w.events,
-            largest_batch=w.largest_batch,
-            pending=self._committer.pending,
-        )
 
     def close(self) -> None:
         with self._close_lock:

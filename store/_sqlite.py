@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass
 from typing import Any, Final
 
 from subagents.protocol import (
@@ -36,7 +35,7 @@ from subagents.protocol import (
 )
 
 from ._base import SessionStore, store_closed
-from ._committed import CommittedWrites
+from ._committed import CommittedWrites, StoreStatistics
 from ._group import GroupCommitter
 from ._native import native_lock
 from ._queue_reads import SqlQueueReads
@@ -52,20 +51,6 @@ __all__ = ["SqliteStore", "StoreStatistics"]
 
 _IDLE_READERS: Final = 16
 _SYNC_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoreStatistics:
-    """Counters of a :class:`SqliteStore` since it was opened.
-
-    ``transactions / write_requests`` shows how well group commit coalesces.
-    """
-
-    transactions: int
-    write_requests: int
-    events_appended: int
-    largest_batch: int
-    pending: int
 
 
 class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
@@ -183,17 +168,6 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         )
 
     # -- lifecycle ------------------------------------------------------------
-
-    def statistics(self) -> StoreStatistics:
-        """A snapshot of the write-side counters (see :class:`StoreStatistics`)."""
-        w = self._writer
-        return StoreStatistics(
-            transactions=w.transactions,
-            write_requests=w.requests,
-            events_appended=w.events,
-            largest_batch=w.largest_batch,
-            pending=self._committer.pending,
-        )
 
     def close(self) -> None:
         self._header_cache.clear()

@@ -18,6 +18,7 @@ This file imports only the runtime module it owns (``subagents.actors._kernel._b
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import logging
@@ -398,6 +399,24 @@ def pg_server() -> Iterator[str]:
     if url:
         yield url
         return
+    with _throwaway_cluster() as cluster:
+        yield cluster.url
+
+
+@pytest.fixture(scope="module")
+def own_pg_server() -> Iterator[Any]:
+    """A private throwaway cluster (``tests/pgcluster.py``'s ``Cluster``), for tests that
+    stop or restart the server: never the shared one. Skipped like ``pg_server``."""
+    with _throwaway_cluster() as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def _throwaway_cluster() -> Iterator[Any]:
+    """A cluster started here and removed after; without PostgreSQL binaries the test
+    is skipped, unless ``SUBAGENTS_REQUIRE_POSTGRES`` is set."""
+    import os
+
     import pgcluster
 
     try:
@@ -407,7 +426,7 @@ def pg_server() -> Iterator[str]:
             raise
         pytest.skip(f"no PostgreSQL server: {exc}")
     try:
-        yield cluster.url
+        yield cluster
     finally:
         cluster.destroy()
 

@@ -293,7 +293,7 @@ class AgentRegistry:
                 wake_holder(sessions, exc, sid)
             elif exc.code == ErrorCode.SESSION_EXISTS:
                 # Live here since we looked: its pickup takes what nobody took.
-                sessions.ring(sessions.leases.wake, sid.to_bytes())
+                sessions.wake_pickup(sid)
             else:
                 sessions.retract(sid, mid)
                 raise

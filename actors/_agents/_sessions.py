@@ -79,7 +79,7 @@ class SessionService(Acceptance):
         #: were waiting in its inbox (the runtime sees that they run).
         self.on_waiting: Callable[[SessionId], object] | None = None
         self._writer = (
-            Writer(persistence, backend, self._committed, self._failed, self._waiting)
+            Writer(persistence, backend, self._committed, self._failed, self.wake_pickup)
             if persistence is not None
             else None
         )
@@ -151,7 +151,8 @@ class SessionService(Acceptance):
             self._live[header.id] = live
         return live
 
-    def _waiting(self, sid: SessionId) -> None:
+    def wake_pickup(self, sid: SessionId) -> None:
+        """Have this runtime's own mail pickup look at ``sid`` (what waits in its inbox)."""
         if self.on_waiting is not None:
             self.on_waiting(sid)
 
@@ -302,7 +303,7 @@ class SessionService(Acceptance):
 
     def _released(self, session_id: SessionId, result: Release) -> None:
         if result == Release.WAITING:
-            self._waiting(session_id)
+            self.wake_pickup(session_id)
 
     def _drop(self, live: LiveSession) -> None:
         with self._lock:

@@ -156,8 +156,8 @@ def _keep(sessions: SessionService, parent_id: SessionId, event: ReportEvent) ->
     other = sessions.wake_address(parent_id)
     if other is not None:
         sessions.ring(other, parent_id.to_bytes())  # a doorbell, or NOTIFY through the store
-    elif sessions.on_waiting is not None:
-        sessions.on_waiting(parent_id)  # our own mail pickup
+    else:
+        sessions.wake_pickup(parent_id)
 
 
 def report_receipt(

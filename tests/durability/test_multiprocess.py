@@ -50,6 +50,16 @@ def _worker(*args: str, host: str | None = None) -> subprocess.Popen[str]:
     )
 
 
+def _kill_when_ready(victim: subprocess.Popen[str]) -> None:
+    """SIGKILL an ``accept`` worker once it said ``ready`` (or failed to)."""
+    try:
+        assert victim.stdout is not None
+        assert victim.stdout.readline().strip() == "ready"
+    finally:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate()
+
+
 def _env(backend: Backend) -> tuple[str, str]:
     return backend.name, str(TTL)
 
@@ -176,12 +186,7 @@ def test_a_killed_holder_is_taken_over_after_expiry_and_its_messages_replay(
     sid = _session(db, backend)
     count = 5
     victim = _worker("accept", db, sid, "-", str(count), "-", str(tmp_path / "m"), *_env(backend))
-    try:
-        assert victim.stdout is not None
-        assert victim.stdout.readline().strip() == "ready"
-    finally:
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.communicate()
+    _kill_when_ready(victim)
     noted = Noted()
     with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
         noted.register(rt, "new")
@@ -215,12 +220,7 @@ def test_a_holder_on_another_host_is_taken_over_only_after_its_lease_expires(
         "accept", pg_url, sid, "-", str(count), "-", str(tmp_path / "m"), backend.name,
         str(ttl), host="host-b",
     )  # fmt: skip
-    try:
-        assert victim.stdout is not None
-        assert victim.stdout.readline().strip() == "ready"
-    finally:
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.communicate()
+    _kill_when_ready(victim)
     noted = Noted()
     with Runtime(pg_url, backend=backend, lease_ttl=ttl) as rt:
         assert rt.store is not None

@@ -3,7 +3,7 @@ a schema, the URL, LISTEN/NOTIFY wake-ups, and its faults against a real server.
 
 The store contract suite and the durability tests run on PostgreSQL too (their
 ``store`` and ``db`` fixtures); here are the rest. Faults that stop the server
-use a private cluster (``tests/pgcluster.py``), never the shared one.
+use a private cluster (``own_pg_server``), never the shared one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import contextlib
 import select
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -212,25 +211,6 @@ def test_a_runtime_on_postgres_records_a_notify_address_in_its_leases(
 # -- faults ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def own_server() -> Iterator[Any]:
-    """A private cluster, for the tests that stop or restart the server."""
-    import os
-
-    import pgcluster
-
-    try:
-        cluster = pgcluster.start()
-    except RuntimeError as exc:
-        if os.environ.get("SUBAGENTS_REQUIRE_POSTGRES"):
-            raise
-        pytest.skip(f"no PostgreSQL server: {exc}")
-    try:
-        yield cluster
-    finally:
-        cluster.destroy()
-
-
 def test_a_connection_killed_mid_transaction_fails_its_call_and_the_next_succeeds(
     pg_server: str,
     pg_url: str,
@@ -273,7 +253,7 @@ def test_a_connection_killed_mid_transaction_fails_its_call_and_the_next_succeed
 
 
 def test_a_server_restart_mid_stream_loses_nothing_accepted(
-    backend: Backend, own_server: Any
+    backend: Backend, own_pg_server: Any
 ) -> None:
     """Issue 14 point 5: messages stream to a session (``agents.send`` with an id, as a
     server would) while the server stops and starts again. A call made while it is
@@ -282,7 +262,7 @@ def test_a_server_restart_mid_stream_loses_nothing_accepted(
     write failed stopped; ``send`` resumes it.) Every accepted message ran in
     exactly one completed turn, in the order accepted."""
     schema = f"s_{uuid.uuid4().hex[:12]}"
-    url = f"{own_server.url}?schema={schema}"
+    url = f"{own_pg_server.url}?schema={schema}"
     try:
         with Runtime(url, backend=backend) as rt:
             rt.models.register("note", lambda _o: lambda turn: turn.content)
@@ -291,9 +271,9 @@ def test_a_server_restart_mid_stream_loses_nothing_accepted(
             refused = 0
             for i in range(40):
                 if i == 15:
-                    own_server.stop("fast")
+                    own_pg_server.stop("fast")
                 if i == 25:
-                    own_server.start()
+                    own_pg_server.start()
                 mid = new_message_id()
                 for _attempt in range(50):
                     try:
@@ -329,7 +309,7 @@ def test_a_server_restart_mid_stream_loses_nothing_accepted(
     finally:
         with (
             contextlib.suppress(psycopg.Error),
-            psycopg.connect(own_server.url, autocommit=True) as conn,
+            psycopg.connect(own_pg_server.url, autocommit=True) as conn,
         ):
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
