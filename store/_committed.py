@@ -60,7 +60,8 @@ def unit_name(unit: object) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreStatistics:
-    """Counters of a SQL store's writes since it was opened.
+    """Counters of a SQL store's writes since it was opened: what
+    ``SqliteStore.statistics()`` and ``PostgresStore.statistics()`` return.
 
     ``transactions / write_requests`` shows how well group commit coalesces.
     """
