@@ -202,9 +202,13 @@ class PgWriter:
         except _RETRY:
             pass  # another process raced us (or one request broke a key): one by one
         except psycopg.Error as exc:
-            for request in batch:
-                request.finish(error=pg_error(exc))
-            return
+            # One request the server refused (a trigger, a check) must not fail the
+            # others: alone, each meets only its own fate. A lost connection or a
+            # lock timeout would meet every one of them again, once per request.
+            if len(batch) == 1 or isinstance(exc, psycopg.OperationalError):
+                for request in batch:
+                    request.finish(error=pg_error(exc))
+                return
         for request in batch:
             try:
                 self._transaction(self._connection(), [request])

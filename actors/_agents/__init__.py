@@ -8,6 +8,7 @@ only through :class:`AgentHost`, and never imports the subagent service.
 
 from ._agent import Agent
 from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviour, echo
+from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
 from ._leases import Holder, Leases
 from ._live import LiveSession
@@ -36,8 +37,10 @@ __all__ = [
     "Mailman",
     "Message",
     "ModelRegistry",
+    "PersistenceFailure",
     "Restored",
     "SessionService",
+    "SessionStatistics",
     "ToolFn",
     "ToolRegistry",
     "Turn",

@@ -186,7 +186,9 @@ class Agent(Inbox):
         are remembered).
 
         Raises:
-            SubagentError: ``AGENT_DISPOSED``; ``ENCODE_ERROR`` for content the
+            SubagentError: ``AGENT_DISPOSED``; ``PERSISTENCE_UNAVAILABLE`` once
+                the session's writes failed (``runtime.sessions.statistics()``
+                lists it); ``ENCODE_ERROR`` for content the
                 session log cannot represent; ``INVALID_ARGUMENT``; the store's
                 error when it cannot commit (nothing accepted).
         """
@@ -202,7 +204,7 @@ class Agent(Inbox):
             packb(content)  # refuse what the log cannot hold before anything is accepted
         sessions = self._host.sessions
         if self._disposed:  # before the store, which would say LEASE_LOST after a takeover
-            raise self._disposed_error()
+            raise sessions.failures.error(self.session_id) or self._disposed_error()
         if not sessions.strict:
             if message_id is None:
                 return self.deliver(content, source)

@@ -40,6 +40,7 @@ from subagents.protocol import (
 from subagents.store import LogRecord, Release, SessionStore
 
 from ._acceptance import Acceptance
+from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
 from ._writer import Writer
@@ -75,6 +76,8 @@ class SessionService(Acceptance):
         self._live: dict[SessionId, LiveSession] = {}
         self._lock = threading.Lock()
         self._init_acceptance()
+        #: Sessions whose writes stopped at a failure (see ``_failures``).
+        self.failures = PersistenceFailures()
         #: Called with a session this runtime released while messages nobody took
         #: were waiting in its inbox (the runtime sees that they run).
         self.on_waiting: Callable[[SessionId], object] | None = None
@@ -149,6 +152,7 @@ class SessionService(Acceptance):
                     f"session {header.id} is already live", code=ErrorCode.SESSION_EXISTS
                 )
             self._live[header.id] = live
+        self._activated(header.id)
         return live
 
     def wake_pickup(self, sid: SessionId) -> None:
@@ -158,12 +162,30 @@ class SessionService(Acceptance):
 
     def _failed(self, sid: SessionId, error: BaseException) -> None:
         """A write of ``sid`` failed: a lost lease means another holder took it over;
-        under strict durability any other failure stops the session's agent too (as
-        Akka stops a persistent actor whose write failed): the store is the truth,
-        and the next activation replays from it what was accepted and not done."""
-        lost = isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_LOST
-        if self._lost is not None and (lost or self.strict):
+        any other failure is recorded (``statistics()``) and stops the session's
+        agent too (as Akka stops a persistent actor whose write failed): the store
+        is the truth, and the next activation starts from it (under strict
+        durability replaying what was accepted and not done)."""
+        if not (isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_LOST):
+            self.failures.record(sid, error)
+        if self._lost is not None:
             self._lost(sid)
+
+    def statistics(self) -> SessionStatistics:
+        """Live sessions, persistence failures, and the store's own counters."""
+        stats = getattr(self.persistence, "statistics", None)
+        return SessionStatistics(
+            live_sessions=len(self._live),
+            failed_writes=self.failures.count,
+            persistence_failures=self.failures.snapshot(),
+            store=stats() if callable(stats) else None,
+        )
+
+    def _activated(self, session_id: SessionId) -> None:
+        """A new activation starts from the store: an earlier failure is history."""
+        if self._writer is not None:
+            self._writer.reset(session_id)
+        self.failures.forget(session_id)
 
     def append(
         self,

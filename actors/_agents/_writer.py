@@ -98,8 +98,16 @@ class Writer:
         except Exception as exc:
             logger.error("persisting session %s failed: %s", session_id, exc)
             self._failed[session_id] = exc
+            self._on_failed(session_id, exc)
             return False
         return True
+
+    def reset(self, session_id: SessionId) -> None:
+        """A new activation of ``session_id`` starts from what the store holds: its
+        writes go through again. Queued behind the failed activation's writes, which
+        stay dropped (no holes in the log)."""
+        if session_id in self._failed:
+            self.submit("reset", session_id, None)
 
     def _run(self) -> None:
         while True:
@@ -147,6 +155,9 @@ class Writer:
         while i < len(batch):
             _, op, sid, payload = batch[i]
             i += 1
+            if op == "reset":
+                self._failed.pop(sid, None)
+                continue
             if sid in self._failed:
                 continue
             if op == "append":

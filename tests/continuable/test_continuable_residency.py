@@ -152,8 +152,8 @@ def test_settlement_flushes_before_releasing_the_handle(kit: Kit) -> None:
 def test_failing_flush_is_logged_and_settlement_completes(
     kit: Kit, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """R-RES-9: a flush that fails is logged; the Activation still settles and its
-    handle is disposed."""
+    """R-RES-9: a write that fails is logged; the Activation still settles and its
+    handle is disposed; the failure is listed in ``statistics()`` (issue 19 point 2)."""
     store = kit.store
     root = kit.root()
     failing: set[Any] = set()
@@ -172,7 +172,9 @@ def test_failing_flush_is_logged_and_settlement_completes(
         kit.wait_settled("kid", epochs=1)
     assert child is not None and child.disposed and kit.agent("kid") is None
     assert [e.stop_reason for e in kit.events_of("kid", "subagent/end")] == ["completed"]
-    assert any("flush" in r.getMessage() for r in caplog.records)
+    assert any("disk on fire" in r.getMessage() for r in caplog.records)
+    failures = kit.rt.sessions.statistics().persistence_failures
+    assert [f.session_id for f in failures] == [child_id]
 
 
 def test_epoch_events_have_one_shape_for_every_kind_of_epoch(kitp: Kit) -> None:

@@ -151,7 +151,8 @@ def test_a_failed_write_behind_stops_the_agent_and_the_next_activation_replays(
     backend: Backend, db: Path
 ) -> None:
     """Issue 13 point 8: a turn whose log write fails (the store broke while it ran)
-    cannot know what was stored: its agent stops (``AGENT_DISPOSED`` after), its
+    cannot know what was stored: its agent stops (``PERSISTENCE_UNAVAILABLE`` after,
+    naming the failure: issue 19 point 2), its
     lease goes back, and the next activation runs what was accepted and not done
     -- flagged ``redelivered``; nothing is lost."""
     noted = Noted()
@@ -172,7 +173,8 @@ def test_a_failed_write_behind_stops_the_agent_and_the_next_activation_replays(
         writer.conn = real
         with pytest.raises(SubagentError) as err:
             agent.followup("late")
-        assert err.value.code == ErrorCode.AGENT_DISPOSED
+        assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert "disk I/O error" in str(err.value)
         sid = agent.session_id
     # Refused while the store failed, the lease release was retried (at the latest
     # by close): the session is free for its next activation.

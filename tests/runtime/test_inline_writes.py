@@ -68,29 +68,36 @@ def test_memory_store_is_written_inline_without_a_writer_task(backend: Backend) 
 
 
 def test_a_failing_inline_write_is_reported_and_stops_later_writes(backend: Backend) -> None:
-    """The turn still completes; ``flush`` of the session raises INTERNAL with the
-    cause; no later event of that session is written (the log has no hole)."""
+    """Issue 19 point 2: the agent whose write failed stops (its next follow-up is
+    ``PERSISTENCE_UNAVAILABLE`` with the cause, ``statistics()`` lists it); ``flush``
+    of the session raises INTERNAL with the cause; no later event of that session is
+    written (the log has no hole); another agent goes on."""
     store = FailingAppends()
     with Runtime(store, backend=backend) as rt:
         agent = rt.spawn(lambda t: "done")
+        other = rt.spawn(lambda t: "fine")
         agent.followup("first")
         assert agent.wait_idle(10)
         good = len(store.read(agent.session_id))
         store.fail = True
         agent.followup("second")
-        assert agent.wait_idle(10)
+        assert agent.wait_disposed(10)
         tried = store.appends
         store.fail = False
-        agent.followup("third")
-        assert agent.wait_idle(10)
+        with pytest.raises(SubagentError) as info:
+            agent.followup("third")
+        assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert "disk on fire" in str(info.value)
         assert store.appends == tried  # nothing more was attempted after the failure
         assert len(store.read(agent.session_id)) == good
         with pytest.raises(SubagentError) as info:
             rt.sessions.flush(agent.session_id)
         assert info.value.code == ErrorCode.INTERNAL and "disk on fire" in str(info.value)
-        # The live log still has everything, in order: nothing accepted is lost.
-        live = rt.sessions.read(agent.session_id)
-        assert sum(isinstance(r.event, TurnEnd) for r in live) == 3
+        (failure,) = rt.sessions.statistics().persistence_failures
+        assert failure.session_id == agent.session_id and "disk on fire" in failure.message
+        other.followup("go on")
+        assert other.wait_idle(10)
+        assert sum(isinstance(r.event, TurnEnd) for r in store.read(other.session_id)) == 1
 
 
 def test_a_running_turns_start_is_live_at_once_and_stored_with_its_end(backend: Backend) -> None:

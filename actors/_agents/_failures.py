@@ -1,0 +1,93 @@
+"""Persistence failures, kept where they can be seen: ``runtime.sessions.statistics()``.
+
+A session whose write failed (disk full, an I/O error, a store that refused the
+row) gets no later writes -- its log must have no holes -- and its agent stops:
+its next ``followup`` raises ``PERSISTENCE_UNAVAILABLE`` naming the failure, and
+the rest of the runtime goes on. The failure stays listed until the session is
+activated again (``Runtime.resume`` or a parent's follow-up), which starts over
+from what the store holds (under strict durability: every accepted message that
+did not finish runs again).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from subagents.protocol import ErrorCode, SessionId, SubagentError
+
+__all__ = ["PersistenceFailure", "PersistenceFailures", "SessionStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class PersistenceFailure:
+    """One session whose writes stopped at a failure.
+
+    ``code`` is the failure's :class:`~subagents.protocol.ErrorCode` (``INTERNAL``
+    for an exception that is not a ``SubagentError``), ``message`` its text, ``at``
+    the wall-clock time (``time.time()``) it was seen.
+    """
+
+    session_id: SessionId
+    code: str
+    message: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStatistics:
+    """What ``runtime.sessions.statistics()`` returns.
+
+    ``live_sessions``: sessions live in this runtime. ``failed_writes``: session
+    writes that failed since the runtime started (each failed session counts once
+    per activation). ``persistence_failures``: the sessions whose writes stopped at a
+    failure and that were not activated again since, oldest first. ``store``: the
+    store's own counters (``statistics()`` of a SQL store), or ``None``.
+    """
+
+    live_sessions: int
+    failed_writes: int
+    persistence_failures: tuple[PersistenceFailure, ...]
+    store: Any
+
+
+class PersistenceFailures:
+    """The failure table: written by the writer task, read by any thread."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._lock = threading.Lock()
+        self._by_session: dict[SessionId, PersistenceFailure] = {}
+        self._clock = clock
+        self.count = 0
+
+    def record(self, session_id: SessionId, error: BaseException) -> None:
+        code = error.code if isinstance(error, SubagentError) else ErrorCode.INTERNAL
+        failure = PersistenceFailure(session_id, str(code), str(error)[:1000], self._clock())
+        with self._lock:
+            self.count += 1
+            self._by_session.setdefault(session_id, failure)  # the first one is the cause
+
+    def get(self, session_id: SessionId) -> PersistenceFailure | None:
+        return self._by_session.get(session_id)
+
+    def forget(self, session_id: SessionId) -> None:
+        with self._lock:
+            self._by_session.pop(session_id, None)
+
+    def snapshot(self) -> tuple[PersistenceFailure, ...]:
+        with self._lock:
+            return tuple(self._by_session.values())
+
+    def error(self, session_id: SessionId) -> SubagentError | None:
+        """The error an agent whose writes failed raises instead of accepting."""
+        failure = self._by_session.get(session_id)
+        if failure is None:
+            return None
+        return SubagentError(
+            f"session {session_id} stopped accepting: its write failed: {failure.message}",
+            code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+            hint={"session_id": str(session_id), "cause": failure.code},
+        )

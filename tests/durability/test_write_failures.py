@@ -1,0 +1,165 @@
+"""No persistence failure is silent (issue 19 point 2), on both backends and both stores.
+
+A session whose write-behind write fails -- here the store itself refuses its
+rows: a trigger installed from outside, a real error from SQLite or PostgreSQL
+-- stops: its agent is disposed, its next ``followup`` raises
+``PERSISTENCE_UNAVAILABLE`` naming the failure, ``runtime.sessions.statistics()``
+lists it, and every other session goes on writing. Activated again once the store
+takes its rows, it starts over from what the store holds: under strict durability
+the accepted message that never finished runs again (R-DUR-* of issue 13), under
+relaxed durability what was only in memory is gone, as documented.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+from subagents.actors import Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, MessageEvent, SessionId, SubagentError, TurnEnd
+from subagents.store import open_store
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _pg(db: str) -> tuple[str, str]:
+    base, _, schema = db.partition("?schema=")
+    return base, schema
+
+
+def inject(db: str, session: SessionId) -> None:
+    """Make the store refuse every new event row of ``session`` (a real store error)."""
+    key = session.to_bytes().hex()
+    if db.startswith("postgresql"):
+        import psycopg
+
+        base, schema = _pg(db)
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(
+                f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$'
+                f" BEGIN IF NEW.session = '\\x{key}'::bytea THEN"
+                " RAISE EXCEPTION 'injected write failure'; END IF; RETURN NEW; END $$"
+            )
+            conn.execute(
+                f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".events'
+                f' FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
+            )
+        return
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON events"
+            f" WHEN NEW.session = X'{key}'"
+            " BEGIN SELECT RAISE(ABORT, 'injected write failure'); END"
+        )
+    conn.close()
+
+
+def heal(db: str) -> None:
+    if db.startswith("postgresql"):
+        import psycopg
+
+        base, schema = _pg(db)
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP TRIGGER refuse ON "{schema}".events')
+        return
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TRIGGER refuse")
+    conn.close()
+
+
+def durable(db: str, session: SessionId) -> list[Any]:
+    with open_store(db) as store:
+        return [r.event for r in store.read(session)]
+
+
+def contents(events: list[Any]) -> list[Any]:
+    return [e.content for e in events if isinstance(e, MessageEvent)]
+
+
+def turns_ended(events: list[Any]) -> int:
+    return sum(isinstance(e, TurnEnd) for e in events)
+
+
+@pytest.mark.parametrize("durability", ["strict", "relaxed"])
+def test_a_failed_write_stops_its_session_and_only_it(
+    backend: Backend, db: str, durability: str
+) -> None:
+    """Issue 19 point 2: the failing session stops accepting with a typed error and
+    is listed in ``statistics()``; its sibling goes on; activated again after the
+    store recovered, it starts from the store (strict: replaying the lost turn)."""
+    with Runtime(db, backend=backend, durability=durability) as rt:
+        a = rt.spawn("echo", label="a")
+        b = rt.spawn("echo", label="b")
+        a.followup("one")
+        assert a.wait_idle(10)
+        rt.sessions.flush(a.session_id)
+        inject(db, a.session_id)
+
+        a.followup("two")  # accepted: the inbox takes it, the turn's writes fail
+        assert a.wait_disposed(10)
+        with pytest.raises(SubagentError) as info:
+            a.followup("three")
+        assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert "injected write failure" in str(info.value)
+        stats = rt.sessions.statistics()
+        assert [f.session_id for f in stats.persistence_failures] == [a.session_id]
+        assert stats.persistence_failures[0].code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert stats.failed_writes == 1
+        assert stats.store is not None and stats.store.transactions > 0
+
+        b.followup("fine")  # the rest of the runtime goes on
+        assert b.wait_idle(10)
+        rt.sessions.flush(b.session_id)
+        assert contents(durable(db, b.session_id)) == ["fine"]
+        assert durable(db, a.session_id) == durable(db, a.session_id)  # still readable
+        assert contents(durable(db, a.session_id)) == ["one"]
+
+        heal(db)
+        again = rt.agents.resume(a.session_id)
+        assert rt.sessions.statistics().persistence_failures == ()
+        again.followup("four")
+        assert again.wait_idle(10)
+        rt.sessions.flush(a.session_id)
+        log = durable(db, a.session_id)
+        if durability == "strict":  # accepted means committed: "two" runs again
+            assert contents(log) == ["one", "two", "four"]
+            assert turns_ended(log) == 3
+        else:  # relaxed: what was only in memory went with the failed activation
+            assert contents(log) == ["one", "four"]
+            assert turns_ended(log) == 2
+
+
+def test_a_child_whose_writes_fail_is_reached_again_by_its_parent(
+    backend: Backend, db: str
+) -> None:
+    """Issue 19 point 2, R-CONT-*: a continuable child's failed write stops the
+    child, not its parent or siblings; the parent's next follow-up, once the store
+    takes the rows again, cold-resumes it and every accepted message runs."""
+    from subagents.actors import ContinuableStartSpec
+
+    with Runtime(db, backend=backend) as rt:
+        root = rt.spawn("echo")
+        spec = ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c")
+        child = rt.subagents.start_continuable(spec).child_id
+        sibling = rt.subagents.start_continuable(spec).child_id
+        rt.wait_idle(10)
+        rt.sessions.flush()
+        inject(db, child)
+        rt.subagents.followup(root, child, "lost turn")
+        rt.subagents.followup(root, sibling, "sibling turn")
+        assert rt.wait_idle(10)
+        failures = rt.sessions.statistics().persistence_failures
+        assert [f.session_id for f in failures] == [child]
+        assert not root.disposed
+        rt.sessions.flush(sibling)
+        assert "sibling turn" in contents(durable(db, sibling))
+
+        heal(db)
+        rt.subagents.followup(root, child, "after")
+        assert rt.wait_idle(10)
+        rt.sessions.flush()
+        log = contents(durable(db, child))
+        assert log[-2:] == ["lost turn", "after"]
+        assert rt.sessions.statistics().persistence_failures == ()
