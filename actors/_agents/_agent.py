@@ -38,9 +38,9 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     check_source,
+    check_value,
     descriptor_payload,
     new_message_id,
-    packb,
     resolve_delegation_depth,
     trusted_message,
 )
@@ -84,6 +84,9 @@ class Agent(Inbox):
         self._flush_on_stop = True
         self._checkpoint_on_stop = False
         self._descriptor: Any = None  # a continuable child's folded descriptor
+        #: Seqs of the log's events that did not decode when it was resumed with
+        #: ``damaged="skip"`` (they stay in the store); empty otherwise.
+        self.damaged_seqs: tuple[int, ...] = ()
         self._extra_tools: dict[str, Callable[..., Any]] = {}  # from setup contributions
         self._turns = TurnRunner(
             self,
@@ -201,7 +204,7 @@ class Agent(Inbox):
         if message_id is not None and type(message_id) is not MessageId:
             message_id = MessageId(message_id)
         if not plain(content):
-            packb(content)  # refuse what the log cannot hold before anything is accepted
+            check_value(content)  # refuse what the log cannot hold before anything is accepted
         sessions = self._host.sessions
         if self._disposed:  # before the store, which would say LEASE_LOST after a takeover
             raise sessions.failures.error(self.session_id) or self._disposed_error()

@@ -22,8 +22,8 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     TurnStart,
+    check_value,
     new_message_id,
-    packb,
     trusted_message,
 )
 
@@ -105,22 +105,32 @@ class AgentRegistry:
         behaviour: Behaviour | Callable[[Turn], Any] | None = None,
         options: AgentOptions | None = None,
         output_schema: Any = None,
+        damaged: str = "refuse",
     ) -> Agent:
         """Rebuild a persisted agent from its log and make it live again.
 
         A subagent's options come from its folded descriptor (model, provider,
-        persona, tool filter); a top-level agent needs ``options`` or
-        ``behaviour``. Messages it accepted and never ran -- a crash, say -- run
-        now, first, in acceptance order (see :mod:`._resume`).
+        persona, tool filter); a top-level agent from its recorded options, or
+        ``options`` / ``behaviour``. Messages it accepted and never ran -- a crash,
+        say -- run now, first, in acceptance order (see :mod:`._resume`).
+
+        ``damaged="skip"`` resumes a session whose log holds events that do not
+        decode around them (they stay in the store; ``agent.damaged_seqs`` names
+        them): how a user reaches the children of a parent whose log was damaged.
+        The default refuses with ``CORRUPT_RECORD``.
 
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``SESSION_NOT_FOUND``,
                 ``SESSION_EXISTS`` (already live), ``LEASE_HELD`` (live in another
-                process), ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``,
-                ``MODEL_NOT_FOUND``.
+                process), ``CORRUPT_RECORD``, ``DESCRIPTOR_CORRUPT`` /
+                ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``.
         """
         restored = self._restore(
-            session_id, behaviour=behaviour, options=options, output_schema=output_schema
+            session_id,
+            behaviour=behaviour,
+            options=options,
+            output_schema=output_schema,
+            damaged=damaged,
         )
         replay(restored.agent, restored.pending)
         return restored.agent
@@ -282,7 +292,7 @@ class AgentRegistry:
                 if exc.code != ErrorCode.SESSION_EXISTS or (agent := self.get(sid)) is None:
                     raise
             return agent.followup(content, source=source, message_id=mid)
-        packb(content)  # refuse what the log cannot hold before anything is accepted
+        check_value(content)  # refuse what the log cannot hold before anything is accepted
         (accepted,) = sessions.accept(sid, [trusted_message(mid, content, source)])
         if accepted.duplicate:
             return mid

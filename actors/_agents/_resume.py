@@ -6,6 +6,12 @@ and deals with what a crash may have left:
 
 * a turn that started and never ended (the process died inside it) gets its
   ``turn/end`` -- ``failed``, "cut short" -- so the log stays well formed;
+* events that do not decode refuse the resume (``CORRUPT_RECORD``), unless the
+  caller -- a user authority repairing a tree -- asks for ``damaged="skip"``: the
+  agent is then rebuilt around them (they stay in the store, untouched; their
+  seqs are logged and kept on ``agent.damaged_seqs``; turn numbers skip ahead so
+  none is reused). A subagent session without its descriptor is
+  ``DESCRIPTOR_CORRUPT`` either way: nothing says what it was;
 * the messages still pending in the durable inbox are handed to the new
   activation (recorded in the store before they run) and replayed in acceptance
   order with their original ids and sources; those that an earlier activation
@@ -14,11 +20,13 @@ and deals with what a crash may have left:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.protocol import (
     ContinuableDescriptor,
+    CorruptRecordError,
     DescriptorFold,
     ErrorCode,
     Event,
@@ -38,7 +46,12 @@ from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._host import AgentHost
 from ._options import AgentOptions
 
-__all__ = ["CUT_SHORT", "Restored", "replay", "restore"]
+__all__ = ["CUT_SHORT", "DAMAGED_POLICIES", "Restored", "replay", "restore"]
+
+logger = logging.getLogger("subagents")
+
+#: What a resume does with events that do not decode: refuse, or rebuild around them.
+DAMAGED_POLICIES = ("refuse", "skip")
 
 #: The error text of the ``turn/end`` a resume writes for a turn a crash cut short.
 CUT_SHORT = "cut short: the runtime stopped before the turn ended"
@@ -73,8 +86,12 @@ def restore(
     options: AgentOptions | None = None,
     output_schema: Any = None,
     start: Callable[..., Agent],
+    damaged: str = "refuse",
 ) -> Restored:
     """Resume ``sid`` (see the module docstring); ``start`` builds the agent."""
+    if damaged not in DAMAGED_POLICIES:
+        raise SubagentError("damaged is 'refuse' or 'skip'", code=ErrorCode.INVALID_ARGUMENT)
+    skipped: list[int] | None = [] if damaged == "skip" else None
     sessions = host.sessions
     leases = sessions.leases
     token = None
@@ -85,9 +102,19 @@ def restore(
         sessions.flush()
         token = leases.acquire(sid).token()
     try:
-        header, next_seq, state, records = sessions.load_state(sid)
+        try:
+            header, next_seq, state, records = sessions.load_state(sid, skipped)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"{exc.args[0]}; a user authority may resume it around the damage"
+                " (resume(..., damaged='skip'))",
+                session_id=exc.session_id,
+                seq=exc.seq,
+            ) from exc
         events = [r.event for r in records]
         fold = _fold(state, events)
+        if fold.verdict == "absent" and header.origin == "subagent" and state is None:
+            fold = DescriptorFold(verdict="corrupt", reason="its descriptor is missing")
         if options is None:
             options = options_from_fold(fold, sid, behaviour, events)
         built: Behaviour = (
@@ -98,12 +125,19 @@ def restore(
         next_turn = (state or {}).get("next_turn", 0) + sum(
             1 for e in events if isinstance(e, TurnStart)
         )
+        if skipped:
+            seen = [e.turn for e in events if isinstance(e, (TurnStart, TurnEnd))]
+            next_turn = max([next_turn, *(t + 1 for t in seen)]) + len(skipped)
+            logger.warning(
+                "resuming %s around %d damaged events: seqs %s", sid, len(skipped), skipped
+            )
         live = sessions.attach(header, next_seq, token)
     except BaseException:
         if token is not None:
             sessions.give_up(sid, token)
         raise
     agent = start(live, built, options, next_turn, output_schema, sessions.release)
+    agent.damaged_seqs = tuple(skipped or ())
     if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
         agent._descriptor = fold.descriptor
     try:

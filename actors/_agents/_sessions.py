@@ -246,14 +246,16 @@ class SessionService(Acceptance):
                 live.last_ticket = max(live.last_ticket, ticket)
 
     def load_state(
-        self, session_id: SessionId
+        self, session_id: SessionId, damaged: list[int] | None = None
     ) -> tuple[SessionHeader, int, dict[str, Any] | None, list[LogRecord]]:
         """``(header, next_seq, checkpoint, records after it)`` from persistence.
 
-        Without a usable checkpoint ``records`` is the whole log.
+        Without a usable checkpoint ``records`` is the whole log. With a ``damaged``
+        list, rows that do not decode are left out and their seqs appended to it.
 
         Raises:
-            SubagentError: ``SESSION_NOT_FOUND``, ``PERSISTENCE_UNAVAILABLE``.
+            SubagentError: ``SESSION_NOT_FOUND``, ``PERSISTENCE_UNAVAILABLE``,
+                ``CORRUPT_RECORD`` (a row that does not decode, without ``damaged``).
         """
         store = self.persistence
         if store is None:
@@ -280,7 +282,15 @@ class SessionService(Acceptance):
                     state, from_seq = decoded, found[0] + 1
         except SubagentError:
             logger.warning("ignoring an unreadable checkpoint of %s", session_id)
-        records: list[LogRecord] = self._call(store.read, session_id, from_seq)
+        if damaged is None:
+            records: list[LogRecord] = self._call(store.read, session_id, from_seq)
+        else:
+            records = []
+            for row in self._call(lambda: list(store.scan(session_id, from_seq))):
+                if isinstance(row, LogRecord):
+                    records.append(row)
+                else:
+                    damaged.append(row.seq)
         last = self._call(store.last_seq, session_id)
         return header, last + 1, state, records
 

@@ -30,8 +30,8 @@ from subagents.protocol import (
     ReportEvent,
     SessionId,
     SubagentError,
+    check_value,
     new_message_id,
-    packb,
     trusted_message,
 )
 
@@ -59,7 +59,8 @@ def followup_by_id(
     Raises:
         SubagentError: ``SESSION_NOT_FOUND`` (no such child), ``UNAUTHORIZED`` (not
             a subagent of ``parent_id``), ``ENCODE_ERROR``, the store's errors, and
-            those of resuming the parent (nothing accepted then).
+            those of resuming the parent (``CORRUPT_RECORD`` for a damaged log: see
+            ``resume(..., damaged="skip")``); nothing is accepted then.
     """
     parent = agents.get(parent_id)
     if parent is not None:
@@ -74,12 +75,18 @@ def followup_by_id(
     if not sessions.strict or sessions.leases is None:
         parent = _resume(agents, parent_id)
         return _local(continuation, parent, child_id, content, source, message_id)
-    packb(content)  # refuse what the log cannot hold before anything is accepted
+    check_value(content)  # refuse what the log cannot hold before anything is accepted
     mid = new_message_id() if message_id is None else MessageId(message_id)
     src = source if source is not None else MessageSource(kind="parent", session_id=parent_id)
     (accepted,) = sessions.accept(child_id, [trusted_message(mid, content, src)])
     if not accepted.duplicate:
-        wake_child(agents, sessions, continuation, child_id, parent_id)
+        try:
+            wake_child(agents, sessions, continuation, child_id, parent_id)
+        except SubagentError:
+            # Nobody can run it (the parent cannot be resumed: a damaged log, a
+            # model not registered here): an error means nothing was accepted.
+            sessions.retract(child_id, mid)
+            raise
     return mid
 
 

@@ -1,0 +1,150 @@
+"""Corruption stays local at resume (issue 19 point 4), on both backends and both stores.
+
+A parent whose log holds an event that does not decode refuses an ordinary resume
+(``CORRUPT_RECORD``, naming the seq and the way out), and a follow-up addressed to
+its child by the parent's id accepts nothing. A user authority reaches the child
+by resuming the parent with ``damaged="skip"``: the agent is rebuilt around the
+damaged row, which stays in the store untouched, and no turn number is reused. A
+continuable child whose descriptor row is gone is ``DESCRIPTOR_CORRUPT``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, MessageEvent, SessionId, SubagentError, TurnStart
+from subagents.store import open_store
+
+pytestmark = pytest.mark.timeout(60)
+
+GARBAGE = b"\xc1\xc1"  # 0xc1 is never used by msgpack
+
+
+def _sql(db: str, statement: str, *params: Any) -> int:
+    """Run one statement on the stored rows, from outside the store; the row count."""
+    if db.startswith("postgresql"):
+        import psycopg
+
+        base, _, schema = db.partition("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            cur = conn.execute(statement.replace("?", "%s"), params)
+            return cur.rowcount
+    with sqlite3.connect(db) as conn:
+        count = conn.execute(statement, params).rowcount
+    conn.close()
+    return count
+
+
+def garble(db: str, session: SessionId, seq: int) -> None:
+    n = _sql(
+        db,
+        "UPDATE events SET body = ? WHERE session = ? AND seq = ?",
+        GARBAGE,
+        session.to_bytes(),
+        seq,
+    )
+    assert n == 1
+
+
+def raw_body(db: str, session: SessionId, seq: int) -> bytes:
+    if db.startswith("postgresql"):
+        import psycopg
+
+        base, _, schema = db.partition("?schema=")
+        with psycopg.connect(base) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            row = conn.execute(
+                "SELECT body FROM events WHERE session = %s AND seq = %s", (session.to_bytes(), seq)
+            ).fetchone()
+    else:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute(
+                "SELECT body FROM events WHERE session = ? AND seq = ?", (session.to_bytes(), seq)
+            ).fetchone()
+        conn.close()
+    assert row is not None
+    return bytes(row[0])
+
+
+def pending(db: str, session: SessionId) -> list[Any]:
+    with open_store(db) as store:
+        return [e.event.content for e in store.pending(session)]
+
+
+def build(db: str, backend: Backend) -> tuple[SessionId, SessionId, int]:
+    """A root with two finished turns and a continuable child; the seq of the
+    root's first ``message`` event."""
+    with Runtime(db, backend=backend) as rt:
+        root = rt.spawn("echo", label="root")
+        child = rt.subagents.start_continuable(
+            ContinuableStartSpec(parent=root, provider="local", prompt="p", label="kid")
+        ).child_id
+        root.followup("first")
+        root.followup("second")
+        assert rt.wait_idle(10)
+        rt.sessions.flush()
+        records = rt.sessions.read(root.session_id)
+    seq = next(r.seq for r in records if isinstance(r.event, MessageEvent))
+    return root.session_id, child, seq
+
+
+def test_a_damaged_parent_is_refused_and_resumed_around_the_damage(
+    backend: Backend, db: str
+) -> None:
+    """Issue 19 point 4 (R-ERR-1): refused by default, nothing accepted by a
+    follow-up through it; ``damaged="skip"`` reaches the child; the row stays."""
+    root_id, child, seq = build(db, backend)
+    garble(db, root_id, seq)
+    with Runtime(db, backend=backend) as rt:
+        with pytest.raises(SubagentError) as info:
+            rt.agents.resume(root_id)
+        assert info.value.code == ErrorCode.CORRUPT_RECORD
+        assert f"seq {seq}" in str(info.value) and "damaged='skip'" in str(info.value)
+        with pytest.raises(SubagentError) as info:
+            rt.subagents.followup(str(root_id), child, "through a damaged parent")
+        assert info.value.code == ErrorCode.CORRUPT_RECORD
+        assert pending(db, child) == []  # an error: nothing accepted
+        with pytest.raises(SubagentError) as info:
+            rt.agents.resume(root_id, damaged="bogus")
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+        root = rt.agents.resume(root_id, damaged="skip")
+        assert root.damaged_seqs == (seq,)
+        rt.subagents.followup(root, child, "reached")
+        root.followup("the root goes on")
+        assert rt.wait_idle(10)
+        rt.sessions.flush()
+        with open_store(db) as store:
+            child_log = [r.event for r in store.read(child)]
+            rows = list(store.scan(root_id))
+    assert "reached" in [e.content for e in child_log if isinstance(e, MessageEvent)]
+    assert raw_body(db, root_id, seq) == GARBAGE  # the damage stays where it is
+    turns = [
+        r.event.turn
+        for r in rows
+        if not isinstance(r, SubagentError) and isinstance(r.event, TurnStart)
+    ]
+    assert len(turns) == len(set(turns)), turns  # no turn number reused
+
+
+def test_a_child_without_its_descriptor_is_descriptor_corrupt(backend: Backend, db: str) -> None:
+    """Issue 19 point 4: a continuable child whose descriptor row is deleted cannot
+    say what it was: ``DESCRIPTOR_CORRUPT`` (not ``MODEL_NOT_FOUND``), nothing
+    accepted, its parent and siblings unharmed."""
+    root_id, child, _ = build(db, backend)
+    assert _sql(db, "DELETE FROM events WHERE session = ? AND seq = 0", child.to_bytes()) == 1
+    _sql(db, "DELETE FROM checkpoints")
+    with Runtime(db, backend=backend) as rt:
+        root = rt.agents.resume(root_id)
+        with pytest.raises(SubagentError) as info:
+            rt.subagents.followup(root, child, "lost?")
+        assert info.value.code == ErrorCode.DESCRIPTOR_CORRUPT
+        assert "descriptor is missing" in str(info.value)
+        root.followup("still fine")
+        assert root.wait_idle(10)
+    assert pending(db, child) == []
