@@ -35,14 +35,14 @@ from subagents.protocol import (
     SubagentError,
     pack_shaped,
     packb,
-    unpackb,
 )
-from subagents.store import LogRecord, Release, SessionStore
+from subagents.store import Release, SessionStore
 
 from ._acceptance import Acceptance
 from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
+from ._reading import SessionReads
 from ._writer import Writer
 
 __all__ = ["LiveSession", "SessionService"]
@@ -50,7 +50,7 @@ __all__ = ["LiveSession", "SessionService"]
 logger = logging.getLogger("subagents")
 
 
-class SessionService(Acceptance):
+class SessionService(Acceptance, SessionReads):
     """Live sessions of live agents, and write-behind to optional persistence.
 
     Thread-safe. ``persistence`` is ``None`` for a runtime without a store.
@@ -245,55 +245,6 @@ class SessionService(Acceptance):
             with live._lock:
                 live.last_ticket = max(live.last_ticket, ticket)
 
-    def load_state(
-        self, session_id: SessionId, damaged: list[int] | None = None
-    ) -> tuple[SessionHeader, int, dict[str, Any] | None, list[LogRecord]]:
-        """``(header, next_seq, checkpoint, records after it)`` from persistence.
-
-        Without a usable checkpoint ``records`` is the whole log. With a ``damaged``
-        list, rows that do not decode are left out and their seqs appended to it.
-
-        Raises:
-            SubagentError: ``SESSION_NOT_FOUND``, ``PERSISTENCE_UNAVAILABLE``,
-                ``CORRUPT_RECORD`` (a row that does not decode, without ``damaged``).
-        """
-        store = self.persistence
-        if store is None:
-            raise SubagentError(
-                "resume needs session persistence", code=ErrorCode.PERSISTENCE_UNAVAILABLE
-            )
-        self.flush()
-        header = self._call(store.header, session_id)
-        if header is None:
-            raise SubagentError(
-                f"no persisted session {session_id}", code=ErrorCode.SESSION_NOT_FOUND
-            )
-        state: dict[str, Any] | None = None
-        from_seq = 0
-        try:
-            found = self._call(store.get_checkpoint, session_id)
-            if found is not None:
-                decoded = unpackb(found[1])
-                if (
-                    isinstance(decoded, dict)
-                    and decoded.get("v") == 1
-                    and decoded.get("seq") == found[0]
-                ):
-                    state, from_seq = decoded, found[0] + 1
-        except SubagentError:
-            logger.warning("ignoring an unreadable checkpoint of %s", session_id)
-        if damaged is None:
-            records: list[LogRecord] = self._call(store.read, session_id, from_seq)
-        else:
-            records = []
-            for row in self._call(lambda: list(store.scan(session_id, from_seq))):
-                if isinstance(row, LogRecord):
-                    records.append(row)
-                else:
-                    damaged.append(row.seq)
-        last = self._call(store.last_seq, session_id)
-        return header, last + 1, state, records
-
     def _committed(self, sid: SessionId, seq: int) -> None:
         live = self._live.get(sid)
         if live is not None:
@@ -359,51 +310,6 @@ class SessionService(Acceptance):
     def live_ids(self) -> list[SessionId]:
         with self._lock:
             return list(self._live)
-
-    def header(self, session_id: SessionId) -> SessionHeader | None:
-        """Live header, else the persisted one, else None."""
-        live = self._live.get(session_id)
-        if live is not None:
-            return live.header
-        if self.persistence is None:
-            return None
-        return self._call(self.persistence.header, session_id)  # type: ignore[no-any-return]
-
-    def roots(self) -> list[SessionHeader]:
-        """Every session without a parent, live or persisted, by ``(created_at, id)``."""
-        with self._lock:
-            found = {
-                sid: live.header
-                for sid, live in self._live.items()
-                if live.header.parent_session is None
-            }
-        if self.persistence is not None:
-            stored: list[SessionHeader] = self._call(self.persistence.list_headers, None)
-            found.update((h.id, h) for h in stored)
-        return sorted(found.values(), key=lambda h: (h.created_at, h.id))
-
-    def read(self, session_id: SessionId, from_seq: int = 0) -> list[LogRecord]:
-        """The log from ``from_seq``: persisted prefix plus the live tail.
-
-        Raises:
-            SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row.
-        """
-        live = self._live.get(session_id)
-        records: list[LogRecord] = []
-        if live is not None:
-            base, tail = live.snapshot()
-            if from_seq < base and self.persistence is not None:
-                persisted = self._call(self.persistence.read, session_id, from_seq)
-                records.extend(r for r in persisted if r.seq < base)
-            start = max(from_seq, base)
-            records.extend(
-                LogRecord(seq=base + i, event=e) for i, e in enumerate(tail) if base + i >= start
-            )
-            return records
-        if self.persistence is None:
-            raise SubagentError(f"no session {session_id}", code=ErrorCode.SESSION_NOT_FOUND)
-        result: list[LogRecord] = self._call(self.persistence.read, session_id, from_seq)
-        return result
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self.persistence is not None and self.persistence.blocking:
