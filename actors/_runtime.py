@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import math
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -83,6 +81,7 @@ from ._children import (
 from ._kernel import (
     GEVENT,
     Backend,
+    check_runtime_arguments,
     check_timeout,
     close_at_exit,
     closed,
@@ -90,6 +89,7 @@ from ._kernel import (
     get_backend,
     install_sigint,
     native_get_ident,
+    threading_is_patched,
 )
 
 __all__ = ["Runtime"]
@@ -102,11 +102,6 @@ _UTC = _dt.UTC
 
 def _utcnow() -> _dt.datetime:
     return _now(_UTC)
-
-
-def _patched() -> bool:
-    monkey = sys.modules.get("gevent.monkey")
-    return bool(monkey is not None and monkey.is_module_patched("threading"))
 
 
 class Runtime:
@@ -136,6 +131,20 @@ class Runtime:
             (on a durable store, every live session is leased; another process
             takes a session over only once its lease expired, or at once when its
             holder on this host is gone).
+
+    Attributes:
+        agents: the live top-level and child agents (:class:`AgentRegistry`):
+            ``get``, ``list``, ``resume``, ``roots``, ``send``.
+        subagents: the subagent service (:class:`SubagentService`): providers,
+            one-shot and continuable children, listings.
+        sessions: live sessions and persistence (:class:`SessionService`):
+            ``read``, ``turn_ends``, ``header``, ``flush``, ``statistics``.
+        models: behaviours by model name (:class:`ModelRegistry`).
+        tools: tools agents may call (``ToolRegistry``).
+        store: the :class:`~subagents.store.SessionStore`, or ``None``.
+        backend: the actor runtime (:class:`Backend`); ``clock``: the clock.
+        session_projections: the listing projections, or ``None``.
+        mail: the pickup of messages other processes accept (durable stores).
     """
 
     def __init__(
@@ -152,31 +161,20 @@ class Runtime:
         lease_ttl: float = 30.0,
     ) -> None:
         self.backend = get_backend(backend)
-        for flag, value in (("projections", projections), ("default_providers", default_providers)):
-            if type(value) is not bool:
-                raise SubagentError(f"{flag} is a bool", code=ErrorCode.INVALID_ARGUMENT)
-        if durability not in ("strict", "relaxed"):
-            raise SubagentError(
-                "durability is 'strict' or 'relaxed'", code=ErrorCode.INVALID_ARGUMENT
-            )
-        if type(lease_ttl) not in (int, float) or not math.isfinite(lease_ttl) or lease_ttl <= 0:
-            raise SubagentError(
-                "lease_ttl is a finite number of seconds > 0", code=ErrorCode.INVALID_ARGUMENT
-            )
-        if max_delegation_depth is not None and (
-            type(max_delegation_depth) is not int or max_delegation_depth < 1
-        ):
-            raise SubagentError(
-                "max_delegation_depth is an int >= 1 or None", code=ErrorCode.INVALID_ARGUMENT
-            )
+        check_runtime_arguments(
+            projections=projections,
+            default_providers=default_providers,
+            durability=durability,
+            lease_ttl=lease_ttl,
+            max_delegation_depth=max_delegation_depth,
+            clock=clock,
+        )
         self.max_delegation_depth = max_delegation_depth
         # A gevent runtime's actors are greenlets of this thread's hub: blocking calls
         # from another OS thread would wait on a hub that cannot wake them.
         self._home_thread: int | None = (
-            native_get_ident() if self.backend is GEVENT and not _patched() else None
+            native_get_ident() if self.backend is GEVENT and not threading_is_patched() else None
         )
-        if clock is not None and not callable(clock):
-            raise SubagentError("clock must be callable", code=ErrorCode.INVALID_ARGUMENT)
         self.clock: Callable[[], _dt.datetime] = clock or _utcnow
         self.store: SessionStore | None = open_store(store)
         durable = self.store is not None and self.store.durable
@@ -328,6 +326,7 @@ class Runtime:
         built = None
         seed: tuple[Event, ...] = ()
         if isinstance(behaviour, str):
+            check_name(behaviour, "model")  # recorded in the log
             options = options or AgentOptions(model=behaviour)
             if options.model != behaviour:
                 values = {f.name: getattr(options, f.name) for f in fields(options)}

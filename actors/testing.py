@@ -54,6 +54,7 @@ class Step:
     """One step of a scripted turn; ``run`` returns a value for the outputs list."""
 
     def run(self, turn: Turn) -> Any:
+        """Do this step of the turn; its value may be the turn's output."""
         raise NotImplementedError
 
 
@@ -64,6 +65,7 @@ class Reply(Step):
     text: Any = "{content}"
 
     def run(self, turn: Turn) -> Any:
+        """Return ``text`` with ``{content}`` replaced by the turn's content."""
         if isinstance(self.text, str):
             return self.text.format(content=turn.content, index=turn.index)
         return self.text
@@ -78,6 +80,7 @@ class Delegate(Step):
     options: dict[str, Any] = field(default_factory=dict)
 
     def run(self, turn: Turn) -> Any:
+        """Start a one-shot child with ``prompt`` and return its result."""
         return turn.subagents.delegate(self.provider, self.prompt, **self.options)
 
 
@@ -90,6 +93,7 @@ class Report(Step):
 
     def run(self, turn: Turn) -> Any:
         # Refused with UNAUTHORIZED unless the turn's agent is a live continuable child.
+        """Report ``content`` to the parent with ``delivery``."""
         return turn.subagents.report(self.content, delivery=self.delivery)
 
 
@@ -100,6 +104,7 @@ class Block(Step):
     gate: Gate
 
     def run(self, turn: Turn) -> Any:
+        """Wait at the gate until the test releases it."""
         self.gate.pass_through(turn.signal)
         return None
 
@@ -111,6 +116,7 @@ class Fail(Step):
     message: str = "scripted failure"
 
     def run(self, turn: Turn) -> Any:
+        """Raise, failing the turn with ``message``."""
         raise RuntimeError(self.message)
 
 
@@ -121,6 +127,7 @@ class Call(Step):
     fn: Callable[[Turn], Any]
 
     def run(self, turn: Turn) -> Any:
+        """Call ``fn(turn)``; its return value is the step's output."""
         return self.fn(turn)
 
 
@@ -140,6 +147,7 @@ class ScriptedBehaviour:
         self.turns_seen: list[Any] = []
 
     def on_turn(self, turn: Turn) -> Any:
+        """Run this turn's steps in order; the last step's value is the output."""
         self.turns_seen.append(turn.content)
         steps = self.steps
         if self.per_turn is not None and turn.index < len(self.per_turn):
@@ -168,6 +176,7 @@ class LifecycleProbe:
         changed.abort("event")
 
     def types(self) -> list[str]:
+        """The types of the events seen so far, in order."""
         with self._lock:
             return [e.type for e in self.events]
 
@@ -189,6 +198,7 @@ class LifecycleProbe:
                     return predicate(list(self.events))
 
     def close(self) -> None:
+        """Stop listening. Idempotent."""
         self._subscription.dispose()
 
 

@@ -52,6 +52,7 @@ class MessageSource:
     session_id: SessionId | None = None
 
     def to_wire(self) -> dict[str, Any]:
+        """The source as the log encodes it: ``kind`` and, when set, ``session_id``."""
         return {"kind": self.kind, "session_id": self.session_id}
 
 

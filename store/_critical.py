@@ -19,6 +19,7 @@ import _thread
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 __all__ = ["critical", "defer_interrupt", "set_interrupt_delivery"]
 
@@ -64,7 +65,7 @@ class _Critical:
                 _State.deliver()
 
 
-def critical() -> _Critical:
+def critical() -> AbstractContextManager[None]:
     """``with critical():`` holds off a ``KeyboardInterrupt`` of the main thread until
     the block ends (then raises it)."""
     return _Critical()

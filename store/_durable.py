@@ -105,6 +105,7 @@ class Lease:
     wake: str | None
 
     def token(self) -> LeaseToken:
+        """The ``(holder, epoch)`` that fences this lease's writes."""
         assert self.holder is not None
         return (self.holder, self.epoch)
 
@@ -137,9 +138,14 @@ class Listener(Protocol):
 
     address: str
 
-    def fileno(self) -> int | None: ...
-    def receive(self) -> list[bytes] | None: ...
-    def close(self) -> None: ...
+    def fileno(self) -> int | None:
+        """A descriptor that polls readable when something may be waiting, or ``None``."""
+
+    def receive(self) -> list[bytes] | None:
+        """The payloads that arrived (empty: none yet; ``None``: the channel is closed)."""
+
+    def close(self) -> None:
+        """Stop listening and free the channel. Idempotent."""
 
 
 class DurableQueues(abc.ABC):

@@ -303,6 +303,7 @@ class PgListener:
         return True
 
     def fileno(self) -> int | None:
+        """The connection's socket (readable when a notification may be waiting), or ``None``."""
         conn = self._conn
         if conn is None or conn.closed or conn.broken:
             return None
@@ -331,6 +332,7 @@ class PgListener:
         return out
 
     def close(self) -> None:
+        """Stop listening and close its connection. Idempotent."""
         self._closed = True
         if self._conn is not None:
             self._conn.close()

@@ -44,17 +44,21 @@ class ResidentAgent(Protocol):
     @property
     def idle(self) -> bool: ...
 
-    def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None: ...
+    def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None:
+        """Cancel the agent's running turn (``keep_inbox``: keep the queued ones)."""
 
 
 class Latch(Protocol):
     """A one-shot event: set once, waited on by anyone."""
 
-    def set(self) -> None: ...
+    def set(self) -> None:
+        """Set it, waking every waiter."""
 
-    def is_set(self) -> bool: ...
+    def is_set(self) -> bool:
+        """Whether it was set."""
 
-    def wait(self, timeout: float | None = None) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until it is set; False on timeout."""
 
 
 class Activation:

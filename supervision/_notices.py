@@ -100,6 +100,7 @@ class NoticeLoop:
     notices: NoticeBox
 
     def on_receive(self, message: Any) -> Any:
+        """pykka's entry point: drain the notices, then :meth:`on_message`."""
         while True:
             taken = self.notices.take()
             if not taken:
@@ -115,7 +116,9 @@ class NoticeLoop:
         return self.on_message(message)
 
     def on_notice(self, kind: str, key: Any, value: Any) -> None:
+        """Handle one notice ``(kind, key, value)``."""
         raise NotImplementedError
 
     def on_message(self, message: Any) -> Any:
+        """Handle one ordinary message (the notices are drained before it)."""
         raise NotImplementedError

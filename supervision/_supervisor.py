@@ -109,6 +109,7 @@ class Supervisor(NoticeLoop):
         return "<Supervisor>"
 
     def on_notice(self, kind: str, key: Any, value: Any) -> None:
+        """Apply one child-lifecycle notice to the ownership table."""
         if kind == "quiescent":
             self._consider(key)
         elif kind == "retired":
@@ -124,6 +125,7 @@ class Supervisor(NoticeLoop):
                     self._consider(activation)
 
     def on_message(self, message: Any) -> Any:
+        """Handle one request of the supervisor's protocol (see the module docstring)."""
         return message()
 
     def _released(self, activation: Activation) -> None:

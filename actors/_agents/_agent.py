@@ -317,6 +317,7 @@ class Agent(Inbox):
         self._turns.restore_context(pending)
 
     def wait_disposed(self, timeout: float | None = None) -> bool:
+        """Wait until its disposal finished (its session released); False on timeout."""
         return bool(self._stopped.wait(check_timeout(timeout)))
 
     def disposed_now(self) -> bool:

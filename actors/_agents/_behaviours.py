@@ -28,7 +28,8 @@ __all__ = ["Behaviour", "BehaviourFactory", "ModelRegistry", "as_behaviour", "ec
 class Behaviour(Protocol):
     """What runs an agent's turns."""
 
-    def on_turn(self, turn: Turn) -> Any: ...
+    def on_turn(self, turn: Turn) -> Any:
+        """Run one turn: return its output (any value the log can hold), or raise to fail it."""
 
 
 BehaviourFactory = Callable[["AgentOptions"], "Behaviour | Callable[[Turn], Any]"]
@@ -89,6 +90,7 @@ class ModelRegistry:
             self._factories[name] = factory
 
     def unregister(self, name: str) -> None:
+        """Forget a model name; agents already built from it keep their behaviour."""
         with self._lock:
             self._factories.pop(name, None)
 
@@ -96,6 +98,7 @@ class ModelRegistry:
         return name in self._factories
 
     def names(self) -> list[str]:
+        """The registered model names, sorted."""
         with self._lock:
             return list(self._factories)
 

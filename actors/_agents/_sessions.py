@@ -305,9 +305,11 @@ class SessionService(Acceptance, SessionReads):
     # -- reading -------------------------------------------------------------------
 
     def live(self, session_id: SessionId) -> LiveSession | None:
+        """The live session of ``session_id`` in this runtime, or ``None``."""
         return self._live.get(session_id)
 
     def live_ids(self) -> list[SessionId]:
+        """The ids of every session live in this runtime."""
         with self._lock:
             return list(self._live)
 

@@ -74,12 +74,19 @@ class TurnAgent(Protocol):
         *,
         source: MessageSource | None = None,
         message_id: MessageId | None = None,
-    ) -> MessageId: ...
-    def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None: ...
-    def wait_idle(self, timeout: float | None = None) -> bool: ...
+    ) -> MessageId:
+        """Submit one message as a later turn (see :meth:`Agent.followup`)."""
+
+    def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None:
+        """Cancel the running turn (``keep_inbox=False``: and the queued ones)."""
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no turn runs or waits; False on timeout."""
+
     def dispose(
         self, *, flush: bool = True, timeout: float | None = 30.0, wait: bool = True
-    ) -> None: ...
+    ) -> None:
+        """Cancel everything, stop, release the session (see :meth:`Agent.dispose`)."""
 
 
 class Turn:

@@ -147,6 +147,7 @@ class ProjectionRegistry:
             self._marks.clear()
 
     def units(self) -> list[str]:
+        """The registered unit names, in registration order."""
         return list(self._units)
 
     def __contains__(self, name: object) -> bool:

@@ -36,6 +36,7 @@ class Subscription:
         self._entry = entry
 
     def dispose(self) -> None:
+        """Stop delivering events to this listener. Idempotent."""
         self._bus._unsubscribe(self._entry)
 
 

@@ -63,6 +63,7 @@ class LocalProvider:
         return ContinuableCreateSpec(seed=seed or None)
 
     def start(self, request: SubagentStartRequest, descriptor: OneShotDescriptor) -> SubagentRun:
+        """Run the request as a one-shot child in this runtime (see :class:`SubagentProvider`)."""
         runtime = self._runtime
         parent = request.parent
         signal = request.signal

@@ -200,6 +200,5 @@ class SubagentProvider(Protocol):
     capabilities: frozenset[str]
     inherits_parent_context: bool
 
-    def start(
-        self, request: SubagentStartRequest, descriptor: OneShotDescriptor
-    ) -> SubagentRun: ...
+    def start(self, request: SubagentStartRequest, descriptor: OneShotDescriptor) -> SubagentRun:
+        """Start a one-shot child for ``request`` (recorded by ``descriptor``); its run."""

@@ -18,8 +18,9 @@ from ._backend import (
     TaskHandle,
     current_backend,
     get_backend,
+    threading_is_patched,
 )
-from ._checks import check_timeout
+from ._checks import check_runtime_arguments, check_timeout
 from ._dispatch import DispatchBox, Dispatcher
 from ._doorbell import Doorbell, ring
 from ._exit import close_at_exit, closed, deliver_interrupt, install_sigint
@@ -50,6 +51,7 @@ __all__ = [
     "ThreadActor",
     "Waiter",
     "actor_class",
+    "check_runtime_arguments",
     "check_timeout",
     "close_at_exit",
     "closed",
@@ -59,4 +61,5 @@ __all__ = [
     "install_sigint",
     "native_get_ident",
     "ring",
+    "threading_is_patched",
 ]

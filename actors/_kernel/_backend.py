@@ -41,6 +41,7 @@ __all__ = [
     "TaskHandle",
     "current_backend",
     "get_backend",
+    "threading_is_patched",
 ]
 
 P = ParamSpec("P")
@@ -52,17 +53,28 @@ logger = logging.getLogger("subagents")
 class EventLike(Protocol):
     """The part of :class:`threading.Event` both backends provide."""
 
-    def set(self) -> None: ...
-    def clear(self) -> None: ...
-    def is_set(self) -> bool: ...
-    def wait(self, timeout: float | None = None) -> bool: ...
+    def set(self) -> None:
+        """Set the flag, waking every waiter."""
+
+    def clear(self) -> None:
+        """Reset the flag."""
+
+    def is_set(self) -> bool:
+        """Whether the flag is set."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the flag is set (cooperatively on gevent); False on timeout."""
 
 
 class LockLike(Protocol):
     """The part of :class:`threading.Lock` both backends provide."""
 
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
-    def release(self) -> None: ...
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take the lock; False when not taken (non-blocking, or timed out)."""
+
+    def release(self) -> None:
+        """Give the lock back."""
+
     def __enter__(self) -> bool: ...
     def __exit__(
         self,
@@ -84,8 +96,11 @@ class TaskHandle(Protocol):
     def name(self) -> str: ...
     @property
     def exception(self) -> BaseException | None: ...
-    def join(self, timeout: float | None = None) -> bool: ...
-    def is_alive(self) -> bool: ...
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the task ended; False on timeout."""
+
+    def is_alive(self) -> bool:
+        """Whether the task still runs."""
 
 
 class Backend(abc.ABC):
@@ -243,7 +258,7 @@ class _ThreadingBackend(Backend):
         # An OS thread: blocking it is the point. Under monkey-patching, though,
         # "threads" are greenlets sharing one hub, so the call goes to that hub's
         # threadpool exactly as on GEVENT.
-        if _threading_is_patched():
+        if threading_is_patched():
             return GEVENT.run_blocking(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 
@@ -354,7 +369,7 @@ def get_backend(spec: str | Backend) -> Backend:
     return backend
 
 
-def _threading_is_patched() -> bool:
+def threading_is_patched() -> bool:
     monkey = sys.modules.get("gevent.monkey")
     return monkey is not None and bool(monkey.is_module_patched("threading"))
 
@@ -377,7 +392,7 @@ def current_backend() -> Backend:
     The answer can change from THREADING to GEVENT in a thread once something
     creates a hub there, so ask at the time you block, not once up front.
     """
-    if _threading_is_patched():
+    if threading_is_patched():
         return THREADING
     if get_hub_if_exists() is not None:
         return GEVENT
