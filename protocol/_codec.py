@@ -32,6 +32,7 @@ from ._errors import DecodeError, EncodeError
 from ._ids import MessageId, RunId, SessionId, _Id
 from ._limits import DEFAULT_LIMITS, Limits
 from ._scan import scan
+from ._time import storable
 
 __all__ = [
     "EXT_CODES",
@@ -74,13 +75,16 @@ def _default(obj: Any) -> Any:
 
 
 def _check_shape(obj: Any, max_depth: int) -> None:
-    """Refuse nesting deeper than ``max_depth`` and containers used as map keys.
+    """Refuse nesting deeper than ``max_depth``, containers used as map keys, and
+    datetimes the log could not read back (:func:`._time.storable`).
 
     Tuples count as arrays (they pack as arrays). A container key would decode as
     an unhashable list. Exact types suffice: packing refuses other subclasses.
     """
     kind = type(obj)
     if kind is not dict and kind is not list and kind is not tuple:
+        if kind is _dt.datetime and not storable(obj):
+            raise _unreadable(obj)
         return
     stack: list[tuple[Any, int]] = [(obj, 1)]
     pop, push = stack.pop, stack.append
@@ -93,14 +97,25 @@ def _check_shape(obj: Any, max_depth: int) -> None:
                 kind = type(k)
                 if kind is dict or kind is list or kind is tuple:
                     raise EncodeError(f"a map key must not be a container, got {kind.__name__}")
+                if kind is _dt.datetime and not storable(k):
+                    raise _unreadable(k)
                 kind = type(v)
                 if kind is dict or kind is list or kind is tuple:
                     push((v, depth + 1))
+                elif kind is _dt.datetime and not storable(v):
+                    raise _unreadable(v)
         else:
             for v in value:
                 kind = type(v)
                 if kind is dict or kind is list or kind is tuple:
                     push((v, depth + 1))
+                elif kind is _dt.datetime and not storable(v):
+                    raise _unreadable(v)
+
+
+def _unreadable(value: _dt.datetime) -> EncodeError:
+    what = "a naive datetime" if value.tzinfo is None else "a datetime outside the UTC range"
+    return EncodeError(f"cannot pack {what}; use an aware (UTC) datetime")
 
 
 def packb(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> bytes:
@@ -139,9 +154,9 @@ def pack_shaped(obj: Any, limits: Limits = DEFAULT_LIMITS) -> bytes:
     except EncodeError:
         _local.packer = None  # a failed pack may leave bytes in its buffer
         raise
-    except (TypeError, ValueError, OverflowError) as exc:
+    except Exception as exc:  # TypeError, OverflowError ... or a hostile object's own
         _local.packer = None
-        raise EncodeError(f"cannot pack value: {exc}") from exc
+        raise EncodeError(f"cannot pack value: {type(exc).__name__}: {exc}"[:500]) from exc
     size = len(data)
     if size > limits.max_buffer_size:
         raise EncodeError(f"a frame of {size} bytes exceeds max_buffer_size")

@@ -14,6 +14,7 @@ uses the same codec and the same kind of checks.
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, Final
@@ -40,14 +41,18 @@ from ._vocabulary import (
 )
 
 __all__ = [
+    "ENVELOPE",
     "EVENT_TYPES",
+    "MAX_ERROR_LEN",
     "MAX_NAME_LEN",
     "check_name",
     "check_source",
+    "check_value",
     "decode_event",
     "decode_header",
     "encode_event",
     "encode_header",
+    "error_text",
     "event_from_wire",
     "event_to_wire",
     "header_from_wire",
@@ -157,7 +162,9 @@ def check_name(value: object, what: str) -> None:
         except UnicodeEncodeError:
             ok = False
     if not ok:
-        shown = repr(value) if len(repr(value)) < 80 else f"a {type(value).__name__}"
+        # Only a plain str is shown: another object's repr is its own code (it may raise).
+        plain = type(value) is str and len(value) < 70
+        shown = repr(value) if plain else f"a {type(value).__name__}"
         raise SubagentError(
             f"{what} must be a str of at most {MAX_NAME_LEN} characters that UTF-8 can"
             f" encode, or None; got {shown}",
@@ -173,6 +180,42 @@ def check_source(source: MessageSource) -> None:
         field.source_ok(source.to_wire())
     except DecodeError as exc:
         raise EncodeError(f"message source: {exc.args[0]}") from None
+
+
+#: Bytes left for an event's own map around the one free-form value it carries (its
+#: type, ids, source, delivery; a turn's number, time and stop reason).
+ENVELOPE: Final = 512
+_VALUE_LIMITS: Final = Limits(max_buffer_size=DEFAULT_LIMITS.max_buffer_size - ENVELOPE)
+
+
+def check_value(value: Any) -> None:
+    """Refuse a free-form value -- a message's or a report's content, a prompt -- that
+    the event carrying it could not hold, by the rules :func:`encode_event` applies:
+    it sits one level inside the event's map, and the frame keeps :data:`ENVELOPE`
+    bytes for the rest of the map. ``ENCODE_ERROR``, before anything is accepted;
+    also where nothing is encoded yet (a memory store, relaxed durability)."""
+    if type(value) in _SHAPED:
+        check_shape(value, DEFAULT_LIMITS.max_depth - 1)
+    pack_shaped(value, _VALUE_LIMITS)
+
+
+#: The longest error text a turn's end records (characters).
+MAX_ERROR_LEN: Final = 4096
+
+
+def error_text(exc: BaseException, prefix: str = "") -> str:
+    """``prefix`` and ``"Type: message"`` of ``exc`` as a turn's end records it: at most
+    :data:`MAX_ERROR_LEN` characters, lone surrogates escaped, and a message whose
+    ``str()`` raises named as such -- text the log always holds."""
+    try:
+        text = f"{prefix}{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{prefix}{type(exc).__name__} (its message cannot be shown)"
+    if len(text) > MAX_ERROR_LEN:
+        text = text[: MAX_ERROR_LEN - 3] + "..."
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def event_to_wire(event: Event) -> dict[str, Any]:
@@ -239,6 +282,8 @@ def event_from_wire(wire: Any) -> Event:
 
 #: Fields holding caller values of any shape; the rest of an event map is shallow.
 _FREE_FORM: Final = ("content", "output", "structured", "payload")
+#: The free-form values :func:`check_shape` looks into (a datetime: is it readable).
+_SHAPED: Final = frozenset({dict, list, tuple, _dt.datetime})
 
 
 def encode_event(event: Event) -> bytes:
@@ -249,7 +294,7 @@ def encode_event(event: Event) -> bytes:
     depth = DEFAULT_LIMITS.max_depth - 1  # free-form values sit one level inside the map
     for name in _FREE_FORM:
         value = wire.get(name)
-        if value is not None and type(value) in (dict, list, tuple):
+        if value is not None and type(value) in _SHAPED:
             check_shape(value, depth)
     return pack_shaped(wire)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._errors import DecodeError
 from ._ids import MessageId, SessionId
+from ._time import storable
 from ._vocabulary import SOURCE_KINDS, Checker, MessageSource
 
 __all__ = [
@@ -66,8 +67,8 @@ def nonneg_integer(v: Any) -> int:
 
 
 def utc_datetime(v: Any) -> _dt.datetime:
-    if not isinstance(v, _dt.datetime) or v.tzinfo is None:
-        raise fail("aware datetime", v)
+    if not isinstance(v, _dt.datetime) or not storable(v):
+        raise fail("aware datetime within the UTC range", v)
     return v
 
 
@@ -100,7 +101,8 @@ def anything(v: Any) -> Any:
 def one_of(allowed: frozenset[str]) -> Checker:
     def check(v: Any) -> str:
         if type(v) is not str or v not in allowed:
-            raise DecodeError(f"expected one of {sorted(allowed)}, got {v!r}"[:200])
+            shown = repr(v) if type(v) is str else type(v).__name__  # another repr may raise
+            raise DecodeError(f"expected one of {sorted(allowed)}, got {shown}"[:200])
         return v
 
     return check

@@ -34,8 +34,10 @@ class _Id(str):
         if type(value) is cls:
             return value
         if not isinstance(value, str) or len(value) != 32 or not _HEX.issuperset(value):
+            # Not repr(value): another object's repr is its own code (it may raise).
+            shown = str.__repr__(value) if isinstance(value, str) else type(value).__name__
             raise SubagentError(
-                f"{cls.__name__} must be 32 lowercase hex digits, got {value!r}"[:200],
+                f"{cls.__name__} must be 32 lowercase hex digits, got {shown}"[:200],
                 code=ErrorCode.INVALID_ARGUMENT,
             )
         return str.__new__(cls, value)

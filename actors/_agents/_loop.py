@@ -21,7 +21,8 @@ from subagents.protocol import (
     MessageSource,
     ReportEvent,
     SubagentError,
-    packb,
+    encode_event,
+    error_text,
     trusted_message,
     trusted_turn_end,
     trusted_turn_start,
@@ -205,36 +206,35 @@ class TurnRunner:
             if exc.code == ErrorCode.CANCELLED or turn.cancelled:
                 stop = "cancelled"
             else:
-                stop, error = "failed", f"{type(exc).__name__}: {exc}"
-                logger.warning("turn %d of %s failed: %s", index, session.id, exc)
+                stop, error = "failed", error_text(exc)
+                logger.warning("turn %d of %s failed: %s", index, session.id, error)
         except Exception as exc:
-            stop, error = "failed", f"{type(exc).__name__}: {exc}"
+            stop, error = "failed", error_text(exc)
             logger.exception("turn %d of %s failed", index, session.id)
         self.current = None
         if stop == "completed" and self._output_schema is not None:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:
                 stop = "failed"
-        if not plain(output):
-            try:
-                packb(output)
+        end = trusted_turn_end(index, clock(), stop, output, structured, error)
+        if not (plain(output) and plain(structured) and plain(error)):
+            try:  # the whole end, as the store encodes it: output and structured together
+                encode_event(end)
             except SubagentError as exc:
-                stop, error, output = "failed", f"output cannot be recorded: {exc}", None
+                why = error_text(exc, "output cannot be recorded: ")
+                end = trusted_turn_end(index, end.at, "failed", None, None, why)
         # The turn's messages leave the durable inbox with its end, in one write
         # (a turn the closing runtime cancelled leaves them: they run again).
         done: tuple[Any, ...] = ()
-        if sessions.strict and not (stop == "cancelled" and self.keep_accepted):
+        if sessions.strict and not (end.stop_reason == "cancelled" and self.keep_accepted):
             done = (mid, *(q.message_id for q in turn.context)) if turn.context else (mid,)
         try:
-            sessions.append(
-                session,
-                (trusted_turn_end(index, clock(), stop, output, structured, error),),
-                done=done,
-            )
+            sessions.append(session, (end,), done=done)
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, session.id)
         if d.on_end is not None:
-            notify(d.on_end, TurnOutcome(index, stop, output, structured, error))
+            outcome = TurnOutcome(index, end.stop_reason, end.output, end.structured, end.error)
+            notify(d.on_end, outcome)
 
 
 def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:

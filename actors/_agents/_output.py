@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
-from subagents.protocol import ErrorCode, SubagentError
+from subagents.protocol import ErrorCode, SubagentError, error_text
 
 __all__ = ["check_output_schema", "validate_output"]
 
@@ -29,7 +29,10 @@ def check_output_schema(schema: Any) -> None:
 def validate_output(schema: Mapping[str, Any], output: Any) -> tuple[Any, str | None]:
     """``(structured, None)`` when ``output`` satisfies ``schema``, else ``(None, error)``."""
     validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(output))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(output))
+    except Exception as exc:  # an output it cannot walk: a cycle, a raising __eq__ ...
+        return None, error_text(exc, "output cannot be validated: ")
     if error is None:
         return output, None
     return None, f"output does not match the output schema: {error.message}"[:500]

@@ -49,9 +49,9 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     check_source,
+    check_value,
     new_message_id,
     new_session_id,
-    packb,
     snapshot_subagent_descriptor,
     trusted_message,
 )
@@ -291,7 +291,7 @@ class ContinuationManager:
         if signal is not None and not isinstance(signal, AbortSignal):
             raise bad("signal must be an AbortSignal")
         if not plain(content):
-            packb(content)  # refuse what the log cannot hold before anything is accepted
+            check_value(content)  # refuse what the log cannot hold before anything is accepted
         if signal is None:
             signal = _NEVER
         else:

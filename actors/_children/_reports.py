@@ -34,8 +34,8 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     TurnStart,
+    check_value,
     new_message_id,
-    packb,
 )
 from subagents.supervision import MAY_REPORT, Activation
 
@@ -79,11 +79,11 @@ def report_from(
     """
     if not isinstance(child, Agent):
         raise bad("child must be an Agent")
-    if delivery not in ("quiet", "waking"):
+    if type(delivery) is not str or delivery not in ("quiet", "waking"):
         raise bad("delivery is 'quiet' or 'waking'")
     if signal is not None and not isinstance(signal, AbortSignal):
         raise bad("signal must be an AbortSignal")
-    packb(content)
+    check_value(content)  # refuse what the log cannot hold before anything is accepted
     (signal or _NEVER).raise_if_aborted()
     act = index.get(child.session_id)
     if act is None or act.agent is not child or act.phase not in MAY_REPORT or not is_live(child):

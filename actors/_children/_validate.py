@@ -7,7 +7,7 @@ from typing import Any
 
 from subagents.actors._agents import Agent, check_output_schema
 from subagents.actors._kernel import AbortSignal
-from subagents.protocol import ErrorCode, MessageId, SubagentError, check_name, packb
+from subagents.protocol import ErrorCode, MessageId, SubagentError, check_name, check_value
 
 from ._types import ContinuableStartSpec, SubagentStartRequest
 
@@ -51,7 +51,7 @@ def check_start_request(request: Any) -> None:
     check_tool_filter(request.tool_filter)
     if request.output_schema is not None:
         check_output_schema(request.output_schema)
-    packb(request.prompt)
+    check_value(request.prompt)
 
 
 def check_start_spec(spec: Any) -> None:
@@ -73,4 +73,4 @@ def check_start_spec(spec: Any) -> None:
     check_tool_filter(spec.tool_filter)
     if spec.message_id is not None:
         MessageId(spec.message_id)  # INVALID_ARGUMENT unless 32 lowercase hex digits
-    packb(spec.prompt)
+    check_value(spec.prompt)
