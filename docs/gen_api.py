@@ -42,6 +42,7 @@ def _summary(obj: object) -> str:
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+_FORWARD = re.compile(r"ForwardRef\('([^']*)'\)")
 _CODE = re.compile(r"``([A-Z][A-Z_]+)``")
 
 
@@ -51,7 +52,7 @@ def _signature(obj: object) -> str:
         sig = str(inspect.signature(obj))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return ""
-    return _ADDRESS.sub("", sig)
+    return _FORWARD.sub(r"'\1'", _ADDRESS.sub("", sig))
 
 
 def _section(obj: object, title: str) -> str:
@@ -101,9 +102,9 @@ def _members(cls: type) -> list[str]:
         if attr.startswith("_") or not (callable(member) or isinstance(member, property)):
             continue
         if isinstance(member, property):
-            text = _summary(member.fget)
-            if text:
-                out.append(f"- `{attr}` (property): {text}")
+            doc = _documented(cls, attr, member)
+            text = _summary(doc.fget if isinstance(doc, property) else doc)
+            out.append(f"- `{attr}` (property): {text}".rstrip())
             continue
         target = _documented(cls, attr, member)
         sig = _signature(target)

@@ -34,10 +34,12 @@ class DepthBearing(Protocol):
     """What :func:`delegation_depth_of` reads from an agent."""
 
     @property
-    def header_delegation_depth(self) -> int: ...
+    def header_delegation_depth(self) -> int:
+        """The delegation depth recorded in the session's header."""
 
     @property
-    def subagent_depth(self) -> int | None: ...
+    def subagent_depth(self) -> int | None:
+        """The agent's own subagent depth limit, or ``None``."""
 
 
 def resolve_delegation_depth(header_depth: int, option_depth: int | None) -> int:

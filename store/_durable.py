@@ -81,6 +81,7 @@ class InboxEntry:
 
     @property
     def message_id(self) -> MessageId:
+        """The accepted message's id."""
         return self.event.message_id
 
 

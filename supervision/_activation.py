@@ -39,10 +39,12 @@ class ResidentAgent(Protocol):
     """What supervision needs from an agent (the actors layer provides it)."""
 
     @property
-    def session_id(self) -> SessionId: ...
+    def session_id(self) -> SessionId:
+        """The agent's session id."""
 
     @property
-    def idle(self) -> bool: ...
+    def idle(self) -> bool:
+        """Whether no turn runs or waits."""
 
     def cancel(self, cause: Any = None, *, keep_inbox: bool = True) -> None:
         """Cancel the agent's running turn (``keep_inbox``: keep the queued ones)."""

@@ -105,18 +105,22 @@ class Agent(Inbox):
 
     @property
     def session_id(self) -> SessionId:
+        """The agent's session id (what stores, listings and follow-ups name)."""
         return self._session.header.id
 
     @property
     def header(self) -> SessionHeader:
+        """The session's :class:`~subagents.protocol.SessionHeader`."""
         return self._session.header
 
     @property
     def label(self) -> str | None:
+        """The session's label, or ``None``."""
         return self._session.header.label
 
     @property
     def parent_session(self) -> SessionId | None:
+        """The parent's session id (``None`` for a top-level agent)."""
         return self._session.header.parent_session
 
     @property
@@ -145,10 +149,12 @@ class Agent(Inbox):
 
     @property
     def header_delegation_depth(self) -> int:
+        """The delegation depth recorded in the session's header."""
         return self._session.header.delegation_depth
 
     @property
     def subagent_depth(self) -> int | None:
+        """The agent's own subagent depth limit, or ``None``."""
         return self.options.subagent_depth
 
     @property
@@ -160,6 +166,7 @@ class Agent(Inbox):
 
     @property
     def disposed(self) -> bool:
+        """Whether disposal began (it accepts nothing more)."""
         return self._disposed
 
     @property

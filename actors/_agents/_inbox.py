@@ -239,6 +239,7 @@ class Inbox:
 
     @property
     def running_turn(self) -> int | None:
+        """The turn running now, or ``None``."""
         turn = self._turns.current
         return None if turn is None else turn.index
 

@@ -48,6 +48,7 @@ class LiveSession:
 
     @property
     def id(self) -> SessionId:
+        """The session's id."""
         return self.header.id
 
     def _append(

@@ -50,23 +50,40 @@ class TurnAgent(Protocol):
     options: AgentOptions
 
     @property
-    def session_id(self) -> SessionId: ...
+    def session_id(self) -> SessionId:
+        """The agent's session id."""
+
     @property
-    def header(self) -> SessionHeader: ...
+    def header(self) -> SessionHeader:
+        """The session's header."""
+
     @property
-    def label(self) -> str | None: ...
+    def label(self) -> str | None:
+        """The session's label, or ``None``."""
+
     @property
-    def parent_session(self) -> SessionId | None: ...
+    def parent_session(self) -> SessionId | None:
+        """The parent's session id, or ``None``."""
+
     @property
-    def delegation_depth(self) -> int: ...
+    def delegation_depth(self) -> int:
+        """How deep below its root this agent delegates."""
+
     @property
-    def idle(self) -> bool: ...
+    def idle(self) -> bool:
+        """Whether no turn runs or waits."""
+
     @property
-    def disposed(self) -> bool: ...
+    def disposed(self) -> bool:
+        """Whether disposal began."""
+
     @property
-    def host(self) -> AgentHost: ...
+    def host(self) -> AgentHost:
+        """What the agent sees of its runtime."""
+
     @property
-    def extra_tools(self) -> Mapping[str, Callable[..., Any]]: ...
+    def extra_tools(self) -> Mapping[str, Callable[..., Any]]:
+        """Tools only this agent has (from setup contributions), by name."""
 
     def followup(
         self,
@@ -90,7 +107,14 @@ class TurnAgent(Protocol):
 
 
 class Turn:
-    """The behaviour's view of one running turn (valid only while it runs)."""
+    """The behaviour's view of one running turn (valid only while it runs).
+
+    Attributes:
+        index: the turn's number in its session, from 0 (gapless unless a resume
+            skipped damaged rows).
+        context: quiet reports and other context delivered since the last turn,
+            as :class:`Message` values, oldest first.
+    """
 
     __slots__ = (
         "_agent",
@@ -157,6 +181,7 @@ class Turn:
 
     @property
     def cancelled(self) -> bool:
+        """Whether this turn was cancelled (its ``signal`` aborted)."""
         controller = self._controller
         return controller is not None and controller.signal.aborted
 
@@ -174,6 +199,7 @@ class Turn:
 
     @property
     def persona(self) -> str | None:
+        """The agent's persona, or ``None``."""
         return self._agent.options.persona
 
     @property

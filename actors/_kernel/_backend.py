@@ -93,9 +93,13 @@ class TaskHandle(Protocol):
     """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The task's name."""
+
     @property
-    def exception(self) -> BaseException | None: ...
+    def exception(self) -> BaseException | None:
+        """What the task raised, or ``None``."""
+
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the task ended; False on timeout."""
 

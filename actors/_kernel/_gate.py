@@ -63,6 +63,7 @@ class Gate:
 
     @property
     def released(self) -> bool:
+        """Whether the test released the gate."""
         return self._released.is_set()
 
     def wait_reached(self, timeout: float | None = 10.0) -> bool:
