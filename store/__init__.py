@@ -26,7 +26,11 @@ its own: a foreign file, or one from a newer version, is refused untouched.
 Every failure is a :class:`~subagents.protocol.SubagentError` with a code:
 ``SESSION_NOT_FOUND``, ``SESSION_EXISTS``, ``CORRUPT_RECORD``
 (:class:`~subagents.protocol.CorruptRecordError`, naming session and seq; seq
-``-1`` is the header), ``NOT_A_DATABASE``, ``SCHEMA_TOO_NEW``,
+``-1`` is the header; a row whose key is no session id names it as a
+:class:`StoredKey`), ``NOT_A_DATABASE`` (not an SQLite file, or another
+application's), ``DATABASE_CORRUPT`` (an SQLite file SQLite finds damaged --
+truncated, overwritten pages -- at open or at any later read or write; the
+message carries SQLite's text), ``SCHEMA_TOO_NEW``,
 ``PERSISTENCE_UNAVAILABLE`` (and ``TIMEOUT`` for a write lock held too long by
 another process), ``STORE_CLOSED``, ``INVALID_ARGUMENT`` and, for
 event content the codec cannot pack, ``ENCODE_ERROR``.
@@ -38,6 +42,7 @@ from ._base import LogRecord, SessionStore
 from ._committed import StoreStatistics
 from ._critical import critical, defer_interrupt, set_interrupt_delivery
 from ._durable import Accepted, InboxEntry, Lease, LeaseToken, Listener, NewLease, Release
+from ._keys import StoredKey
 from ._memory import MemoryStore
 from ._open import open_store
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -66,6 +71,7 @@ __all__ = [
     "SessionStore",
     "SqliteStore",
     "StoreStatistics",
+    "StoredKey",
     "critical",
     "defer_interrupt",
     "open_store",

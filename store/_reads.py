@@ -7,7 +7,10 @@ pooled connection, every row fetched). The SQL here is written once for both:
 dialect-only syntax. Reads never wait for a writer (SQLite's WAL, PostgreSQL's
 MVCC). Stored bytes are decoded against the store's limits; an event that does
 not decode is a :class:`~subagents.protocol.CorruptRecordError` for that row,
-never another exception type.
+never another exception type. So is a session row whose key is no 16-byte id: it
+is named by its :class:`~._keys.StoredKey` (``x'0102'``); the header scans return
+it in place like an undecodable header, and a projection-cache row keyed so is
+skipped (derived data).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from subagents.protocol import (
 
 from ._base import LogRecord, not_found
 from ._committed import unit_name
+from ._keys import StoredKey, raw_key
 from ._validate import check_int, check_session_id, check_session_ids
 from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, decode_header_row
 
@@ -40,6 +44,11 @@ _READ: Final = (
     " LEFT JOIN events AS e ON e.session = s.id AND e.seq >= ?2"
     " WHERE s.id = ?1 ORDER BY e.seq"
 )
+
+
+def _bad_key(key: StoredKey) -> CorruptRecordError:
+    """The error of a session row whose key is no session id (named by ``key``)."""
+    return CorruptRecordError(f"session {key}: {key.describe()}", session_id=key, seq=-1)
 
 
 def _corrupt(session_id: SessionId, seq: int, exc: DecodeError) -> CorruptRecordError:
@@ -134,8 +143,11 @@ class SqlReads:
             sid = SessionId.from_bytes(key)
         return sid
 
-    def _decode_row(self, key: bytes, blob: bytes) -> SessionHeader:
-        key = bytes(key)
+    def _decode_row(self, key: Any, blob: bytes) -> SessionHeader:
+        if type(key) is not bytes or len(key) != 16:
+            key = raw_key(key)
+            if isinstance(key, StoredKey):
+                raise _bad_key(key)
         header = decode_header_row(self._session_id(key), blob, self._header_cache)
         ids = self._id_cache
         if key not in ids:
@@ -171,8 +183,13 @@ class SqlReads:
             try:
                 out.append(self._decode_row(key, blob))
             except CorruptRecordError as exc:
-                # The indexed parent column still says where the broken row belongs.
-                exc.hint["parent_session"] = bytes(parent).hex() if parent is not None else None
+                # The indexed parent column still says where the broken row belongs
+                # (as hex; a parent that is no id itself, as its StoredKey).
+                if parent is not None:
+                    parent = raw_key(parent)
+                    if not isinstance(parent, StoredKey):
+                        parent = parent.hex()
+                exc.hint["parent_session"] = parent
                 out.append(exc)
         return out
 
@@ -211,9 +228,15 @@ class SqlReads:
         return self._projection_rows(rows)
 
     def _projection_rows(self, rows: Iterable[Any]) -> dict[SessionId, tuple[int, bytes]]:
-        """``(session, seq, data)`` rows by session id (shared id objects)."""
+        """``(session, seq, data)`` rows by session id (shared id objects); a row
+        whose key is no id is skipped (derived data, and no listing could ask)."""
         ids = self._session_id
-        return {ids(bytes(k)): (int(q), bytes(d)) for k, q, d in rows}
+        out: dict[SessionId, tuple[int, bytes]] = {}
+        for k, q, d in rows:
+            key = k if type(k) is bytes and len(k) == 16 else raw_key(k)
+            if not isinstance(key, StoredKey):
+                out[ids(key)] = (int(q), bytes(d))
+        return out
 
     def get_projections_of(
         self, unit: str, sessions: Iterable[SessionId | str]

@@ -12,7 +12,11 @@ Identification happens *before* anything could write to a file (:func:`probe`):
 the first 100 bytes are read as plain bytes, and a database is only ever opened
 ``mode=ro&immutable=1`` before it is known to be ours, because even a read-only
 open of a WAL database creates ``-wal``/``-shm`` files and a read-write open may
-checkpoint into it. A file that is not ours is refused untouched.
+checkpoint into it. A file that is not ours is refused untouched:
+``NOT_A_DATABASE`` when it is no SQLite file (no SQLite header) or another
+application's, ``DATABASE_CORRUPT`` when it starts with SQLite's header but SQLite
+finds it damaged (truncated, overwritten pages: :func:`is_corrupt`), the same code
+every later read or write of a damaged file raises.
 
 Version 1:
 
@@ -52,6 +56,8 @@ __all__ = [
     "APPLICATION_ID",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "database_corrupt",
+    "is_corrupt",
     "migrate",
     "probe",
     "unavailable",
@@ -154,6 +160,38 @@ def unavailable(path: str, why: object) -> SubagentError:
     )
 
 
+#: SQLite's primary result codes for a damaged file.
+_CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+_CORRUPT_TEXTS: Final = ("malformed", "not a database", "corrupt")
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """Whether an SQLite error says the file is damaged (``SQLITE_CORRUPT`` or
+    ``SQLITE_NOTADB``, extended codes included; by its text when it has no code)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _CORRUPT_CODES
+    text = str(exc).lower()
+    return any(t in text for t in _CORRUPT_TEXTS)
+
+
+def database_corrupt(path: str | None, exc: object, *, untouched: bool = False) -> SubagentError:
+    """``DATABASE_CORRUPT``: an SQLite file that SQLite finds damaged; the message
+    carries SQLite's own text (``exc``)."""
+    where = "the session store's SQLite file" if path is None else repr(path)
+    then = "; it was left untouched" if untouched else ""
+    err = SubagentError(
+        f"{where} is a damaged SQLite database: {exc}{then}",
+        code=ErrorCode.DATABASE_CORRUPT,
+        hint={"path": path, "sqlite": str(exc)},
+    )
+    if isinstance(exc, BaseException):
+        err.__cause__ = exc
+    return err
+
+
 def _not_ours(path: str, why: str) -> SubagentError:
     return SubagentError(
         f"{path!r} is not a subagents database ({why}); it was left untouched",
@@ -195,8 +233,8 @@ def probe(path: str) -> Literal["new", "ours"]:
         code can open.
 
     Raises:
-        SubagentError: ``NOT_A_DATABASE``, ``SCHEMA_TOO_NEW`` or
-            ``PERSISTENCE_UNAVAILABLE`` (a directory, a missing parent directory,
+        SubagentError: ``NOT_A_DATABASE``, ``DATABASE_CORRUPT``, ``SCHEMA_TOO_NEW``
+            or ``PERSISTENCE_UNAVAILABLE`` (a directory, a missing parent directory,
             no permission).
     """
     try:
@@ -213,8 +251,12 @@ def probe(path: str) -> Literal["new", "ours"]:
         raise unavailable(path, exc) from exc
     if not head:
         return "new"
-    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+    if not head.startswith(_SQLITE_MAGIC):
         raise _not_ours(path, "not an SQLite file")
+    if len(head) < 100:
+        raise database_corrupt(
+            path, f"truncated to {len(head)} bytes, inside SQLite's header", untouched=True
+        )
     app_id = int.from_bytes(head[68:72], "big")
     if app_id not in (0, APPLICATION_ID):
         raise _not_ours(path, f"SQLite application_id is {app_id:#x}")
@@ -231,6 +273,8 @@ def probe(path: str) -> Literal["new", "ours"]:
             raise _not_ours(path, "an SQLite database of another application")
         version = _read_version(conn)
     except sqlite3.DatabaseError as exc:
+        if is_corrupt(exc):  # it starts with SQLite's header: a damaged SQLite file
+            raise database_corrupt(path, exc, untouched=True) from exc
         raise _not_ours(path, f"unreadable: {exc}") from exc
     finally:
         conn.close()

@@ -40,7 +40,7 @@ from ._group import GroupCommitter
 from ._native import native_lock
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
-from ._schema import migrate, probe, unavailable
+from ._schema import database_corrupt, is_corrupt, migrate, probe, unavailable
 from ._validate import (
     check_session_id,
     invalid,
@@ -66,9 +66,11 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
 
     Raises:
         SubagentError: ``NOT_A_DATABASE`` (a file that is not a subagents
-            database, left untouched), ``SCHEMA_TOO_NEW`` (written by a newer
-            version, left untouched), ``PERSISTENCE_UNAVAILABLE`` (a directory,
-            a missing parent, no permission), ``INVALID_ARGUMENT``.
+            database, left untouched), ``DATABASE_CORRUPT`` (an SQLite file that
+            SQLite finds damaged; also from any later read or write that meets the
+            damage), ``SCHEMA_TOO_NEW`` (written by a newer version, left untouched),
+            ``PERSISTENCE_UNAVAILABLE`` (a directory, a missing parent, no
+            permission), ``INVALID_ARGUMENT``.
     """
 
     durable = True
@@ -117,6 +119,8 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             conn.execute(f"PRAGMA synchronous = {self._sync}")
         except sqlite3.Error as exc:
             conn.close()
+            if is_corrupt(exc):
+                raise database_corrupt(fspath, exc) from exc
             raise unavailable(fspath, exc) from exc
         except BaseException:
             conn.close()
@@ -146,7 +150,7 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise storage_error(exc) from exc
+            raise storage_error(exc, self.path) from exc
         finally:
             with self._pool_lock:
                 keep = not self._closed and len(self._idle) < _IDLE_READERS

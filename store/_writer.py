@@ -44,6 +44,7 @@ from ._base import not_found, session_exists
 from ._durable import LeaseToken, NewLease
 from ._group import WriteRequest
 from ._queue_txn import AcceptOp, Message, QueueTxn, SqlConn
+from ._schema import database_corrupt, is_corrupt
 from ._validate import invalid
 
 __all__ = [
@@ -371,12 +372,15 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def storage_error(exc: sqlite3.Error) -> SubagentError:
+def storage_error(exc: sqlite3.Error, path: str | None = None) -> SubagentError:
     """An SQLite failure as a :class:`SubagentError`.
 
-    ``TIMEOUT`` when the database stayed locked past ``busy_timeout``, else
-    ``PERSISTENCE_UNAVAILABLE`` (I/O error, disk full, a damaged file...).
+    ``TIMEOUT`` when the database stayed locked past ``busy_timeout``,
+    ``DATABASE_CORRUPT`` when SQLite finds the file damaged, else
+    ``PERSISTENCE_UNAVAILABLE`` (I/O error, disk full...).
     """
+    if is_corrupt(exc):
+        return database_corrupt(path, exc)
     if _is_busy(exc):
         err = SubagentError(
             f"session store timed out waiting for the database lock: {exc}",

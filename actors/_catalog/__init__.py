@@ -6,6 +6,7 @@ gevent, and a runtime hands it its backend as the :class:`Runner`.
 
 from ._catalog import Catalog
 from ._corpus import LiveSessions
+from ._forest import Detached, Forest, forest
 from ._identity import IDENTITY_CACHE_MAX, INSPECTION_CONCURRENCY
 from ._projections import ProjectionRegistry, ProjectionUnit, subagent_timing_unit, subagent_unit
 from ._retain import retain_identity
@@ -19,13 +20,16 @@ __all__ = [
     "Catalog",
     "ChildRow",
     "DescendantRow",
+    "Detached",
     "Diagnostic",
+    "Forest",
     "Listing",
     "LiveSessions",
     "ProjectionRegistry",
     "ProjectionUnit",
     "Runner",
     "SignalLike",
+    "forest",
     "retain_identity",
     "subagent_timing_unit",
     "subagent_unit",

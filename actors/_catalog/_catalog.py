@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentError
+from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.store import SessionStore
 
 from ._corpus import Corpus, LiveSessions
@@ -29,6 +29,7 @@ from ._identity import MISS, Identities
 from ._projections import ProjectionRegistry
 from ._rows import ChildRow, DescendantRow, Listing, descendant_row
 from ._runner import THREADS, Runner, SignalLike, check, signal_of
+from ._walk import Walk
 
 __all__ = ["Catalog"]
 
@@ -94,7 +95,7 @@ class Catalog:
         corpus = Corpus(whole_store=False)
         store = self._persistence
         if store is not None:
-            corpus.add_persisted(self._read(store.scan_children, signal, [parent]))
+            corpus.add_persisted(self._read(store.scan_children, signal, [parent]), parent)
         corpus.add_live(self._sessions, {parent})
         kids = list(corpus.headers)
         if kids:
@@ -144,52 +145,15 @@ class Catalog:
         root = SessionId(root_session_id)
         check(sig)
         corpus = self._whole(sig)
-        headers = corpus.headers
-        children = corpus.children
-        # Pre-order in parallel lists indexed by position (no tuple per node, and a
-        # node's parent is a position, not another lookup): on a 100,000-node tree
-        # each lookup in a 100,000-entry map is a likely cache miss.
-        order: list[SessionHeader] = []
-        parent_at: list[int] = []  # position of the parent in ``order``; -1: the root
-        depths: list[int] = []
-        has_sub: list[bool] = []  # has a child of origin "subagent"
-        root_header = headers.get(root)
-        root_is_sub = root_header is not None and root_header.origin == "subagent"
-        top = children.get(root, [])
-        stack_ids: list[SessionId] = list(reversed(top))
-        stack_at: list[int] = [-1] * len(top)
-        stack_depths: list[int] = [1] * len(top)
-        while stack_ids:
-            sid = stack_ids.pop()
-            at = stack_at.pop()
-            depth = stack_depths.pop()
-            if sid == root:
-                # A cycle through the root in hand-written parent links. (Every
-                # other node is reached once: each header has exactly one parent.)
-                if root_is_sub and at >= 0:
-                    has_sub[at] = True
-                continue
-            header = headers[sid]
-            if at >= 0 and header.origin == "subagent":
-                has_sub[at] = True
-            here = len(order)
-            order.append(header)
-            parent_at.append(at)
-            depths.append(depth)
-            has_sub.append(False)
-            kids = children.get(sid)
-            if kids:
-                stack_ids.extend(reversed(kids))
-                stack_at.extend([here] * len(kids))
-                stack_depths.extend([depth + 1] * len(kids))
+        walk = Walk(corpus, root)
+        order = walk.order
         heads = [h for h in order if h.origin == "subagent"]
         served, diagnostics = self._identities.classify(projections, corpus, heads, sig)
-        if corpus.broken:
-            for node in (root, *(h.id for h in order)):
-                diagnostics.extend(corpus.diagnostics_of(node))
+        diagnostics.extend(walk.diagnostics(corpus))
         live = corpus.live
+        parent_id = walk.parent_id
         rows: list[DescendantRow] = []
-        for header, at, depth, sub in zip(order, parent_at, depths, has_sub):
+        for header, at, depth, sub in zip(order, walk.parent_at, walk.depths, walk.has_sub):
             sid = header.id
             identity = served.get(sid, MISS)
             if identity is MISS:
@@ -202,7 +166,7 @@ class Catalog:
                     "running" if live and sid in live else "inactive",
                     sub,
                     header.created_at,
-                    order[at].id if at >= 0 else root,
+                    order[at].id if at >= 0 else parent_id(at),
                     depth,
                 )
             )

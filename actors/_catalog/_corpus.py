@@ -3,7 +3,9 @@
 A :class:`Corpus` holds the headers of the sessions a listing covers -- the live
 ones (``activity`` ``running``) winning over their persisted copies -- each
 parent's children in ``(created_at, id)`` order, and the undecodable persisted
-headers by the parent they name (diagnostics of that parent's listing).
+headers (or rows keyed by no session id) by the parent their indexed column names
+(diagnostics of that parent's listing; one whose parent column is no id belongs
+to no listing, and only ``subagents tree`` shows it).
 """
 
 from __future__ import annotations
@@ -11,11 +13,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from subagents.protocol import SessionHeader, SessionId
+from subagents.protocol import SessionHeader, SessionId, SubagentError
+from subagents.store import StoredKey
 
 from ._rows import Diagnostic
 
-__all__ = ["Corpus", "LiveSessions"]
+__all__ = ["Corpus", "LiveSessions", "session_key"]
+
+
+def session_key(value: object) -> SessionId | StoredKey | None:
+    """A session id as a broken row names it (its ``session_id``, its parent hint):
+    a :class:`SessionId`, the :class:`StoredKey` of a key that is none, or None."""
+    if value is None or isinstance(value, StoredKey):
+        return value
+    if isinstance(value, str):
+        try:
+            return SessionId(value)
+        except SubagentError:
+            pass
+    return StoredKey.of(value)
 
 
 class _Live(Protocol):
@@ -43,16 +59,30 @@ class Corpus:
         self.children: dict[SessionId, list[SessionId]] = {}
         self.broken: dict[SessionId, list[Diagnostic]] = {}  # by parent: undecodable headers
 
-    def add_persisted(self, items: Iterable[Any]) -> None:
-        """Persisted headers, and the undecodable ones by the parent they name."""
+    def add_persisted(self, items: Iterable[Any], indexed: SessionId | None = None) -> None:
+        """Persisted headers, and the undecodable ones by the parent they name.
+
+        ``indexed``: the items are the rows whose parent column names it; a header
+        naming another parent (column and header disagree) is a ``corrupt``
+        diagnostic of ``indexed``'s listing, not a header of this corpus.
+        """
         for item in items:
             if isinstance(item, SessionHeader):
+                if indexed is not None and item.parent_session != indexed:
+                    detail = (
+                        f"session {item.id}: its parent column names {indexed}"
+                        f" but its stored header names {item.parent_session}"
+                    )
+                    diag = Diagnostic(id=item.id, kind="corrupt", detail=detail)
+                    self.broken.setdefault(indexed, []).append(diag)
+                    continue
                 self.headers[item.id] = item
                 continue
-            parent = (item.hint or {}).get("parent_session")
-            if parent is not None:
-                diag = Diagnostic(id=SessionId(item.session_id), kind="corrupt", detail=str(item))
-                self.broken.setdefault(SessionId(parent), []).append(diag)
+            parent = session_key((item.hint or {}).get("parent_session"))
+            if isinstance(parent, SessionId):
+                key = session_key(item.session_id) or StoredKey.of(None)
+                diag = Diagnostic(id=key, kind="corrupt", detail=str(item))
+                self.broken.setdefault(parent, []).append(diag)
 
     def add_live(self, sessions: LiveSessions | None, parents: set[SessionId] | None) -> None:
         """Live sessions (all, or those whose parent is in ``parents``) over persisted ones."""

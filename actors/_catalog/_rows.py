@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from subagents.protocol import SessionId
+from subagents.store import StoredKey
 
 __all__ = ["ChildRow", "DescendantRow", "Diagnostic", "Listing", "descendant_row"]
 
@@ -38,9 +39,13 @@ class DescendantRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Diagnostic:
-    """A per-child problem: ``kind`` is ``"corrupt"`` or ``"unavailable"``."""
+    """A per-child problem: ``kind`` is ``"corrupt"`` or ``"unavailable"``.
 
-    id: SessionId
+    ``id`` names the session; a stored row whose key is no session id (damaged
+    data) is named by its :class:`~subagents.store.StoredKey` (``x'0102'``).
+    """
+
+    id: SessionId | StoredKey
     kind: str
     detail: str
 

@@ -1,36 +1,46 @@
 """The ``subagents`` command line: ``demo``, ``tree``, ``show``.
 
-Every command has ``--help``. Errors a user can cause (a missing, empty, corrupt
+Every command has ``--help``. Errors a user can cause (a missing, empty, damaged
 or foreign database; an unknown session) print one line and exit non-zero, never
-a traceback. Output has no colour when it does not go to a terminal.
+a traceback. Damaged *records* of a readable database do not stop ``tree`` or
+``show``: they print what decodes, a diagnostic per damaged record, and exit 1
+(see :data:`EXIT_STATUS`). Output has no colour when it does not go to a
+terminal; ``--json`` output is strict JSON (:mod:`._output`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from subagents.actors._catalog import (
-    Catalog,
-    ProjectionRegistry,
-    subagent_timing_unit,
-    subagent_unit,
-)
 from subagents.protocol import (
     CorruptRecordError,
+    ErrorCode,
+    SessionHeader,
     SessionId,
     SubagentError,
     event_to_wire,
     header_to_wire,
 )
 
-__all__ = ["main"]
+from ._output import dumps, jsonable
+
+__all__ = ["EXIT_STATUS", "main"]
+
+#: The exit status of ``tree`` and ``show`` (``demo``: 0 or 2).
+EXIT_STATUS = """\
+exit status: 0 everything printed decoded; 1 printed, but some records are
+damaged (a diagnostic names each: [corrupt] ID: why); 2 nothing printed, one line
+on stderr: subagents COMMAND: [CODE] message (NOT_A_DATABASE: no subagents
+database; DATABASE_CORRUPT: an SQLite file SQLite finds damaged; SESSION_NOT_FOUND,
+INVALID_ARGUMENT, PERSISTENCE_UNAVAILABLE...).
+--json prints strict JSON: a float that is not finite is the string "NaN",
+"Infinity" or "-Infinity", bytes are hex, times ISO 8601."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,7 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         "tree",
         help="print the durable catalog of a database as a tree",
         description="Print every session tree (or the one under ROOT): label, mode, activity, "
-        "diagnostics and active time, from the durable catalog.",
+        "diagnostics and active time, from the durable catalog. Sessions no root reaches "
+        "(their parent is missing, or parent links loop) are printed as detached trees.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tree.add_argument("db", help="a subagents database file, or a postgresql:// URL (?schema=...)")
     tree.add_argument("root", nargs="?", help="only the tree under this session id")
@@ -70,7 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser(
         "show",
         help="print one session's events, decoded",
-        description="Print a session's header and events.",
+        description="Print a session's header and events; a record that does not decode is "
+        "printed as a diagnostic in its place.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     show.add_argument("db", help="a subagents database file, or a postgresql:// URL (?schema=...)")
     show.add_argument("session", help="the session id (32 hex digits)")
@@ -96,130 +112,64 @@ def _open_existing(path: str) -> Any:
     return SqliteStore(path)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return value.hex()
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value if not isinstance(value, str) else str(value)
-    return repr(value)
-
-
 def _show(args: argparse.Namespace, console: Console) -> int:
     sid = SessionId(args.session)
+    diagnostics: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    header: SessionHeader | None = None
     with _open_existing(args.db) as store:
-        header = store.header(sid)
-        if header is None:
-            raise SubagentError(f"{args.db}: no session {sid}", code="SESSION_NOT_FOUND")
-        rows: list[dict[str, Any]] = []
-        for item in store.scan(sid):
-            if isinstance(item, CorruptRecordError):
-                rows.append({"seq": item.seq, "corrupt": str(item)})
-            else:
-                rows.append({"seq": item.seq, **_jsonable(event_to_wire(item.event))})
+        try:
+            header = store.header(sid)
+        except CorruptRecordError as exc:  # the row exists: its events may still decode
+            diagnostics.append({"seq": -1, "kind": "corrupt", "detail": str(exc)})
+        else:
+            if header is None:
+                raise SubagentError(f"{args.db}: no session {sid}", code="SESSION_NOT_FOUND")
+        expected = 0  # the next seq: a log has no gaps
+        try:
+            for item in store.scan(sid):
+                if item.seq > expected:  # rows are gone
+                    last = "" if item.seq == expected + 1 else f" to {item.seq - 1}"
+                    gap = f"seq {expected}{last} missing from the log"
+                    rows.append({"seq": expected, "corrupt": gap})
+                    diagnostics.append({"seq": expected, "kind": "corrupt", "detail": gap})
+                expected = item.seq + 1
+                if isinstance(item, CorruptRecordError):
+                    rows.append({"seq": item.seq, "corrupt": str(item)})
+                    diagnostics.append({"seq": item.seq, "kind": "corrupt", "detail": str(item)})
+                else:
+                    rows.append({"seq": item.seq, **jsonable(event_to_wire(item.event))})
+        except SubagentError as exc:
+            if exc.code != ErrorCode.DATABASE_CORRUPT:
+                raise
+            # The file is damaged past the rows read so far: print those, and why.
+            why = f"no record from here on could be read: {exc}"
+            rows.append({"seq": expected, "corrupt": why})
+            diagnostics.append({"seq": expected, "kind": "corrupt", "detail": str(exc)})
+    status = 1 if diagnostics else 0
     if args.json:
-        print(json.dumps({"header": _jsonable(header_to_wire(header)), "events": rows}, indent=2))
-        return 0
-    console.print(f"session {sid}  label={header.label!r}  origin={header.origin}")
-    console.print(f"  depth={header.delegation_depth}", markup=False)
-    console.print(f"  parent={header.parent_session}  created={header.created_at.isoformat()}")
+        wire = None if header is None else header_to_wire(header)
+        print(dumps({"header": wire, "events": rows, "diagnostics": diagnostics}))
+        return status
+    if header is None:
+        console.print(f"session {sid}  [corrupt] header:", diagnostics[0]["detail"], markup=False)
+    else:
+        console.print(f"session {sid}  label={header.label!r}  origin={header.origin}")
+        console.print(f"  depth={header.delegation_depth}", markup=False)
+        console.print(f"  parent={header.parent_session}  created={header.created_at.isoformat()}")
     for row in rows:
         seq = row.pop("seq")
         kind = row.pop("type", "corrupt")
         fields = "  ".join(f"{k}={v!r}" for k, v in row.items() if v is not None)
         console.print(f"{seq:>6}  {kind:<20} {fields}", markup=False, highlight=False)
-    return 0
+    return status
 
 
 def _tree(args: argparse.Namespace, console: Console) -> int:
-    from rich.tree import Tree
+    from ._tree import run_tree
 
-    projections = ProjectionRegistry()
-    projections.register(subagent_unit)
-    projections.register(subagent_timing_unit)
     with _open_existing(args.db) as store:
-        catalog = Catalog(None, store, projections)
-        if args.root is not None:
-            root_header = store.header(SessionId(args.root))
-            if root_header is None:
-                raise SubagentError(f"{args.db}: no session {args.root}", code="SESSION_NOT_FOUND")
-            roots = [root_header]
-        else:
-            roots = [h for h in store.all_headers() if h.parent_session is None]
-
-        def active_seconds(sid: SessionId) -> float | None:
-            try:
-                states = projections.fold((r.seq, r.event) for r in store.read(sid))
-            except SubagentError:
-                return None
-            value = projections.values(states)["subagent_timing"]
-            return float(value["active_seconds"])
-
-        out: list[dict[str, Any]] = []
-        # Progress on stderr, only where a person watches (never in piped output).
-        status = Console(stderr=True)
-        progress = status.status("") if status.is_terminal else contextlib.nullcontext()
-        with progress as spinner:
-            listings = []
-            for n, header in enumerate(roots, 1):
-                if spinner is not None:
-                    spinner.update(f"listing tree {n}/{len(roots)} ({header.label or header.id})")
-                listings.append(catalog.list_descendants(header.id))
-        for header, listing in zip(roots, listings):
-            out.append(
-                {
-                    "id": str(header.id),
-                    "label": header.label,
-                    "active_seconds": active_seconds(header.id),
-                    "descendants": [
-                        {
-                            "id": str(r.id),
-                            "parent_id": str(r.parent_id),
-                            "depth": r.depth,
-                            "label": r.label,
-                            "mode": r.mode,
-                            "activity": r.activity,
-                            "has_children": r.has_children,
-                            "active_seconds": active_seconds(r.id),
-                        }
-                        for r in listing.rows
-                    ],
-                    "diagnostics": [
-                        {"id": str(d.id), "kind": d.kind, "detail": d.detail}
-                        for d in listing.diagnostics
-                    ],
-                }
-            )
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
-    for root in out:
-        top = Tree(
-            f"{root['label'] or '(unlabelled)'}  {root['id']}  {_ms(root['active_seconds'])}"
-        )
-        nodes = {root["id"]: top}
-        for row in root["descendants"]:
-            parent = nodes.get(row["parent_id"], top)
-            text = (
-                f"{row['label'] or '(unlabelled)'}  {row['mode']}  {row['activity']}"
-                f"  {_ms(row['active_seconds'])}  {row['id']}"
-            )
-            nodes[row["id"]] = parent.add(text, highlight=False)
-        for diag in root["diagnostics"]:
-            top.add(f"[{diag['kind']}] {diag['id']}: {diag['detail']}", highlight=False)
-        console.print(top, markup=False, highlight=False)
-    if not out:
-        console.print("no sessions", markup=False)
-    return 0
-
-
-def _ms(seconds: float | None) -> str:
-    return "active ?" if seconds is None else f"active {seconds * 1000:.1f} ms"
+        return run_tree(store, args.db, args.root, args.json, console)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,15 +11,20 @@
   fork seed and its own events, the way a runtime would have persisted it.
 * :class:`InTask` -- run a call in a backend task (a thread or a greenlet) and
   collect its result later, while the test drives gates.
+* :func:`garble` / :func:`reparent` -- damage a stored row by hand, through raw
+  SQL on an SQLite file (a path) or any other connection (an :data:`Execute`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import itertools
+import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from subagents.actors import Backend, Runtime
@@ -35,6 +40,7 @@ from subagents.protocol import (
     TurnEnd,
     TurnStart,
     descriptor_event,
+    encode_header,
     new_message_id,
     new_session_id,
     packb,
@@ -42,15 +48,19 @@ from subagents.protocol import (
 from subagents.store import LogRecord, MemoryStore, SessionStore, SqliteStore
 
 __all__ = [
+    "GARBAGE",
     "T0",
+    "Execute",
     "HookedMemoryStore",
     "HookedSqliteStore",
     "InTask",
     "StepClock",
     "continuable",
     "future_descriptor",
+    "garble",
     "identity_blob",
     "one_shot",
+    "reparent",
     "sid",
     "turn",
     "write_child",
@@ -127,6 +137,7 @@ def write_child(
     created_at: _dt.datetime = T0,
     origin: str = "subagent",
     session_id: SessionId | None = None,
+    label: str | None = None,
 ) -> SessionHeader:
     """Persist a session whose log is ``seed`` then ``own`` (``seed_len`` set)."""
     header = SessionHeader(
@@ -135,10 +146,56 @@ def write_child(
         origin=origin,
         delegation_depth=0 if parent is None else 1,
         created_at=created_at,
+        label=label,
         seed_len=len(seed),
     )
     store.create_session(header, [*seed, *own])
     return header
+
+
+# -- damage by hand ------------------------------------------------------------------
+
+GARBAGE = b"\xc1\xc1"  # 0xc1 is never used by msgpack
+
+#: Runs one SQL statement (``?`` placeholders) on a store's tables; its row count.
+Execute = Callable[[str, tuple[Any, ...]], int]
+
+
+def sqlite_execute(path: Path | str) -> Execute:
+    """An :data:`Execute` on an SQLite file: one connection and commit per statement."""
+
+    def execute(sql: str, params: tuple[Any, ...]) -> int:
+        conn = sqlite3.connect(path)
+        try:
+            with conn:
+                return conn.execute(sql, params).rowcount
+        finally:
+            conn.close()
+
+    return execute
+
+
+def _execute(db: Path | str | Execute) -> Execute:
+    return sqlite_execute(db) if isinstance(db, (Path, str)) else db
+
+
+def garble(db: Path | str | Execute, session: SessionId, seq: int) -> None:
+    """Overwrite one stored event with bytes that do not decode."""
+    count = _execute(db)(
+        "UPDATE events SET body = ? WHERE session = ? AND seq = ?",
+        (GARBAGE, session.to_bytes(), seq),
+    )
+    assert count == 1
+
+
+def reparent(db: Path | str | Execute, header: SessionHeader, parent: SessionId) -> None:
+    """Point a stored header at another parent, column and authoritative blob alike."""
+    blob = encode_header(dataclasses.replace(header, parent_session=parent))
+    count = _execute(db)(
+        "UPDATE sessions SET parent = ?, header = ? WHERE id = ?",
+        (parent.to_bytes(), blob, header.id.to_bytes()),
+    )
+    assert count == 1
 
 
 # -- hooked stores -------------------------------------------------------------------

@@ -9,7 +9,6 @@ derived data: dropping it changes no listing.
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +16,16 @@ from typing import Any
 
 import pytest
 from catalog_kit import (
+    GARBAGE,
     HookedSqliteStore,
     at,
     continuable,
     future_descriptor,
+    garble,
     hooked,
     identity_blob,
     one_shot,
+    reparent,
     sid,
     turn,
     write_child,
@@ -32,32 +34,8 @@ from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._catalog import Listing
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, LifecycleProbe, ScriptedBehaviour
-from subagents.protocol import SessionHeader, SessionId, encode_header, new_session_id
+from subagents.protocol import SessionId, new_session_id
 from subagents.store import SqliteStore
-
-GARBAGE = b"\xc1\xc1"  # 0xc1 is never used by msgpack
-
-
-def garble(path: Path, session: SessionId, seq: int) -> None:
-    with sqlite3.connect(path) as conn:
-        cur = conn.execute(
-            "UPDATE events SET body = ? WHERE session = ? AND seq = ?",
-            (GARBAGE, session.to_bytes(), seq),
-        )
-        assert cur.rowcount == 1
-    conn.close()
-
-
-def reparent(path: Path, header: SessionHeader, parent: SessionId) -> None:
-    """Point a stored header at another parent, column and authoritative blob alike."""
-    blob = encode_header(dataclasses.replace(header, parent_session=parent))
-    with sqlite3.connect(path) as conn:
-        cur = conn.execute(
-            "UPDATE sessions SET parent = ?, header = ? WHERE id = ?",
-            (parent.to_bytes(), blob, header.id.to_bytes()),
-        )
-        assert cur.rowcount == 1
-    conn.close()
 
 
 class Damaged:

@@ -1,0 +1,50 @@
+"""What the CLI prints with ``--json``: strict JSON, whatever a log holds.
+
+Event content is free-form, so a log may hold values JSON has no literal for.
+They are rendered, never dropped: bytes as hex, datetimes in ISO 8601, a float
+that is not finite as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``,
+anything else as its ``repr``. :func:`dumps` refuses a non-finite float outright
+(``allow_nan=False``), so the output always parses with a strict JSON reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["dumps", "jsonable"]
+
+
+def _float(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data (see the module docstring)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return repr(value)
+
+
+def dumps(value: Any) -> str:
+    """Strict, indented JSON text of ``value``."""
+    return json.dumps(jsonable(value), indent=2, allow_nan=False)

@@ -1,0 +1,243 @@
+"""``subagents tree``: every stored session tree, with its damage where it is.
+
+One header scan (:func:`~subagents.actors._catalog.forest`) says where every
+stored session hangs; each tree is then listed from the durable catalog. Damage
+stays local and is named, never lost:
+
+* a root whose header does not decode is still a tree (its children are found
+  through their own headers), with a ``corrupt`` diagnostic for the root;
+* a row keyed by no session id is a diagnostic naming its stored key
+  (``x'0102'``) under the parent its column names;
+* sessions no root reaches are *detached* trees: below a parent the database
+  does not hold (``"missing-parent"``), or in a parent-link loop (``"cycle"``),
+  each member named by a diagnostic.
+
+In the text output a diagnostic is a line ``[kind] id: detail`` below the
+session's node; a broken session that has no row is that line, below its parent,
+and the rows below it hang below the line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.tree import Tree
+from subagents.actors._catalog import (
+    Catalog,
+    Detached,
+    Forest,
+    ProjectionRegistry,
+    forest,
+    subagent_timing_unit,
+    subagent_unit,
+)
+from subagents.protocol import ErrorCode, SessionId, SubagentError
+from subagents.store import SessionStore, StoredKey
+
+from ._output import dumps
+
+__all__ = ["run_tree"]
+
+Key = SessionId | StoredKey
+
+
+@dataclass(slots=True)
+class _Entry:
+    title: str  # the text output's top line
+    data: dict[str, Any]  # the --json entry
+
+
+def _chain(loop: tuple[Key, ...], member: Key) -> str:
+    i = loop.index(member)
+    return " -> ".join((*loop[i:], *loop[:i], member))
+
+
+class _Trees:
+    def __init__(self, store: SessionStore, db: str) -> None:
+        self.store = store
+        self.db = db
+        self.projections = ProjectionRegistry()
+        self.projections.register(subagent_unit)
+        self.projections.register(subagent_timing_unit)
+        self.catalog = Catalog(None, store, self.projections)
+        self.woods: Forest = forest(store.scan_headers())
+
+    def fold(self, sid: Key, diags: list[dict[str, Any]]) -> dict[str, Any]:
+        """The session's projection values, folded from its log (``{}`` when it
+        cannot be read, which adds its diagnostic to ``diags``: the catalog reads
+        no root's log)."""
+        if not isinstance(sid, SessionId):
+            return {}
+        try:
+            records = self.store.read(sid)
+            states = self.projections.fold((r.seq, r.event) for r in records)
+        except SubagentError as exc:
+            if exc.code in (ErrorCode.CORRUPT_RECORD, ErrorCode.DATABASE_CORRUPT):
+                diags.append(self.diag(sid, str(exc)))
+            return {}
+        return self.projections.values(states)
+
+    def active_seconds(self, sid: Key, diags: list[dict[str, Any]]) -> float | None:
+        timing = self.fold(sid, diags).get("subagent_timing")
+        return None if timing is None else float(timing["active_seconds"])
+
+    def diag(self, key: Key, detail: str, kind: str = "corrupt") -> dict[str, Any]:
+        parent = self.woods.parents.get(key)
+        return {
+            "id": str(key),
+            "kind": kind,
+            "detail": detail,
+            "parent_id": None if parent is None else str(parent),
+        }
+
+    def wanted(self, root: str | None) -> list[tuple[Key, Detached | None]]:
+        """The trees to list: every one, or the one under ``root``."""
+        woods = self.woods
+        detached = {d.id: d for d in woods.detached}
+        if root is None:
+            return [(r, None) for r in woods.roots] + [(d.id, d) for d in woods.detached]
+        sid = SessionId(root)
+        if sid in woods.headers or sid in woods.broken or sid in detached:
+            return [(sid, detached.get(sid))]
+        raise SubagentError(f"{self.db}: no session {sid}", code=ErrorCode.SESSION_NOT_FOUND)
+
+    def entry(self, key: Key, detached: Detached | None) -> _Entry:
+        woods = self.woods
+        header = woods.headers.get(key) if isinstance(key, SessionId) else None
+        diags: list[dict[str, Any]] = []
+        broken = woods.broken.get(key)
+        if broken is not None:
+            diags.append(self.diag(key, str(broken)))
+        reason = None if detached is None else detached.reason
+        if detached is not None and reason == "missing-parent":
+            for member in detached.members:
+                if isinstance(key, SessionId):
+                    why = f"its parent {key} is not in the database"
+                else:
+                    why = f"{woods.broken[member]}; its parent column {key} is no session id"
+                diags.append(self.diag(member, why))
+        elif detached is not None:
+            for member in detached.members[1:]:
+                why = "its parent links loop back to it: " + _chain(detached.members, member)
+                diags.append(self.diag(member, why))
+        values = self.fold(key, diags) if (header or broken) is not None else {}
+        timing, identity = values.get("subagent_timing"), values.get("subagent")
+        seconds = None if timing is None else float(timing["active_seconds"])
+        # A header's label, else (a detached child) the label its descriptor serves.
+        label = header.label if header is not None and header.label else None
+        if label is None and isinstance(identity, dict):
+            label = identity.get("label")
+        rows: list[dict[str, Any]] = []
+        if isinstance(key, SessionId):
+            listing = self.catalog.list_descendants(key)
+            diags += [self.diag(d.id, d.detail, d.kind) for d in listing.diagnostics]
+            rows = [
+                {
+                    "id": str(r.id),
+                    "parent_id": str(r.parent_id),
+                    "depth": r.depth,
+                    "label": r.label,
+                    "mode": r.mode,
+                    "activity": r.activity,
+                    "has_children": r.has_children,
+                    "active_seconds": self.active_seconds(r.id, diags),
+                }
+                for r in listing.rows
+            ]
+        unique = list({(d["id"], d["detail"]): d for d in diags}.values())
+        if header is not None:
+            name = label or "(unlabelled)"
+        elif broken is not None:
+            name = "(header does not decode)" if isinstance(key, SessionId) else "(bad key)"
+        else:
+            name = "(not in the database)"
+        title = f"{name}  {key}"
+        if header is not None or broken is not None:
+            title += f"  {_ms(seconds)}"
+        if reason is not None:
+            title += "  -- detached: " + (
+                "its parent is missing" if reason == "missing-parent" else "parent links loop"
+            )
+        data = {
+            "id": str(key),
+            "label": label,
+            "detached": reason,
+            "active_seconds": seconds,
+            "descendants": rows,
+            "diagnostics": unique,
+        }
+        return _Entry(title, data)
+
+
+def run_tree(
+    store: SessionStore, db: str, root: str | None, as_json: bool, console: Console
+) -> int:
+    """List ``store``'s trees (or the one under ``root``); the exit status."""
+    trees = _Trees(store, db)
+    wanted = trees.wanted(root)
+    entries: list[_Entry] = []
+    # Progress on stderr, only where a person watches (never in piped output).
+    status = Console(stderr=True)
+    progress = status.status("") if status.is_terminal else contextlib.nullcontext()
+    with progress as spinner:
+        for n, (key, detached) in enumerate(wanted, 1):
+            if spinner is not None:
+                spinner.update(f"listing tree {n}/{len(wanted)} ({key})")
+            entries.append(trees.entry(key, detached))
+    damaged = any(e.data["diagnostics"] or e.data["detached"] for e in entries)
+    if as_json:
+        print(dumps([e.data for e in entries]))
+    else:
+        for entry in entries:
+            console.print(_render(entry, trees.woods), markup=False, highlight=False)
+        if not entries:
+            console.print("no sessions", markup=False)
+    return 1 if damaged else 0
+
+
+def _render(entry: _Entry, woods: Forest) -> Tree:
+    top = Tree(entry.title)
+    data = entry.data
+    nodes: dict[str, Tree] = {data["id"]: top}
+    pending: dict[str, list[dict[str, Any]]] = {}
+    for diag in data["diagnostics"]:
+        pending.setdefault(diag["id"], []).append(diag)
+
+    def line(diag: dict[str, Any]) -> str:
+        return f"[{diag['kind']}] {diag['id']}: {diag['detail']}"
+
+    def node(key: str | None, seen: frozenset[str] = frozenset()) -> Tree:
+        """The node of ``key``; a broken session without a row is its diagnostic line."""
+        if key is None:
+            return top
+        found = nodes.get(key)
+        if found is not None:
+            return found
+        own = pending.get(key)
+        if not own or key in seen:
+            return top
+        parent = node(own[0]["parent_id"], seen | {key})
+        found = nodes[key] = parent.add(line(own.pop(0)), highlight=False)
+        return found
+
+    for row in data["descendants"]:
+        text = (
+            f"{row['label'] or '(unlabelled)'}  {row['mode']}  {row['activity']}"
+            f"  {_ms(row['active_seconds'])}  {row['id']}"
+        )
+        nodes[row["id"]] = node(row["parent_id"]).add(text, highlight=False)
+    # A session's diagnostics hang below its node (the first one is the node of a
+    # session that has no row).
+    for key, diags in pending.items():
+        if diags:
+            target = node(key)
+            while diags:
+                target.add(line(diags.pop(0)), highlight=False)
+    return top
+
+
+def _ms(seconds: float | None) -> str:
+    return "active ?" if seconds is None else f"active {seconds * 1000:.1f} ms"
