@@ -10,6 +10,8 @@ in its ``__init__``:
 * ``_children`` -- the subagent service: providers, one-shot runs, continuable
   children and the registry actor that admits them;
 * ``_catalog`` -- the durable catalog: listings and projections;
+* ``_model`` -- agents that think: the model-facing subagent tools, their
+  dispatcher, and an OpenAI-compatible chat behaviour;
 * ``_shell`` -- the command line and the demo;
 
 and ``Runtime``, the composition root that wires them. The names below load on
@@ -89,6 +91,16 @@ if TYPE_CHECKING:
         current_backend,
         get_backend,
     )
+    from ._model import (
+        SUBAGENT_TOOLS,
+        Completion,
+        ModelError,
+        ModelTool,
+        OpenAIChat,
+        ToolCall,
+        ToolDispatcher,
+        openai_chat,
+    )
     from ._runtime import Runtime
 
 #: Public name -> the room that defines it.
@@ -151,12 +163,21 @@ _ROOMS = {
     "ResultFuture": "_kernel",
     "current_backend": "_kernel",
     "get_backend": "_kernel",
+    "SUBAGENT_TOOLS": "_model",
+    "Completion": "_model",
+    "ModelError": "_model",
+    "ModelTool": "_model",
+    "OpenAIChat": "_model",
+    "ToolCall": "_model",
+    "ToolDispatcher": "_model",
+    "openai_chat": "_model",
     "Runtime": "_runtime",
 }
 
 __all__ = [
     "CAPABILITIES",
     "GEVENT",
+    "SUBAGENT_TOOLS",
     "THREADING",
     "AbortController",
     "AbortSignal",
@@ -170,6 +191,7 @@ __all__ = [
     "BoundSubagents",
     "Catalog",
     "ChildRow",
+    "Completion",
     "ContinuableCreateSpec",
     "ContinuableHandle",
     "ContinuableScope",
@@ -186,7 +208,10 @@ __all__ = [
     "LocalProvider",
     "LockLike",
     "Message",
+    "ModelError",
     "ModelRegistry",
+    "ModelTool",
+    "OpenAIChat",
     "PersistenceFailure",
     "ProjectionRegistry",
     "ProjectionUnit",
@@ -206,6 +231,8 @@ __all__ = [
     "SubagentStartRequest",
     "Subscription",
     "TaskHandle",
+    "ToolCall",
+    "ToolDispatcher",
     "ToolRegistry",
     "Turn",
     "TurnAgent",
@@ -214,6 +241,7 @@ __all__ = [
     "current_backend",
     "echo",
     "get_backend",
+    "openai_chat",
 ]
 
 

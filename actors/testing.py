@@ -10,6 +10,9 @@ In trio's spirit, the library ships what its own tests use:
 * :class:`LifecycleProbe` -- records ``subagent/*`` lifecycle events and waits for
   them.
 * :func:`wait_quiescent` -- wait until every live agent of a runtime is idle.
+* :class:`FakeOpenAI` -- a loopback OpenAI-compatible ``/v1/chat/completions``
+  server, scriptable per request with :class:`Answer` and :class:`FakeCall`
+  (streamed and whole answers, tool calls, errors, stalls).
 
 Example::
 
@@ -31,15 +34,20 @@ from typing import TYPE_CHECKING, Any
 from ._agents import Turn
 from ._children import SubagentEvent
 from ._kernel import AbortController, Gate
+from ._testing_openai import Answer, FakeCall, FakeOpenAI, FakeRequest
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
 __all__ = [
+    "Answer",
     "Block",
     "Call",
     "Delegate",
     "Fail",
+    "FakeCall",
+    "FakeOpenAI",
+    "FakeRequest",
     "Gate",
     "LifecycleProbe",
     "Reply",

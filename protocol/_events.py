@@ -59,6 +59,18 @@ __all__ = [
     "header_to_wire",
 ]
 
+
+def _usage(v: Any) -> Mapping[str, int] | None:
+    """A turn's token counters: ``None``, or a map of str to non-negative int."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not all(
+        type(k) is str and type(n) is int and n >= 0 for k, n in v.items()
+    ):
+        raise DecodeError("expected a map of str to non-negative int (token usage)")
+    return v
+
+
 _CHECKERS: Final[dict[type[Event], tuple[tuple[str, Checker, bool], ...]]] = {
     MessageEvent: (
         ("message_id", field.message_id, True),
@@ -84,6 +96,7 @@ _CHECKERS: Final[dict[type[Event], tuple[tuple[str, Checker, bool], ...]]] = {
         ("output", field.anything, False),
         ("structured", field.anything, False),
         ("error", field.opt_text, False),
+        ("usage", _usage, False),
     ),
     InterruptEvent: (
         ("at", field.utc_datetime, True),
@@ -141,6 +154,7 @@ _ENCODE_CHECKS: Final = {cls: _encode_checks(checks) for cls, checks in _CHECKER
 #: bytes of every event that does not use them stay what they were.
 _OMIT_WHEN_DEFAULT: Final[dict[type[Event], dict[str, Any]]] = {
     TurnStart: {"redelivered": False},
+    TurnEnd: {"usage": None},
 }
 _HEADER_ENCODE_CHECKS: Final = _encode_checks(_HEADER_CHECKERS)
 

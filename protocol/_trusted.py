@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._ids import MessageId
@@ -27,7 +27,7 @@ def _slot_setters(cls: type[Event], *names: str) -> tuple[Callable[[Any, Any], N
 
 _TS = _slot_setters(TurnStart, "turn", "at", "message_ids", "redelivered")
 _ME = _slot_setters(MessageEvent, "message_id", "content", "source")
-_TE = _slot_setters(TurnEnd, "turn", "at", "stop_reason", "output", "structured", "error")
+_TE = _slot_setters(TurnEnd, "turn", "at", "stop_reason", "output", "structured", "error", "usage")
 
 
 def trusted_turn_start(
@@ -58,13 +58,15 @@ def trusted_turn_end(
     output: Any,
     structured: Any,
     error: str | None,
+    usage: Mapping[str, int] | None = None,
 ) -> TurnEnd:
     ev = _new(TurnEnd)
-    set_turn, set_at, set_stop, set_output, set_structured, set_error = _TE
+    set_turn, set_at, set_stop, set_output, set_structured, set_error, set_usage = _TE
     set_turn(ev, turn)
     set_at(ev, at)
     set_stop(ev, stop_reason)
     set_output(ev, output)
     set_structured(ev, structured)
     set_error(ev, error)
+    set_usage(ev, usage)
     return ev

@@ -120,7 +120,13 @@ class TurnStart(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnd(Event):
-    """A turn ended with a stop reason (completed / cancelled / failed)."""
+    """A turn ended with a stop reason (completed / cancelled / failed).
+
+    ``usage`` is what the turn's model calls consumed, by counter name (an OpenAI
+    ``usage`` block's ``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+    summed over the turn's calls), or ``None`` for a turn that called no model.
+    Left off the wire when ``None``.
+    """
 
     type: ClassVar[str] = "turn/end"
     turn: int
@@ -129,6 +135,7 @@ class TurnEnd(Event):
     output: Any = None
     structured: Any = None
     error: str | None = None
+    usage: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

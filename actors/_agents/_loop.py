@@ -216,13 +216,13 @@ class TurnRunner:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:
                 stop = "failed"
-        end = trusted_turn_end(index, clock(), stop, output, structured, error)
+        end = trusted_turn_end(index, clock(), stop, output, structured, error, turn.usage)
         if not (plain(output) and plain(structured) and plain(error)):
             try:  # the whole end, as the store encodes it: output and structured together
                 encode_event(end)
             except SubagentError as exc:
                 why = error_text(exc, "output cannot be recorded: ")
-                end = trusted_turn_end(index, end.at, "failed", None, None, why)
+                end = trusted_turn_end(index, end.at, "failed", None, None, why, turn.usage)
         # The turn's messages leave the durable inbox with its end, in one write
         # (a turn the closing runtime cancelled leaves them: they run again).
         done: tuple[Any, ...] = ()

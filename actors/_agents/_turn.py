@@ -122,6 +122,7 @@ class Turn:
         "_delivered",
         "_history_through",
         "_lock",
+        "_usage",
         "context",
         "index",
     )
@@ -142,6 +143,7 @@ class Turn:
         self._history_through = history_through  # last seq before this turn began
         self._lock = lock  # the agent's lock: cancel() may make the controller too
         self._controller: AbortController | None = None
+        self._usage: dict[str, int] | None = None
 
     def _controller_locked(self) -> AbortController:
         """The turn's controller, made on first use; the caller holds ``_lock``."""
@@ -221,9 +223,41 @@ class Turn:
         )
 
     @property
+    def usage(self) -> Mapping[str, int] | None:
+        """Token counters recorded so far by :meth:`add_usage` (``None`` before any);
+        the turn's ``turn/end`` records them."""
+        return self._usage
+
+    def add_usage(self, counts: Mapping[str, Any]) -> None:
+        """Add a model call's token counters to the turn's (an OpenAI ``usage`` block).
+
+        Non-negative integer counters are summed by name, nested blocks
+        (``prompt_tokens_details``) flattened as ``prompt_tokens_details.cached_tokens``;
+        anything else is ignored, so a provider's extra fields never fail the turn.
+        """
+        usage = self._usage if self._usage is not None else {}
+        for name, value in _counters(counts, ""):
+            usage[name] = usage.get(name, 0) + value
+        self._usage = usage
+
+    @property
     def subagents(self) -> Any:
         """This agent's subagent service, bound as the delegating parent.
 
         One-shot calls default their cancellation signal to this turn's signal.
         """
         return self._agent.host.bind(self._agent, self)
+
+
+def _counters(counts: Any, prefix: str) -> list[tuple[str, int]]:
+    if not isinstance(counts, Mapping):
+        return []
+    found: list[tuple[str, int]] = []
+    for name, value in counts.items():
+        if type(name) is not str:
+            continue
+        if type(value) is int and value >= 0:
+            found.append((prefix + name, value))
+        elif isinstance(value, Mapping) and not prefix:
+            found.extend(_counters(value, f"{name}."))
+    return found

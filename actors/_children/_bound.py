@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from subagents.actors._catalog import Listing
 from subagents.actors._kernel import AbortSignal
 from subagents.protocol import MessageId, SessionId
 
@@ -88,3 +89,17 @@ class BoundSubagents:
     def interrupt(self, child_id: SessionId | str) -> None:
         """Interrupt a continuable descendant's current turn (as its ancestor)."""
         self._service.interrupt(child_id, AncestorAuthority(self._agent))
+
+    def list_children(self, *, signal: AbortSignal | None = None) -> Listing:
+        """This agent's direct session-backed children (``SubagentService.list_children``).
+
+        The signal defaults to the turn's.
+        """
+        return self._service.list_children(self._agent.session_id, self._signal(signal))
+
+    def list_descendants(self, *, signal: AbortSignal | None = None) -> Listing:
+        """This agent's whole subtree in pre-order (``SubagentService.list_descendants``).
+
+        The signal defaults to the turn's.
+        """
+        return self._service.list_descendants(self._agent.session_id, self._signal(signal))

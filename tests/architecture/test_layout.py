@@ -40,6 +40,13 @@ ALLOWED: dict[str, set[str]] = {
         "subagents.actors._agents",
         "subagents.actors._catalog",
     },
+    "subagents.actors._model": {
+        "subagents.protocol",
+        "subagents.actors._kernel",
+        "subagents.actors._agents",
+        "subagents.actors._children",
+        "subagents.actors._catalog",
+    },
 }
 
 

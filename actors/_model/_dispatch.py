@@ -1,0 +1,349 @@
+"""The dispatcher: a model's tool call in, a JSON-able tool result out.
+
+Theory of operation
+-------------------
+A :class:`ToolDispatcher` turns the six subagent tools (:data:`SUBAGENT_TOOLS`)
+and any extra :class:`ModelTool` into calls on ``turn.subagents`` -- the
+service bound with the turn's agent as parent -- so every authority rule of the
+service applies unchanged: a follow-up reaches only the caller's own children, a
+report only its parent, an interrupt only its descendants, a child's tools never
+exceed the caller's.
+
+What a model sees is decided by the agent's options: its ``tool_filter`` (when
+set) names the only tools shown and callable, and ``report`` is shown only to an
+agent that has a parent. Arguments are parsed (a JSON string or a mapping) and
+validated against the tool's JSON Schema. A refused call -- bad JSON, a schema
+violation, an unknown or filtered tool, any ``SubagentError`` of the service --
+comes back as ``{"error": {"code": ..., "message": ...}}``, a tool result the
+model reads; only the turn's own cancellation propagates, ending the turn.
+
+Background delegation (``delegate`` with ``background=true``) returns the run's
+id at once; when the run settles its result is delivered to the agent as a
+follow-up (source ``child``, the run's id), which starts a later turn. The runs
+belong to the agent's live epoch: disposing the agent cancels them, and settled
+runs are disposed at the next call of the dispatcher for that agent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+import jsonschema
+from subagents.actors._agents import Turn
+from subagents.actors._catalog import Listing
+from subagents.actors._children import SubagentRun
+from subagents.actors._kernel import AbortController
+from subagents.protocol import ErrorCode, MessageSource, SessionId, SubagentError, error_text
+
+from ._schemas import SUBAGENT_TOOLS, ModelTool, tool_definition
+
+__all__ = ["ToolDispatcher"]
+
+logger = logging.getLogger("subagents")
+
+_UNKNOWN_TOOL: Final = "INVALID_ARGUMENT"
+
+
+def _refusal(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message[:2000]}}
+
+
+class _Background:
+    """One agent's background runs (see the module docstring)."""
+
+    __slots__ = ("controller", "runs")
+
+    def __init__(self) -> None:
+        self.controller = AbortController()
+        self.runs: dict[str, SubagentRun] = {}
+
+
+class ToolDispatcher:
+    """Subagent tools for a model: definitions to show it, and calls to run.
+
+    Args:
+        tools: which subagent tools to offer, by name (default: all six).
+        extra: further functions, by name (they pass the same filter).
+        delegate_timeout: seconds a waiting ``delegate`` waits for its result
+            (``None``: as long as the turn runs); on expiry the run is disposed
+            and the model gets a ``TIMEOUT`` result.
+
+    Thread-safe; one dispatcher may serve many agents.
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for an unknown subagent tool name, an
+            extra tool that is not a :class:`ModelTool` with a callable ``fn``, or
+            a schema that is not valid JSON Schema.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Iterable[str] | None = None,
+        extra: Mapping[str, ModelTool] | None = None,
+        delegate_timeout: float | None = None,
+    ) -> None:
+        names = tuple(SUBAGENT_TOOLS) if tools is None else tuple(tools)
+        unknown = [n for n in names if n not in SUBAGENT_TOOLS]
+        if unknown:
+            raise SubagentError(
+                f"no subagent tool named {unknown[0]!r}"[:200], code=ErrorCode.INVALID_ARGUMENT
+            )
+        table: dict[str, ModelTool] = {n: SUBAGENT_TOOLS[n] for n in names}
+        for name, tool in (extra or {}).items():
+            if type(name) is not str or not name or name in SUBAGENT_TOOLS:
+                raise SubagentError(
+                    "an extra tool needs a name of its own", code=ErrorCode.INVALID_ARGUMENT
+                )
+            if not isinstance(tool, ModelTool) or not callable(tool.fn):
+                raise SubagentError(
+                    f"extra tool {name!r} is not a ModelTool with a callable fn",
+                    code=ErrorCode.INVALID_ARGUMENT,
+                )
+            table[name] = tool
+        self._tools = table
+        self._validators: dict[str, Any] = {}
+        for name, tool in table.items():
+            cls = jsonschema.validators.validator_for(tool.parameters)
+            try:
+                cls.check_schema(tool.parameters)
+            except jsonschema.SchemaError as exc:
+                raise SubagentError(
+                    f"tool {name!r}: not a valid JSON Schema: {exc.message}"[:500],
+                    code=ErrorCode.INVALID_ARGUMENT,
+                ) from exc
+            self._validators[name] = cls(tool.parameters)
+        self.delegate_timeout = delegate_timeout
+        self._lock = threading.Lock()
+        self._background: dict[SessionId, _Background] = {}
+        self._handlers: dict[str, Callable[..., Any]] = {
+            "delegate": self._delegate,
+            "start_agent": self._start_agent,
+            "send_message": self._send_message,
+            "interrupt": self._interrupt,
+            "report": self._report,
+            "list_agents": self._list_agents,
+        }
+
+    # -- what the model sees ------------------------------------------------------
+
+    def visible(self, turn: Turn) -> tuple[str, ...]:
+        """Names of the tools this turn's agent may see and call, in order."""
+        agent = turn.agent
+        allowed = agent.options.tool_filter
+        has_parent = agent.parent_session is not None
+        return tuple(
+            name
+            for name in self._tools
+            if (allowed is None or name in allowed) and (name != "report" or has_parent)
+        )
+
+    def definitions(self, turn: Turn) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list for this turn's agent (``[]`` when it sees none)."""
+        return [tool_definition(name, self._tools[name]) for name in self.visible(turn)]
+
+    # -- calls ----------------------------------------------------------------------
+
+    def dispatch(self, turn: Turn, name: str, arguments: str | Mapping[str, Any] | None) -> Any:
+        """Run one tool call of the model for ``turn``; its JSON-able result.
+
+        ``arguments`` is the call's JSON text (as the model produced it) or a
+        mapping. A refusal is returned as ``{"error": {"code", "message"}}``.
+
+        Raises:
+            SubagentError: ``CANCELLED`` only when the turn itself was cancelled.
+        """
+        self.dispose_settled(turn)
+        try:
+            args = self._arguments(turn, name, arguments)
+            handler = self._handlers.get(name)
+            if handler is not None:
+                return handler(turn, **args)
+            return self._tools[name].fn(turn, **args)
+        except SubagentError as exc:
+            if turn.cancelled:
+                raise
+            return _refusal(exc.code, exc.args[0] if exc.args else str(exc))
+        except Exception as exc:  # an extra tool's own failure: the model reads it
+            if turn.cancelled:
+                raise
+            logger.warning("tool %r of %s raised: %s", name, turn.agent.session_id, exc)
+            return _refusal(ErrorCode.INTERNAL, error_text(exc, "the tool failed: "))
+
+    def _arguments(
+        self, turn: Turn, name: str, arguments: str | Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        if type(name) is not str or name not in self._tools:
+            shown = repr(name)[:80] if type(name) is str else type(name).__name__
+            raise SubagentError(f"no tool named {shown}", code=_UNKNOWN_TOOL)
+        if name not in self.visible(turn):
+            raise SubagentError(
+                f"tool {name!r} is not available to this agent", code=ErrorCode.UNAUTHORIZED
+            )
+        if arguments is None or arguments == "":
+            args: Any = {}
+        elif isinstance(arguments, str):
+            try:
+                args = json.loads(arguments)
+            except ValueError as exc:
+                raise SubagentError(
+                    f"the arguments of {name} are not valid JSON: {exc}",
+                    code=ErrorCode.INVALID_ARGUMENT,
+                ) from None
+        else:
+            args = arguments
+        if not isinstance(args, Mapping):
+            raise SubagentError(
+                f"the arguments of {name} must be a JSON object", code=ErrorCode.INVALID_ARGUMENT
+            )
+        error = jsonschema.exceptions.best_match(self._validators[name].iter_errors(args))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            raise SubagentError(
+                f"the arguments of {name} do not match its schema"
+                f"{f' at {where}' if where else ''}: {error.message}",
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
+        return dict(args)
+
+    # -- the six tools --------------------------------------------------------------
+
+    @staticmethod
+    def _child_fields(args: dict[str, Any]) -> dict[str, Any]:
+        fields: dict[str, Any] = {k: args[k] for k in ("model", "persona", "label") if k in args}
+        if "tools" in args:
+            fields["tool_filter"] = tuple(args["tools"])
+        return fields
+
+    def _delegate(
+        self,
+        turn: Turn,
+        prompt: str,
+        provider: str = "local",
+        background: bool = False,
+        **rest: Any,
+    ) -> Any:
+        subs = turn.subagents
+        fields = self._child_fields(rest)
+        if not background:
+            run = subs.start(provider, prompt, **fields)
+            try:
+                result = run.result.get(timeout=self.delegate_timeout)
+            finally:
+                run.dispose()
+            return {
+                "id": str(run.id),
+                "stop_reason": result.stop_reason,
+                "output": result.output,
+                **({"structured": result.structured} if result.structured is not None else {}),
+            }
+        state = self._background_of(turn)
+        run = subs.start(provider, prompt, signal=state.controller.signal, **fields)
+        with self._lock:
+            state.runs[str(run.id)] = run
+        agent = turn.agent
+
+        def deliver(_future: Any) -> None:
+            try:
+                result = run.result.get(0)
+                content: dict[str, Any] = {
+                    "delegate_result": {
+                        "id": str(run.id),
+                        "stop_reason": result.stop_reason,
+                        "output": result.output,
+                    }
+                }
+            except Exception as exc:
+                content = {"delegate_result": {"id": str(run.id), "error": error_text(exc)}}
+            if agent.disposed:
+                return
+            try:
+                agent.followup(content, source=MessageSource(kind="child", session_id=run.id))
+            except SubagentError as exc:
+                logger.warning("background result of %s not delivered: %s", run.id, exc)
+
+        run.result.add_done_callback(deliver)
+        return {"id": str(run.id), "status": "running"}
+
+    def _start_agent(
+        self, turn: Turn, prompt: str, label: str, provider: str = "local", **rest: Any
+    ) -> Any:
+        fields = self._child_fields(rest)
+        fields.pop("label", None)
+        handle = turn.subagents.start_continuable(provider, prompt, label=label, **fields)
+        return {"id": str(handle.child_id), "message_id": str(handle.message_id)}
+
+    def _send_message(self, turn: Turn, id: str, content: str) -> Any:
+        return {"message_id": str(turn.subagents.followup(id, content)), "delivered": "queued"}
+
+    def _interrupt(self, turn: Turn, id: str) -> Any:
+        turn.subagents.interrupt(id)
+        # Accepted: a target that is not resident has no turn to cancel (a no-op).
+        return {"interrupt": "accepted", "id": id}
+
+    def _report(self, turn: Turn, content: str, delivery: str = "quiet") -> Any:
+        return {"message_id": str(turn.subagents.report(content, delivery=delivery))}
+
+    def _list_agents(self, turn: Turn, scope: str = "children") -> Any:
+        subs = turn.subagents
+        listing: Listing = subs.list_children() if scope == "children" else subs.list_descendants()
+        rows = []
+        for row in listing.rows:
+            entry = {
+                "id": str(row.id),
+                "label": row.label,
+                "mode": row.mode,
+                "state": row.activity,
+                "has_children": row.has_children,
+            }
+            if scope == "descendants":
+                entry["parent_id"] = str(row.parent_id)
+                entry["depth"] = row.depth
+            rows.append(entry)
+        problems = [{"id": str(d.id), "kind": d.kind} for d in listing.diagnostics]
+        return {"agents": rows, **({"problems": problems} if problems else {})}
+
+    # -- background runs --------------------------------------------------------------
+
+    def _background_of(self, turn: Turn) -> _Background:
+        agent = turn.agent
+        with self._lock:
+            state = self._background.get(agent.session_id)
+            if state is not None:
+                return state
+            state = self._background[agent.session_id] = _Background()
+        add = getattr(agent, "add_dispose_listener", None)
+        if add is not None:
+            add(lambda _agent: self._forget(agent.session_id, state))
+        return state
+
+    def _forget(self, session_id: SessionId, state: _Background) -> None:
+        with self._lock:
+            if self._background.get(session_id) is state:
+                del self._background[session_id]
+        state.controller.abort("the agent that started it was disposed")
+
+    def background(self, turn: Turn) -> tuple[str, ...]:
+        """Ids of the background runs of this turn's agent not yet disposed."""
+        with self._lock:
+            state = self._background.get(turn.agent.session_id)
+            return tuple(state.runs) if state is not None else ()
+
+    def dispose_settled(self, turn: Turn) -> None:
+        """Dispose the agent's background runs that have settled (their results were
+        delivered). The dispatcher does it on every call; a behaviour may too."""
+        with self._lock:
+            state = self._background.get(turn.agent.session_id)
+            if state is None:
+                return
+            done = [rid for rid, run in state.runs.items() if run.result.done()]
+            runs = [state.runs.pop(rid) for rid in done]
+        for run in runs:
+            try:
+                run.dispose()
+            except SubagentError as exc:
+                logger.warning("disposing background run %s failed: %s", run.id, exc)

@@ -1,0 +1,239 @@
+"""``POST /chat/completions`` over httpx: retries, timeouts, and aborting a request.
+
+Theory of operation
+-------------------
+A :class:`ChatSession` serves one turn: it owns an ``httpx.Client`` (its
+connections are reused by the turn's model calls and closed with the turn) and
+listens to the turn's signal. Each request runs through the backend's
+``run_blocking``: on threads it blocks the turn's own thread; on gevent it runs
+in the hub's threadpool, so the hub never stalls on the socket.
+
+Cancelling the turn aborts the request at once, whatever it is doing: httpx's
+``trace`` extension hands the session every socket its client connects, and the
+signal's listener shuts them down, which wakes a thread blocked in ``recv`` (a
+close would not). A retry's wait is the signal's own wait, so it ends early too.
+
+Refused requests are retried as the ``openai`` package does: connection errors,
+timeouts, 408, 409, 429 and 5xx (``x-should-retry`` overrides), up to
+``max_retries`` times, after :func:`~._wire.retry_delay`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from subagents.actors._kernel import AbortSignal
+from subagents.protocol import ErrorCode, SubagentError
+
+from ._wire import (
+    ChunkAccumulator,
+    Completion,
+    ModelError,
+    SSEDecoder,
+    completion_from_response,
+    decode_json,
+    error_from_body,
+    retry_delay,
+    should_retry,
+)
+
+__all__ = ["ChatSession", "Endpoint"]
+
+_SSL: list[ssl.SSLContext] = []
+_SSL_LOCK = threading.Lock()
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """One verifying context for every client (building one reads the CA bundle)."""
+    with _SSL_LOCK:
+        if not _SSL:
+            import certifi
+
+            _SSL.append(ssl.create_default_context(cafile=certifi.where()))
+        return _SSL[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to reach an OpenAI-compatible API."""
+
+    base_url: str
+    api_key: str | None
+    organization: str | None = None
+    project: str | None = None
+    timeout: float = 600.0
+    connect_timeout: float = 5.0
+    max_retries: int = 2
+    headers: Mapping[str, str] | None = None
+
+    @property
+    def url(self) -> str:
+        """The chat-completions URL."""
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def request_headers(self) -> dict[str, str]:
+        """Authorization and the openai package's account headers."""
+        headers = {"Accept": "application/json", "User-Agent": "subagents-openai-chat"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        if self.organization:
+            headers["OpenAI-Organization"] = self.organization
+        if self.project:
+            headers["OpenAI-Project"] = self.project
+        headers.update(self.headers or {})
+        return headers
+
+
+class _Retry(Exception):
+    """An attempt failed in a way worth trying again."""
+
+    def __init__(self, error: SubagentError, headers: Mapping[str, str] | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.headers = headers
+
+
+def _shutdown(sock: Any) -> None:
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        # The plain socket's shutdown, also on an SSLSocket: it wakes a blocked reader.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class ChatSession:
+    """One turn's HTTP session (see the module docstring). A context manager."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        signal: AbortSignal,
+        run_blocking: Callable[..., Any],
+    ) -> None:
+        self._endpoint = endpoint
+        self._signal = signal
+        self._run_blocking = run_blocking
+        self._lock = threading.Lock()
+        self._sockets: list[Any] = []
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(endpoint.timeout, connect=endpoint.connect_timeout),
+            verify=_ssl_context(),
+            headers=endpoint.request_headers(),
+        )
+        self._remove = signal.add_listener(self._abort)
+        self.requests = 0  # attempts made, retries included
+
+    def __enter__(self) -> ChatSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop listening to the signal and close the client's connections."""
+        self._remove()
+        self._client.close()
+
+    def _abort(self, _reason: Any) -> None:
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shutdown(sock)
+
+    def _trace(self, name: str, info: Mapping[str, Any]) -> None:
+        if name.endswith((".connect_tcp.complete", ".start_tls.complete")):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is None:
+                return
+            with self._lock:
+                self._sockets.append(sock)
+            if self._signal.aborted:
+                _shutdown(sock)
+
+    def _cancelled(self) -> SubagentError:
+        return SubagentError(
+            f"the model call was cancelled: {self._signal.reason!r}"[:300],
+            code=ErrorCode.CANCELLED,
+            hint=self._signal.reason,
+        )
+
+    def complete(self, body: Mapping[str, Any]) -> Completion:
+        """Send one chat-completions request (retrying as the module says); the answer.
+
+        Raises:
+            SubagentError: ``CANCELLED`` when the signal aborts, ``TIMEOUT`` when
+                the last try timed out, :class:`~._wire.ModelError` when the API
+                refused it or broke off.
+        """
+        retries = 0
+        while True:
+            if self._signal.aborted:
+                raise self._cancelled()
+            try:
+                result: Completion = self._run_blocking(self._attempt, body)
+                return result
+            except _Retry as retry:
+                if self._signal.aborted:
+                    raise self._cancelled() from None
+                if retries >= self._endpoint.max_retries:
+                    raise retry.error from None
+                delay = retry_delay(retry.headers, retries, self._endpoint.max_retries)
+                retries += 1
+                if self._signal.wait(delay):
+                    raise self._cancelled() from None
+
+    def _attempt(self, body: Mapping[str, Any]) -> Completion:
+        self.requests += 1
+        try:
+            with self._client.stream(
+                "POST", self._endpoint.url, json=body, extensions={"trace": self._trace}
+            ) as response:
+                if response.status_code >= 400:
+                    raw = response.read()
+                    try:
+                        parsed: Any = json.loads(raw)
+                    except ValueError:
+                        parsed = {"error": raw[:500].decode("utf-8", "replace")}
+                    error = error_from_body(response.status_code, parsed)
+                    if should_retry(response.status_code, response.headers):
+                        raise _Retry(error, response.headers)
+                    raise error
+                kind = response.headers.get("content-type", "")
+                if body.get("stream") and kind.startswith("text/event-stream"):
+                    return self._read_stream(response)
+                return completion_from_response(decode_json(response.read().decode(), "answer"))
+        except httpx.TimeoutException as exc:
+            if self._signal.aborted:
+                raise self._cancelled() from None
+            timeout = SubagentError(
+                f"the model API did not answer in time: {exc}"[:300], code=ErrorCode.TIMEOUT
+            )
+            raise _Retry(timeout, None) from None
+        except httpx.TransportError as exc:
+            if self._signal.aborted:
+                raise self._cancelled() from None
+            raise _Retry(ModelError(f"cannot reach the model API: {exc}"[:300]), None) from None
+
+    def _read_stream(self, response: httpx.Response) -> Completion:
+        decoder = SSEDecoder()
+        acc = ChunkAccumulator()
+        for data in response.iter_bytes():
+            for event, text in decoder.feed(data):
+                if text == "[DONE]":
+                    return acc.completion()
+                chunk = decode_json(text, "stream chunk")
+                if event == "error":
+                    raise error_from_body(None, chunk)
+                acc.add(chunk)
+        if self._signal.aborted:
+            raise self._cancelled()
+        if acc.chunks == 0:
+            raise ModelError("the model's stream ended before any chunk")
+        return acc.completion()

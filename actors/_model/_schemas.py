@@ -1,0 +1,127 @@
+"""The model-facing subagent tools as JSON-schema function definitions.
+
+Each entry is what an OpenAI-compatible ``tools`` list carries for one function:
+a name, a description the model reads, and the JSON Schema of its arguments.
+The dispatcher validates every call against the same schema before it acts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = ["SUBAGENT_TOOLS", "ModelTool", "tool_definition"]
+
+_ID: Final = {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "an agent's id"}
+_TEXT: Final = {"type": "string", "minLength": 1, "maxLength": 100_000}
+_NAME: Final = {"type": "string", "minLength": 1, "maxLength": 256}
+_CHILD_FIELDS: Final = {
+    "provider": {**_NAME, "description": "where the child runs (default: local)"},
+    "model": {**_NAME, "description": "the child's model (default: your own)"},
+    "persona": {
+        "type": "string",
+        "maxLength": 4096,
+        "description": "the child's system prompt (its persona)",
+    },
+    "tools": {
+        "type": "array",
+        "items": _NAME,
+        "maxItems": 64,
+        "uniqueItems": True,
+        "description": "the only tools the child may use (never more than yours)",
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTool:
+    """A function a model may call: ``fn(turn, **arguments)`` returns a JSON-able value.
+
+    ``parameters`` is the JSON Schema of the arguments (an object schema); the
+    dispatcher validates a call against it before calling ``fn``.
+    """
+
+    description: str
+    parameters: Mapping[str, Any]
+    fn: Any = field(default=None, compare=False)
+
+
+def _object(properties: Mapping[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": dict(properties),
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+#: The six subagent tools, by name, in the order a model is shown them.
+SUBAGENT_TOOLS: Final[Mapping[str, ModelTool]] = {
+    "delegate": ModelTool(
+        "Hand a self-contained task to a new one-shot subagent. By default wait for its"
+        " result; with background=true return its id at once and receive the result"
+        " later as a message.",
+        _object(
+            {
+                "prompt": {**_TEXT, "description": "the task, complete in itself"},
+                "label": {**_NAME, "description": "a short display name"},
+                **_CHILD_FIELDS,
+                "background": {"type": "boolean", "description": "do not wait for the result"},
+            },
+            ("prompt",),
+        ),
+    ),
+    "start_agent": ModelTool(
+        "Start a continuable subagent that keeps its conversation: it works on the"
+        " prompt now, and you can send it follow-ups later by its id.",
+        _object(
+            {
+                "prompt": {**_TEXT, "description": "its first task"},
+                "label": {**_NAME, "description": "a short durable name (required)"},
+                **_CHILD_FIELDS,
+            },
+            ("prompt", "label"),
+        ),
+    ),
+    "send_message": ModelTool(
+        "Send a follow-up message to one of your continuable subagents; it runs as"
+        " the subagent's next turn.",
+        _object({"id": _ID, "content": _TEXT}, ("id", "content")),
+    ),
+    "interrupt": ModelTool(
+        "Cancel the current turn of one of your continuable subagents (or a deeper"
+        " descendant). Its queued messages still run.",
+        _object({"id": _ID}, ("id",)),
+    ),
+    "report": ModelTool(
+        "Report to the agent that started you. quiet: it sees the report in its next"
+        " turn; waking: the report starts a turn of its own.",
+        _object(
+            {
+                "content": _TEXT,
+                "delivery": {"enum": ["quiet", "waking"], "description": "default: quiet"},
+            },
+            ("content",),
+        ),
+    ),
+    "list_agents": ModelTool(
+        "List your subagents with their state: your direct children, or your whole"
+        " subtree (each row then names its parent and depth).",
+        _object(
+            {"scope": {"enum": ["children", "descendants"], "description": "default: children"}}
+        ),
+    ),
+}
+
+
+def tool_definition(name: str, tool: ModelTool) -> dict[str, Any]:
+    """The OpenAI ``tools`` entry of one function: ``{"type": "function", "function": ...}``."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": tool.description,
+            "parameters": dict(tool.parameters),
+        },
+    }

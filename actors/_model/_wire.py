@@ -1,0 +1,330 @@
+"""The chat-completions wire format, sans I/O: bytes and maps in, a completion out.
+
+* :class:`SSEDecoder` -- server-sent events from a byte stream split anywhere
+  (inside a line, a ``\\r\\n`` pair, or a UTF-8 character);
+* :class:`Completion` / :class:`ToolCall` -- one assistant answer, assembled
+  from a whole ``chat.completion`` (:func:`completion_from_response`) or from
+  ``chat.completion.chunk`` deltas (:class:`ChunkAccumulator`: tool calls keyed
+  by ``index``, ``id`` and ``name`` from their first fragment, ``arguments``
+  concatenated);
+* :func:`retry_delay` -- how long to wait before retrying a refused request, as
+  the ``openai`` package decides it (``retry-after-ms``, ``retry-after`` in
+  seconds or as an HTTP date, else exponential backoff with jitter).
+"""
+
+from __future__ import annotations
+
+import codecs
+import email.utils
+import json
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from subagents.protocol import ErrorCode, SubagentError
+
+__all__ = [
+    "MODEL_ERROR",
+    "ChunkAccumulator",
+    "Completion",
+    "ModelError",
+    "SSEDecoder",
+    "ToolCall",
+    "completion_from_response",
+    "error_from_body",
+    "retry_delay",
+]
+
+#: The code of a :class:`ModelError`.
+MODEL_ERROR: Final = "MODEL_ERROR"
+
+INITIAL_RETRY_DELAY: Final = 0.5
+MAX_RETRY_DELAY: Final = 8.0
+
+
+class ModelError(SubagentError):
+    """The model's API refused a request or broke off an answer.
+
+    ``status`` is the HTTP status (``None`` for an error inside a stream or an
+    answer that cannot be read); ``body`` the ``error`` object the API sent, if any.
+    """
+
+    default_code = MODEL_ERROR
+
+    def __init__(
+        self, message: str, *, status: int | None = None, body: Any = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, code=code, hint={"status": status})
+        self.status = status
+        self.body = body
+
+
+def error_from_body(status: int | None, raw: Any) -> ModelError:
+    """A :class:`ModelError` from an ``{"error": {...}}`` body (or anything else)."""
+    error = raw.get("error") if isinstance(raw, Mapping) else None
+    if isinstance(error, Mapping):
+        message = str(error.get("message") or error.get("type") or "error")
+    elif isinstance(error, str):
+        message = error
+    else:
+        message = "no error message"
+    where = f"HTTP {status}" if status is not None else "in the stream"
+    return ModelError(
+        f"the model API failed ({where}): {message}"[:1000], status=status, body=error
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call of an assistant answer: its id, name and JSON arguments."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One assistant answer: text, tool calls, why it stopped, and token usage."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] | None = None
+
+    def message(self) -> dict[str, Any]:
+        """The answer as the assistant message of the next request."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        return msg
+
+
+def _joined(text: str) -> str:
+    """Pair surrogates a JSON escape split across two chunks left apart."""
+    if text.isascii():
+        return text
+    try:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16")
+    except UnicodeDecodeError:
+        return text
+
+
+def _first_choice(raw: Any) -> Mapping[str, Any] | None:
+    choices = raw.get("choices") if isinstance(raw, Mapping) else None
+    if not isinstance(choices, list):
+        return None
+    for choice in choices:
+        if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+            return choice
+    return None
+
+
+def completion_from_response(raw: Any) -> Completion:
+    """The answer of a non-streamed ``chat.completion`` body.
+
+    Raises:
+        ModelError: an ``error`` body, or no first choice with a message.
+    """
+    if isinstance(raw, Mapping) and raw.get("error") is not None:
+        raise error_from_body(None, raw)
+    choice = _first_choice(raw)
+    message = choice.get("message") if choice is not None else None
+    if not isinstance(message, Mapping):
+        raise ModelError("the model's answer has no choices[0].message")
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            raise ModelError("a tool call of the model's answer has no function")
+        calls.append(
+            ToolCall(
+                str(call.get("id") or f"call_{i}"),
+                str(fn.get("name") or ""),
+                _joined(str(fn.get("arguments") or "")),
+            )
+        )
+    content = message.get("content")
+    usage = raw.get("usage")
+    return Completion(
+        content if isinstance(content, str) else None,
+        tuple(calls),
+        choice.get("finish_reason") if choice is not None else None,
+        usage if isinstance(usage, Mapping) else None,
+    )
+
+
+@dataclass
+class _Partial:
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChunkAccumulator:
+    """Assembles ``chat.completion.chunk`` deltas into one :class:`Completion`."""
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._calls: dict[int, _Partial] = {}
+        self._finish: str | None = None
+        self._usage: Mapping[str, Any] | None = None
+        self.chunks = 0
+
+    def add(self, chunk: Any) -> None:
+        """Fold one decoded chunk in.
+
+        Raises:
+            ModelError: the chunk is an error event.
+        """
+        if not isinstance(chunk, Mapping):
+            raise ModelError("a stream chunk is not a JSON object")
+        if chunk.get("error") is not None:
+            raise error_from_body(None, chunk)
+        self.chunks += 1
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self._usage = usage
+        choice = _first_choice(chunk)
+        if choice is None:
+            return  # the usage chunk has no choices
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping):
+            text = delta.get("content")
+            if isinstance(text, str):
+                self._content.append(text)
+            for call in delta.get("tool_calls") or ():
+                if not isinstance(call, Mapping):
+                    continue
+                index = call.get("index", 0)
+                part = self._calls.setdefault(index if type(index) is int else 0, _Partial())
+                if call.get("id"):
+                    part.id = str(call["id"])
+                fn = call.get("function")
+                if isinstance(fn, Mapping):
+                    if fn.get("name"):
+                        part.name += str(fn["name"])
+                    if isinstance(fn.get("arguments"), str):
+                        part.arguments.append(fn["arguments"])
+        if choice.get("finish_reason"):
+            self._finish = str(choice["finish_reason"])
+
+    def completion(self) -> Completion:
+        """The answer so far (the whole answer once the stream ended)."""
+        calls = tuple(
+            ToolCall(p.id or f"call_{i}", p.name, _joined("".join(p.arguments)))
+            for i, p in sorted(self._calls.items())
+        )
+        content = "".join(self._content) if self._content or not calls else None
+        return Completion(content, calls, self._finish, self._usage)
+
+
+class SSEDecoder:
+    """Server-sent events (``data:`` lines up to a blank line) from raw bytes.
+
+    :meth:`feed` takes bytes split anywhere and returns the complete events'
+    data, one string per event (``data`` lines joined with ``\\n``); comments
+    and the ``id``/``retry`` fields are skipped, an ``event:`` name other than
+    ``message`` is kept as ``(name, data)``.
+    """
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._line = ""
+        self._cr = False  # the last character was a CR: a following LF ends nothing
+        self._data: list[str] = []
+        self._event = ""
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        """The events completed by ``data``, as ``(event name, data)``."""
+        text = self._utf8.decode(data)
+        events: list[tuple[str, str]] = []
+        start = 0
+        for i, ch in enumerate(text):
+            if ch == "\n" and self._cr:
+                self._cr = False
+                start = i + 1
+                continue
+            self._cr = False
+            if ch == "\r" or ch == "\n":
+                self._cr = ch == "\r"
+                self._line_done(self._line + text[start:i], events)
+                self._line = ""
+                start = i + 1
+        self._line += text[start:]
+        return events
+
+    def _line_done(self, line: str, events: list[tuple[str, str]]) -> None:
+        if not line:
+            if self._data:
+                events.append((self._event or "message", "\n".join(self._data)))
+            self._data = []
+            self._event = ""
+            return
+        if line.startswith(":"):
+            return
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+
+
+def decode_json(text: str, what: str) -> Any:
+    """``json.loads`` with a :class:`ModelError` for text that is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ModelError(f"the model's {what} is not JSON: {text[:200]!r}") from None
+
+
+def retry_delay(headers: Mapping[str, str] | None, retries_done: int, max_retries: int) -> float:
+    """Seconds to wait before the next try, as the ``openai`` package computes it:
+    the server's ``retry-after-ms`` or ``retry-after`` when it is within 60 s,
+    else ``0.5 * 2**n`` capped at 8 s, less up to 25 % jitter."""
+    if headers is not None:
+        wait: float | None = None
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            try:
+                wait = float(ms) / 1000
+            except ValueError:
+                wait = None
+        if wait is None and (after := headers.get("retry-after")) is not None:
+            try:
+                wait = float(after)
+            except ValueError:
+                parsed = email.utils.parsedate_tz(after)
+                if parsed is not None:
+                    wait = email.utils.mktime_tz(parsed) - time.time()
+        if wait is not None and 0 < wait <= 60:
+            return wait
+    n = min(retries_done, max_retries)
+    delay = min(INITIAL_RETRY_DELAY * 2.0**n, MAX_RETRY_DELAY)
+    return float(delay * (1 - 0.25 * random.random()))
+
+
+def should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    """Whether a refused request is worth trying again (``x-should-retry`` first)."""
+    hint = headers.get("x-should-retry")
+    if hint == "true":
+        return True
+    if hint == "false":
+        return False
+    return status in (408, 409, 429) or status >= 500
+
+
+def bad_request(message: str) -> SubagentError:
+    """An ``INVALID_ARGUMENT`` for a configuration the client cannot use."""
+    return SubagentError(message, code=ErrorCode.INVALID_ARGUMENT)

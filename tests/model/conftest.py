@@ -1,0 +1,25 @@
+"""Fixtures of the model tests: a loopback fake OpenAI server and a runtime per backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from subagents.actors import Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import FakeOpenAI
+from subagents.store import MemoryStore
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    """A fake ``/v1/chat/completions`` on 127.0.0.1, stopped (threads joined) afterwards."""
+    with FakeOpenAI(api_key="test-key") as server:
+        yield server
+
+
+@pytest.fixture
+def rt(backend: Backend) -> Iterator[Runtime]:
+    """A runtime on an in-memory store (cold resume works), on the backend under test."""
+    with Runtime(MemoryStore(), backend=backend) as runtime:
+        yield runtime

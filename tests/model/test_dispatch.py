@@ -1,0 +1,325 @@
+"""The model-facing subagent tools and their dispatcher (issue 16 point 1; R-FUP-2,
+R-INT-6, R-REP-2, R-CAP-4/5, R-SETUP-7, R-LIST-1/18/19): JSON-schema definitions,
+arguments validated against them, every authority rule of the service unchanged, a
+refused call returned as a tool result with its error code, tool filter and persona."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+import pytest
+from subagents.actors import (
+    SUBAGENT_TOOLS,
+    AbortController,
+    AgentOptions,
+    ContinuableStartSpec,
+    ModelTool,
+    Runtime,
+    ToolDispatcher,
+    Turn,
+)
+from subagents.actors.testing import Block, Gate, ScriptedBehaviour, wait_quiescent
+from subagents.protocol import ErrorCode, MessageSource, SubagentError
+
+Calls = list[tuple[str, Any]]
+
+
+def _caller(
+    rt: Runtime, dispatcher: ToolDispatcher, name: str = "caller"
+) -> tuple[list[Any], Callable[[int], bool]]:
+    """Register model ``name``: each turn's content is a list of (tool, arguments) to
+    dispatch; each turn's results go to the returned list, and ``wait_turns(n)``
+    waits (on either backend) until ``n`` turns ran."""
+    seen: list[Any] = []
+    ran = [AbortController() for _ in range(64)]
+
+    def behaviour(turn: Turn) -> Any:
+        if isinstance(turn.content, list):
+            results = [dispatcher.dispatch(turn, n, a) for n, a in turn.content]
+        else:
+            results = turn.content
+        seen.append(results)
+        ran[len(seen) - 1].abort("ran")
+        return "ok"
+
+    rt.models.register(name, lambda _o: behaviour)
+    return seen, lambda n: ran[n - 1].signal.wait(10)
+
+
+def _run(rt: Runtime, agent: Any, calls: Calls, seen: list[Any]) -> list[Any]:
+    before = len(seen)
+    agent.followup(calls)
+    assert agent.wait_idle(10)
+    assert len(seen) == before + 1
+    return list(seen[-1])
+
+
+def test_definitions_are_valid_json_schema_function_tools() -> None:
+    assert list(SUBAGENT_TOOLS) == [
+        "delegate",
+        "start_agent",
+        "send_message",
+        "interrupt",
+        "report",
+        "list_agents",
+    ]
+    for tool in SUBAGENT_TOOLS.values():
+        jsonschema.Draft202012Validator.check_schema(tool.parameters)
+        assert tool.parameters["type"] == "object"
+        assert tool.description
+
+
+def test_filter_and_parent_decide_what_an_agent_sees(rt: Runtime) -> None:
+    """A top-level agent is not shown ``report``; a tool filter hides the rest."""
+    dispatcher = ToolDispatcher()
+    shown: list[list[str]] = []
+
+    def behaviour(turn: Turn) -> Any:
+        shown.append([d["function"]["name"] for d in dispatcher.definitions(turn)])
+        return "ok"
+
+    rt.models.register("look", lambda _o: behaviour)
+    top = rt.spawn("look")
+    top.followup("x")
+    assert top.wait_idle(10)
+    assert shown[-1] == ["delegate", "start_agent", "send_message", "interrupt", "list_agents"]
+    narrow = rt.spawn(
+        "look", options=AgentOptions(tool_filter=("delegate", "report", "list_agents"))
+    )
+    narrow.followup("x")
+    assert narrow.wait_idle(10)
+    assert shown[-1] == ["delegate", "list_agents"]
+    child = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=top, provider="local", prompt="x", label="c", model="look")
+    )
+    assert child.child_id
+    assert wait_quiescent(rt)
+    assert shown[-1] == [
+        "delegate",
+        "start_agent",
+        "send_message",
+        "interrupt",
+        "report",
+        "list_agents",
+    ]
+
+
+def test_refusals_come_back_as_tool_results(rt: Runtime) -> None:
+    dispatcher = ToolDispatcher()
+    seen, _ = _caller(rt, dispatcher)
+    agent = rt.spawn(
+        "caller", options=AgentOptions(tool_filter=("delegate", "send_message", "interrupt"))
+    )
+    gate = Gate("someone else's child")
+    rt.models.register("held", lambda _o: ScriptedBehaviour([Block(gate)]))
+    other = rt.spawn("echo")
+    foreign = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=other, provider="local", prompt="x", label="f", model="held")
+    ).child_id
+    assert gate.wait_reached(10)  # resident: the interrupt's authority is checked
+    results = _run(
+        rt,
+        agent,
+        [
+            ("delegate", '{"prompt": '),  # invalid JSON
+            ("delegate", {"prompt": 3}),  # schema: not a string
+            ("delegate", {"prompt": "x", "colour": "red"}),  # schema: extra property
+            ("start_agent", {"prompt": "x", "label": "l"}),  # filtered out
+            ("no_such_tool", {}),
+            ("send_message", {"id": str(foreign), "content": "hi"}),  # not its child
+            ("interrupt", {"id": str(foreign)}),  # not its descendant
+            ("delegate", {"prompt": "x", "provider": "nowhere"}),
+            ("delegate", {"prompt": "x", "model": "no-such-model"}),
+            ("send_message", {"id": "not-an-id", "content": "hi"}),
+        ],
+        seen,
+    )
+    codes = [r["error"]["code"] for r in results]
+    assert codes == [
+        ErrorCode.INVALID_ARGUMENT,
+        ErrorCode.INVALID_ARGUMENT,
+        ErrorCode.INVALID_ARGUMENT,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.INVALID_ARGUMENT,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.PROVIDER_NOT_FOUND,
+        ErrorCode.MODEL_NOT_FOUND,
+        ErrorCode.INVALID_ARGUMENT,
+    ]
+    assert "not valid JSON" in results[0]["error"]["message"]
+    assert "prompt" in results[1]["error"]["message"]
+    assert all(isinstance(r["error"]["message"], str) for r in results)
+    # The turn ended normally: a refusal never ends it.
+    assert rt.sessions.turn_ends(agent.session_id)[-1].stop_reason == "completed"
+    gate.release()
+
+
+def test_report_is_refused_to_a_one_shot_child(rt: Runtime) -> None:
+    """R-REP-2 unchanged: a one-shot child has a parent but cannot report."""
+    dispatcher = ToolDispatcher()
+    seen, _ = _caller(rt, dispatcher)
+    rt.models.register(
+        "boss",
+        lambda _o: (
+            lambda turn: turn.subagents.delegate(
+                "local", [("report", {"content": "hi"})], model="caller"
+            )
+        ),
+    )
+    parent = rt.spawn("boss")
+    parent.followup("go")
+    assert parent.wait_idle(10)
+    assert rt.sessions.turn_ends(parent.session_id)[-1].stop_reason == "completed"
+    assert seen[0][0]["error"]["code"] == ErrorCode.UNAUTHORIZED
+
+
+def test_delegate_waits_and_passes_persona_and_tools(rt: Runtime) -> None:
+    dispatcher = ToolDispatcher()
+    seen, _ = _caller(rt, dispatcher)
+    options: list[Any] = []
+
+    def child(turn: Turn) -> Any:
+        options.append((turn.persona, turn.agent.options.tool_filter))
+        return f"did {turn.content}"
+
+    rt.models.register("child", lambda _o: child)
+    agent = rt.spawn("caller", options=AgentOptions(tool_filter=("delegate", "list_agents")))
+    args = {
+        "prompt": "sum",
+        "model": "child",
+        "persona": "You add numbers.",
+        "tools": ["list_agents", "start_agent"],
+        "label": "adder",
+    }
+    (result,) = _run(rt, agent, [("delegate", args)], seen)
+    assert result["stop_reason"] == "completed" and result["output"] == "did sum"
+    # The service narrows the child's filter to the parent's: never more tools.
+    assert options == [("You add numbers.", ("list_agents",))]
+
+
+def test_delegate_in_the_background_delivers_its_result_as_a_message(rt: Runtime) -> None:
+    dispatcher = ToolDispatcher()
+    seen, wait_turns = _caller(rt, dispatcher)
+    gate = Gate("background child")
+    rt.models.register("slow", lambda _o: ScriptedBehaviour([Block(gate)]))
+    agent = rt.spawn("caller")
+    (started,) = _run(
+        rt, agent, [("delegate", {"prompt": "p", "model": "slow", "background": True})], seen
+    )
+    assert started["status"] == "running"
+    assert gate.wait_reached(10)
+    gate.release()
+    # The result arrives as the agent's next turn, from the run's id as a child.
+    assert wait_turns(2) and agent.wait_idle(10)
+    events = [r.event for r in rt.sessions.read(agent.session_id)]
+    delivered = [e for e in events if getattr(e, "content", None) and isinstance(e.content, dict)]
+    assert delivered, events
+    result = delivered[-1].content["delegate_result"]
+    assert result["id"] == started["id"] and result["stop_reason"] == "completed"
+    assert delivered[-1].source == MessageSource(kind="child", session_id=started["id"])
+    # Settled runs are disposed on the dispatcher's next call for the agent.
+    _run(rt, agent, [("list_agents", {})], seen)
+    assert seen[-1][0]["agents"][0]["id"] == started["id"]
+
+
+def test_start_agent_send_message_interrupt_and_list(rt: Runtime) -> None:
+    dispatcher = ToolDispatcher()
+    seen, _ = _caller(rt, dispatcher)
+    gate = Gate("grandchild")
+    rt.models.register(
+        "worker",
+        lambda _o: ScriptedBehaviour(
+            per_turn=[[], [Block(gate)]],
+        ),
+    )
+    root = rt.spawn("caller")
+    (started,) = _run(
+        rt, root, [("start_agent", {"prompt": "first", "label": "w", "model": "worker"})], seen
+    )
+    cid = started["id"]
+    assert rt.agents.get(cid) is None or rt.agents.get(cid).wait_idle(10)
+    (sent,) = _run(rt, root, [("send_message", {"id": cid, "content": "second"})], seen)
+    assert sent["delivered"] == "queued" and len(sent["message_id"]) == 32
+    assert gate.wait_reached(10)
+    listed, interrupted = _run(
+        rt, root, [("list_agents", {"scope": "descendants"}), ("interrupt", {"id": cid})], seen
+    )
+    row = listed["agents"][0]
+    assert (row["id"], row["label"], row["mode"], row["state"]) == (
+        cid,
+        "w",
+        "continuable",
+        "running",
+    )
+    assert row["parent_id"] == str(root.session_id) and row["depth"] == 1
+    assert interrupted == {"interrupt": "accepted", "id": cid}
+    child = rt.agents.get(cid)
+    if child is not None:
+        assert child.wait_idle(10)
+    ends = rt.sessions.turn_ends(cid)
+    assert [e.stop_reason for e in ends] == ["completed", "cancelled"]
+
+
+def test_extra_tools_are_validated_and_their_failures_returned(rt: Runtime) -> None:
+    def lookup(turn: Turn, key: str) -> Any:
+        if key == "boom":
+            raise RuntimeError("lookup broke")
+        return {"value": key.upper()}
+
+    tool = ModelTool(
+        "Look a key up.",
+        {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+        lookup,
+    )
+    dispatcher = ToolDispatcher(tools=["list_agents"], extra={"lookup": tool})
+    seen, _ = _caller(rt, dispatcher)
+    agent = rt.spawn("caller")
+    results = _run(
+        rt,
+        agent,
+        [("lookup", {"key": "a"}), ("lookup", {}), ("lookup", '{"key": "boom"}'), ("delegate", {})],
+        seen,
+    )
+    assert results[0] == {"value": "A"}
+    assert results[1]["error"]["code"] == ErrorCode.INVALID_ARGUMENT
+    assert results[2]["error"]["code"] == ErrorCode.INTERNAL
+    assert "lookup broke" in results[2]["error"]["message"]
+    assert results[3]["error"]["code"] == ErrorCode.INVALID_ARGUMENT  # not offered
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"tools": ["fly"]},
+        {"extra": {"delegate": ModelTool("x", {"type": "object"}, print)}},
+        {"extra": {"t": ModelTool("x", {"type": "object"}, None)}},
+        {"extra": {"t": ModelTool("x", {"type": 12}, print)}},
+    ],
+)
+def test_bad_dispatcher_configuration(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(SubagentError) as err:
+        ToolDispatcher(**kwargs)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_cancelled_turn_ends_instead_of_returning_a_result(rt: Runtime) -> None:
+    dispatcher = ToolDispatcher()
+    gate = Gate("child")
+    rt.models.register("blocked", lambda _o: ScriptedBehaviour([Block(gate)]))
+    outcome: list[Any] = []
+
+    def behaviour(turn: Turn) -> Any:
+        outcome.append(dispatcher.dispatch(turn, "delegate", {"prompt": "p", "model": "blocked"}))
+        return "not reached"
+
+    rt.models.register("boss", lambda _o: behaviour)
+    agent = rt.spawn("boss")
+    agent.followup("go")
+    assert gate.wait_reached(10)
+    agent.cancel("stop")
+    assert agent.wait_idle(10)
+    end = rt.sessions.turn_ends(agent.session_id)[-1]
+    assert end.stop_reason == "cancelled"

@@ -1,0 +1,245 @@
+"""``openai_chat`` against the fake server over real HTTP, on both backends (issue 16
+point 2): persona as system prompt, history as messages, the tool-call loop with
+parallel calls and ``tool_call_id`` matching, streaming or not, retries on 429/5xx
+honouring ``retry-after-ms``, a timeout, cancellation aborting the request, token
+usage recorded on the turn's end."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from subagents.actors import AgentOptions, ContinuableStartSpec, Runtime, openai_chat
+from subagents.actors.testing import Answer, FakeCall, FakeOpenAI
+from subagents.protocol import ErrorCode, SubagentError, decode_event, encode_event
+
+FAST = {"retry-after-ms": "1"}
+
+
+def _register(rt: Runtime, fake: FakeOpenAI, name: str = "planner", **kw: Any) -> None:
+    kw.setdefault("api_key", "test-key")
+    rt.models.register(name, openai_chat("gpt-test", base_url=fake.base_url, **kw))
+
+
+def _turn(rt: Runtime, agent: Any, content: Any) -> Any:
+    agent.followup(content)
+    assert agent.wait_idle(20)
+    return rt.sessions.turn_ends(agent.session_id)[-1]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_tool_loop_with_parallel_calls(rt: Runtime, fake: FakeOpenAI, stream: bool) -> None:
+    rt.models.register("adder", lambda _o: lambda t: f"sum of {t.content}")
+    _register(rt, fake, stream=stream)
+    fake.script(
+        Answer(
+            tool_calls=[
+                FakeCall("delegate", {"prompt": "2+2 \U0001f600", "model": "adder"}, id="c_1"),
+                FakeCall("list_agents", {}, id="c_2"),
+            ],
+            split_utf8=True,
+            usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+        ),
+        Answer(content="It is 4.", usage={"prompt_tokens": 20, "completion_tokens": 4}),
+    )
+    agent = rt.spawn("planner", options=AgentOptions(persona="You plan."))
+    end = _turn(rt, agent, "what is 2+2?")
+    assert (end.stop_reason, end.output) == ("completed", "It is 4.")
+    assert end.usage == {"prompt_tokens": 27, "completion_tokens": 7, "total_tokens": 10}
+    first, second = fake.requests
+    assert first.body["model"] == "gpt-test"
+    assert first.body["messages"] == [
+        {"role": "system", "content": "You plan."},
+        {"role": "user", "content": "what is 2+2?"},
+    ]
+    assert first.tool_names == [
+        "delegate",
+        "start_agent",
+        "send_message",
+        "interrupt",
+        "list_agents",
+    ]
+    assert first.body.get("stream", False) is stream
+    tools = second.body["messages"][-2:]
+    assert [m["tool_call_id"] for m in tools] == ["c_1", "c_2"]
+    delegated = json.loads(tools[0]["content"])
+    assert delegated["output"] == "sum of 2+2 \U0001f600"
+    assert second.body["messages"][-3]["tool_calls"][0]["id"] == "c_1"
+
+
+def test_history_and_reports_become_messages(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake, system="Default system.")
+    fake.script(Answer(content="first answer"), Answer(content="second answer"))
+    agent = rt.spawn("planner")
+    _turn(rt, agent, "one")
+    _turn(rt, agent, {"k": "two"})
+    assert fake.requests[1].messages == [
+        {"role": "system", "content": "Default system."},
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "user", "content": '{"k": "two"}'},
+    ]
+
+
+def test_a_continuable_child_reports_through_the_tool(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake)
+    parent = rt.spawn("echo")
+    fake.script(
+        Answer(tool_calls=[FakeCall("report", {"content": "found it", "delivery": "quiet"})]),
+        Answer(content="reported"),
+    )
+    child = rt.subagents.start_continuable(
+        ContinuableStartSpec(
+            parent=parent, provider="local", prompt="look", label="c", model="planner"
+        )
+    ).child_id
+    assert fake.wait_requests(2)
+    assert "report" in fake.requests[0].tool_names
+    reply = json.loads(fake.requests[1].messages[-1]["content"])
+    assert len(reply["message_id"]) == 32
+    live = rt.agents.get(child)
+    assert live is None or live.wait_idle(10)
+
+
+def test_invalid_arguments_come_back_and_the_loop_goes_on(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake)
+    fake.script(
+        Answer(tool_calls=[FakeCall("delegate", '{"prompt": ')]),
+        Answer(tool_calls=[FakeCall("report", {"content": "x"})]),  # not shown to a root
+        Answer(content="gave up"),
+    )
+    agent = rt.spawn("planner")
+    end = _turn(rt, agent, "go")
+    assert end.output == "gave up"
+    errors = [json.loads(r.messages[-1]["content"])["error"]["code"] for r in fake.requests[1:]]
+    assert errors == [ErrorCode.INVALID_ARGUMENT, ErrorCode.UNAUTHORIZED]
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_retries_honour_retry_after(rt: Runtime, fake: FakeOpenAI, status: int) -> None:
+    _register(rt, fake)
+    fake.script(
+        Answer(status=status, error="busy", headers=FAST),
+        Answer(status=status, error="busy", headers=FAST),
+        Answer(content="third time"),
+    )
+    agent = rt.spawn("planner")
+    end = _turn(rt, agent, "go")
+    assert (end.stop_reason, end.output) == ("completed", "third time")
+    assert len(fake.requests) == 3
+
+
+def test_retries_run_out_and_the_turn_fails(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake, max_retries=1)
+    fake.script(*[Answer(status=429, error="rate limited", headers=FAST)] * 2)
+    agent = rt.spawn("planner")
+    end = _turn(rt, agent, "go")
+    assert end.stop_reason == "failed"
+    assert "MODEL_ERROR" in end.error and "429" in end.error and "rate limited" in end.error
+    assert len(fake.requests) == 2
+
+
+def test_a_client_error_is_not_retried(rt: Runtime, fake: FakeOpenAI) -> None:
+    rt.models.register(
+        "planner", openai_chat("gpt-test", base_url=fake.base_url, api_key="wrong-key")
+    )
+    agent = rt.spawn("planner")
+    end = _turn(rt, agent, "go")
+    assert end.stop_reason == "failed" and "401" in end.error
+    assert len(fake.requests) == 0  # refused before it was scripted: never counted
+
+
+def test_an_error_event_mid_stream_fails_the_turn(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake)
+    fake.script(Answer(content="half an answer", stream_error_after=2, error="overloaded"))
+    agent = rt.spawn("planner")
+    end = _turn(rt, agent, "go")
+    assert end.stop_reason == "failed" and "overloaded" in end.error
+
+
+def test_answers_without_ids(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake)
+    fake.script(
+        Answer(tool_calls=[FakeCall("list_agents")], omit_ids=True),
+        Answer(content="none", omit_ids=True),
+    )
+    agent = rt.spawn("planner")
+    assert _turn(rt, agent, "go").output == "none"
+
+
+def test_cancellation_aborts_the_http_request(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake)
+    fake.script(Answer(content="too late", stall=True))
+    agent = rt.spawn("planner")
+    agent.followup("go")
+    assert fake.wait_requests(1)
+    agent.cancel("stop thinking")
+    assert agent.wait_idle(10)
+    assert fake.wait_disconnects(1)  # the client hung up: the request was aborted
+    end = rt.sessions.turn_ends(agent.session_id)[-1]
+    assert end.stop_reason == "cancelled"
+
+
+def test_a_timeout_fails_the_turn(rt: Runtime, fake: FakeOpenAI) -> None:
+    _register(rt, fake, timeout=0.2, max_retries=0)
+    fake.script(Answer(content="never", stall=True))
+    agent = rt.spawn("planner")
+    end = _turn(rt, agent, "go")
+    assert end.stop_reason == "failed" and "TIMEOUT" in end.error
+    fake.release()
+
+
+def test_usage_is_durable(backend: Any, fake: FakeOpenAI, tmp_path: Any) -> None:
+    """``turn/end`` keeps the usage in the log; a turn without a model keeps none."""
+    with Runtime(str(tmp_path / "db.sqlite"), backend=backend) as rt:
+        _register(rt, fake)
+        fake.script(Answer(content="x", usage={"prompt_tokens": 5, "total_tokens": 9}))
+        agent = rt.spawn("planner")
+        _turn(rt, agent, "go")
+        echo = rt.spawn("echo")
+        _turn(rt, echo, "go")
+        sid, eid = agent.session_id, echo.session_id
+    with Runtime(str(tmp_path / "db.sqlite"), backend=backend) as rt:
+        assert rt.sessions.turn_ends(sid)[-1].usage == {"prompt_tokens": 5, "total_tokens": 9}
+        end = rt.sessions.turn_ends(eid)[-1]
+        assert end.usage is None
+        assert b"usage" not in encode_event(end)  # old logs keep their bytes
+        again = decode_event(encode_event(rt.sessions.turn_ends(sid)[-1]))
+        assert again.usage == {"prompt_tokens": 5, "total_tokens": 9}
+
+
+def test_configuration_from_the_environment(
+    rt: Runtime, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj_1")
+    rt.models.register("planner", openai_chat("gpt-test"))
+    fake.script(Answer(content="from env"))
+    agent = rt.spawn("planner")
+    assert _turn(rt, agent, "go").output == "from env"
+    assert fake.requests[0].headers["OpenAI-Project"] == "proj_1"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"model": ""},
+        {"model": "m", "base_url": "ftp://x"},
+        {"model": "m", "timeout": -1},
+        {"model": "m", "max_tool_rounds": -1},
+        {"model": "m", "tools": "all"},
+    ],
+)
+def test_bad_configuration(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(SubagentError) as err:
+        openai_chat(api_key="k", **kwargs)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_no_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(SubagentError) as err:
+        openai_chat("m")
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT and "OPENAI_API_KEY" in str(err.value)
