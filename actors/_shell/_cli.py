@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
         default="threading",
         help="actor runtime (default: %(default)s)",
     )
+    demo.add_argument(
+        "--model",
+        metavar="NAME",
+        help="let a model drive the tree through an OpenAI-compatible API (base URL and key "
+        "from OPENAI_BASE_URL and OPENAI_API_KEY); without it the demo is scripted and offline",
+    )
     tree = sub.add_parser(
         "tree",
         help="print the durable catalog of a database as a tree",
@@ -184,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from ._demo import run_demo
 
-            return run_demo(args.db, args.backend, console)
+            return run_demo(args.db, args.backend, console, args.model)
         if args.command == "show":
             return _show(args, console)
         if args.command == "tree":

@@ -11,7 +11,8 @@ The root has one well-known session id, so runs started at once on one new
 file build one tree: one creates the root, the others find it, wait for the
 lease of the run that holds it, and resume it.
 
-Every turn is scripted: no model is called, nothing sleeps to order things
+Every turn is scripted -- unless ``--model`` names a model to drive the tree
+(:mod:`._demo_model`): no model is called, nothing sleeps to order things
 (blocking points are :class:`~subagents.actors.testing.Gate` objects released by
 the demo itself).
 """
@@ -45,6 +46,8 @@ from subagents.protocol import (
     TurnStart,
     try_fold_subagent_descriptor,
 )
+
+from ._demo_model import register_models, run_model_first
 
 __all__ = ["run_demo"]
 
@@ -310,13 +313,13 @@ def _children(rt: Runtime, parent: SessionId) -> dict[str, SessionId]:
     return {h.label or "": h.id for h in _headers(rt) if h.parent_session == parent}
 
 
-def _resume_root(rt: Runtime, root_id: SessionId, console: Console) -> Any:
+def _resume_root(rt: Runtime, root_id: SessionId, console: Console, behaviour: Any) -> Any:
     """Resume the root, waiting (up to a minute) while another run holds it."""
     deadline = time.monotonic() + 60
     told = False
     while True:
         try:
-            return rt.agents.resume(root_id, behaviour=_lead)
+            return rt.agents.resume(root_id, behaviour=behaviour)
         except SubagentError as exc:
             if exc.code != ErrorCode.LEASE_HELD or time.monotonic() > deadline:
                 raise
@@ -326,7 +329,7 @@ def _resume_root(rt: Runtime, root_id: SessionId, console: Console) -> Any:
             rt.backend.sleep(0.1)
 
 
-def _second_run(rt: Runtime, root: Any, show: _Show) -> list[str]:
+def _second_run(rt: Runtime, root: Any, show: _Show, timeout: float = 30.0) -> list[str]:
     said: list[str] = []
     root_id = root.session_id
     show.step(f"resumed the root {ROOT_LABEL} from its session")
@@ -340,16 +343,25 @@ def _second_run(rt: Runtime, root: Any, show: _Show) -> list[str]:
         rt.subagents.followup(root, cid, "welcome back: what changed?")
         said.append(f"cold-resumed {label} from {prior} persisted events and followed up")
         show.step(f"cold-resumed {label} ({prior} prior events)")
-    show.wait(lambda: _quiet(rt), "the resumed turns")
+    show.wait(lambda: _quiet(rt), "the resumed turns", timeout)
     return said
 
 
-def run_demo(db: str, backend: str, console: Console | None = None) -> int:
-    """Run the demo on ``db``; returns a process exit code."""
+def run_demo(
+    db: str, backend: str, console: Console | None = None, model: str | None = None
+) -> int:
+    """Run the demo on ``db``; returns a process exit code.
+
+    With ``model`` the agents think through an OpenAI-compatible API (``OPENAI_BASE_URL``,
+    ``OPENAI_API_KEY``) instead of following a script (see :mod:`._demo_model`).
+    """
     console = console or Console()
     script = _Script()
     with Runtime(db, backend=backend) as rt:
-        _register(rt, script)
+        if model is None:
+            _register(rt, script)
+        else:
+            register_models(rt, model)
         # A tree an older demo made has a random root id: found by its label.
         older = [h.id for h in rt.agents.roots() if h.label == ROOT_LABEL and h.id != ROOT_ID]
         root = None
@@ -364,8 +376,13 @@ def run_demo(db: str, backend: str, console: Console | None = None) -> int:
         with show.live if console.is_terminal else contextlib.nullcontext():
             if previous:
                 console.print(f"found a demo tree in {db}: resuming it")
-                root = _resume_root(rt, older[-1] if older else ROOT_ID, console)
-                said = _second_run(rt, root, show)
+                lead = _lead if model is None else None  # None: the recorded model
+                root = _resume_root(rt, older[-1] if older else ROOT_ID, console, lead)
+                said = _second_run(rt, root, show, 30.0 if model is None else 600.0)
+            elif model is not None:
+                console.print(f"no demo tree in {db} yet: {model} builds one")
+                run_model_first(rt, root, show, _quiet)
+                said = []
             else:
                 console.print(f"no demo tree in {db} yet: building one")
                 _first_run(rt, root, script, show)
