@@ -83,12 +83,14 @@ from ._kernel import (
     Backend,
     check_runtime_arguments,
     check_timeout,
+    checked_clock,
     close_at_exit,
     closed,
     deliver_interrupt,
     get_backend,
     install_sigint,
     native_get_ident,
+    stamping_clock,
     threading_is_patched,
 )
 
@@ -113,7 +115,7 @@ class Runtime:
             :class:`~subagents.store.SessionStore` is used as given (and closed
             with the runtime).
         backend: ``"threading"`` or ``"gevent"`` (or a Backend).
-        clock: returns an aware UTC ``datetime``; inject one in tests.
+        clock: returns an aware UTC ``datetime`` (tests inject one), checked per call.
         default_providers: register the ``local`` and ``fork`` providers.
         projections: mount ``session_projections`` (listing needs it).
         keep_warm: seconds an idle continuable child stays resident before it
@@ -175,7 +177,7 @@ class Runtime:
         self._home_thread: int | None = (
             native_get_ident() if self.backend is GEVENT and not threading_is_patched() else None
         )
-        self.clock: Callable[[], _dt.datetime] = clock or _utcnow
+        self.clock: Callable[[], _dt.datetime] = _utcnow if clock is None else checked_clock(clock)
         self.store: SessionStore | None = open_store(store)
         durable = self.store is not None and self.store.durable
         leases = (
@@ -202,7 +204,7 @@ class Runtime:
                 backend=self.backend,
                 sessions=self.sessions,
                 tools=self.tools,
-                clock=self.clock,
+                clock=self.clock if clock is None else stamping_clock(self.clock),
                 check_thread=self._check_thread,
                 forget=self._forget,
                 leaving=self._leaving,

@@ -65,7 +65,7 @@ from ._events import (
 from ._frames import FrameDecoder
 from ._ids import MessageId, RunId, SessionId, new_message_id, new_run_id, new_session_id
 from ._limits import DEFAULT_LIMITS, Limits
-from ._time import micros
+from ._time import micros, storable_datetime
 from ._trusted import trusted_message, trusted_turn_end, trusted_turn_start
 from ._vocabulary import (
     ORIGINS,
@@ -154,6 +154,7 @@ __all__ = [
     "parse_descriptor_payload",
     "resolve_delegation_depth",
     "snapshot_subagent_descriptor",
+    "storable_datetime",
     "trusted_message",
     "trusted_turn_end",
     "trusted_turn_start",

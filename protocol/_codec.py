@@ -32,7 +32,7 @@ from ._errors import DecodeError, EncodeError
 from ._ids import MessageId, RunId, SessionId, _Id
 from ._limits import DEFAULT_LIMITS, Limits
 from ._scan import scan
-from ._time import storable
+from ._time import storable_datetime
 
 __all__ = [
     "EXT_CODES",
@@ -76,14 +76,14 @@ def _default(obj: Any) -> Any:
 
 def _check_shape(obj: Any, max_depth: int) -> None:
     """Refuse nesting deeper than ``max_depth``, containers used as map keys, and
-    datetimes the log could not read back (:func:`._time.storable`).
+    datetimes the log could not read back (:func:`._time.storable_datetime`).
 
     Tuples count as arrays (they pack as arrays). A container key would decode as
     an unhashable list. Exact types suffice: packing refuses other subclasses.
     """
     kind = type(obj)
     if kind is not dict and kind is not list and kind is not tuple:
-        if kind is _dt.datetime and not storable(obj):
+        if kind is _dt.datetime and not storable_datetime(obj):
             raise _unreadable(obj)
         return
     stack: list[tuple[Any, int]] = [(obj, 1)]
@@ -97,19 +97,19 @@ def _check_shape(obj: Any, max_depth: int) -> None:
                 kind = type(k)
                 if kind is dict or kind is list or kind is tuple:
                     raise EncodeError(f"a map key must not be a container, got {kind.__name__}")
-                if kind is _dt.datetime and not storable(k):
+                if kind is _dt.datetime and not storable_datetime(k):
                     raise _unreadable(k)
                 kind = type(v)
                 if kind is dict or kind is list or kind is tuple:
                     push((v, depth + 1))
-                elif kind is _dt.datetime and not storable(v):
+                elif kind is _dt.datetime and not storable_datetime(v):
                     raise _unreadable(v)
         else:
             for v in value:
                 kind = type(v)
                 if kind is dict or kind is list or kind is tuple:
                     push((v, depth + 1))
-                elif kind is _dt.datetime and not storable(v):
+                elif kind is _dt.datetime and not storable_datetime(v):
                     raise _unreadable(v)
 
 

@@ -202,14 +202,15 @@ ENVELOPE: Final = 512
 _VALUE_LIMITS: Final = Limits(max_buffer_size=DEFAULT_LIMITS.max_buffer_size - ENVELOPE)
 
 
-def check_value(value: Any) -> None:
+def check_value(value: Any, within: int = 1) -> None:
     """Refuse a free-form value -- a message's or a report's content, a prompt -- that
     the event carrying it could not hold, by the rules :func:`encode_event` applies:
-    it sits one level inside the event's map, and the frame keeps :data:`ENVELOPE`
-    bytes for the rest of the map. ``ENCODE_ERROR``, before anything is accepted;
-    also where nothing is encoded yet (a memory store, relaxed durability)."""
+    it sits ``within`` levels inside its record (1: an event's map), and the frame
+    keeps :data:`ENVELOPE` bytes for the rest of the record. ``ENCODE_ERROR``, before
+    anything is accepted; also where nothing is encoded yet (a memory store,
+    relaxed durability)."""
     if type(value) in _SHAPED:
-        check_shape(value, DEFAULT_LIMITS.max_depth - 1)
+        check_shape(value, DEFAULT_LIMITS.max_depth - within)
     pack_shaped(value, _VALUE_LIMITS)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ._errors import DecodeError
 from ._ids import MessageId, SessionId
-from ._time import storable
+from ._time import storable_datetime
 from ._vocabulary import SOURCE_KINDS, Checker, MessageSource
 
 __all__ = [
@@ -67,7 +67,7 @@ def nonneg_integer(v: Any) -> int:
 
 
 def utc_datetime(v: Any) -> _dt.datetime:
-    if not isinstance(v, _dt.datetime) or not storable(v):
+    if not isinstance(v, _dt.datetime) or not storable_datetime(v):
         raise fail("aware datetime within the UTC range", v)
     return v
 

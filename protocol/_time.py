@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-__all__ = ["micros", "storable"]
+__all__ = ["micros", "storable_datetime"]
 
 
 def micros(delta: _dt.timedelta) -> int:
@@ -12,7 +12,7 @@ def micros(delta: _dt.timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def storable(value: _dt.datetime) -> bool:
+def storable_datetime(value: _dt.datetime) -> bool:
     """Whether a log holds ``value`` and reads it back: aware, with a UTC time a
     ``datetime`` can hold (msgpack's Timestamp is read back as UTC). Never raises:
     a ``tzinfo`` whose ``utcoffset`` raises or says None makes it False."""

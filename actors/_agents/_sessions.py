@@ -224,10 +224,19 @@ class SessionService(Acceptance, SessionReads):
             if self._writer.inline:
                 live._write_inline(self._writer)  # the log through seq first
             seq = live.next_seq - 1
-            if seq >= 0:
-                live.last_ticket = self._writer.submit(
-                    "checkpoint", live.id, (seq, pack({"v": 1, "seq": seq, **state}))
+            if seq < 0:
+                return
+            try:
+                data = pack({"v": 1, "seq": seq, **state})
+            except SubagentError as exc:  # never breaks a release: resume refolds the log
+                logger.error(
+                    "no checkpoint of %s: %s (its resume refolds the log; quiet reports kept"
+                    " for its next turn stay only in a strict inbox)",
+                    live.id,
+                    exc,
                 )
+                return
+            live.last_ticket = self._writer.submit("checkpoint", live.id, (seq, data))
 
     def cache_projection(
         self, live: LiveSession, unit: str, seq: int, value: Any, *, shaped: bool = False

@@ -52,8 +52,9 @@ def interrupt(
     if verdict is None:
         return
     agent, kind, by = verdict
+    at = clock()  # INVALID_ARGUMENT from a bad clock before anything changed
     agent.cancel("interrupted", keep_inbox=True)
-    event = InterruptEvent(at=clock(), cause="interrupted", authority=kind, by_session=by)
+    event = InterruptEvent(at=at, cause="interrupted", authority=kind, by_session=by)
     with contextlib.suppress(SubagentError):  # the child left residency meanwhile
         sessions.append(agent.session, (event,))
 

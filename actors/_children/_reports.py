@@ -83,7 +83,9 @@ def report_from(
         raise bad("delivery is 'quiet' or 'waking'")
     if signal is not None and not isinstance(signal, AbortSignal):
         raise bad("signal must be an AbortSignal")
-    check_value(content)  # refuse what the log cannot hold before anything is accepted
+    # Refuse what the log cannot hold before anything is accepted; a quiet report may
+    # wait for the parent's next turn in its checkpoint (map, context list, entry).
+    check_value(content, 3 if delivery == "quiet" else 1)
     (signal or _NEVER).raise_if_aborted()
     act = index.get(child.session_id)
     if act is None or act.agent is not child or act.phase not in MAY_REPORT or not is_live(child):

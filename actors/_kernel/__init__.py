@@ -20,7 +20,7 @@ from ._backend import (
     get_backend,
     threading_is_patched,
 )
-from ._checks import check_runtime_arguments, check_timeout
+from ._checks import check_runtime_arguments, check_timeout, checked_clock, stamping_clock
 from ._dispatch import DispatchBox, Dispatcher
 from ._doorbell import Doorbell, ring
 from ._exit import close_at_exit, closed, deliver_interrupt, install_sigint
@@ -53,6 +53,7 @@ __all__ = [
     "actor_class",
     "check_runtime_arguments",
     "check_timeout",
+    "checked_clock",
     "close_at_exit",
     "closed",
     "current_backend",
@@ -61,5 +62,6 @@ __all__ = [
     "install_sigint",
     "native_get_ident",
     "ring",
+    "stamping_clock",
     "threading_is_patched",
 ]

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+import logging
 import math
+from collections.abc import Callable
 
-from subagents.protocol import ErrorCode, SubagentError
+from subagents.protocol import ErrorCode, SubagentError, storable_datetime
 
-__all__ = ["check_runtime_arguments", "check_timeout"]
+__all__ = ["check_runtime_arguments", "check_timeout", "checked_clock", "stamping_clock"]
+
+logger = logging.getLogger("subagents")
+
+Clock = Callable[[], _dt.datetime]
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:
@@ -64,3 +71,50 @@ def check_runtime_arguments(
         )
     if clock is not None and not callable(clock):
         raise SubagentError("clock must be callable", code=ErrorCode.INVALID_ARGUMENT)
+
+
+def checked_clock(clock: Clock) -> Clock:
+    """``clock`` whose every value is checked as the log checks a time: an aware
+    ``datetime`` the log reads back (``protocol.storable_datetime``).
+
+    Raises (the returned clock):
+        SubagentError: ``INVALID_ARGUMENT`` for another value, or when ``clock``
+            raises -- so a call that stamps what it creates (a session's header)
+            refuses before anything is created.
+    """
+
+    def now() -> _dt.datetime:
+        try:
+            value = clock()
+        except Exception as exc:
+            raise SubagentError(
+                f"the runtime's clock raised {type(exc).__name__}", code=ErrorCode.INVALID_ARGUMENT
+            ) from exc
+        if type(value) is not _dt.datetime or not storable_datetime(value):
+            raise SubagentError(
+                f"the runtime's clock returned a {type(value).__name__} the log cannot hold"
+                " (a clock returns an aware datetime within the UTC range)",
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
+        return value
+
+    return now
+
+
+def stamping_clock(checked: Clock) -> Clock:
+    """For the times nobody waits on (a turn's start and end, a resume's repair): the
+    system's UTC time stands in for a value ``checked`` refuses, so the turn is
+    recorded and the session goes on; said once, as a warning."""
+    said = False
+
+    def now() -> _dt.datetime:
+        nonlocal said
+        try:
+            return checked()
+        except SubagentError as exc:
+            if not said:
+                said = True
+                logger.warning("%s; the system's UTC time stands in", exc)
+            return _dt.datetime.now(_dt.UTC)
+
+    return now
