@@ -82,7 +82,7 @@ class FakeOpenAI:
         class Handler(_Handler):
             owner = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -180,8 +180,14 @@ def _echo(request: FakeRequest) -> Answer:
     return Answer(content=f"echo: {last}")
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up (an aborted request) is part of the script
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once, as a real server's
     owner: FakeOpenAI
 
     def log_message(self, format: str, *args: Any) -> None:

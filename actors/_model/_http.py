@@ -224,16 +224,24 @@ class ChatSession:
     def _read_stream(self, response: httpx.Response) -> Completion:
         decoder = SSEDecoder()
         acc = ChunkAccumulator()
+        done = False
         for data in response.iter_bytes():
             for event, text in decoder.feed(data):
+                if done:
+                    continue
                 if text == "[DONE]":
-                    return acc.completion()
+                    # Read on to the end of the body: the connection then goes back to
+                    # the pool for the turn's next call instead of being reset.
+                    done = True
+                    continue
                 chunk = decode_json(text, "stream chunk")
                 if event == "error":
                     raise error_from_body(None, chunk)
                 acc.add(chunk)
         if self._signal.aborted:
             raise self._cancelled()
+        if done:
+            return acc.completion()
         if acc.chunks == 0:
             raise ModelError("the model's stream ended before any chunk")
         return acc.completion()
