@@ -243,3 +243,19 @@ def test_no_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SubagentError) as err:
         openai_chat("m")
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and "OPENAI_API_KEY" in str(err.value)
+
+
+def test_a_waiting_request_stalls_no_one(rt: Runtime, fake: FakeOpenAI) -> None:
+    """On gevent the HTTP call runs in the hub's threadpool: while one agent waits for
+    its model, another agent's turns run (on threads, trivially)."""
+    _register(rt, fake)
+    fake.script(Answer(content="at last", stall=True))
+    thinker = rt.spawn("planner")
+    thinker.followup("go")
+    assert fake.wait_requests(1)
+    other = rt.spawn("echo")
+    assert _turn(rt, other, "still running").output == "still running"
+    assert not thinker.idle
+    fake.release()
+    assert thinker.wait_idle(10)
+    assert rt.sessions.turn_ends(thinker.session_id)[-1].output == "at last"
