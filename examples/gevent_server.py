@@ -6,9 +6,10 @@ Run::
     python examples/gevent_server.py --db postgresql://user@host/db --port 8080
 
 It binds 127.0.0.1 unless told otherwise (``--host``). With ``--token`` every
-request must carry ``Authorization: Bearer SECRET`` (else 401). A client is named
-by its ``X-Client-Id`` header (default ``default``) and may address only the
-agents its own requests created (others answer 404, as if absent).
+request must carry ``Authorization: Bearer SECRET`` (else 401, saying whether the
+header is missing, malformed or holds a wrong token). A client is named by its
+``X-Client-Id`` header (default ``default``) and may address only the agents its
+own requests created (others answer 404, as if absent).
 
 Endpoints (JSON in, JSON out; errors are ``{"error": {"code", "message"}}`` with a
 4xx status, never a 500 for a bad request):
@@ -18,21 +19,39 @@ method   path                                        does
 =======  ==========================================  ===================================
 POST     /agents                                     create a top-level agent ``{label}``
 GET      /agents                                     this client's top-level agents
-POST     /agents/{id}/messages                       ``{content}`` to the agent itself
-                                                     -> ``{message_id}``
+POST     /agents/{id}/messages                       ``{content, message_id?}`` to the agent
+                                                     itself -> ``{message_id}``
 POST     /agents/{id}/children                       start a continuable child
                                                      ``{prompt, label, model?}``
-POST     /agents/{id}/children/{child}/followup      ``{content}`` -> ``{message_id}``
+POST     /agents/{id}/children/{child}/followup      ``{content, message_id?}`` -> ``{message_id}``
 POST     /agents/{id}/children/{child}/interrupt     interrupt the child's current turn
-POST     /agents/{id}/children/{child}/report        the child reports ``{content, delivery}``
+POST     /agents/{id}/children/{child}/report        the child reports ``{content, delivery?,
+                                                     message_id?}`` -> ``{message_id}``
+GET      /agents/{id}/children/{child}/reports/{m}   the report's receipt (``status``, ``turn``)
 GET      /agents/{id}/children                       ``list_children``
 GET      /agents/{id}/descendants                    ``list_descendants``
 GET      /sessions/{id}                              the session's events
 GET      /events?limit=N                             streams ``subagent/start|end`` as JSON lines
+GET      /stats                                      live agents, idle disposals
 =======  ==========================================  ===================================
+
+Bodies are read by ``Content-Length`` or chunked (at most 1 MB, else 413) and
+parsed as strict JSON: ``NaN``, ``Infinity`` and ``1e400`` are refused (400).
+Responses are standard JSON, and connections keep alive without Nagle's delay
+(``TCP_NODELAY``). Those HTTP details live in ``gevent_server_http.py``; the
+ownership table and idle disposal in ``gevent_server_state.py``.
 
 No monkey-patching: pywsgi serves on gevent's own sockets, and the runtime's
 actors are greenlets of the same hub.
+
+Idle agents are disposed: a top-level agent no request is using, idle (no turn
+running or queued) for ``--idle-timeout`` seconds (default 30), leaves memory,
+and so do the least recently used idle ones while more than ``--max-live``
+(default 1000) are live. Nothing is lost: its session is in the store, and the
+next request for it resumes it (from the model it recorded). A continuable child
+settles on its own as soon as it is idle. A report from a child reaches its
+parent whether either is live (``report_from`` by the child's id: a parent that
+is not live keeps it in its durable inbox; a waking report activates it).
 
 Restarts lose nothing: sessions live in the store, top-level agents record their
 model (a request resumes one that is not live), and which client created which
@@ -51,23 +70,29 @@ by ``NOTIFY``), once, whichever worker the client asked.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import re
 import signal
-import sqlite3
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import gevent
 import gevent.event
 import gevent.queue
-from gevent.pywsgi import WSGIServer
-from subagents.actors import ContinuableStartSpec, Runtime, SubagentEvent, UserAuthority
+from gevent_server_http import (
+    HttpError,
+    NoDelayServer,
+    Start,
+    check_bearer,
+    dumps,
+    error,
+    read_json,
+    respond,
+)
+from gevent_server_state import IdleAgents, Owners
+from subagents.actors import Agent, ContinuableStartSpec, Runtime, SubagentEvent, UserAuthority
 from subagents.protocol import ErrorCode, SessionId, SubagentError, event_to_wire
-
-Start = Callable[[str, list[tuple[str, str]]], Any]
 
 _STATUS = {
     ErrorCode.UNAUTHORIZED: 403,
@@ -82,108 +107,50 @@ _STATUS = {
 }
 
 
-class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.hex()
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return str(value)
-
-
 def worker(turn: Any) -> Any:
     """The default child model: acknowledges each message."""
     return f"{turn.agent.label} handled {turn.content!r}"
-
-
-class Owners:
-    """Which client created which session, kept in SQLite beside the session store
-    (``None``: in memory, for a memory runtime), or -- given a connection -- in a
-    table of a PostgreSQL store's schema (``PostgresStore.connect()``)."""
-
-    def __init__(self, path: str | None, *, connection: Any = None) -> None:
-        self._db: Any = connection
-        # psycopg spells its placeholders %s, sqlite3 ?.
-        self._mark = "%s" if connection is not None else "?"
-        if connection is None:
-            self._db = sqlite3.connect(path or ":memory:", isolation_level=None, timeout=30)
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS owners"
-            " (session_id TEXT PRIMARY KEY, client TEXT NOT NULL, root INTEGER NOT NULL)"
-        )
-        self._lock = threading.Lock()
-
-    def _sql(self, sql: str) -> str:
-        return sql.replace("?", self._mark)
-
-    def add(self, session_id: str, client: str, *, root: bool) -> None:
-        with self._lock:
-            self._db.execute(
-                self._sql("INSERT INTO owners VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
-                (session_id, client, int(root)),
-            )
-
-    def get(self, session_id: str) -> str | None:
-        with self._lock:
-            row = self._db.execute(
-                self._sql("SELECT client FROM owners WHERE session_id = ?"),
-                (session_id,),
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def roots(self, client: str) -> set[str]:
-        with self._lock:
-            rows = self._db.execute(
-                self._sql("SELECT session_id FROM owners WHERE client = ? AND root = 1"),
-                (client,),
-            ).fetchall()
-        return {r[0] for r in rows}
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 class App:
     """The WSGI application: routes, auth, ownership, error mapping."""
 
     def __init__(
-        self, runtime: Runtime, token: str | None = None, owners: Owners | None = None
+        self,
+        runtime: Runtime,
+        token: str | None = None,
+        owners: Owners | None = None,
+        *,
+        idle_timeout: float = 30.0,
+        max_live: int = 1000,
     ) -> None:
         self.rt = runtime
         self.token = token
         self.owners = owners if owners is not None else Owners(None)
+        self.idle = IdleAgents(runtime, idle_timeout=idle_timeout, max_live=max_live)
         runtime.models.register("worker", lambda _options: worker, replace=True)
+        child = r"^/agents/(\w+)/children/(\w+)"
         self.routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = [
             ("POST", re.compile(r"^/agents$"), self.create_agent),
             ("GET", re.compile(r"^/agents$"), self.list_agents),
             ("POST", re.compile(r"^/agents/(\w+)/messages$"), self.message),
             ("POST", re.compile(r"^/agents/(\w+)/children$"), self.start_child),
-            ("POST", re.compile(r"^/agents/(\w+)/children/(\w+)/followup$"), self.followup),
-            ("POST", re.compile(r"^/agents/(\w+)/children/(\w+)/interrupt$"), self.interrupt),
-            ("POST", re.compile(r"^/agents/(\w+)/children/(\w+)/report$"), self.report),
+            ("POST", re.compile(child + r"/followup$"), self.followup),
+            ("POST", re.compile(child + r"/interrupt$"), self.interrupt),
+            ("POST", re.compile(child + r"/report$"), self.report),
+            ("GET", re.compile(child + r"/reports/(\w+)$"), self.receipt),
             ("GET", re.compile(r"^/agents/(\w+)/children$"), self.children),
             ("GET", re.compile(r"^/agents/(\w+)/descendants$"), self.descendants),
             ("GET", re.compile(r"^/sessions/(\w+)$"), self.session),
+            ("GET", re.compile(r"^/stats$"), self.stats),
         ]
 
     # -- plumbing ------------------------------------------------------------------
 
     def __call__(self, environ: dict[str, Any], start_response: Start) -> Iterable[bytes]:
         try:
-            self._authenticate(environ)
+            if self.token is not None:
+                check_bearer(environ, self.token)
             client = environ.get("HTTP_X_CLIENT_ID", "default")
             method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
             if method == "GET" and path == "/events":
@@ -191,68 +158,57 @@ class App:
             for verb, pattern, handler in self.routes:
                 match = pattern.match(path)
                 if match and verb == method:
-                    body = self._body(environ) if method == "POST" else {}
+                    body = read_json(environ) if method == "POST" else {}
                     result = handler(client, body, *match.groups())
-                    return self._respond(start_response, 200, result)
+                    return respond(start_response, 200, result)
             raise HttpError(404, "NOT_FOUND", f"no route {method} {path}")
         except HttpError as exc:
-            return self._respond(start_response, exc.status, _error(exc.code, str(exc)))
+            return respond(start_response, exc.status, error(exc.code, str(exc)), exc.headers)
         except SubagentError as exc:
             status = _STATUS.get(exc.code, 400)
-            return self._respond(start_response, status, _error(exc.code, str(exc)))
-
-    def _authenticate(self, environ: dict[str, Any]) -> None:
-        if self.token is None:
-            return
-        if environ.get("HTTP_AUTHORIZATION", "") != f"Bearer {self.token}":
-            raise HttpError(401, "UNAUTHENTICATED", "a bearer token is required")
-
-    @staticmethod
-    def _body(environ: dict[str, Any]) -> dict[str, Any]:
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "bad Content-Length") from None
-        if length > 1_000_000:
-            raise HttpError(413, ErrorCode.INVALID_ARGUMENT, "body too large")
-        raw = environ["wsgi.input"].read(length) if length else b""
-        try:
-            data = json.loads(raw or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "the body is not JSON") from None
-        if not isinstance(data, dict):
-            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "the body must be a JSON object")
-        return data
-
-    @staticmethod
-    def _respond(start_response: Start, status: int, payload: Any) -> list[bytes]:
-        body = json.dumps(_jsonable(payload)).encode()
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"}.get(
-            status, "Error"
-        )
-        start_response(
-            f"{status} {reason}",
-            [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
-        )
-        return [body]
+            return respond(start_response, status, error(exc.code, str(exc)))
 
     def _owned(self, client: str, session_id: str) -> str:
         if self.owners.get(session_id) != client:
             raise HttpError(404, ErrorCode.SESSION_NOT_FOUND, f"no session {session_id}")
         return session_id
 
-    def _agent(self, client: str, agent_id: str) -> Any:
-        """The live top-level agent, resumed here when it is not (after a restart)."""
+    def _child(self, client: str, agent_id: str, child_id: str) -> None:
+        """``child_id`` is this client's, and a child of ``agent_id``."""
         self._owned(client, agent_id)
-        agent = self.rt.agents.get(agent_id)
-        if agent is None:
-            try:
-                agent = self.rt.agents.resume(agent_id)
-            except SubagentError as exc:
-                agent = self.rt.agents.get(agent_id)  # resumed by a concurrent request
-                if exc.code != ErrorCode.SESSION_EXISTS or agent is None:
-                    raise
-        return agent
+        self._owned(client, child_id)
+        header = self.rt.sessions.header(SessionId(child_id))
+        if header is None or header.parent_session != agent_id:
+            raise HttpError(404, ErrorCode.SESSION_NOT_FOUND, f"no child {child_id} of {agent_id}")
+
+    @contextlib.contextmanager
+    def _agent(self, client: str, agent_id: str) -> Iterator[Agent]:
+        """The live top-level agent, held for the request: resumed when it is not
+        (disposed while idle, or after a restart)."""
+        self._owned(client, agent_id)
+        with self.idle.using(agent_id):
+            agent = self.rt.agents.get(agent_id)
+            if agent is None:
+                try:
+                    agent = self.rt.agents.resume(agent_id)
+                except SubagentError as exc:
+                    agent = self.rt.agents.get(agent_id)  # resumed by a concurrent request
+                    if exc.code != ErrorCode.SESSION_EXISTS or agent is None:
+                        raise
+            yield agent
+
+    @staticmethod
+    def _content(body: dict[str, Any]) -> Any:
+        if "content" not in body:
+            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "content is required")
+        return body["content"]
+
+    @staticmethod
+    def _message_id(body: dict[str, Any]) -> str | None:
+        message_id = body.get("message_id")
+        if message_id is not None and not isinstance(message_id, str):
+            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "message_id must be a string")
+        return message_id
 
     # -- handlers ----------------------------------------------------------------------
 
@@ -260,67 +216,72 @@ class App:
         label = body.get("label", "agent")
         agent = self.rt.spawn("echo", label=label if isinstance(label, str) else None)
         self.owners.add(agent.session_id, client, root=True)
+        self.idle.touch(agent.session_id)
         return {"session_id": agent.session_id}
 
     def list_agents(self, client: str, body: dict[str, Any]) -> Any:
-        mine = self.owners.roots(client)
+        headers = [self.rt.sessions.header(SessionId(s)) for s in self.owners.roots(client)]
+        found = sorted((h for h in headers if h is not None), key=lambda h: (h.created_at, h.id))
         return {
             "agents": [
-                {"session_id": h.id, "label": h.label, "created_at": h.created_at}
-                for h in self.rt.agents.roots()
-                if h.id in mine
+                {"session_id": h.id, "label": h.label, "created_at": h.created_at} for h in found
             ]
         }
 
     def message(self, client: str, body: dict[str, Any], agent_id: str) -> Any:
         self._owned(client, agent_id)
-        if "content" not in body:
-            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "content is required")
-        return {"message_id": self.rt.agents.send(agent_id, body["content"])}
+        content = self._content(body)
+        with self.idle.using(agent_id):  # sent wherever it lives; resumed here if nowhere
+            message_id = self.rt.agents.send(agent_id, content, message_id=self._message_id(body))
+        return {"message_id": message_id}
 
     def start_child(self, client: str, body: dict[str, Any], agent_id: str) -> Any:
-        agent = self._agent(client, agent_id)
-        spec = ContinuableStartSpec(
-            parent=agent,
-            provider="local",
-            prompt=body.get("prompt", ""),
-            label=body.get("label", "child"),
-            model=body.get("model", "worker"),
-        )
-        child_id, message_id = self.rt.subagents.start_continuable(spec)
+        with self._agent(client, agent_id) as agent:
+            spec = ContinuableStartSpec(
+                parent=agent,
+                provider="local",
+                prompt=body.get("prompt", ""),
+                label=body.get("label", "child"),
+                model=body.get("model", "worker"),
+            )
+            child_id, message_id = self.rt.subagents.start_continuable(spec)
         self.owners.add(child_id, client, root=False)
         return {"child_id": child_id, "message_id": message_id}
 
     def followup(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:
         self._owned(client, agent_id)
         self._owned(client, child_id)
-        if "content" not in body:
-            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "content is required")
-        message_id = body.get("message_id")
-        if message_id is not None and not isinstance(message_id, str):
-            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "message_id must be a string")
+        content, message_id = self._content(body), self._message_id(body)
         # By the parent's id: wherever the tree is live (here, or another worker).
-        message_id = self.rt.subagents.followup(
-            agent_id, child_id, body["content"], message_id=message_id
-        )
+        with self.idle.using(agent_id):
+            message_id = self.rt.subagents.followup(
+                agent_id, child_id, content, message_id=message_id
+            )
         return {"message_id": message_id}
 
     def interrupt(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:
-        self._agent(client, agent_id)
         self._owned(client, child_id)
-        self.rt.subagents.interrupt(child_id, UserAuthority(agent_id))
+        with self._agent(client, agent_id):
+            self.rt.subagents.interrupt(child_id, UserAuthority(agent_id))
         return {"interrupted": child_id}
 
     def report(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:
-        self._agent(client, agent_id)
-        self._owned(client, child_id)
-        child = self.rt.agents.get(child_id)
-        if child is None:
-            raise HttpError(409, ErrorCode.UNAUTHORIZED, "the child is not resident")
-        message_id = self.rt.subagents.report_from(
-            child, body.get("content", ""), delivery=body.get("delivery", "quiet")
-        )
+        """By the child's id: resident or settled, to a parent live or not (a parent
+        that is not live keeps it, and a waking report activates it)."""
+        self._child(client, agent_id, child_id)
+        content, message_id = self._content(body), self._message_id(body)
+        with self.idle.using(agent_id):
+            message_id = self.rt.subagents.report_from(
+                child_id, content, delivery=body.get("delivery", "quiet"), message_id=message_id
+            )
         return {"message_id": message_id}
+
+    def receipt(
+        self, client: str, body: dict[str, Any], agent_id: str, child_id: str, message_id: str
+    ) -> Any:
+        self._child(client, agent_id, child_id)
+        receipt = self.rt.subagents.report_receipt(child_id, message_id)
+        return {"message_id": message_id, "status": receipt.status, "turn": receipt.turn}
 
     def _rows(self, listing: Any) -> Any:
         return {
@@ -343,6 +304,16 @@ class App:
         self.rt.sessions.flush()
         records = self.rt.sessions.read(SessionId(session_id))
         return {"events": [{"seq": r.seq, **event_to_wire(r.event)} for r in records]}
+
+    def stats(self, client: str, body: dict[str, Any]) -> Any:
+        """This process's residency: what idle disposal keeps in memory."""
+        return {
+            "live_agents": len(self.idle.live()),
+            "live_sessions": len(self.rt.agents.list()),
+            "disposed_idle": self.idle.disposed,
+            "idle_timeout": self.idle.idle_timeout,
+            "max_live": self.idle.max_live,
+        }
 
     def events(
         self, environ: dict[str, Any], start_response: Start, client: str
@@ -373,19 +344,12 @@ class App:
                 yield b'{"type": "subscribed"}\n'
                 while limit is None or sent < limit:
                     event = queue.get()
-                    yield (
-                        json.dumps(_jsonable({k: getattr(event, k) for k in event.__slots__}))
-                        + "\n"
-                    ).encode()
+                    yield (dumps({k: getattr(event, k) for k in event.__slots__}) + "\n").encode()
                     sent += 1
             finally:
                 subscription.dispose()
 
         return stream()
-
-
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,6 +360,18 @@ def main(argv: list[str] | None = None) -> int:
         "--db", default="server.db", help="SQLite session store, or a postgresql:// URL"
     )
     parser.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN'")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=30.0,
+        help="dispose a top-level agent idle this many seconds (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-live",
+        type=int,
+        default=1000,
+        help="dispose the least recently used idle agents beyond this many (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     store: Any = args.db
     if args.db.startswith(("postgresql://", "postgres://")):
@@ -406,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         owners = Owners(f"{args.db}.owners")
     with Runtime(store, backend="gevent") as rt:
-        app = App(rt, args.token, owners)
-        server = WSGIServer((args.host, args.port), app, log=None, error_log=None)
+        app = App(rt, args.token, owners, idle_timeout=args.idle_timeout, max_live=args.max_live)
+        server = NoDelayServer((args.host, args.port), app, log=None, error_log=None)
         stop = gevent.event.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, stop.set)
@@ -415,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"listening on http://{args.host}:{server.server_port}", flush=True)
         stop.wait()
         server.stop(timeout=5)
+        app.idle.stop()
     owners.close()
     return 0
 

@@ -11,6 +11,12 @@ leaving residency, or lives in no process right now -- it stays there and is
 delivered when the parent is next live (its resume replays it), exactly once.
 Relaxed, the parent must be live (``UNAUTHORIZED``).
 
+By id (``report_from(child_id, ...)``) the caller vouches for the child, as a
+follow-up by the parent's id vouches for the parent: a server relaying a report
+for a child that settled, or lives in no process. The session must be a
+continuable subagent (its descriptor says so); it need not be live, and the
+report is delivered to its direct parent as above.
+
 A receipt (L-10) is read from the parent's log and inbox: a report is
 *delivered* once a parent turn consumed it -- the turn whose ``turn/start`` its
 ``report`` event follows in the parent's log -- and no longer waits in the inbox;
@@ -36,6 +42,7 @@ from subagents.protocol import (
     TurnStart,
     check_value,
     new_message_id,
+    try_fold_subagent_descriptor,
 )
 from subagents.supervision import MAY_REPORT, Activation
 
@@ -72,13 +79,14 @@ def report_from(
     signal: Any = None,
     message_id: Any = None,
 ) -> MessageId:
-    """Deliver a report from ``child`` (see the module docstring); its message id.
+    """Deliver a report from ``child`` -- the live child's Agent, or a continuable
+    child's session id -- (see the module docstring); its message id.
 
     ``index`` is the registry's published Activation index; ``live`` and
     ``is_live`` are the agent registry's ``get`` and exact-liveness check.
     """
-    if not isinstance(child, Agent):
-        raise bad("child must be an Agent")
+    if not isinstance(child, (Agent, str)):
+        raise bad("child must be an Agent or a session id")
     if type(delivery) is not str or delivery not in ("quiet", "waking"):
         raise bad("delivery is 'quiet' or 'waking'")
     if signal is not None and not isinstance(signal, AbortSignal):
@@ -87,29 +95,70 @@ def report_from(
     # wait for the parent's next turn in its checkpoint (map, context list, entry).
     check_value(content, 3 if delivery == "quiet" else 1)
     (signal or _NEVER).raise_if_aborted()
-    act = index.get(child.session_id)
-    if act is None or act.agent is not child or act.phase not in MAY_REPORT or not is_live(child):
-        raise _unauthorized("only an exact live continuable child may report")
-    parent = live(act.parent_session)
-    source = MessageSource(kind="child", session_id=child.session_id)
+    if isinstance(child, Agent):
+        act = index.get(child.session_id)
+        exact = act is not None and act.agent is child and act.phase in MAY_REPORT
+        if act is None or not exact or not is_live(child):
+            raise _unauthorized("only an exact live continuable child may report")
+        child_id, parent_id = child.session_id, act.parent_session
+    else:
+        child_id = SessionId(child)
+        parent_id = _vouched_parent(sessions, index, child_id)
+    source = MessageSource(kind="child", session_id=child_id)
     mid = new_message_id() if message_id is None else MessageId(message_id)
     event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
+    return _deliver(sessions, live(parent_id), is_live, parent_id, event, message_id is not None)
+
+
+def _vouched_parent(
+    sessions: SessionService, index: Mapping[SessionId, Activation], child_id: SessionId
+) -> SessionId:
+    """The direct parent of the continuable child ``child_id`` (a report by id).
+
+    Resident, its Activation says so; otherwise its header and descriptor (read
+    from where the descriptor is appended, after any fork seed).
+    """
+    act = index.get(child_id)
+    if act is not None and act.phase in MAY_REPORT:
+        return act.parent_session
+    header = sessions.header(child_id)
+    if header is None:
+        raise SubagentError(f"no session {child_id}", code=ErrorCode.SESSION_NOT_FOUND)
+    if header.origin != "subagent" or header.parent_session is None:
+        raise _unauthorized(f"session {child_id} is not a subagent")
+    records = sessions.read(child_id, header.seed_len)
+    fold = try_fold_subagent_descriptor(r.event for r in records)
+    if fold.verdict != "ok" or getattr(fold.descriptor, "mode", None) != "continuable":
+        raise _unauthorized(f"session {child_id} is not a continuable child")
+    return header.parent_session
+
+
+def _deliver(
+    sessions: SessionService,
+    parent: Agent | None,
+    is_live: Callable[[object], bool],
+    parent_id: SessionId,
+    event: ReportEvent,
+    deduplicate: bool,
+) -> MessageId:
+    """Deliver ``event`` to the parent (live here, or kept in its durable inbox)."""
+    mid = event.message_id
     if parent is None or not is_live(parent):
         if not sessions.strict:
             raise _unauthorized("the direct parent is not live")
-        _keep(sessions, act.parent_session, event)
+        _keep(sessions, parent_id, event)
         return mid
     if sessions.strict:
         (accepted,) = sessions.accept(parent.session_id, (event,), parent.session)
         if accepted.duplicate:
             return mid
-    elif message_id is not None and not sessions.claim(parent.session_id, mid):
+    elif deduplicate and not sessions.claim(parent.session_id, mid):
         return mid
     try:
-        if delivery == "quiet":
-            parent.inject_quiet(content, source, mid)
+        if event.delivery == "quiet":
+            parent.inject_quiet(event.content, event.source, mid)
         else:
-            parent.deliver(content, source, kind="report", message_id=mid)
+            parent.deliver(event.content, event.source, kind="report", message_id=mid)
     except BaseException as exc:
         leaving = isinstance(exc, SubagentError) and exc.code == ErrorCode.AGENT_DISPOSED
         if sessions.strict and leaving:
@@ -117,7 +166,7 @@ def report_from(
             return mid
         if sessions.strict:
             _retract(sessions, parent, mid)
-        elif message_id is not None:
+        elif deduplicate:
             sessions.unclaim(parent.session_id, mid)
         if leaving:
             raise _unauthorized("the direct parent is leaving residency") from None

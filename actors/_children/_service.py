@@ -288,7 +288,7 @@ class SubagentService:
 
     def report_from(
         self,
-        child: Agent,
+        child: Agent | SessionId | str,
         content: Any,
         *,
         delivery: str = "quiet",
@@ -305,9 +305,16 @@ class SubagentService:
         it, the parent must be live. ``message_id`` makes it idempotent as for
         :meth:`followup`.
 
+        ``child`` may also be a continuable child's session id: the caller vouches
+        for the child (a server relaying a report for a child that settled, or
+        lives in another process), as a follow-up by the parent's id does for the
+        parent. The child need not be live; the report goes to its direct parent.
+
         Raises:
-            SubagentError: ``UNAUTHORIZED`` (not an exact live continuable child; or,
-                relaxed, the parent is not live), ``INVALID_ARGUMENT``, ``CANCELLED``.
+            SubagentError: ``UNAUTHORIZED`` (not an exact live continuable child --
+                by id: not a continuable subagent; or, relaxed, the parent is not
+                live), ``SESSION_NOT_FOUND`` (by id), ``INVALID_ARGUMENT``,
+                ``CANCELLED``.
         """
         continuation = self._continuation
         agents = continuation.require_agents()

@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
-TOKEN = "t0ken"
+from server_kit import EXAMPLES, TOKEN, Server, start_server, stop_server
 
 
 def test_agent_tree_script(tmp_path: Path) -> None:
@@ -33,81 +30,13 @@ def test_agent_tree_script(tmp_path: Path) -> None:
     assert "collected:" in out.stdout  # the quiet report reached the root's next turn
 
 
-class Server:
-    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
-        self.proc = proc
-        self.port = port
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        client: str = "c",
-        token: str | None = TOKEN,
-        raw: bytes | None = None,
-    ) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            headers = {"X-Client-Id": client}
-            if token is not None:
-                headers["Authorization"] = f"Bearer {token}"
-            data = (
-                raw
-                if raw is not None
-                else (json.dumps(body).encode() if body is not None else None)
-            )
-            conn.request(method, path, body=data, headers=headers)
-            response = conn.getresponse()
-            return response.status, json.loads(response.read() or b"null")
-        finally:
-            conn.close()
-
-
-def _start_server(db: Path | str) -> Server:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(EXAMPLES / "gevent_server.py"),
-            "--port",
-            "0",
-            "--db",
-            str(db),
-            "--token",
-            TOKEN,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("listening on http://127.0.0.1:"):
-        _stop_server(proc)
-        raise AssertionError(line)
-    return Server(proc, int(line.rsplit(":", 1)[1]))
-
-
-def _stop_server(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM, as a process manager would; the server must exit cleanly."""
-    proc.terminate()
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    assert "Traceback" not in err, err
-    assert proc.returncode == 0, err
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    srv = _start_server(tmp_path / "s.db")
+    srv = start_server(tmp_path / "s.db")
     try:
         yield srv
     finally:
-        _stop_server(srv.proc)
+        stop_server(srv)
 
 
 def _turn_message_ids(srv: Server, child: str, client: str) -> list[str]:
@@ -197,7 +126,7 @@ def test_server_errors_are_4xx_with_codes(server: Server) -> None:
     status, body = server.call("POST", "/agents", {"label": "x"}, token=None)
     assert status == 401 and body["error"]["code"] == "UNAUTHENTICATED"
     status, body = server.call("POST", "/agents", {"label": "x"}, token="wrong")
-    assert status == 401
+    assert status == 401 and body["error"]["message"] == "the bearer token is not valid"
     status, agent = server.call("POST", "/agents", {"label": "x"})
     aid = agent["session_id"]
     status, body = server.call("POST", f"/agents/{aid}/children", raw=b"{not json")
@@ -254,7 +183,7 @@ def test_a_restarted_server_serves_the_sessions_it_created(
     agent itself; another client still sees none of it. On SQLite and on
     PostgreSQL (issue 14 point 6)."""
     db = tmp_path / "restart.db" if store == "sqlite" else request.getfixturevalue("pg_url")
-    srv = _start_server(db)
+    srv = start_server(db)
     try:
         status, made = srv.call("POST", "/agents", {"label": "keeper"}, client="alice")
         assert status == 200, made
@@ -265,8 +194,8 @@ def test_a_restarted_server_serves_the_sessions_it_created(
         assert status == 200, kid
         child = kid["child_id"]
     finally:
-        _stop_server(srv.proc)
-    srv = _start_server(db)
+        stop_server(srv)
+    srv = start_server(db)
     try:
         status, listed = srv.call("GET", "/agents", client="alice")
         assert status == 200, listed
@@ -298,7 +227,7 @@ def test_a_restarted_server_serves_the_sessions_it_created(
         assert len(ran) == 2
         assert mine.count(direct["message_id"]) == 1
     finally:
-        _stop_server(srv.proc)
+        stop_server(srv)
 
 
 def test_two_servers_on_one_postgres_store_serve_one_tree(pg_url: str) -> None:
@@ -307,7 +236,7 @@ def test_two_servers_on_one_postgres_store_serve_one_tree(pg_url: str) -> None:
     was made (server A); every follow-up sent to either server reaches the child
     exactly once, in the order sent -- one retried on the other server with the
     same ``message_id`` too -- and either server lists the tree."""
-    a, b = _start_server(pg_url), _start_server(pg_url)
+    a, b = start_server(pg_url), start_server(pg_url)
     try:
         status, made = a.call("POST", "/agents", {"label": "shared"}, client="alice")
         assert status == 200, made
@@ -348,5 +277,5 @@ def test_two_servers_on_one_postgres_store_serve_one_tree(pg_url: str) -> None:
         assert status == 200, listing
         assert [r["id"] for r in listing["rows"]] == [child]
     finally:
-        _stop_server(a.proc)
-        _stop_server(b.proc)
+        stop_server(a)
+        stop_server(b)

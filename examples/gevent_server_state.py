@@ -1,0 +1,173 @@
+"""What ``gevent_server.py`` keeps beside the runtime: who owns which session
+(:class:`Owners`), and which top-level agents stay live (:class:`IdleAgents`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gevent
+import gevent.event
+from subagents.actors import Agent, Runtime
+
+__all__ = ["IdleAgents", "Owners"]
+
+logger = logging.getLogger("gevent_server")
+
+
+class Owners:
+    """Which client created which session, kept in SQLite beside the session store
+    (``None``: in memory, for a memory runtime), or -- given a connection -- in a
+    table of a PostgreSQL store's schema (``PostgresStore.connect()``).
+
+    A new row is committed (fsynced) in gevent's thread pool, so the hub serves
+    other requests meanwhile; on a file, reads use a second connection (WAL: they
+    never wait for a commit)."""
+
+    def __init__(self, path: str | None, *, connection: Any = None) -> None:
+        self._db: Any = connection
+        # psycopg spells its placeholders %s, sqlite3 ?.
+        self._mark = "%s" if connection is not None else "?"
+        if connection is None:
+            self._db = _sqlite(path or ":memory:")
+        self._writer = self._db
+        if path is not None and connection is None:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._writer = _sqlite(path)
+        self._lock = threading.Lock()
+        self._write_lock = self._lock if self._writer is self._db else threading.Lock()
+        self._writer.execute(
+            "CREATE TABLE IF NOT EXISTS owners"
+            " (session_id TEXT PRIMARY KEY, client TEXT NOT NULL, root INTEGER NOT NULL)"
+        )
+        self._writer.execute("CREATE INDEX IF NOT EXISTS owners_client ON owners (client, root)")
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", self._mark)
+
+    def add(self, session_id: str, client: str, *, root: bool) -> None:
+        gevent.get_hub().threadpool.apply(self._insert, (session_id, client, root))
+
+    def _insert(self, session_id: str, client: str, root: bool) -> None:
+        with self._write_lock:
+            self._writer.execute(
+                self._sql("INSERT INTO owners VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
+                (session_id, client, int(root)),
+            )
+
+    def get(self, session_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                self._sql("SELECT client FROM owners WHERE session_id = ?"),
+                (session_id,),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def roots(self, client: str) -> set[str]:
+        with self._lock:
+            rows = self._db.execute(
+                self._sql("SELECT session_id FROM owners WHERE client = ? AND root = 1"),
+                (client,),
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._writer.close()
+        with self._lock:
+            if self._db is not self._writer:
+                self._db.close()
+
+
+def _sqlite(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
+
+
+class IdleAgents:
+    """Disposes top-level agents nobody uses (see the module docstring).
+
+    A request that needs an agent live holds it with :meth:`using`: it is not
+    disposed meanwhile, and one being disposed finishes first (the request then
+    resumes it from the store). A sweep every ``idle_timeout / 2`` seconds (at
+    most 5) disposes the agents idle longer than ``idle_timeout``; one as soon as
+    more than ``max_live`` were used disposes the least recently used down to 90%
+    of ``max_live`` (so the next such sweep is a tenth of ``max_live`` requests
+    away, not one).
+    """
+
+    def __init__(self, rt: Runtime, *, idle_timeout: float, max_live: int) -> None:
+        self.rt = rt
+        self.idle_timeout = idle_timeout
+        self.max_live = max_live
+        self.disposed = 0
+        self._pins: dict[str, int] = {}
+        self._used: dict[str, float] = {}  # agent id -> when a request last let it go
+        self._leaving: dict[str, Agent] = {}  # agent id -> its agent, until it is released
+        self._wake = gevent.event.Event()
+        self._sweeper = gevent.spawn(self._run)
+
+    @contextlib.contextmanager
+    def using(self, agent_id: str) -> Iterator[None]:
+        self._pins[agent_id] = self._pins.get(agent_id, 0) + 1
+        try:
+            leaving = self._leaving.get(agent_id)
+            if leaving is not None:
+                leaving.wait_disposed(30)
+            yield
+        finally:
+            left = self._pins.pop(agent_id) - 1
+            if left:
+                self._pins[agent_id] = left
+            self.touch(agent_id)
+
+    def touch(self, agent_id: str) -> None:
+        """``agent_id`` was used now (least recently used goes first)."""
+        self._used[agent_id] = time.monotonic()
+        if len(self._used) > self.max_live:
+            self._wake.set()
+
+    def live(self) -> list[Agent]:
+        """The live top-level agents."""
+        return [a for a in self.rt.agents.list() if a.parent_session is None and not a.disposed]
+
+    def sweep(self) -> None:
+        """Dispose the agents idle too long, then the least recently used over ``max_live``."""
+        now = time.monotonic()
+        for aid in [aid for aid, agent in self._leaving.items() if agent.disposed_now()]:
+            del self._leaving[aid]
+        live = self.live()
+        self._used = {a.session_id: self._used.get(a.session_id, 0.0) for a in live}
+
+        def last_used(agent: Agent) -> float:
+            return max(agent.idle_since, self._used[agent.session_id])
+
+        low = self.max_live - max(1, self.max_live // 10)
+        excess = len(live) - low if len(live) > self.max_live else 0
+        for agent in sorted(live, key=last_used):
+            if excess <= 0 and now - last_used(agent) < self.idle_timeout:
+                break
+            if agent.session_id in self._pins or not agent.idle:
+                continue  # checked just before disposing: nothing runs in between
+            self._leaving[agent.session_id] = agent
+            del self._used[agent.session_id]
+            agent.dispose(wait=False)  # released in its actor; ``using`` waits for that
+            self.disposed += 1
+            excess -= 1
+
+    def _run(self) -> None:
+        interval = min(max(self.idle_timeout / 2, 0.02), 5.0)
+        while True:
+            self._wake.wait(interval)
+            self._wake.clear()
+            try:
+                self.sweep()
+            except Exception:
+                logger.exception("the idle sweep failed")
+
+    def stop(self) -> None:
+        self._sweeper.kill()
