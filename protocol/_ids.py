@@ -50,6 +50,7 @@ class _Id(str):
         return str.__new__(cls, raw.hex())
 
     def to_bytes(self) -> bytes:
+        """The id's 16 bytes (how the stores key it)."""
         return bytes.fromhex(self)
 
     def __repr__(self) -> str:

@@ -55,41 +55,20 @@ from subagents.protocol import (
     snapshot_subagent_descriptor,
     trusted_message,
 )
-from subagents.supervision import (
-    VISIBLE,
-    Activation,
-    Phase,
-    Supervisor,
-    SupervisorInbox,
-)
+from subagents.supervision import VISIBLE, Activation, Phase, Supervisor, SupervisorInbox
 
 from ._admission import Registry
 from ._announce import Announcer
 from ._child import ChildContext, child_options
 from ._control import drain, interrupt
 from ._events import EventBus
-from ._intake import (
-    DONE,
-    accept_resident,
-    kept,
-    start_child_id,
-    wake_parent_holder,
-)
+from ._intake import DONE, accept_resident, kept, start_child_id, wake_parent_holder
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._provider_registry import ProviderRegistry
-from ._requests import (
-    Delivery,
-    EndCutoff,
-    RegistryInbox,
-    Request,
-    Reserve,
-)
+from ._requests import Delivery, EndCutoff, RegistryInbox, Request, Reserve
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
-from ._types import (
-    ContinuableHandle,
-    ContinuableStartSpec,
-)
+from ._types import ContinuableHandle, ContinuableStartSpec
 from ._validate import bad, check_start_spec
 
 __all__ = ["ContinuationManager"]
@@ -149,6 +128,7 @@ class ContinuationManager:
 
     @property
     def keep_warm_seconds(self) -> float:
+        """How long an idle child stays resident before it settles."""
         return self._hooks.keep_warm
 
     def _ask(self, message: Any) -> Any:
@@ -187,6 +167,7 @@ class ContinuationManager:
     # -- start_continuable ---------------------------------------------------------------
 
     def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableHandle:
+        """See :meth:`SubagentService.start_continuable`."""
         check_start_spec(spec)
         ctx = self._ctx
         agents = self.require_agents()
@@ -281,6 +262,7 @@ class ContinuationManager:
         signal: Any = None,
         message_id: Any = None,
     ) -> MessageId:
+        """See :meth:`SubagentService.followup` (``parent`` is the live Agent)."""
         if not isinstance(parent, Agent):
             raise bad("parent must be an Agent")
         cid = child_id if type(child_id) is SessionId else SessionId(child_id)
@@ -400,6 +382,7 @@ class ContinuationManager:
     # -- interrupt ---------------------------------------------------------------------
 
     def interrupt(self, target: Any, authority: Any) -> None:
+        """See :meth:`SubagentService.interrupt`."""
         interrupt(
             target, authority, ask=self._ask, sessions=self._ctx.sessions, clock=self._ctx.clock
         )
@@ -407,11 +390,13 @@ class ContinuationManager:
     # -- setup contributions -------------------------------------------------------------
 
     def register_continuable_setup(self, contribution: Any) -> SetupRegistration:
+        """See :meth:`SubagentService.register_continuable_setup`."""
         return self._setups.register(contribution)
 
     # -- drain -------------------------------------------------------------------------
 
     def drain(self, parents: Any, timeout: float | None = 60.0) -> None:
+        """See :meth:`SubagentService.drain_continuable_descendants`."""
         drain(
             parents,
             timeout,

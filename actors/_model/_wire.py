@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: The code of a :class:`ModelError`.
-MODEL_ERROR: Final = "MODEL_ERROR"
+MODEL_ERROR: Final = ErrorCode.MODEL_ERROR
 
 INITIAL_RETRY_DELAY: Final = 0.5
 MAX_RETRY_DELAY: Final = 8.0

@@ -119,9 +119,7 @@ def test_every_public_member_is_documented() -> None:
     """Every method and property of a public class has a summary line in api.md
     (signatures are always there)."""
     undocumented = [
-        line
-        for line in _gen_api().render().splitlines()
-        if line.endswith("`:") or line.endswith("(property):")
+        line for line in _gen_api().render().splitlines() if line.endswith(("`:", "(property):"))
     ]
     assert undocumented == []
 
