@@ -12,10 +12,12 @@ from ._projections import ProjectionRegistry, ProjectionUnit, subagent_timing_un
 from ._retain import retain_identity
 from ._rows import ChildRow, DescendantRow, Diagnostic, Listing
 from ._runner import THREADS, Runner, SignalLike
+from ._state import STATES, SessionState, session_state, session_state_unit
 
 __all__ = [
     "IDENTITY_CACHE_MAX",
     "INSPECTION_CONCURRENCY",
+    "STATES",
     "THREADS",
     "Catalog",
     "ChildRow",
@@ -28,9 +30,12 @@ __all__ = [
     "ProjectionRegistry",
     "ProjectionUnit",
     "Runner",
+    "SessionState",
     "SignalLike",
     "forest",
     "retain_identity",
+    "session_state",
+    "session_state_unit",
     "subagent_timing_unit",
     "subagent_unit",
 ]

@@ -18,20 +18,36 @@ listing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from subagents.protocol import ErrorCode, SessionId, SubagentError
+from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentError
 from subagents.store import SessionStore
 
 from ._corpus import Corpus, LiveSessions
 from ._identity import MISS, Identities
 from ._projections import ProjectionRegistry
-from ._rows import ChildRow, DescendantRow, Listing, descendant_row
+from ._rows import ChildRow, DescendantRow, Diagnostic, Listing, descendant_row
 from ._runner import THREADS, Runner, SignalLike, check, signal_of
 from ._walk import Walk
 
-__all__ = ["Catalog"]
+__all__ = ["MAX_LEVELS", "Catalog"]
+
+#: How many levels ``list_descendants`` reads through the parent index before it
+#: reads the whole store instead (twice the default delegation depth cap).
+MAX_LEVELS = 64
+
+
+def _live_by_parent(sessions: LiveSessions | None) -> dict[SessionId, list[SessionHeader]]:
+    """The live sessions' headers by parent (one pass over the live set)."""
+    out: dict[SessionId, list[SessionHeader]] = {}
+    if sessions is None:
+        return out
+    for sid in sessions.live_ids():
+        live = sessions.live(sid)
+        if live is not None and live.header.parent_session is not None:
+            out.setdefault(live.header.parent_session, []).append(live.header)
+    return out
 
 
 class Catalog:
@@ -81,12 +97,52 @@ class Catalog:
 
     # -- the merged corpus -------------------------------------------------------------
 
-    def _whole(self, signal: SignalLike) -> Corpus:
-        """The whole merged corpus (a tree listing walks all of it)."""
+    def _whole(self, signal: SignalLike, scanned: list[Any] | None = None) -> Corpus:
+        """The whole merged corpus (``scanned``: the store's header scan, if read)."""
         corpus = Corpus(whole_store=True)
-        if self._persistence is not None:
+        if scanned is not None:
+            corpus.add_persisted(scanned)
+        elif self._persistence is not None:
             corpus.add_persisted(self._read(self._persistence.scan_headers, signal))
         corpus.add_live(self._sessions, None)
+        return corpus.link()
+
+    def _subtree(self, root: SessionId, signal: SignalLike) -> Corpus:
+        """``root``'s whole tree, read level by level through the store's parent index
+        (each level one chunked read), so the cost follows the tree, not the store.
+
+        The children of an undecodable header are read too (its key is in the
+        next level), and a node met twice (a parent-link loop) is read once. A
+        tree deeper than :data:`MAX_LEVELS` is read with one scan of the store
+        instead: that many reads cost more than the scan.
+        """
+        corpus = Corpus(whole_store=False)
+        store = self._persistence
+        live = _live_by_parent(self._sessions)
+        headers, broken = corpus.headers, corpus.broken
+        seen = {root}
+        level = [root]
+        for depth in range(MAX_LEVELS + 1):
+            if depth == MAX_LEVELS:
+                return self._whole(signal)
+            before = len(headers)
+            if store is not None:
+                found = self._read(store.scan_children, signal, level)
+                corpus.add_persisted(found, root if depth == 0 else None)
+            if live:
+                corpus.add_live_headers(h for p in level for h in live.get(p, ()))
+            nxt = [sid for sid in list(headers)[before:] if sid not in seen]
+            if broken:
+                nxt += [
+                    d.id
+                    for p in level
+                    for d in broken.get(p, ())
+                    if isinstance(d.id, SessionId) and d.id not in seen and d.id not in headers
+                ]
+            if not nxt:
+                break
+            seen.update(nxt)
+            level = nxt
         return corpus.link()
 
     def _family(self, parent: SessionId, signal: SignalLike) -> Corpus:
@@ -139,36 +195,80 @@ class Catalog:
     def list_descendants(
         self, root_session_id: SessionId | str, signal: SignalLike | None = None
     ) -> Listing:
-        """The root's whole tree in stable pre-order, with ``parent_id`` and ``depth``."""
+        """The root's whole tree in stable pre-order, with ``parent_id`` and ``depth``.
+
+        Reads only the tree (level by level through the store's parent index), so
+        its cost follows the tree, not the store.
+        """
         projections = self._require()
         sig = signal_of(signal)
         root = SessionId(root_session_id)
         check(sig)
-        corpus = self._whole(sig)
+        corpus = self._subtree(root, sig)
         walk = Walk(corpus, root)
-        order = walk.order
-        heads = [h for h in order if h.origin == "subagent"]
+        heads = [h for h in walk.order if h.origin == "subagent"]
         served, diagnostics = self._identities.classify(projections, corpus, heads, sig)
         diagnostics.extend(walk.diagnostics(corpus))
-        live = corpus.live
-        parent_id = walk.parent_id
-        rows: list[DescendantRow] = []
-        for header, at, depth, sub in zip(order, walk.parent_at, walk.depths, walk.has_sub):
-            sid = header.id
-            identity = served.get(sid, MISS)
-            if identity is MISS:
-                continue
-            rows.append(
-                descendant_row(
-                    sid,
-                    identity["mode"],
-                    identity.get("label"),
-                    "running" if live and sid in live else "inactive",
-                    sub,
-                    header.created_at,
-                    order[at].id if at >= 0 else parent_id(at),
-                    depth,
-                )
-            )
+        listing = _listing(walk, corpus, served, diagnostics)
         check(sig)
-        return Listing(tuple(rows), tuple(diagnostics))
+        return listing
+
+    def list_descendants_many(
+        self,
+        root_session_ids: Iterable[SessionId | str],
+        signal: SignalLike | None = None,
+        *,
+        scanned: list[Any] | None = None,
+    ) -> dict[SessionId, Listing]:
+        """:meth:`list_descendants` of each root, from one read of the whole store.
+
+        For listing most of a store's trees at once (``subagents tree``): one header
+        scan (or ``scanned``, the result of ``store.scan_headers()`` the caller
+        already holds) and one identity read serve every root, where a call per
+        root would read per root. Each listing equals what
+        :meth:`list_descendants` returns for that root.
+        """
+        projections = self._require()
+        sig = signal_of(signal)
+        roots = list(dict.fromkeys(SessionId(r) for r in root_session_ids))
+        check(sig)
+        corpus = self._whole(sig, scanned)
+        walks = [Walk(corpus, root) for root in roots]
+        heads = list({h.id: h for w in walks for h in w.order if h.origin == "subagent"}.values())
+        served, found = self._identities.classify(projections, corpus, heads, sig)
+        by_id = {d.id: d for d in found}
+        out: dict[SessionId, Listing] = {}
+        for root, walk in zip(roots, walks):
+            own = [by_id[h.id] for h in walk.order if h.id in by_id] if by_id else []
+            own.extend(walk.diagnostics(corpus))
+            out[root] = _listing(walk, corpus, served, own)
+        check(sig)
+        return out
+
+
+def _listing(
+    walk: Walk, corpus: Corpus, served: dict[SessionId, Any], diagnostics: list[Diagnostic]
+) -> Listing:
+    """The rows of ``walk`` whose identity was served, in its pre-order."""
+    order = walk.order
+    live = corpus.live
+    parent_id = walk.parent_id
+    rows: list[DescendantRow] = []
+    for header, at, depth, sub in zip(order, walk.parent_at, walk.depths, walk.has_sub):
+        sid = header.id
+        identity = served.get(sid, MISS)
+        if identity is MISS:
+            continue
+        rows.append(
+            descendant_row(
+                sid,
+                identity["mode"],
+                identity.get("label"),
+                "running" if live and sid in live else "inactive",
+                sub,
+                header.created_at,
+                order[at].id if at >= 0 else parent_id(at),
+                depth,
+            )
+        )
+    return Listing(tuple(rows), tuple(diagnostics))

@@ -94,6 +94,12 @@ class Corpus:
                 self.headers[sid] = live.header
                 self.live.add(sid)
 
+    def add_live_headers(self, headers: Iterable[SessionHeader]) -> None:
+        """Live sessions' headers, over their persisted copies."""
+        for header in headers:
+            self.headers[header.id] = header
+            self.live.add(header.id)
+
     def link(self) -> Corpus:
         """Build each parent's ordered children; returns self."""
         headers: Any = self.headers.values()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from subagents.actors._catalog import session_state, session_state_unit
 from subagents.protocol import (
     CorruptRecordError,
     ErrorCode,
@@ -28,6 +30,7 @@ from subagents.protocol import (
     header_to_wire,
 )
 
+from ._defaults import DEFAULT_DB
 from ._output import dumps, jsonable
 
 __all__ = ["EXIT_STATUS", "main"]
@@ -47,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="subagents", description="Durable agent trees on pykka actors."
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"subagents {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
         help="build (or, the second time, resume) a demo agent tree",
@@ -59,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--db",
-        default="./subagents-demo.db",
+        default=DEFAULT_DB,
         help="database file, or a postgresql:// URL (default: %(default)s)",
     )
     demo.add_argument(
@@ -132,6 +136,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
             if header is None:
                 raise SubagentError(f"{args.db}: no session {sid}", code="SESSION_NOT_FOUND")
         expected = 0  # the next seq: a log has no gaps
+        fold = _StateFold()
         try:
             for item in store.scan(sid):
                 if item.seq > expected:  # rows are gone
@@ -145,6 +150,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
                     diagnostics.append({"seq": item.seq, "kind": "corrupt", "detail": str(item)})
                 else:
                     rows.append({"seq": item.seq, **jsonable(event_to_wire(item.event))})
+                    fold.step(item.seq, item.event)
         except SubagentError as exc:
             if exc.code != ErrorCode.DATABASE_CORRUPT:
                 raise
@@ -152,10 +158,12 @@ def _show(args: argparse.Namespace, console: Console) -> int:
             why = f"no record from here on could be read: {exc}"
             rows.append({"seq": expected, "corrupt": why})
             diagnostics.append({"seq": expected, "kind": "corrupt", "detail": str(exc)})
+        state = fold.state(store, sid, None if header is None else header.created_at)
     status = 1 if diagnostics else 0
     if args.json:
         wire = None if header is None else header_to_wire(header)
-        print(dumps({"header": wire, "events": rows, "diagnostics": diagnostics}))
+        data = {"header": wire, "state": state, "events": rows, "diagnostics": diagnostics}
+        print(dumps(data))
         return status
     if header is None:
         console.print(f"session {sid}  [corrupt] header:", diagnostics[0]["detail"], markup=False)
@@ -163,12 +171,36 @@ def _show(args: argparse.Namespace, console: Console) -> int:
         console.print(f"session {sid}  label={header.label!r}  origin={header.origin}")
         console.print(f"  depth={header.delegation_depth}", markup=False)
         console.print(f"  parent={header.parent_session}  created={header.created_at.isoformat()}")
+    console.print(
+        f"  state={state['state']}  last_activity={state['last_activity']}"
+        f"  last_turn={state['last_turn']}",
+        markup=False,
+        highlight=False,
+    )
     for row in rows:
         seq = row.pop("seq")
         kind = row.pop("type", "corrupt")
         fields = "  ".join(f"{k}={v!r}" for k, v in row.items() if v is not None)
         console.print(f"{seq:>6}  {kind:<20} {fields}", markup=False, highlight=False)
     return status
+
+
+class _StateFold:
+    """The ``session_state`` unit over the events ``show`` prints."""
+
+    def __init__(self) -> None:
+        self._raw = session_state_unit.initial()
+
+    def step(self, seq: int, event: Any) -> None:
+        self._raw = session_state_unit.step(self._raw, seq, event)
+
+    def state(self, store: Any, sid: SessionId, created: Any) -> dict[str, Any]:
+        """The session's state as ``--json`` prints it (its inbox read too)."""
+        try:
+            inbox = len(store.pending(sid))
+        except SubagentError:  # a damaged inbox row: the log alone says the state
+            inbox = 0
+        return session_state(self._raw, inbox=inbox, created_at=created).to_json()
 
 
 def _tree(args: argparse.Namespace, console: Console) -> int:
@@ -178,9 +210,21 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
         return run_tree(store, args.db, args.root, args.json, console)
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare tree)."""
+    try:
+        return importlib.metadata.version("subagents")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``subagents`` command."""
-    args = _parser().parse_args(argv)
+    """Entry point of the ``subagents`` command (a bare ``subagents`` prints help)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     # soft_wrap: lines stay whole when piped (grep-able), tables still fit the width.
     console = Console(soft_wrap=True)
     if not console.is_terminal:

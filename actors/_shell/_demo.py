@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from subagents.protocol import (
     try_fold_subagent_descriptor,
 )
 
+from ._defaults import DEFAULT_DB
 from ._demo_model import register_models, run_model_first
 
 __all__ = ["run_demo"]
@@ -306,7 +308,7 @@ def _first_run(rt: Runtime, root: Any, script: _Script, show: _Show) -> None:
     show.wait(lambda: len(script.sketches_started) >= 3, "the sketches to start")
     rt.subagents.drain_continuable_descendants([side])
     show.wait(lambda: _quiet(rt), "the drain")
-    show.step("first run complete; run `subagents demo` again to resume this tree")
+    show.step("first run complete")
 
 
 def _children(rt: Runtime, parent: SessionId) -> dict[str, SessionId]:
@@ -397,4 +399,20 @@ def run_demo(
         console.print(_summary(nodes))
         mode = "resumed" if previous else "created"
         console.print(f"{mode}: {len(nodes)} sessions in {db} on the {backend} backend")
+        again = demo_command(db, backend, model)
+        if not previous:
+            console.print(f"run `{again}` again to resume this tree", markup=False)
+        console.print(f"look at it: `subagents tree {shlex.quote(db)}`", markup=False)
     return 0
+
+
+def demo_command(db: str, backend: str, model: str | None) -> str:
+    """The ``subagents demo`` command line that repeats these options (defaults left out)."""
+    words = ["subagents", "demo"]
+    if db != DEFAULT_DB:
+        words += ["--db", db]
+    if backend != "threading":
+        words += ["--backend", backend]
+    if model is not None:
+        words += ["--model", model]
+    return shlex.join(words)

@@ -12,6 +12,10 @@ stays local and is named, never lost:
   does not hold (``"missing-parent"``), or in a parent-link loop (``"cycle"``),
   each member named by a diagnostic.
 
+Each session shows its state (:mod:`~subagents.actors._catalog._state`:
+running, waiting, cancelled, ended, settled) and its last activity, read from its
+log and the store's inbox.
+
 In the text output a diagnostic is a line ``[kind] id: detail`` below the
 session's node; a broken session that has no row is that line, below its parent,
 and the rows below it hang below the line.
@@ -20,23 +24,28 @@ and the rows below it hang below the line.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.tree import Tree
 from subagents.actors._catalog import (
     Catalog,
     Detached,
     Forest,
+    Listing,
     ProjectionRegistry,
+    SessionState,
     forest,
+    session_state,
+    session_state_unit,
     subagent_timing_unit,
     subagent_unit,
 )
 from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.store import SessionStore, StoredKey
 
+from ._outline import Outline
 from ._output import dumps
 
 __all__ = ["run_tree"]
@@ -63,26 +72,70 @@ class _Trees:
         self.projections.register(subagent_unit)
         self.projections.register(subagent_timing_unit)
         self.catalog = Catalog(None, store, self.projections)
-        self.woods: Forest = forest(store.scan_headers())
+        # What a session's line shows besides its identity (which its listing has).
+        self.facts_units = ProjectionRegistry()
+        self.facts_units.register(subagent_timing_unit)
+        self.facts_units.register(session_state_unit)
+        self.all_units = ProjectionRegistry()  # a tree's top: its label may come from its log
+        for unit in (subagent_unit, subagent_timing_unit, session_state_unit):
+            self.all_units.register(unit)
+        self.scanned = store.scan_headers()
+        self.woods: Forest = forest(self.scanned)
+        self.listings: dict[SessionId, Listing] = {}
 
-    def fold(self, sid: Key, diags: list[dict[str, Any]]) -> dict[str, Any]:
-        """The session's projection values, folded from its log (``{}`` when it
+    def list_all(self, keys: list[Key]) -> None:
+        """List every tree of ``keys`` from the one header scan (see ``entry``)."""
+        roots = [k for k in keys if isinstance(k, SessionId)]
+        self.listings = self.catalog.list_descendants_many(roots, scanned=self.scanned)
+
+    def fold(
+        self, sid: Key, diags: list[dict[str, Any]], *, identity: bool = False
+    ) -> dict[str, Any]:
+        """The session's raw projection states, folded from its log (``{}`` when it
         cannot be read, which adds its diagnostic to ``diags``: the catalog reads
         no root's log)."""
         if not isinstance(sid, SessionId):
             return {}
         try:
             records = self.store.read(sid)
-            states = self.projections.fold((r.seq, r.event) for r in records)
+            units = self.all_units if identity else self.facts_units
+            return units.fold((r.seq, r.event) for r in records)
         except SubagentError as exc:
             if exc.code in (ErrorCode.CORRUPT_RECORD, ErrorCode.DATABASE_CORRUPT):
                 diags.append(self.diag(sid, str(exc)))
             return {}
-        return self.projections.values(states)
 
-    def active_seconds(self, sid: Key, diags: list[dict[str, Any]]) -> float | None:
-        timing = self.fold(sid, diags).get("subagent_timing")
-        return None if timing is None else float(timing["active_seconds"])
+    def facts(
+        self,
+        sid: Key,
+        states: dict[str, Any],
+        created_at: dt.datetime | None,
+        diags: list[dict[str, Any]],
+    ) -> tuple[float | None, SessionState]:
+        """The session's active seconds and state (its folded log, and its inbox)."""
+        timing = states.get("subagent_timing")
+        seconds = None if timing is None else float(timing["active_us"]) / 1e6
+        return seconds, session_state(
+            states.get("session_state"), inbox=self.inbox(sid, diags), created_at=created_at
+        )
+
+    def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> int:
+        """How many accepted messages the store's durable inbox holds for ``sid``."""
+        if not isinstance(sid, SessionId):
+            return 0
+        try:
+            return len(self.store.pending(sid))
+        except SubagentError as exc:
+            if exc.code == ErrorCode.CORRUPT_RECORD:
+                diags.append(self.diag(sid, str(exc)))
+            return 0
+
+    def row_facts(
+        self, sid: SessionId, created_at: dt.datetime, diags: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """A listed session's active seconds and state, as its ``--json`` row has them."""
+        seconds, state = self.facts(sid, self.fold(sid, diags), created_at, diags)
+        return {"active_seconds": seconds, **state.to_json()}
 
     def diag(self, key: Key, detail: str, kind: str = "corrupt") -> dict[str, Any]:
         parent = self.woods.parents.get(key)
@@ -123,16 +176,18 @@ class _Trees:
             for member in detached.members[1:]:
                 why = "its parent links loop back to it: " + _chain(detached.members, member)
                 diags.append(self.diag(member, why))
-        values = self.fold(key, diags) if (header or broken) is not None else {}
-        timing, identity = values.get("subagent_timing"), values.get("subagent")
-        seconds = None if timing is None else float(timing["active_seconds"])
+        known = (header or broken) is not None
+        states = self.fold(key, diags, identity=True) if known else {}
+        identity = states.get("subagent")
+        created = None if header is None else header.created_at
+        seconds, state = self.facts(key, states, created, diags)
         # A header's label, else (a detached child) the label its descriptor serves.
         label = header.label if header is not None and header.label else None
         if label is None and isinstance(identity, dict):
             label = identity.get("label")
         rows: list[dict[str, Any]] = []
         if isinstance(key, SessionId):
-            listing = self.catalog.list_descendants(key)
+            listing = self.listings.get(key) or self.catalog.list_descendants(key)
             diags += [self.diag(d.id, d.detail, d.kind) for d in listing.diagnostics]
             rows = [
                 {
@@ -143,7 +198,7 @@ class _Trees:
                     "mode": r.mode,
                     "activity": r.activity,
                     "has_children": r.has_children,
-                    "active_seconds": self.active_seconds(r.id, diags),
+                    **self.row_facts(r.id, r.created_at, diags),
                 }
                 for r in listing.rows
             ]
@@ -155,8 +210,8 @@ class _Trees:
         else:
             name = "(not in the database)"
         title = f"{name}  {key}"
-        if header is not None or broken is not None:
-            title += f"  {_ms(seconds)}"
+        if known:
+            title += f"  {_state_text(state.to_json())}  {_ms(seconds)}"
         if reason is not None:
             title += "  -- detached: " + (
                 "its parent is missing" if reason == "missing-parent" else "parent links loop"
@@ -166,6 +221,7 @@ class _Trees:
             "label": label,
             "detached": reason,
             "active_seconds": seconds,
+            **(state.to_json() if known else _NO_STATE),
             "descendants": rows,
             "diagnostics": unique,
         }
@@ -183,6 +239,9 @@ def run_tree(
     status = Console(stderr=True)
     progress = status.status("") if status.is_terminal else contextlib.nullcontext()
     with progress as spinner:
+        if spinner is not None:
+            spinner.update(f"reading {len(wanted)} trees")
+        trees.list_all([key for key, _ in wanted])
         for n, (key, detached) in enumerate(wanted, 1):
             if spinner is not None:
                 spinner.update(f"listing tree {n}/{len(wanted)} ({key})")
@@ -191,17 +250,19 @@ def run_tree(
     if as_json:
         print(dumps([e.data for e in entries]))
     else:
-        for entry in entries:
-            console.print(_render(entry, trees.woods), markup=False, highlight=False)
-        if not entries:
+        text = "\n".join(_render(entry, trees.woods).render() for entry in entries)
+        if entries:
+            # Plain text as it stands: rich would only measure and wrap it again.
+            console.file.write(text + "\n")
+        else:
             console.print("no sessions", markup=False)
     return 1 if damaged else 0
 
 
-def _render(entry: _Entry, woods: Forest) -> Tree:
-    top = Tree(entry.title)
+def _render(entry: _Entry, woods: Forest) -> Outline:
+    top = Outline(entry.title)
     data = entry.data
-    nodes: dict[str, Tree] = {data["id"]: top}
+    nodes: dict[str, Outline] = {data["id"]: top}
     pending: dict[str, list[dict[str, Any]]] = {}
     for diag in data["diagnostics"]:
         pending.setdefault(diag["id"], []).append(diag)
@@ -209,7 +270,7 @@ def _render(entry: _Entry, woods: Forest) -> Tree:
     def line(diag: dict[str, Any]) -> str:
         return f"[{diag['kind']}] {diag['id']}: {diag['detail']}"
 
-    def node(key: str | None, seen: frozenset[str] = frozenset()) -> Tree:
+    def node(key: str | None, seen: frozenset[str] = frozenset()) -> Outline:
         """The node of ``key``; a broken session without a row is its diagnostic line."""
         if key is None:
             return top
@@ -220,23 +281,35 @@ def _render(entry: _Entry, woods: Forest) -> Tree:
         if not own or key in seen:
             return top
         parent = node(own[0]["parent_id"], seen | {key})
-        found = nodes[key] = parent.add(line(own.pop(0)), highlight=False)
+        found = nodes[key] = parent.add(line(own.pop(0)))
         return found
 
     for row in data["descendants"]:
         text = (
-            f"{row['label'] or '(unlabelled)'}  {row['mode']}  {row['activity']}"
+            f"{row['label'] or '(unlabelled)'}  {row['mode']}  {_state_text(row)}"
             f"  {_ms(row['active_seconds'])}  {row['id']}"
         )
-        nodes[row["id"]] = node(row["parent_id"]).add(text, highlight=False)
+        nodes[row["id"]] = node(row["parent_id"]).add(text)
     # A session's diagnostics hang below its node (the first one is the node of a
     # session that has no row).
     for key, diags in pending.items():
         if diags:
             target = node(key)
             while diags:
-                target.add(line(diags.pop(0)), highlight=False)
+                target.add(line(diags.pop(0)))
     return top
+
+
+_NO_STATE = {"state": None, "last_activity": None, "last_turn": None}
+
+
+def _state_text(data: dict[str, Any]) -> str:
+    """``settled, last active 2026-01-01 10:00:00Z`` (seconds, UTC)."""
+    at = data["last_activity"]
+    if at is None:
+        return str(data["state"])
+    when = dt.datetime.fromisoformat(at).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"{data['state']}, last active {when}"
 
 
 def _ms(seconds: float | None) -> str:

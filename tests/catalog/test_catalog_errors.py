@@ -86,10 +86,10 @@ def test_an_abort_inside_a_persistence_read_cancels_at_once(
 ) -> None:
     """R-ERR-2, R-ERR-3: the signal is checked right after each persistence read: an abort
     during any of them raises ``CANCELLED`` (never a partial result), and no later
-    persistence read begins. ("headers": the header read, ``scan_children`` for
-    ``list_children`` and ``scan_headers`` for ``list_descendants``.)"""
+    persistence read begins. ("headers": the header read, ``scan_children``: both
+    listings read the parent index.)"""
     if method == "headers":
-        method = "scan_children" if which == "list_children" else "scan_headers"
+        method = "scan_children"
     store = hooked(rtp)
     root = rtp.spawn("echo")
     for i in range(3):
@@ -264,11 +264,8 @@ def test_an_abort_inside_the_bulk_cache_read(rtp: Runtime) -> None:
     for which in LISTINGS:
         code = code_of(lambda: listing(rtp, which, root.session_id, controller.signal))  # noqa: B023
         assert code == ErrorCode.CANCELLED
-        reads = (
-            ["scan_children", "scan_children", "get_projections_of"]
-            if which == "list_children"
-            else ["scan_headers", "get_projections"]
-        )
+        # Both read the family through the parent index (root, then its children).
+        reads = ["scan_children", "scan_children", "get_projections_of"]
         assert [m for m, _ in store.read_log] == reads
         store.reset_counts()
         controller = AbortController()

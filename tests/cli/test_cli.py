@@ -244,3 +244,48 @@ def test_demo_tree_and_show_on_postgres(pg_url: str, backend: Backend, capsys) -
     capsys.readouterr()
     with pytest.raises(SubagentError):
         PostgresStore(elsewhere, create=False)  # still nothing there
+
+
+def test_version_bare_command_and_python_m(tmp_path: Path) -> None:
+    """Issue 17 point 2: ``subagents --version``, ``python -m subagents`` and a bare
+    ``subagents`` (help, exit 0) -- as real processes, the way a user types them."""
+    from importlib.metadata import version
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False
+        )
+
+    exe = Path(sys.executable).parent / "subagents"
+    for command in ([str(exe)], [sys.executable, "-m", "subagents"]):
+        out = run(*command, "--version")
+        assert (out.returncode, out.stdout.strip()) == (0, f"subagents {version('subagents')}")
+        bare = run(*command)
+        assert bare.returncode == 0, bare.stderr
+        assert bare.stdout.startswith("usage: subagents") and "demo" in bare.stdout
+        assert bare.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "again"),
+    [
+        ([], "subagents demo"),
+        (["--backend", "gevent"], "subagents demo --backend gevent"),
+        (["--db", "{db}"], "subagents demo --db {db}"),
+        (["--db", "{db}", "--backend", "gevent"], "subagents demo --db {db} --backend gevent"),
+    ],
+)
+def test_demo_hint_repeats_its_options(
+    tmp_path: Path, argv: list[str], again: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The first run's closing hint is the command that resumes the same tree."""
+    monkeypatch.chdir(tmp_path)
+    db = str(tmp_path / "my tree.db")
+    args = [a.replace("{db}", db) for a in argv]
+    assert main(["demo", *args]) == 0
+    out = capsys.readouterr().out
+    quoted = again.replace("{db}", f"'{db}'")
+    assert f"run `{quoted}` again to resume this tree" in out
+    assert main(["demo", *args]) == 0
+    resumed = capsys.readouterr().out
+    assert "again to resume" not in resumed and "look at it: `subagents tree " in resumed

@@ -1,0 +1,234 @@
+"""``subagents tree`` and ``show`` show each session's state and last activity.
+
+Issue 17 point 2: running, waiting, settled, cancelled, ended, with last activity,
+as text and in ``--json``, read with no runtime from databases a runtime (or the
+store's own API) wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from subagents.actors import Runtime
+from subagents.actors._catalog import ProjectionRegistry, session_state, session_state_unit
+from subagents.actors._kernel._backend import Backend
+from subagents.actors._shell._cli import main
+from subagents.actors.testing import Block, Fail, Gate, Reply, ScriptedBehaviour
+from subagents.protocol import (
+    ContinuableDescriptor,
+    InterruptEvent,
+    MessageEvent,
+    OneShotDescriptor,
+    ReportEvent,
+    SessionHeader,
+    TurnEnd,
+    TurnStart,
+    descriptor_event,
+    new_message_id,
+    new_session_id,
+)
+from subagents.store import SqliteStore
+
+pytestmark = pytest.mark.timeout(60)
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def _tree_json(capsys: pytest.CaptureFixture[str], db: str) -> dict[str, dict[str, Any]]:
+    """Every listed session's ``--json`` data (top entries and rows) by id."""
+    capsys.readouterr()
+    assert main(["tree", db, "--json"]) == 0
+    out: dict[str, dict[str, Any]] = {}
+    for entry in json.loads(capsys.readouterr().out):
+        out[entry["id"]] = entry
+        for row in entry["descendants"]:
+            out[row["id"]] = row
+    return out
+
+
+def _show_json(capsys: pytest.CaptureFixture[str], db: str, sid: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["show", db, sid, "--json"]) == 0
+    state: dict[str, Any] = json.loads(capsys.readouterr().out)["state"]
+    return state
+
+
+def test_demo_tree_states(tmp_path: Path, backend: Backend, capsys) -> None:
+    """The demo's tree: its one-shot children ``ended``, the child it interrupts and
+    the drained side project's children ``cancelled``, the rest ``settled``; each
+    with a last activity in ``--json`` and on its text line; ``show`` agrees."""
+    db = str(tmp_path / "demo.db")
+    assert main(["demo", "--db", db, "--backend", backend.name]) == 0
+    data = _tree_json(capsys, db)
+    by_label = {d["label"]: d for d in data.values()}
+    expected = {
+        "demo-root": "settled",
+        "researcher-A": "settled",
+        "summary": "ended",
+        "fact-checker": "settled",
+        "lookup": "ended",
+        "researcher-B": "cancelled",
+        "writer": "settled",
+        "side-project": "settled",
+        "sketch-0": "cancelled",
+        "sketch-1": "cancelled",
+        "sketch-2": "cancelled",
+    }
+    assert {label: by_label[label]["state"] for label in expected} == expected
+    assert by_label["summary"]["last_turn"] == "completed"
+    assert by_label["researcher-B"]["last_turn"] == "cancelled"
+    for item in data.values():
+        at = dt.datetime.fromisoformat(item["last_activity"])
+        assert at.tzinfo is not None
+        assert abs(dt.datetime.now(dt.UTC) - at) < dt.timedelta(minutes=10)
+    assert main(["tree", db]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for label, state in expected.items():
+        line = next(x for x in lines if f" {label}  " in x or x.startswith(f"{label}  "))
+        assert f"  {state}, last active 20" in line, line
+    for label in ("summary", "researcher-B", "writer"):
+        sid = by_label[label]["id"]
+        assert _show_json(capsys, db, sid) == {
+            k: by_label[label][k] for k in ("state", "last_activity", "last_turn")
+        }
+        assert main(["show", db, sid]) == 0
+        assert f"state={expected[label]}" in capsys.readouterr().out
+
+
+def test_running_and_failed(tmp_path: Path, backend: Backend, capsys) -> None:
+    """A turn blocked while the CLI reads is ``running``; a session whose last turn
+    failed is ``settled`` with ``last_turn`` ``failed`` (it takes follow-ups)."""
+    db = str(tmp_path / "s.db")
+    gate = Gate("held")
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("blocked", lambda _options: ScriptedBehaviour([Block(gate)]))
+        rt.models.register("fails", lambda _options: ScriptedBehaviour([Fail("boom")]))
+        rt.models.register("replies", lambda _options: ScriptedBehaviour([Reply("ok")]))
+        failed, done, busy = rt.spawn("fails"), rt.spawn("replies"), rt.spawn("blocked")
+        failed.followup("go")
+        done.followup("go")
+        assert rt.wait_idle(10)
+        busy.followup("wait here")
+        assert gate.wait_reached(10)
+        rt.sessions.flush()
+        try:
+            data = _tree_json(capsys, db)
+            assert data[busy.session_id]["state"] == "running"
+            assert data[busy.session_id]["last_turn"] is None
+            assert _show_json(capsys, db, busy.session_id)["state"] == "running"
+            assert main(["tree", db]) == 0
+            line = next(x for x in capsys.readouterr().out.splitlines() if busy.session_id in x)
+            assert "  running, last active " in line
+        finally:
+            gate.release()
+        assert data[failed.session_id]["state"] == "settled"
+        assert data[failed.session_id]["last_turn"] == "failed"
+        assert data[done.session_id]["state"] == "settled"
+        assert data[done.session_id]["last_turn"] == "completed"
+        assert rt.wait_idle(10)
+        rt.sessions.flush()
+        assert _tree_json(capsys, db)[busy.session_id]["state"] == "settled"
+
+
+def test_waiting_in_the_log_and_in_the_inbox(tmp_path: Path, capsys) -> None:
+    """A message logged that no turn took, or one accepted into the store's durable
+    inbox and not yet run, makes its session ``waiting``; its last activity is the
+    latest time its log holds, else its creation."""
+    db = str(tmp_path / "w.db")
+    logged, queued, idle = new_session_id(), new_session_id(), new_session_id()
+    with SqliteStore(db) as store:
+        for i, sid in enumerate((logged, queued, idle)):
+            header = SessionHeader(
+                id=sid,
+                parent_session=None,
+                origin="user",
+                delegation_depth=0,
+                created_at=T0 + dt.timedelta(minutes=i),
+            )
+            store.create_session(header)
+        mid = new_message_id()
+        store.append(
+            logged,
+            [
+                TurnStart(turn=0, at=T0 + dt.timedelta(hours=1), message_ids=(mid,)),
+                MessageEvent(message_id=mid, content="first"),
+                TurnEnd(turn=0, at=T0 + dt.timedelta(hours=2), stop_reason="completed"),
+                MessageEvent(message_id=new_message_id(), content="not run yet"),
+            ],
+        )
+        store.accept(queued, [MessageEvent(message_id=new_message_id(), content="queued")])
+    data = _tree_json(capsys, db)
+    assert data[logged]["state"] == "waiting"
+    assert data[logged]["last_activity"] == (T0 + dt.timedelta(hours=2)).isoformat()
+    assert data[queued]["state"] == "waiting"
+    assert data[queued]["last_activity"] == (T0 + dt.timedelta(minutes=1)).isoformat()
+    assert data[idle] == {**data[idle], "state": "settled", "last_turn": None}
+    assert data[idle]["last_activity"] == (T0 + dt.timedelta(minutes=2)).isoformat()
+    assert _show_json(capsys, db, queued)["state"] == "waiting"
+    assert main(["tree", db]) == 0
+    text = capsys.readouterr().out
+    assert f"{logged}  waiting, last active 2026-03-01 14:00:00Z" in text
+
+
+def _fold(events: list[Any]) -> str:
+    registry = ProjectionRegistry()
+    registry.register(session_state_unit)
+    states = registry.fold(enumerate(events))
+    return session_state(states["session_state"]).state
+
+
+@pytest.mark.parametrize(
+    ("events", "state"),
+    [
+        ([], "settled"),
+        (["start"], "running"),
+        (["start", "message"], "running"),
+        (["start", "message", "end"], "settled"),
+        (["start", "message", "end", "message"], "waiting"),
+        (["start", "message", "end", "waking"], "waiting"),
+        (["start", "message", "end", "quiet"], "settled"),
+        (["message", "start", "end"], "settled"),
+        (["start", "interrupt", "cancelled"], "cancelled"),
+        (["start", "end", "interrupt"], "cancelled"),
+        (["start", "cancelled", "start"], "running"),
+        (["one-shot", "start", "message", "end"], "ended"),
+        (["one-shot", "start", "message"], "running"),
+        (["one-shot", "start", "cancelled"], "cancelled"),
+        (["continuable", "start", "failed"], "settled"),
+    ],
+)
+def test_state_fold(events: list[str], state: str) -> None:
+    """The ``session_state`` unit over event sequences (a turn logs its messages
+    after its start; a message another turn has not taken waits)."""
+    mids: list[Any] = []
+    out: list[Any] = []
+    for name in events:
+        if name == "start":
+            mids = [new_message_id()]
+            out.append(TurnStart(turn=len(out), at=T0, message_ids=tuple(mids)))
+        elif name == "message":
+            out.append(MessageEvent(message_id=mids[0] if mids else new_message_id(), content=1))
+            mids = []
+        elif name in ("waking", "quiet"):
+            out.append(ReportEvent(message_id=new_message_id(), content=1, delivery=name))
+        elif name in ("end", "cancelled", "failed"):
+            stop = "completed" if name == "end" else name
+            out.append(TurnEnd(turn=0, at=T0, stop_reason=stop))
+        elif name == "interrupt":
+            out.append(InterruptEvent(at=T0))
+        elif name == "one-shot":
+            out.append(descriptor_event(OneShotDescriptor(provider="local", label="o")))
+        else:
+            d = ContinuableDescriptor(
+                provider="local", label="c", agent_provider="local", model="echo"
+            )
+            out.append(descriptor_event(d))
+    # A message before any turn is taken by the next turn's start.
+    if events[:2] == ["message", "start"]:
+        first = out[0].message_id
+        out[1] = TurnStart(turn=0, at=T0, message_ids=(first,))
+    assert _fold(out) == state
