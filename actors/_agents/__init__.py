@@ -20,10 +20,12 @@ from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
 from ._resume import Restored, replay
 from ._sessions import SessionService
+from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
 from ._tools import ToolFn, ToolRegistry
 from ._turn import Message, Turn, TurnAgent
 
 __all__ = [
+    "STEER_OUTCOMES",
     "UNTAKEN",
     "Agent",
     "AgentHost",
@@ -41,6 +43,7 @@ __all__ = [
     "Restored",
     "SessionService",
     "SessionStatistics",
+    "Steered",
     "ToolFn",
     "ToolRegistry",
     "Turn",
@@ -48,7 +51,9 @@ __all__ = [
     "TurnOutcome",
     "as_behaviour",
     "check_output_schema",
+    "check_steer",
     "echo",
+    "not_open",
     "plain",
     "replay",
     "validate_output",

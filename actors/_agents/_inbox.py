@@ -53,6 +53,8 @@ from ._host import AgentHost
 from ._loop import TurnRunner
 from ._messages import UNTAKEN, Call, Deliver, Quiet
 from ._outcome import TurnOutcome
+from ._steering import SteerBox
+from ._turn import Message
 
 __all__ = ["CLOSED", "DRAINED", "OPEN", "Inbox"]
 
@@ -183,6 +185,57 @@ class Inbox:
         n = self._reserve(drop)
         self._put(Quiet(n, message_id, content, source))
 
+    def steer_in(
+        self,
+        content: Any,
+        source: MessageSource | None,
+        message_id: MessageId,
+        *,
+        continuation: bool = False,
+    ) -> bool:
+        """Hand one validated message to the running turn (see :mod:`~._steering`):
+        True when steered; False when no turn is open for it (none runs, it was
+        cancelled, or the agent is retiring) -- then nothing was done.
+
+        ``continuation``: a parent's follow-up, refused below a drain cutoff.
+
+        Raises:
+            SubagentError: ``ADMISSION_CLOSED`` (a continuation below a drain cutoff).
+        """
+        with self._lock:
+            if self._disposed or self._gate is CLOSED:
+                return False
+            if continuation and self._gate is DRAINED:
+                raise SubagentError(
+                    "admission is closed below this parent (drained)",
+                    code=ErrorCode.ADMISSION_CLOSED,
+                )
+            turn = self._turns.current
+            if turn is None or turn.cancelled:
+                return False
+            box = turn._steer
+            if box is None:
+                box = turn._steer = SteerBox()
+            box.messages.append(Message(message_id=message_id, content=content, source=source))
+            return True
+
+    def _requeue_steered(self, turn: Any) -> None:
+        """Run the messages steered into ``turn`` that it never took as turns of their
+        own, in order. The lock orders this after every steer that saw the turn open."""
+        with self._lock:
+            box = turn._steer
+            if box is None:
+                return
+            rest = box.leftovers()
+            first = self._accepted + 1
+            self._accepted += len(rest)
+            self._inflight += len(rest)
+        for n, m in enumerate(rest, first):
+            try:
+                self._put(Deliver(n, m.message_id, m.content, m.source, "message", (), None, False))
+            except SubagentError:  # disposed meanwhile: as a queued message would be
+                logger.warning("steered message %s of %s not run", m.message_id, self.session_id)
+
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""
         n = self._reserve()
@@ -289,6 +342,10 @@ class Inbox:
             else:
                 self._turns.handle(message)
         finally:
+            ended = self._turns.ended
+            if ended is not None:
+                self._turns.ended = None
+                self._requeue_steered(ended)
             if self._settle_one() and self._idle_listeners:
                 for fn in list(self._idle_listeners):
                     try:

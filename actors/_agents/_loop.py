@@ -53,6 +53,7 @@ class TurnRunner:
         "_session",
         "context",
         "current",
+        "ended",
         "keep_accepted",
         "next_turn",
     )
@@ -77,6 +78,8 @@ class TurnRunner:
         self.next_turn = next_turn
         self.context: list[Message] = []  # quiet reports for the next turn
         self.current: Turn | None = None
+        # The turn that just ended, for the inbox to settle its steered leftovers.
+        self.ended: Turn | None = None
         # The runtime is closing: what is not completed stays in the durable inbox.
         self.keep_accepted = False
 
@@ -194,6 +197,7 @@ class TurnRunner:
                     )
                 )
         events.append(delivered)
+        turn._record = self._record_steered
         self.current = turn  # a reference swap; cancel() reads it under the agent's lock
         output: Any = None
         structured: Any = None
@@ -212,6 +216,7 @@ class TurnRunner:
             stop, error = "failed", error_text(exc)
             logger.exception("turn %d of %s failed", index, session.id)
         self.current = None
+        self.ended = turn
         if stop == "completed" and self._output_schema is not None:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:
@@ -228,6 +233,9 @@ class TurnRunner:
         done: tuple[Any, ...] = ()
         if sessions.strict and not (end.stop_reason == "cancelled" and self.keep_accepted):
             done = (mid, *(q.message_id for q in turn.context)) if turn.context else (mid,)
+            box = turn._steer
+            if box is not None and box.taken:  # only this loop moves ``taken``
+                done += tuple(m.message_id for m in box.messages[: box.taken])
         try:
             sessions.append(session, (end,), done=done)
         except Exception:
@@ -235,6 +243,11 @@ class TurnRunner:
         if d.on_end is not None:
             outcome = TurnOutcome(index, end.stop_reason, end.output, end.structured, end.error)
             notify(d.on_end, outcome)
+
+    def _record_steered(self, messages: list[Message]) -> None:
+        """Log messages the running turn took from steering, inside the turn."""
+        events = [trusted_message(m.message_id, m.content, m.source) for m in messages]
+        self._host.sessions.append(self._session, events, defer=True)  # stored with turn/end
 
 
 def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:

@@ -28,6 +28,7 @@ from subagents.protocol import (
 
 from ._host import AgentHost
 from ._options import AgentOptions
+from ._steering import SteerBox
 
 __all__ = ["Message", "Turn", "TurnAgent"]
 
@@ -122,6 +123,8 @@ class Turn:
         "_delivered",
         "_history_through",
         "_lock",
+        "_record",
+        "_steer",
         "_usage",
         "context",
         "index",
@@ -144,6 +147,10 @@ class Turn:
         self._lock = lock  # the agent's lock: cancel() may make the controller too
         self._controller: AbortController | None = None
         self._usage: dict[str, int] | None = None
+        #: Messages steered into this turn (made by the first steer, under ``_lock``).
+        self._steer: SteerBox | None = None
+        #: Logs steered messages the turn takes (set by the turn's runner).
+        self._record: Callable[[list[Message]], None] | None = None
 
     def _controller_locked(self) -> AbortController:
         """The turn's controller, made on first use; the caller holds ``_lock``."""
@@ -221,6 +228,24 @@ class Turn:
         return agent.host.tools.call(
             agent.options.tool_filter, agent.extra_tools, name, self, *args, **kwargs
         )
+
+    def steering(self) -> tuple[Message, ...]:
+        """Messages steered into this turn since the last call, oldest first.
+
+        Call it at the behaviour's safe points -- between model calls -- to let
+        ``followup(..., steer=True)`` reach the running turn. Each message
+        returned is recorded in the session log inside this turn, so a replay sees
+        the same turn content; a steered message the turn never takes runs as the
+        next turn instead (see :mod:`~._steering`).
+        """
+        box = self._steer
+        if box is None:  # no steer yet; one arriving now is seen at the next safe point
+            return ()
+        with self._lock:
+            fresh = box.take()
+        if fresh and self._record is not None:
+            self._record(fresh)
+        return tuple(fresh)
 
     @property
     def usage(self) -> Mapping[str, int] | None:

@@ -18,7 +18,7 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from subagents.actors._agents import Agent, Turn
+    from subagents.actors._agents import Agent, Steered, Turn
 
     from ._service import SubagentService
 
@@ -78,9 +78,14 @@ class BoundSubagents:
         )
         return self._service.start_continuable(spec)
 
-    def followup(self, child_id: SessionId | str, content: Any, **kwargs: Any) -> MessageId:
-        """Follow up a continuable child of this agent."""
-        return self._service.followup(self._agent, child_id, content, **kwargs)
+    def followup(
+        self, child_id: SessionId | str, content: Any, **kwargs: Any
+    ) -> MessageId | Steered:
+        """Follow up a continuable child of this agent (``steer=``: a :class:`Steered`)."""
+        result: MessageId | Steered = self._service.followup(
+            self._agent, child_id, content, **kwargs
+        )
+        return result
 
     def report(self, content: Any, *, delivery: str = "quiet", **kwargs: Any) -> MessageId:
         """Report to this (continuable) agent's direct parent."""

@@ -24,13 +24,14 @@ a materialization is admitted, built in the caller's thread, and published there
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentRegistry, plain
+from subagents.actors._agents import Agent, AgentRegistry, Steered, check_steer, plain
 from subagents.actors._kernel import (
     AbortSignal,
     Alarm,
@@ -62,7 +63,7 @@ from ._announce import Announcer
 from ._child import ChildContext, child_options
 from ._control import drain, interrupt
 from ._events import EventBus
-from ._intake import DONE, accept_resident, kept, start_child_id, wake_parent_holder
+from ._intake import DONE, accept_resident, kept, start_child_id, steer_followup, wake_parent_holder
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._provider_registry import ProviderRegistry
 from ._requests import Delivery, EndCutoff, RegistryInbox, Request, Reserve
@@ -261,10 +262,12 @@ class ContinuationManager:
         source: Any = None,
         signal: Any = None,
         message_id: Any = None,
-    ) -> MessageId:
+        steer: Any = False,
+    ) -> MessageId | Steered:
         """See :meth:`SubagentService.followup` (``parent`` is the live Agent)."""
         if not isinstance(parent, Agent):
             raise bad("parent must be an Agent")
+        strict_steer = None if steer is False else check_steer(steer)
         cid = child_id if type(child_id) is SessionId else SessionId(child_id)
         if source is not None:
             if not isinstance(source, MessageSource):
@@ -281,16 +284,19 @@ class ContinuationManager:
         src = source if source is not None else parent.parent_source
         agents = self.require_agents()
         delivery = Delivery(content, src, new_message_id())
+        run: Callable[..., MessageId | Steered] = self._followup
+        if strict_steer is not None:  # steering: see _intake.steer_followup
+            run = functools.partial(steer_followup, self._index, self._followup, strict_steer)
         if message_id is None:
-            return self._followup(agents, parent, cid, delivery, signal)
+            return run(agents, parent, cid, delivery, signal)
         delivery.message_id = mid = MessageId(message_id)
         sessions = self._ctx.sessions
         if sessions.strict:  # the store deduplicates
-            return self._followup(agents, parent, cid, delivery, signal)
+            return run(agents, parent, cid, delivery, signal)
         if not sessions.claim(cid, mid):
-            return mid
+            return mid if strict_steer is None else Steered(mid, "duplicate")
         try:
-            return self._followup(agents, parent, cid, delivery, signal)
+            return run(agents, parent, cid, delivery, signal)
         except BaseException:
             sessions.unclaim(cid, mid)
             raise

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
-from subagents.actors._agents import Agent, SessionService, wake_holder
+from subagents.actors._agents import Agent, SessionService, Steered, not_open, wake_holder
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -35,6 +36,7 @@ from subagents.protocol import (
     SubagentError,
     trusted_message,
 )
+from subagents.supervision import Phase
 
 from ._requests import Delivery
 
@@ -94,6 +96,69 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
             logger.warning("could not give %s back", d.message_id, exc_info=True)
     d.committed = True
     return ROUTE
+
+
+def steer_resident(
+    sessions: SessionService, agent: Agent, d: Delivery, strict: bool
+) -> Steered | None:
+    """Steer ``d`` into the resident ``agent``'s open turn: a :class:`Steered`
+    (``steered`` or ``duplicate``), or None when no turn took it and it should be
+    followed up as usual (``queued``).
+
+    Under strict durability it is committed taken by the child's activation first,
+    and taken back when refused. ``strict``: refuse (``TURN_NOT_OPEN``) instead of
+    None, delivering nothing.
+    """
+    mid = d.message_id
+    if sessions.strict:
+        try:
+            (accepted,) = sessions.accept(
+                agent.session_id, (trusted_message(mid, d.content, d.source),), agent.session
+            )
+        except SubagentError as exc:
+            if exc.code == ErrorCode.LEASE_LOST and not strict:
+                return None  # the activation left: the usual path routes it
+            raise
+        if accepted.duplicate:
+            return Steered(mid, "duplicate")
+    try:
+        if agent.steer_in(d.content, d.source, mid, continuation=True):
+            return Steered(mid, "steered")
+        if strict:
+            raise not_open(agent.session_id)
+    except BaseException:
+        if sessions.strict:
+            _retract(sessions, agent.session_id, mid, agent)
+        raise
+    if sessions.strict:  # queued: the usual path commits it again
+        _retract(sessions, agent.session_id, mid, agent)
+    return None
+
+
+def steer_followup(
+    index: Mapping[SessionId, Any],
+    followup: Callable[..., MessageId],
+    strict: bool,
+    agents: Any,
+    parent: Agent,
+    cid: SessionId,
+    d: Delivery,
+    signal: Any,
+) -> Steered:
+    """A parent's steering follow-up (``index``: the registry's published index):
+    into the resident child's open turn, else ``followup`` as usual (``queued``) --
+    a strict steer refused instead, never resuming a cold child."""
+    act = index.get(cid)
+    agent = act.agent if act is not None and act.phase is Phase.RESIDENT else None
+    if agent is None:
+        if strict:
+            raise not_open(cid)
+    elif agent.header.parent_session == parent.session_id and agents.is_live(parent):
+        steered = steer_resident(agent.host.sessions, agent, d, strict)
+        if steered is not None:
+            return steered
+    # Not steered: the usual path (which also refuses a parent that is not the one).
+    return Steered(followup(agents, parent, cid, d, signal), "queued")
 
 
 def kept(

@@ -170,4 +170,6 @@ def _local(
     source: MessageSource | None,
     message_id: MessageId | str | None,
 ) -> MessageId:
-    return continuation.followup(parent, child_id, content, source=source, message_id=message_id)
+    mid = continuation.followup(parent, child_id, content, source=source, message_id=message_id)
+    assert not isinstance(mid, tuple)  # no steer asked: the id
+    return mid

@@ -16,9 +16,16 @@ publishes the child or raises after rolling back -- and opens the run's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
-from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.actors._agents import (
+    Agent,
+    AgentRegistry,
+    SessionService,
+    Steered,
+    check_steer,
+    not_open,
+)
 from subagents.actors._catalog import Catalog, Listing, ProjectionRegistry
 from subagents.actors._kernel import AbortSignal, Backend
 from subagents.protocol import (
@@ -227,6 +234,7 @@ class SubagentService:
         self._check_thread()
         return self._continuation.start_continuable(spec)
 
+    @overload
     def followup(
         self,
         parent: Agent | SessionId | str,
@@ -236,8 +244,41 @@ class SubagentService:
         source: MessageSource | None = None,
         signal: AbortSignal | None = None,
         message_id: MessageId | str | None = None,
-    ) -> MessageId:
+        steer: Literal[False] = False,
+    ) -> MessageId: ...
+
+    @overload
+    def followup(
+        self,
+        parent: Agent | SessionId | str,
+        child_id: SessionId | str,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        signal: AbortSignal | None = None,
+        message_id: MessageId | str | None = None,
+        steer: Literal[True, "strict"],
+    ) -> Steered: ...
+
+    def followup(
+        self,
+        parent: Agent | SessionId | str,
+        child_id: SessionId | str,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        signal: AbortSignal | None = None,
+        message_id: MessageId | str | None = None,
+        steer: bool | str = False,
+    ) -> MessageId | Steered:
         """Deliver one message from the exact live direct parent as the child's next turn.
+
+        ``steer=True`` hands it to the child's open turn instead, when the child is
+        resident here with a turn running (it sees it at its next safe point),
+        else follows up as usual; ``steer="strict"`` raises ``TURN_NOT_OPEN``
+        rather than queue or resume a cold child. Either returns a
+        :class:`~subagents.actors.Steered` (the id, and ``steered`` / ``queued`` /
+        ``duplicate``).
 
         Running children enqueue it, waiting ones wake, absent ones cold-resume
         from their persisted session (no provider involved). ``source`` is recorded
@@ -254,10 +295,13 @@ class SubagentService:
         Raises:
             SubagentError: ``UNAUTHORIZED``, ``SESSION_NOT_FOUND``,
                 ``PERSISTENCE_UNAVAILABLE``, ``ADMISSION_CLOSED``, ``CANCELLED``,
-                ``TIMEOUT``, ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``.
+                ``TIMEOUT``, ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``,
+                ``TURN_NOT_OPEN`` (a strict steer).
         """
         self._check_thread()
         if isinstance(parent, (str, SessionId)) and not isinstance(parent, Agent):
+            if steer is not False:
+                return self._steer_by_id(SessionId(parent), child_id, content, source, steer)
             return followup_by_id(
                 self._ctx.agents,
                 self._ctx.sessions,
@@ -269,8 +313,39 @@ class SubagentService:
                 message_id=message_id,
             )
         return self._continuation.followup(
-            parent, child_id, content, source=source, signal=signal, message_id=message_id
+            parent,
+            child_id,
+            content,
+            source=source,
+            signal=signal,
+            message_id=message_id,
+            steer=steer,
         )
+
+    def _steer_by_id(
+        self, parent_id: SessionId, child_id: Any, content: Any, source: Any, steer: Any
+    ) -> Steered:
+        """A steer naming the parent by id: through the parent when it is live here
+        (only a child resident here has a turn to steer), else queued by id."""
+        strict = check_steer(steer)
+        parent = self._ctx.agents.get(parent_id) if self._ctx.agents is not None else None
+        if parent is not None:
+            return self._continuation.followup(
+                parent, child_id, content, source=source, steer=steer
+            )  # type: ignore[return-value]
+        if strict:
+            raise not_open(SessionId(child_id))
+        mid = followup_by_id(
+            self._ctx.agents,
+            self._ctx.sessions,
+            self._continuation,
+            parent_id,
+            SessionId(child_id),
+            content,
+            source=source,
+            message_id=None,
+        )
+        return Steered(mid, "queued")
 
     def interrupt(
         self, target_session_id: SessionId | str, authority: UserAuthority | AncestorAuthority

@@ -277,7 +277,10 @@ class ToolDispatcher:
         handle = turn.subagents.start_continuable(provider, prompt, label=label, **fields)
         return {"id": str(handle.child_id), "message_id": str(handle.message_id)}
 
-    def _send_message(self, turn: Turn, id: str, content: str) -> Any:
+    def _send_message(self, turn: Turn, id: str, content: str, steer: bool = False) -> Any:
+        if steer is True:
+            result = turn.subagents.followup(id, content, steer=True)
+            return {"message_id": str(result.message_id), "delivered": result.outcome}
         return {"message_id": str(turn.subagents.followup(id, content)), "delivered": "queued"}
 
     def _interrupt(self, turn: Turn, id: str) -> Any:

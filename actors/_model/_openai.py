@@ -157,6 +157,9 @@ class OpenAIChat:
                 assert dispatcher is not None or not answer.tool_calls
                 messages.append(answer.message())
                 messages.extend(self._run_calls(turn, answer))
+                # A safe point: messages steered into the turn join the conversation.
+                for steered in turn.steering():
+                    messages.append({"role": "user", "content": _text(steered.content)})
         raise SubagentError(
             f"the model asked for tools more than {self.max_tool_rounds} rounds in one turn",
             code=ErrorCode.INVALID_ARGUMENT,

@@ -86,8 +86,16 @@ SUBAGENT_TOOLS: Final[Mapping[str, ModelTool]] = {
     ),
     "send_message": ModelTool(
         "Send a follow-up message to one of your continuable subagents; it runs as"
-        " the subagent's next turn.",
-        _object({"id": _ID, "content": _TEXT}, ("id", "content")),
+        " the subagent's next turn. steer: deliver it into the turn the subagent is"
+        " running now, if any (else it is queued as usual).",
+        _object(
+            {
+                "id": _ID,
+                "content": _TEXT,
+                "steer": {"type": "boolean", "description": "default: false"},
+            },
+            ("id", "content"),
+        ),
     ),
     "interrupt": ModelTool(
         "Cancel the current turn of one of your continuable subagents (or a deeper"

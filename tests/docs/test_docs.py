@@ -37,6 +37,7 @@ def test_tutorial_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) 
     out = capsys.readouterr().out
     assert "hello, world" in out and "QUIET PLEASE" in out and "stop_reason='completed'" in out
     assert "1 hello again, world" in out  # a restart: resumed by recorded model, sent once
+    assert "steered\n" in out and "plan the trip (+ and book a hotel)" in out
 
 
 def test_readme_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

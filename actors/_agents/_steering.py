@@ -1,0 +1,90 @@
+"""Steering: a follow-up delivered into the recipient's open turn (opt-in; L-5).
+
+Without steering every accepted message is its own FIFO turn. With
+``followup(..., steer=True)`` a message that arrives while a turn runs is handed
+to *that* turn instead: the behaviour sees it at its next safe point -- where it
+calls :meth:`~._turn.Turn.steering`, between model calls -- and the message is
+recorded in the session log inside the turn (after the turn's own message), so a
+replay sees the same turn content.
+
+The outcome is reported (:class:`Steered`): ``steered`` (handed to the open turn)
+or ``queued`` (no turn was open: it runs as a turn of its own, as a plain
+follow-up would). ``steer="strict"`` refuses instead of queueing: a steer that
+loses the race with the turn's end raises ``TURN_NOT_OPEN`` and delivers nothing
+(under strict durability its acceptance is taken back). A message handed to a
+turn that ends before another safe point is not lost: it runs as the next turn.
+
+Who decides: the agent's inbox lock. A steer reads the running turn and appends
+to its :class:`SteerBox` under it; the turn's end is observed under the same lock
+(when the finished turn is settled), so a message is either in a box whose turn
+sees or requeues it, or refused -- never both, never neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, NamedTuple
+
+from subagents.protocol import ErrorCode, MessageId, SubagentError
+
+__all__ = ["STEER_OUTCOMES", "SteerBox", "Steered", "check_steer", "not_open"]
+
+#: What a steering follow-up can report.
+STEER_OUTCOMES: Final = ("steered", "queued", "duplicate")
+
+
+class Steered(NamedTuple):
+    """What ``followup(..., steer=...)`` did with a message.
+
+    ``outcome``: ``"steered"`` -- handed to the recipient's open turn, which sees
+    it at its next safe point (or, ending before one, runs it as the next turn);
+    ``"queued"`` -- no turn was open for it: it runs as a turn of its own;
+    ``"duplicate"`` -- its ``message_id`` was accepted before: nothing new.
+    """
+
+    message_id: MessageId
+    outcome: Literal["steered", "queued", "duplicate"]
+
+
+class SteerBox:
+    """The messages steered into one turn, oldest first; ``taken`` of them were seen
+    by the turn. Guarded by the agent's inbox lock."""
+
+    __slots__ = ("messages", "taken")
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.taken = 0
+
+    def take(self) -> list[Any]:
+        """The messages not seen yet, now seen (the caller holds the lock)."""
+        fresh = self.messages[self.taken :]
+        self.taken = len(self.messages)
+        return fresh
+
+    def leftovers(self) -> list[Any]:
+        """The messages the turn never saw (the caller holds the lock); the box is
+        emptied, so each is requeued once."""
+        rest = self.messages[self.taken :]
+        del self.messages[self.taken :]
+        return rest
+
+
+def check_steer(steer: Any) -> bool:
+    """Whether ``steer`` asks for strict steering (``"strict"``); ``True`` for plain
+    steering. Anything else is ``INVALID_ARGUMENT``."""
+    if steer is True:
+        return False
+    if steer == "strict" and type(steer) is str:
+        return True
+    raise SubagentError(
+        f"steer must be False, True or 'strict', not {steer!r}", code=ErrorCode.INVALID_ARGUMENT
+    )
+
+
+def not_open(session_id: Any) -> SubagentError:
+    """``TURN_NOT_OPEN``: a strict steer found no open turn to deliver into."""
+    return SubagentError(
+        f"session {session_id} has no open turn to steer (nothing was delivered)",
+        code=ErrorCode.TURN_NOT_OPEN,
+        hint={"session_id": session_id},
+    )
