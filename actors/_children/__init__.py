@@ -10,6 +10,8 @@ from ._bound import BoundSubagents
 from ._child import ChildContext
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
+from ._hosted import Hosting
+from ._placed import PlacedChild, Placement
 from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._providers import ForkProvider, LocalProvider
 from ._remote import adopt, wake_child
@@ -42,8 +44,11 @@ __all__ = [
     "ContinuationManager",
     "EventBus",
     "ForkProvider",
+    "Hosting",
     "Listener",
     "LocalProvider",
+    "PlacedChild",
+    "Placement",
     "ProviderRegistration",
     "ProviderRegistry",
     "ReportReceipt",

@@ -75,6 +75,7 @@ from subagents.supervision import (
 )
 from subagents.supervision import Latch as ActivationLatch
 
+from ._placed import PlacedChild
 from ._requests import (
     Abandon,
     Admit,
@@ -254,8 +255,10 @@ class Registry(NoticeLoop):
         ):
             raise _err(ErrorCode.UNAUTHORIZED, "only the exact live direct parent may follow up")
         d = request.delivery
-        if d is None:
-            return  # a wake: resident already, its mail pickup delivers what waits
+        if d is None:  # a wake: resident already, its mail pickup delivers what waits
+            if type(agent) is PlacedChild:
+                agent.wake()  # ... on its host, which a run has look
+            return
         if d.message_id in act.replayed:
             return  # committed before this epoch read its inbox: delivered already
         if not agent.admit_followup(d.content, d.source, d.message_id, d.committed):
@@ -396,7 +399,7 @@ class Registry(NoticeLoop):
 
     def _interrupt(
         self, target: SessionId, authority: UserAuthority | AncestorAuthority
-    ) -> tuple[Agent, str, SessionId | None] | None:
+    ) -> tuple[Any, str, SessionId | None] | None:
         act = self.index.get(target)
         if act is None or act.phase not in INTERRUPTIBLE:
             return None  # an absent target is an accepted no-op
@@ -417,6 +420,4 @@ class Registry(NoticeLoop):
             kind, by = "ancestor", agent.session_id if ok else None
         if not ok:
             raise _err(ErrorCode.UNAUTHORIZED, "not authorized to interrupt this child")
-        agent = act.agent
-        assert isinstance(agent, Agent)
-        return agent, kind, by
+        return act.agent, kind, by

@@ -65,6 +65,7 @@ from ._control import drain, interrupt
 from ._events import EventBus
 from ._intake import DONE, accept_resident, kept, start_child_id, steer_followup, wake_parent_holder
 from ._materialize import ADMISSION_TIMEOUT, Materializer
+from ._placed import PlacedChild, PlacementLookup, followup_placed, placement_of, release_placed
 from ._provider_registry import ProviderRegistry
 from ._requests import Delivery, EndCutoff, RegistryInbox, Request, Reserve
 from ._residency import ResidencyHooks
@@ -123,9 +124,13 @@ class ContinuationManager:
             self._index, ctx.agents, self._registry_box, self._supervisor_box
         )
         self._registry_box.bind(self._registry)
+        lookup = PlacementLookup(providers.names, providers.get, ctx.sessions)
         self._materializer = Materializer(
-            self._ask, self._registry.tell, self._setups, self._supervisor_box, announcer
-        )
+            self._ask, self._registry.tell, self._setups, self._supervisor_box, announcer,
+            lookup, backend,
+        )  # fmt: skip
+        #: Children placed here by parents in other processes (:mod:`._hosted`).
+        self.hosted: dict[SessionId, Agent] = {}
 
     @property
     def keep_warm_seconds(self) -> float:
@@ -185,6 +190,7 @@ class ContinuationManager:
                 ErrorCode.CONTINUABLE_UNSUPPORTED,
                 f"provider {spec.provider!r} cannot create continuable children",
             )
+        placement = placement_of(provider, ctx.sessions)
         if not agents.is_live(parent):
             raise _err(ErrorCode.UNAUTHORIZED, "the parent is not a live agent")
         signal.raise_if_aborted()
@@ -211,9 +217,9 @@ class ContinuationManager:
         if spec.message_id is None:
             act: Activation = self._ask(Reserve(new_session_id(), parent))
             return self._materializer.create(
-                act, ctx, spec, prepare, options, depth, descriptor, new_message_id()
+                act, ctx, spec, prepare, options, depth, descriptor, new_message_id(), placement
             )
-        return self._start_once(spec, prepare, options, depth, descriptor, signal)
+        return self._start_once(spec, prepare, options, depth, descriptor, signal, placement)
 
     def _start_once(
         self,
@@ -223,6 +229,7 @@ class ContinuationManager:
         depth: int,
         descriptor: ContinuableDescriptor,
         signal: AbortSignal,
+        placement: Any,
     ) -> ContinuableHandle:
         """An idempotent start: the child's id derives from the parent's and the
         message's, so a repeated start finds it (here, or in the store)."""
@@ -245,7 +252,7 @@ class ContinuationManager:
                 continue
             try:
                 return self._materializer.create(
-                    act, self._ctx, spec, prepare, options, depth, descriptor, mid
+                    act, self._ctx, spec, prepare, options, depth, descriptor, mid, placement
                 )
             except SubagentError as exc:
                 if exc.code != ErrorCode.SESSION_EXISTS:  # another process created it
@@ -324,6 +331,9 @@ class ContinuationManager:
             sessions = self._ctx.sessions
             if not sessions.strict:
                 if agent.admit_followup(delivery.content, delivery.source, delivery.message_id):
+                    return delivery.message_id
+            elif type(agent) is PlacedChild:
+                if followup_placed(sessions, agent, delivery):
                     return delivery.message_id
             elif accept_resident(sessions, agent, delivery) == DONE:
                 return delivery.message_id
@@ -422,6 +432,7 @@ class ContinuationManager:
     def close(self) -> None:
         """Stop the alarm and the registry, supervisor and dispatcher actors."""
         self._hooks.closing = True
+        release_placed(self.activations(), "runtime closing")
         self._alarm.close()
         for ref in (self._registry, self._supervisor, self._dispatcher):
             try:

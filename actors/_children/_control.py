@@ -24,6 +24,7 @@ from subagents.actors._kernel._checks import check_timeout
 from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
 from subagents.supervision import VISIBLE, Activation
 
+from ._placed import PlacedChild
 from ._requests import Cutoff, Interrupt
 from ._types import AncestorAuthority, UserAuthority
 from ._validate import bad
@@ -52,6 +53,9 @@ def interrupt(
     if verdict is None:
         return
     agent, kind, by = verdict
+    if isinstance(agent, PlacedChild):  # its host cancels the turn and logs it
+        agent.interrupt(kind, by)
+        return
     at = clock()  # INVALID_ARGUMENT from a bad clock before anything changed
     agent.cancel("interrupted", keep_inbox=True)
     event = InterruptEvent(at=at, cause="interrupted", authority=kind, by_session=by)

@@ -150,6 +150,8 @@ def steer_followup(
     a strict steer refused instead, never resuming a cold child."""
     act = index.get(cid)
     agent = act.agent if act is not None and act.phase is Phase.RESIDENT else None
+    if not isinstance(agent, Agent):  # absent, or placed on another host: no open turn here
+        agent = None
     if agent is None:
         if strict:
             raise not_open(cid)

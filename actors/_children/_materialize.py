@@ -47,6 +47,7 @@ from subagents.supervision import Activation, SupervisorInbox
 
 from ._announce import Announcer
 from ._child import ChildContext, create_child
+from ._placed import PlacedChild, Placement, PlacementLookup
 from ._requests import Abandon, Admit, Delivery, Publish, Request, Withdraw
 from ._setup import SetupRegistry
 from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec
@@ -70,7 +71,11 @@ class Materializer:
         setups: SetupRegistry,
         supervisor: SupervisorInbox,
         announcer: Announcer,
+        placed: PlacementLookup,
+        backend: Any,
     ) -> None:
+        self._placed = placed
+        self._backend = backend
         self._ask = ask
         self._tell = tell
         self._setups = setups
@@ -102,19 +107,20 @@ class Materializer:
             signal.raise_if_aborted()
         return verdict
 
-    def attach(self, act: Activation, agent: Agent) -> None:
+    def attach(self, act: Activation, agent: Agent | PlacedChild) -> None:
         """Install setup contributions and the residency listeners (unpublished)."""
-        self._setups.install(agent)
+        if isinstance(agent, Agent):  # a placed child's host installs its own
+            self._setups.install(agent)
         supervisor = self._supervisor
 
-        def on_idle(_agent: Agent) -> None:
+        def on_idle(_agent: Any) -> None:
             # A waiting parent (it owns children) cannot settle on its own going
             # idle: the release of its last child considers it again. Skipping the
             # notice keeps a busy parent's turn loop free of supervisor traffic.
             if not act.owned or act.drained:
                 supervisor.quiescent(act)
 
-        def on_disposed(disposed: Agent) -> None:
+        def on_disposed(disposed: Any) -> None:
             if act.agent is disposed:  # published: its epoch ends here
                 supervisor.released(act)
 
@@ -124,7 +130,7 @@ class Materializer:
     def publish(
         self,
         act: Activation,
-        agent: Agent,
+        agent: Agent | PlacedChild,
         delivery: Delivery | None,
         descriptor: ContinuableDescriptor,
         replay: Sequence[InboxEntry] = (),
@@ -163,10 +169,14 @@ class Materializer:
         depth: int,
         descriptor: ContinuableDescriptor,
         message_id: MessageId,
+        placement: Placement | None = None,
     ) -> ContinuableHandle:
         """Create ``act``'s new child from the provider's prepared data and publish
         it with the initial prompt ``message_id``; on any failure nothing of it
-        remains. Under strict durability the prompt is committed with the child."""
+        remains. Under strict durability the prompt is committed with the child.
+
+        ``placement``: the child runs on a host (:mod:`._placed`): its session is
+        made here and released, and its Activation's agent is a stand-in."""
         parent = spec.parent
         signal = spec.signal or AbortSignal.never()
         agent: Agent | None = None
@@ -191,6 +201,9 @@ class Materializer:
                 inbox=(prompt,) if ctx.sessions.strict else (),
             )
             agent._descriptor = descriptor
+            if placement is not None:
+                self._place(act, agent, placement, Delivery(spec.prompt, source, message_id))
+                return ContinuableHandle(act.child_id, message_id)
             self.attach(act, agent)
             signal.raise_if_aborted()
             self.publish(act, agent, Delivery(spec.prompt, source, message_id), descriptor)
@@ -198,6 +211,19 @@ class Materializer:
             self.rollback(act, agent, ctx.sessions if agent is not None else None)
             raise
         return ContinuableHandle(act.child_id, message_id)
+
+    def _place(
+        self, act: Activation, agent: Agent, placement: Placement, delivery: Delivery
+    ) -> None:
+        """Publish the stand-in of a new placed child, then let the session go (its
+        prompt waits in the durable inbox) and have a host run it."""
+        child = PlacedChild(agent.header, placement, self._backend)
+        self.attach(act, child)
+        delivery.committed = True
+        self.publish(act, child, delivery, agent._descriptor)
+        agent.dispose()  # the session, descriptor and prompt are written; the lease goes
+        if not act.drained:  # published below a cutoff: the prompt stays accepted
+            child.start()
 
     def wake(self, child_id: SessionId, parent: Agent, agents: AgentRegistry) -> None:
         """Cold-resume ``child_id`` for what waits in its durable inbox, on behalf of
@@ -216,7 +242,20 @@ class Materializer:
     ) -> None:
         """Cold-resume ``act``'s child from its persisted session and publish it,
         delivering what its inbox still holds first, then ``delivery`` (None: a
-        wake, for what the inbox holds)."""
+        wake, for what the inbox holds). A placed child is published as a stand-in
+        and run by a host."""
+        placed = self._placed.of(act.child_id)
+        if placed is not None:
+            child = PlacedChild(placed[2], placed[0], self._backend)
+            try:
+                self.attach(act, child)
+                self.publish(act, child, delivery, placed[1])
+            except BaseException:
+                self.rollback(act, None, None)
+                raise
+            if not act.drained:
+                child.start()
+            return
         restored: Restored | None = None
         try:
             restored = agents.resume_continuable(act.child_id)

@@ -75,6 +75,7 @@ def report_from(
     child: Any,
     content: Any,
     *,
+    hosted: Mapping[SessionId, Agent] | None = None,
     delivery: str = "quiet",
     signal: Any = None,
     message_id: Any = None,
@@ -83,7 +84,8 @@ def report_from(
     child's session id -- (see the module docstring); its message id.
 
     ``index`` is the registry's published Activation index; ``live`` and
-    ``is_live`` are the agent registry's ``get`` and exact-liveness check.
+    ``is_live`` are the agent registry's ``get`` and exact-liveness check;
+    ``hosted``: the children this runtime hosts for parents elsewhere.
     """
     if not isinstance(child, (Agent, str)):
         raise bad("child must be an Agent or a session id")
@@ -95,7 +97,10 @@ def report_from(
     # wait for the parent's next turn in its checkpoint (map, context list, entry).
     check_value(content, 3 if delivery == "quiet" else 1)
     (signal or _NEVER).raise_if_aborted()
-    if isinstance(child, Agent):
+    if isinstance(child, Agent) and hosted and hosted.get(child.session_id) is child:
+        # Placed here by a parent elsewhere (no Activation here): its durable parent.
+        child_id, parent_id = child.session_id, _vouched_parent(sessions, index, child.session_id)
+    elif isinstance(child, Agent):
         act = index.get(child.session_id)
         exact = act is not None and act.agent is child and act.phase in MAY_REPORT
         if act is None or not exact or not is_live(child):

@@ -99,7 +99,7 @@ class Publish:
     def __init__(
         self,
         activation: Activation,
-        agent: Agent,
+        agent: Any,  # an Agent, or a PlacedChild
         delivery: Delivery | None,
         descriptor: ContinuableDescriptor,
         replay: Sequence[InboxEntry] = (),

@@ -377,8 +377,7 @@ class SubagentService:
         the parent's durable inbox before this returns, and a parent that is not
         live (leaving residency, or live in no process) keeps it: it is delivered
         when the parent is next live, once (see :meth:`report_receipt`). Without
-        it, the parent must be live. ``message_id`` makes it idempotent as for
-        :meth:`followup`.
+        it, the parent must be live. ``message_id``: idempotent, as for :meth:`followup`.
 
         ``child`` may also be a continuable child's session id: the caller vouches
         for the child (a server relaying a report for a child that settled, or
@@ -400,6 +399,7 @@ class SubagentService:
             agents.is_live,
             child,
             content,
+            hosted=continuation.hosted,
             delivery=delivery,
             signal=signal,
             message_id=message_id,

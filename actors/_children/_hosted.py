@@ -1,0 +1,174 @@
+"""The host's side of placement: continuable children whose parent lives elsewhere.
+
+A host is a process with a runtime on the shared store that runs continuable
+children for parents in other processes (see :mod:`._placed`). :class:`Hosting`
+is what such a runtime does when asked to: activate a child from the store
+(taking its lease, replaying what its durable inbox holds), pick up what was
+committed since, report when it is quiet, cancel or interrupt its turn, and
+release it -- its own resident children first.
+
+A hosted child is an ordinary agent of the host runtime with no Activation
+there (its parent is not here): its continuable children are Activations of the
+host's registry whose lineage starts at it, and its reports go to its parent's
+durable inbox, which wakes the parent wherever it is held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from subagents.actors._agents import Agent, AgentRegistry, SessionService, replay
+from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
+
+__all__ = ["Hosting"]
+
+logger = logging.getLogger("subagents")
+
+#: Seconds between attempts to take a lease another process still holds (its
+#: release may be on its way, or its holder died and the lease must expire).
+_RETRY = 0.05
+
+
+class Hosting:
+    """Children placed in this runtime by parents elsewhere (see the module docstring).
+
+    Args:
+        runtime: the host's runtime (its ``agents``, ``sessions``, ``continuation``,
+            ``mail`` and ``clock``).
+        hosted: the dict the runtime keeps its hosted agents in (its reports read it).
+        lease_wait: seconds to wait for a lease another process holds.
+    """
+
+    def __init__(self, runtime: Any, hosted: dict[SessionId, Agent], lease_wait: float) -> None:
+        self._agents: AgentRegistry = runtime.agents
+        self._sessions: SessionService = runtime.sessions
+        self._continuation = runtime.continuation
+        self._pickup: Callable[[SessionId], None] | None = (
+            runtime.mail.pickup if runtime.mail is not None else None
+        )
+        self._clock = runtime.clock
+        self._hosted = hosted
+        self._lease_wait = lease_wait
+        self._lock = threading.Lock()  # activations: one at a time
+
+    def held(self) -> list[SessionId]:
+        """The children hosted here now."""
+        return [sid for sid, a in list(self._hosted.items()) if not a.disposed]
+
+    def run(self, child_id: SessionId) -> None:
+        """Hold ``child_id`` (activating it if needed), run what waits in its durable
+        inbox, and return once it is idle and owns no resident child.
+
+        Raises:
+            SubagentError: ``LEASE_HELD`` (another process kept it past the wait),
+                ``SESSION_NOT_FOUND``, or why it cannot be resumed here.
+        """
+        agent = self._activate(child_id)
+        if self._pickup is not None:
+            self._pickup(child_id)
+        self._quiet(agent)
+
+    def settle(self, child_id: SessionId) -> bool:
+        """Release ``child_id`` if it is quiet (True); False when it is busy."""
+        agent = self._hosted.get(child_id)
+        if agent is None or agent.disposed:
+            return True
+        if self._below(agent) or not agent.close_if_idle():
+            return False
+        agent.dispose(checkpoint=True)
+        return True
+
+    def cancel(self, child_id: SessionId, cause: str, keep_inbox: bool) -> None:
+        """Cancel its running turn; ``keep_inbox=False`` also drops what waits --
+        here, and what is still untaken in its durable inbox."""
+        agent = self._hosted.get(child_id)
+        if agent is None or agent.disposed:
+            return
+        agent.cancel(cause, keep_inbox=keep_inbox)
+        if not keep_inbox and self._pickup is not None:
+            self._pickup(child_id)  # takes what waits into the loop ...
+            with contextlib.suppress(SubagentError):  # (disposed meanwhile)
+                # ... where it is dropped in turn
+                agent.call_in_loop(lambda: agent.cancel(cause, keep_inbox=False))
+
+    def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
+        """An interrupt the parent's registry authorized: cancel the turn, keep the
+        inbox, log it (an absent child: nothing to do)."""
+        agent = self._hosted.get(child_id)
+        if agent is None or agent.disposed:
+            return
+        at = self._clock()
+        agent.cancel("interrupted", keep_inbox=True)
+        event = InterruptEvent(at=at, cause="interrupted", authority=kind, by_session=by)
+        with contextlib.suppress(SubagentError):  # it left residency meanwhile
+            self._sessions.append(agent.session, (event,))
+
+    def release(self, child_id: SessionId, cause: str, timeout: float | None = 60.0) -> None:
+        """Cancel it (what it accepted stays accepted: it runs at its next
+        activation), drain its resident children, then release it."""
+        agent = self._hosted.get(child_id)
+        if agent is None or agent.disposed:
+            return
+        agent.cancel(cause, keep_inbox=False, keep_accepted=True)
+        if self._below(agent):
+            self._continuation.drain(agent, timeout)
+        agent.dispose(checkpoint=True, timeout=timeout)
+
+    def close(self) -> None:
+        """Release every hosted child (the host stops)."""
+        for sid in self.held():
+            try:
+                self.release(sid, "host closing")
+            except SubagentError as exc:
+                logger.warning("releasing %s: %s", sid, exc)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _activate(self, child_id: SessionId) -> Agent:
+        with self._lock:
+            agent = self._hosted.get(child_id)
+            if agent is not None and not agent.disposed:
+                return agent
+            deadline = time.monotonic() + self._lease_wait
+            while True:
+                try:
+                    restored = self._agents.resume_continuable(child_id)
+                    break
+                except SubagentError as exc:
+                    if exc.code != ErrorCode.LEASE_HELD or time.monotonic() > deadline:
+                        raise
+                time.sleep(_RETRY)
+            agent = restored.agent
+            self._hosted[child_id] = agent
+            agent.add_dispose_listener(self._forget)
+            try:
+                replay(agent, restored.pending)
+            except BaseException:
+                restored.give_back()
+                agent.dispose(flush=False)
+                raise
+            return agent
+
+    def _forget(self, agent: Agent) -> None:
+        if self._hosted.get(agent.session_id) is agent:
+            del self._hosted[agent.session_id]
+
+    def _below(self, agent: Agent) -> list[Any]:
+        """Its continuable children resident here."""
+        return [a for a in self._continuation.activations() if a.lineage[:1] == (agent,)]
+
+    def _quiet(self, agent: Agent) -> None:
+        while True:
+            agent.wait_idle(None)
+            below = self._below(agent)
+            if not below:
+                if agent.idle:
+                    return
+                continue
+            for act in below:
+                act.released.wait(None)

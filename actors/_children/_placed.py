@@ -1,0 +1,405 @@
+"""Continuable children placed on another host: the parent's stand-in for them.
+
+A provider with a ``placement`` attribute (a :class:`Placement`, such as
+:class:`subagents.actors.ray.RayPlacement`) does not run its continuable
+children here. The durable session, the lease and the inbox stay in the shared
+store; the placement only decides *where* an Activation runs: on a host, a
+process with a runtime of its own on the same store, which takes the child's
+lease and runs what waits in its durable inbox.
+
+The parent keeps ownership, supervision and child-first release. The child is
+an Activation in this process's registry like any other -- owned by its parent,
+routed, cut off by drains, settled by the supervisor -- whose agent is a
+:class:`PlacedChild`: it has the gate and the quiescence an Agent has, and its
+"turns" are calls to the host. Every message admitted to it is already committed
+to the child's durable inbox (placement needs strict durability), so a call only
+says "run what waits, and answer when you are idle". Settling asks the host to
+release the child (its lease goes back to the store), and only then is the
+Activation released, so a parent settles strictly after its placed children.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from subagents.actors._kernel import Backend
+from subagents.protocol import (
+    ContinuableDescriptor,
+    ErrorCode,
+    MessageId,
+    MessageSource,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    trusted_message,
+    try_fold_subagent_descriptor,
+)
+
+__all__ = [
+    "PlacedChild",
+    "Placement",
+    "PlacementLookup",
+    "followup_placed",
+    "placement_of",
+    "release_placed",
+]
+
+logger = logging.getLogger("subagents")
+
+_OPEN, _DRAINED, _CLOSED = 0, 1, 2
+_JOIN = 30.0  # seconds a release waits for the child's last run to return
+
+
+class Placement(Protocol):
+    """Where continuable children run: the calls a :class:`PlacedChild` makes.
+
+    Each call blocks its caller (a task of this runtime's backend) and raises
+    :class:`SubagentError` when no host could do it.
+    """
+
+    def run(self, child_id: SessionId) -> None:
+        """Have a host hold ``child_id`` (activating it from the store if no host
+        does) and run what waits in its durable inbox; return once it is idle there
+        and owns no resident child."""
+
+    def settle(self, child_id: SessionId) -> bool:
+        """Release ``child_id`` on its host if it is idle there (True); False when
+        it is busy again (a report of its own children woke it)."""
+
+    def cancel(self, child_id: SessionId, cause: str, keep_inbox: bool) -> None:
+        """Cancel its running turn (``keep_inbox=False``: and what waits)."""
+
+    def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
+        """Cancel its running turn, keeping its inbox, and log the interrupt."""
+
+    def release(self, child_id: SessionId, cause: str) -> None:
+        """Cancel it (what it accepted stays accepted), release its resident
+        children, then the child itself: its lease goes back to the store."""
+
+
+class PlacedChild:
+    """The Activation's agent for a child placed on a host (see the module docstring).
+
+    It offers what the registry, the supervisor and the continuation manager use
+    of an Agent: the header, the gate (``admit_followup``, ``close_admission``,
+    ``close_if_idle``), quiescence (``idle``, ``idle_since``, idle listeners),
+    ``cancel``, ``interrupt`` and ``dispose``.
+    """
+
+    def __init__(self, header: SessionHeader, placement: Placement, backend: Backend) -> None:
+        self._header = header
+        self._placement = placement
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._gate = _OPEN
+        self._accepted = 0  # admitted so far (monotone)
+        self._done = 0  # admitted messages a finished run covered
+        self._running = False
+        self._started = False
+        self._disposed = False
+        self._idle_listeners: list[Callable[[Any], object]] = []
+        self._dispose_listeners: list[Callable[[Any], object]] = []
+        self.idle_since = time.monotonic()
+        self.error: BaseException | None = None  # the last failed run's error
+        self._task: Any = None  # the task making runs, while there is one
+
+    def __repr__(self) -> str:
+        return f"<PlacedChild {self.session_id}>"
+
+    # -- identity --------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> SessionId:
+        return self._header.id
+
+    @property
+    def header(self) -> SessionHeader:
+        return self._header
+
+    @property
+    def parent_session(self) -> SessionId | None:
+        return self._header.parent_session
+
+    @property
+    def label(self) -> str | None:
+        return self._header.label
+
+    @property
+    def disposed(self) -> bool:
+        return self._disposed
+
+    # -- the gate --------------------------------------------------------------------
+
+    def _count(self) -> None:
+        """One more message to run (under the lock)."""
+        if self._gate == _CLOSED or self._disposed:
+            raise SubagentError(
+                f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
+            )
+        self._accepted += 1
+
+    def deliver(
+        self,
+        content: Any,
+        source: MessageSource | None,
+        *,
+        message_id: MessageId | None = None,
+        drop: bool = False,
+        redelivered: Any = False,
+        **_: Any,
+    ) -> None:
+        """The first message of an epoch (already in the durable inbox). ``drop``
+        (published below a drain cutoff): not run now; it stays accepted."""
+        with self._lock:
+            self._count()
+            if drop:
+                self._accepted -= 1
+                return
+        self._kick()
+
+    def admit_followup(
+        self, content: Any, source: MessageSource, message_id: MessageId, untaken: bool = False
+    ) -> bool:
+        """A follow-up committed to the durable inbox: admitted (True), or the
+        child is retiring (False). ``ADMISSION_CLOSED`` below a drain cutoff."""
+        with self._lock:
+            if self._gate != _OPEN or self._disposed:
+                if self._gate == _DRAINED and not self._disposed:
+                    raise SubagentError(
+                        "admission is closed below this parent (drained)",
+                        code=ErrorCode.ADMISSION_CLOSED,
+                    )
+                return False
+            self._accepted += 1
+        self._kick()
+        return True
+
+    def close_admission(self) -> None:
+        with self._lock:
+            if self._gate == _OPEN:
+                self._gate = _DRAINED
+
+    def close_if_idle(self) -> bool:
+        with self._lock:
+            if self._accepted != self._done or self._running:
+                return False
+            self._gate = _CLOSED
+            return True
+
+    @property
+    def idle(self) -> bool:
+        return self._accepted == self._done and not self._running
+
+    def add_idle_listener(self, fn: Callable[[Any], object]) -> Callable[[], None]:
+        self._idle_listeners.append(fn)
+        return lambda: self._idle_listeners.remove(fn) if fn in self._idle_listeners else None
+
+    def add_dispose_listener(self, fn: Callable[[Any], object]) -> None:
+        self._dispose_listeners.append(fn)
+
+    # -- runs ------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Something waits in the durable inbox (committed by another process):
+        one more run, unless it is retiring."""
+        with self._lock:
+            if self._gate == _CLOSED or self._disposed or not self._started:
+                return
+            self._accepted += 1
+        self._kick()
+
+    def start(self) -> None:
+        """Begin running (after publication, once nobody here holds the lease):
+        one run for what already waits in the durable inbox."""
+        with self._lock:
+            self._started = True
+            self._accepted += 1  # what waits: activations find it there
+        self._kick()
+
+    def _kick(self) -> None:
+        with self._lock:
+            if self._running or not self._started or self._accepted == self._done:
+                return
+            self._running = True
+        self._task = self._backend.spawn(self._runs, name=f"subagents-placed-{self.session_id}")
+
+    def _runs(self) -> None:
+        while True:
+            with self._lock:
+                target = self._accepted
+            try:
+                self._backend.run_blocking(self._placement.run, self.session_id)
+                self.error = None
+            except BaseException as exc:  # the messages stay accepted, in the store
+                self.error = exc
+                logger.warning("placed child %s: %r", self.session_id, exc)
+            with self._lock:
+                self._done = max(self._done, target)
+                if self._accepted != self._done:
+                    continue
+                self._running = False
+                self.idle_since = time.monotonic()
+            for fn in list(self._idle_listeners):
+                try:
+                    fn(self)
+                except Exception:
+                    logger.exception("idle listener %r raised", fn)
+            return
+
+    # -- cancellation, interrupt, release -------------------------------------------
+
+    def cancel(
+        self, cause: Any = None, *, keep_inbox: bool = True, keep_accepted: bool = False
+    ) -> None:
+        """Cancel the running turn on the host (``keep_inbox=False``: and what waits)."""
+        try:
+            self._backend.run_blocking(
+                self._placement.cancel, self.session_id, str(cause or "cancelled"), keep_inbox
+            )
+        except SubagentError as exc:
+            logger.warning("cancelling placed child %s: %s", self.session_id, exc)
+
+    def interrupt(self, kind: str, by: SessionId | None) -> None:
+        """An authorized interrupt: the host cancels the turn and logs it."""
+        self._backend.run_blocking(self._placement.interrupt, self.session_id, kind, by)
+
+    def dispose(self, *, wait: bool = True, checkpoint: bool = False, **_: Any) -> None:
+        """Settle: the host releases the child once it is idle there; then the
+        dispose listeners run (the supervisor's release)."""
+        with self._lock:
+            if self._disposed:
+                return
+            self._disposed = True
+            self._gate = _CLOSED
+        task = self._backend.spawn(self._settle, name=f"subagents-placed-{self.session_id}")
+        if wait:
+            task.join(None)
+
+    def _settle(self) -> None:
+        try:
+            while not self._backend.run_blocking(self._placement.settle, self.session_id):
+                self._backend.run_blocking(self._placement.run, self.session_id)
+        except BaseException as exc:  # its lease expires; whoever runs it next replays
+            logger.warning("releasing placed child %s: %r", self.session_id, exc)
+        for fn in list(self._dispose_listeners):
+            try:
+                fn(self)
+            except Exception:
+                logger.exception("dispose listener %r raised", fn)
+
+    def release(self, cause: str) -> None:
+        """Release it now (the runtime closes): cancelled, accepted work kept."""
+        with self._lock:
+            self._disposed = True
+            self._gate = _CLOSED
+        try:
+            self._backend.run_blocking(self._placement.release, self.session_id, cause)
+        except BaseException as exc:
+            logger.warning("releasing placed child %s: %r", self.session_id, exc)
+        task = self._task
+        if task is not None:  # its run returns now that the host let the child go
+            task.join(_JOIN)
+        for fn in list(self._dispose_listeners):
+            try:
+                fn(self)
+            except Exception:
+                logger.exception("dispose listener %r raised", fn)
+
+
+class PlacementLookup:
+    """Which children are placed, and how: from the provider that created them.
+
+    ``names`` and ``get`` are the provider registry's. A child's provider is read
+    from its descriptor -- only while some registered provider places children --
+    and remembered (a bounded memory: past :data:`_REMEMBER` children it starts
+    over).
+    """
+
+    def __init__(
+        self, names: Callable[[], list[str]], get: Callable[[str], Any], sessions: Any
+    ) -> None:
+        self._names = names
+        self._get = get
+        self._sessions = sessions
+        self._known: dict[SessionId, tuple[ContinuableDescriptor, SessionHeader] | None] = {}
+
+    def placement(self, provider: Any) -> Placement | None:
+        """The provider's placement, or None when it runs children here."""
+        return getattr(provider, "placement", None)
+
+    def of(
+        self, child_id: SessionId
+    ) -> tuple[Placement, ContinuableDescriptor, SessionHeader] | None:
+        """The placement of ``child_id``, its descriptor and header, or None (it
+        runs here)."""
+        if not any(self.placement(self._get(n)) is not None for n in self._names()):
+            return None
+        if child_id in self._known:
+            known = self._known[child_id]
+        else:
+            known = self._descriptor(child_id)
+            if len(self._known) >= _REMEMBER:
+                self._known.clear()
+            self._known[child_id] = known
+        if known is None:
+            return None
+        placement = self.placement(self._get(known[0].provider))
+        return None if placement is None else (placement, *known)
+
+    def _descriptor(
+        self, child_id: SessionId
+    ) -> tuple[ContinuableDescriptor, SessionHeader] | None:
+        header = self._sessions.header(child_id)
+        if header is None:
+            return None
+        records = self._sessions.read(child_id, header.seed_len)
+        fold = try_fold_subagent_descriptor(r.event for r in records)
+        descriptor = fold.descriptor
+        if fold.verdict == "ok" and isinstance(descriptor, ContinuableDescriptor):
+            return descriptor, header
+        return None
+
+
+_REMEMBER = 65536
+
+
+def placement_of(provider: Any, sessions: Any) -> Placement | None:
+    """The placement of a provider a continuable child is started through, or
+    None (it runs here).
+
+    Raises:
+        SubagentError: ``PERSISTENCE_UNAVAILABLE`` when it places children and the
+            runtime's store is not durable with strict durability: a host can only
+            run what is committed.
+    """
+    placement: Placement | None = getattr(provider, "placement", None)
+    if placement is not None and not (sessions.strict and sessions.leases is not None):
+        raise SubagentError(
+            f"provider {provider.name!r} places children on other hosts: it needs a durable"
+            " store shared with them and durability='strict'",
+            code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+        )
+    return placement
+
+
+def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
+    """A follow-up to a resident placed child: committed to its durable inbox, taken
+    by nobody, then admitted (True: accepted, or a duplicate). False: the child
+    is retiring; the delivery is marked committed, for the registry to route."""
+    event = trusted_message(delivery.message_id, delivery.content, delivery.source)
+    if sessions.accept(child.session_id, (event,))[0].duplicate:
+        return True
+    delivery.committed = True
+    return child.admit_followup(delivery.content, delivery.source, delivery.message_id, True)
+
+
+def release_placed(activations: list[Any], cause: str) -> None:
+    """Release the placed children among ``activations`` now, deepest first (the
+    runtime closes: their hosts keep nothing resident for a parent that left)."""
+    placed = [a for a in activations if isinstance(a.agent, PlacedChild)]
+    for act in sorted(placed, key=lambda a: a.depth, reverse=True):
+        act.agent.release(cause)

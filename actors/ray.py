@@ -1,0 +1,278 @@
+"""Continuable children placed on a Ray cluster (the ``ray`` extra).
+
+Ray decides *where* a child's Activation runs; the durable session, its lease
+and its inbox stay in the store every process shares (a SQLite file for hosts on
+one machine, PostgreSQL across machines)::
+
+    import ray
+    from subagents.actors.ray import RayPlacement
+
+    ray.init()
+    placement = RayPlacement("postgresql://db/tree?schema=s", setup=register_models)
+    runtime.subagents.register_provider(placement)
+    runtime.subagents.start_continuable(ContinuableStartSpec(
+        parent=agent, label="crawler", prompt="...", provider="ray"))
+
+A :class:`RayPlacement` is a provider whose continuable children run on a pool of
+Ray actors, each a :class:`PlacementHost`: a runtime of its own on the shared
+store (``setup(runtime)`` registers its models and tools). The parent's process
+keeps each child as an Activation -- ownership, routing, drains, settling,
+child-first release, all as for a local child (see
+``subagents.actors._children._placed``). A follow-up is committed to the child's
+durable inbox and its host asked to run what waits; a host that dies (its Ray
+actor killed, its machine gone) leaves the child's lease to expire, and the next
+call runs the child on another host, which replays what was accepted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+try:
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("subagents.actors.ray needs Ray: pip install 'subagents[ray]'") from exc
+
+from subagents.actors._children import ContinuableCreateSpec, Hosting
+from subagents.actors._runtime import Runtime
+from subagents.protocol import ErrorCode, SessionId, SubagentError
+
+__all__ = ["PlacementHost", "RayPlacement"]
+
+logger = logging.getLogger("subagents")
+
+
+class PlacementHost:
+    """A host of placed children: a runtime on the shared store (threads backend).
+
+    The body of each Ray actor of a :class:`RayPlacement`; it needs no Ray itself.
+
+    Args:
+        store: the store every process shares (a path or a ``postgresql://`` URL).
+        setup: ``setup(runtime)`` registers the models and tools children need.
+        lease_ttl: the host runtime's lease ttl (see :class:`Runtime`).
+        lease_wait: seconds a run waits for a lease another process still holds
+            (a host that died: until its lease expires); default ``2 * lease_ttl``.
+    """
+
+    def __init__(
+        self,
+        store: str,
+        setup: Callable[[Runtime], object] | None = None,
+        *,
+        lease_ttl: float = 30.0,
+        lease_wait: float | None = None,
+    ) -> None:
+        self.runtime = Runtime(store, lease_ttl=lease_ttl)
+        if setup is not None:
+            setup(self.runtime)
+        wait = 2 * lease_ttl if lease_wait is None else lease_wait
+        self._hosting = Hosting(self.runtime, self.runtime.continuation.hosted, wait)
+
+    def run(self, child_id: str) -> None:
+        """Hold the child, run what waits for it, return once it is quiet."""
+        self._hosting.run(SessionId(child_id))
+
+    def settle(self, child_id: str) -> bool:
+        """Release it if it is quiet (True), else False."""
+        return self._hosting.settle(SessionId(child_id))
+
+    def cancel(self, child_id: str, cause: str, keep_inbox: bool) -> None:
+        """Cancel its running turn (``keep_inbox=False``: and what waits)."""
+        self._hosting.cancel(SessionId(child_id), cause, keep_inbox)
+
+    def interrupt(self, child_id: str, kind: str, by: str | None) -> None:
+        """An authorized interrupt: cancel the turn, keep the inbox, log it."""
+        self._hosting.interrupt(SessionId(child_id), kind, None if by is None else SessionId(by))
+
+    def release(self, child_id: str, cause: str) -> None:
+        """Cancel it, keeping what it accepted, and release it."""
+        self._hosting.release(SessionId(child_id), cause)
+
+    def held(self) -> list[str]:
+        """The children this host holds now."""
+        return [str(s) for s in self._hosting.held()]
+
+    def pid(self) -> int:
+        """This host's process id."""
+        return os.getpid()
+
+    def close(self) -> None:
+        """Release every child and close the runtime."""
+        self._hosting.close()
+        self.runtime.close()
+
+
+class RayPlacement:
+    """A provider that runs continuable children on a pool of Ray actors.
+
+    Args:
+        store: the store the parent's runtime uses, as the hosts must open it
+            (a path on this machine, or a ``postgresql://`` URL across machines).
+        setup: ``setup(runtime)``, run in each host: register the models (and
+            tools) its children use. It is pickled to the hosts, so a module-level
+            function.
+        hosts: the pool's size.
+        name: the provider name children are started with.
+        num_cpus, resources: each host actor's Ray resource request.
+        max_restarts: how often Ray restarts a host that died (-1: always).
+        lease_ttl: the hosts' lease ttl: how long a child is unreachable after its
+            host died on another machine (on this machine a dead holder is seen at
+            once).
+        options: more ``ray.remote`` options for the host actors.
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for a bad pool size or options.
+    """
+
+    capabilities = frozenset({"depth_limit", "tool_filter", "persona"})
+    inherits_parent_context = False
+
+    def __init__(
+        self,
+        store: str,
+        *,
+        setup: Callable[[Runtime], object] | None = None,
+        hosts: int = 2,
+        name: str = "ray",
+        num_cpus: float = 0,
+        resources: Mapping[str, float] | None = None,
+        max_restarts: int = -1,
+        lease_ttl: float = 30.0,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if type(hosts) is not int or hosts < 1:
+            raise SubagentError("hosts is an int >= 1", code=ErrorCode.INVALID_ARGUMENT)
+        if type(store) is not str:
+            raise SubagentError(
+                "store is a path or a postgresql:// URL", code=ErrorCode.INVALID_ARGUMENT
+            )
+        self.name = name
+        self.placement = self  # this provider places its children (see _placed)
+        remote_options: dict[str, Any] = {
+            "num_cpus": num_cpus,
+            "max_restarts": max_restarts,
+            "max_concurrency": 256,  # runs wait for quiet children: one per child
+            **(options or {}),
+        }
+        if resources:
+            remote_options["resources"] = dict(resources)
+        actor = ray.remote(PlacementHost).options(**remote_options)
+        self._hosts: list[Any] = [
+            actor.remote(store, setup, lease_ttl=lease_ttl) for _ in range(hosts)
+        ]
+        self._lock = threading.Lock()
+        self._where: dict[SessionId, int] = {}
+        self._next = itertools.cycle(range(hosts))
+
+    def __repr__(self) -> str:
+        return f"<RayPlacement {self.name!r} hosts={len(self._hosts)}>"
+
+    # -- the provider ------------------------------------------------------------------
+
+    def prepare_continuable(self, request: Any) -> ContinuableCreateSpec:
+        """A fresh history (the child's session is created by the parent's runtime)."""
+        return ContinuableCreateSpec(seed=None)
+
+    def start(self, request: Any, descriptor: Any) -> Any:
+        """One-shot children are not placed: delegate them through ``local``."""
+        raise SubagentError(
+            f"provider {self.name!r} places continuable children; run one-shot children"
+            " through 'local'",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+
+    @property
+    def host_actors(self) -> list[Any]:
+        """The pool's Ray actor handles (to inspect or kill one)."""
+        return list(self._hosts)
+
+    def host_of(self, child_id: SessionId | str) -> int | None:
+        """The index of the host a child was last run on, or None."""
+        return self._where.get(SessionId(child_id))
+
+    # -- the placement (what a PlacedChild calls) ---------------------------------------
+
+    def run(self, child_id: SessionId) -> None:
+        """Run what waits for ``child_id`` on its host; on another if that one died."""
+        tried = 0
+        while True:
+            i = self._host_for(child_id)
+            try:
+                self._get(self._hosts[i].run.remote(str(child_id)))
+                return
+            except RayActorError as exc:
+                tried += 1
+                logger.warning("host %d of %s died running %s: %s", i, self.name, child_id, exc)
+                with self._lock:
+                    if self._where.get(child_id) == i:
+                        self._where[child_id] = (i + 1) % len(self._hosts)
+                if tried > 2 * len(self._hosts):
+                    raise SubagentError(
+                        f"no host of {self.name!r} could run {child_id}",
+                        code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+                    ) from exc
+
+    def settle(self, child_id: SessionId) -> bool:
+        out = self._on_host(child_id, "settle")
+        return True if out is None else bool(out)
+
+    def cancel(self, child_id: SessionId, cause: str, keep_inbox: bool) -> None:
+        self._on_host(child_id, "cancel", cause, keep_inbox)
+
+    def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
+        self._on_host(child_id, "interrupt", kind, None if by is None else str(by))
+
+    def release(self, child_id: SessionId, cause: str) -> None:
+        self._on_host(child_id, "release", cause)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Release every hosted child and stop the host actors."""
+        refs = [h.close.remote() for h in self._hosts]
+        try:
+            ray.get(refs, timeout=timeout)
+        except Exception as exc:  # a host that died has nothing to release
+            logger.warning("closing the hosts of %s: %s", self.name, exc)
+        for h in self._hosts:
+            ray.kill(h, no_restart=True)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _host_for(self, child_id: SessionId) -> int:
+        with self._lock:
+            i = self._where.get(child_id)
+            if i is None:
+                i = self._where[child_id] = next(self._next)
+            return i
+
+    def _on_host(self, child_id: SessionId, method: str, *args: Any) -> Any:
+        """Call ``method`` on the host that holds the child; None when it has none
+        or its host died (its lease expires: nothing there to act on)."""
+        i = self._where.get(child_id)
+        if i is None:
+            return None
+        try:
+            return self._get(getattr(self._hosts[i], method).remote(str(child_id), *args))
+        except RayActorError as exc:
+            logger.warning(
+                "host %d of %s is gone (%s of %s): %s", i, self.name, method, child_id, exc
+            )
+            return None
+
+    @staticmethod
+    def _get(ref: Any) -> Any:
+        try:
+            return ray.get(ref)
+        except RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, SubagentError):
+                raise SubagentError(
+                    str(cause.args[0] if cause.args else cause), code=cause.code
+                ) from None
+            raise

@@ -1,0 +1,78 @@
+"""Models for placed children, registered in every host (and in the parent).
+
+Imported by name in the Ray host processes (the tests put this directory on
+their ``PYTHONPATH``), so it holds only module-level functions. Cross-process
+interleavings are forced by files named in the message: a ``hold`` turn writes
+``PATH.started`` and waits for ``PATH.go`` (or its cancellation).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def note(turn: Any) -> Any:
+    """Answers where it ran: ``content@pid`` (``!`` marks a redelivered turn)."""
+    mark = "!" if turn.redelivered else ""
+    return f"{turn.content}@{os.getpid()}{mark}"
+
+
+def hold(turn: Any) -> Any:
+    """Content ``hold:PATH``: waits for ``PATH.go``; other content: as ``note``."""
+    content = str(turn.content)
+    if not content.startswith("hold:"):
+        return note(turn)
+    path = Path(content[5:])
+    Path(f"{path}.started").write_text(str(os.getpid()))
+    go = Path(f"{path}.go")
+    while not go.exists():
+        if turn.signal.wait(0.01):
+            return "cancelled"
+    return f"released@{os.getpid()}" + ("!" if turn.redelivered else "")
+
+
+def reporter(turn: Any) -> Any:
+    """Reports its content to its parent, waking it."""
+    turn.subagents.report(f"report:{turn.content}", delivery="waking")
+    return note(turn)
+
+
+def delegator(turn: Any) -> Any:
+    """First turn: a one-shot child and a continuable grandchild (``reporter``) of
+    its own; later turns follow the grandchild up."""
+    subs = turn.subagents
+    if turn.index == 0:
+        done = subs.delegate("local", "one-shot work", model="note", label="helper")
+        handle = subs.start_continuable(
+            "local", "grandchild work", label="grandchild", model="reporter"
+        )
+        return f"{done.output}|{handle.child_id}"
+    return note(turn)
+
+
+def parent_model(turn: Any) -> Any:
+    return f"parent saw {turn.content}"
+
+
+MODELS = {
+    "note": note,
+    "hold": hold,
+    "reporter": reporter,
+    "delegator": delegator,
+    "parent": parent_model,
+}
+
+
+def setup(runtime: Any) -> None:
+    """Register :data:`MODELS` in ``runtime`` (a host's, or the parent's)."""
+    for name, fn in MODELS.items():
+        runtime.models.register(name, _factory(fn), replace=True)
+
+
+def _factory(fn: Any) -> Any:
+    def make(_options: Any) -> Any:
+        return fn
+
+    return make

@@ -1,0 +1,256 @@
+"""Issue 15: continuable children placed on a Ray cluster behave as local ones.
+
+Every scenario runs over ``local`` (the built-in provider) and ``ray`` (a
+:class:`~subagents.actors.ray.RayPlacement` of two host processes on the same
+SQLite file), on both backends: follow-ups run once each, in order; interrupt,
+report and drain keep their authority rules; a placed child delegates further;
+the parent keeps ownership and releases child-first. Cross-process interleavings
+are forced by files named in the messages (``hostkit.hold``); waiting for an
+effect in another process polls the store until a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import hostkit
+import pytest
+from subagents.actors import (
+    AncestorAuthority,
+    Backend,
+    ContinuableStartSpec,
+    Runtime,
+    UserAuthority,
+)
+from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+
+
+_BACKEND: list[Backend] = []
+
+
+def eventually(check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """Poll ``check`` until it returns something true (effects in another process);
+    sleeping the backend's way, so a gevent runtime's tasks run meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        _BACKEND[-1].sleep(0.02)
+
+
+class Tree:
+    """A parent runtime on the shared store, with ``provider`` for its children."""
+
+    def __init__(self, rt: Runtime, provider: str) -> None:
+        self.rt = rt
+        self.provider = provider
+        self.root = rt.spawn("parent", label="root")
+
+    def start(self, prompt: Any, model: str = "note", label: str = "child") -> SessionId:
+        spec = ContinuableStartSpec(
+            parent=self.root, provider=self.provider, prompt=prompt, label=label, model=model
+        )
+        return self.rt.subagents.start_continuable(spec).child_id
+
+    def outputs(self, sid: SessionId) -> list[Any]:
+        return [e.output for e in self.rt.sessions.turn_ends(sid)]
+
+    def wait_outputs(self, sid: SessionId, n: int) -> list[Any]:
+        return eventually(lambda: (o := self.outputs(sid)) and len(o) >= n and o)
+
+    def settled(self, sid: SessionId) -> bool:
+        return self.rt.continuation.activation(sid) is None
+
+
+@pytest.fixture(params=["local", "ray"])
+def tree(
+    request: pytest.FixtureRequest, backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> Iterator[Tree]:
+    # ray_pool for both: a session fixture set up before any test's leak guard.
+    _BACKEND[:] = [backend]
+    if request.param == "ray":
+        db, placement = ray_pool
+    else:
+        db, placement = str(tmp_path / "local.db"), None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        rt = Runtime(db, backend=backend, lease_ttl=3.0)
+    hostkit.setup(rt)
+    registration = rt.subagents.register_provider(placement) if placement is not None else None
+    try:
+        yield Tree(rt, request.param)
+    finally:
+        rt.close()
+        if registration is not None:
+            registration.dispose()
+
+
+def _pid(output: str) -> int:
+    return int(output.rsplit("@", 1)[1].rstrip("!"))
+
+
+def test_followups_run_once_each_in_order_where_placed(tree: Tree) -> None:
+    """R-CONT-1/R-FU-1 on either placement: the prompt and ten follow-ups each run
+    once, in order, in the host's process (ray) or here (local); the child settles
+    between them and resumes where it is placed."""
+    cid = tree.start("m0")
+    for i in range(1, 11):
+        tree.rt.subagents.followup(tree.root, cid, f"m{i}")
+    outputs = tree.wait_outputs(cid, 11)
+    assert [o.split("@")[0] for o in outputs] == [f"m{i}" for i in range(11)]
+    pids = {_pid(o) for o in outputs}
+    if tree.provider == "ray":
+        assert os.getpid() not in pids
+    else:
+        assert pids == {os.getpid()}
+    eventually(lambda: tree.settled(cid))
+    tree.rt.subagents.followup(tree.root, cid, "after settling")
+    assert tree.wait_outputs(cid, 12)[-1].startswith("after settling@")
+
+
+def test_only_the_exact_live_parent_follows_up(tree: Tree) -> None:
+    """R-FU-3: another agent is UNAUTHORIZED, for a placed child as for a local one."""
+    cid = tree.start("first")
+    other = tree.rt.spawn("parent", label="other")
+    with pytest.raises(SubagentError) as caught:
+        tree.rt.subagents.followup(other, cid, "not yours")
+    assert caught.value.code == ErrorCode.UNAUTHORIZED
+    tree.wait_outputs(cid, 1)
+
+
+def test_interrupt_cancels_the_running_turn_and_keeps_the_inbox(tree: Tree, tmp_path: Path) -> None:
+    """R-INT-1/R-INT-8: an ancestor interrupts the running turn (wherever it runs);
+    the queued follow-up still runs; the interrupt is in the child's log; a user
+    authority at another address is refused."""
+    marker = tmp_path / "turn"
+    cid = tree.start(f"hold:{marker}", model="hold")
+    eventually(lambda: Path(f"{marker}.started").exists())
+    tree.rt.subagents.followup(tree.root, cid, "queued")
+    with pytest.raises(SubagentError) as caught:
+        tree.rt.subagents.interrupt(cid, UserAuthority(tree.rt.spawn("parent").session_id))
+    assert caught.value.code == ErrorCode.UNAUTHORIZED
+    tree.rt.subagents.interrupt(cid, AncestorAuthority(tree.root))
+    outputs = tree.wait_outputs(cid, 2)
+    assert outputs[0] == "cancelled"
+    assert outputs[1].startswith("queued@")
+    events = [r.event for r in tree.rt.sessions.read(cid)]
+    interrupts = [e for e in events if isinstance(e, InterruptEvent)]
+    assert [(e.authority, e.by_session) for e in interrupts] == [("ancestor", tree.root.session_id)]
+
+
+def test_a_waking_report_reaches_the_parent_once(tree: Tree) -> None:
+    """R-REP-1/R-REP-3: a placed child's waking report starts one parent turn."""
+    cid = tree.start("hello", model="reporter")
+    tree.wait_outputs(cid, 1)
+    parent_outputs = eventually(
+        lambda: [o for o in tree.outputs(tree.root.session_id) if "report:hello" in str(o)]
+    )
+    assert parent_outputs == ["parent saw report:hello"]
+
+
+def test_a_placed_child_delegates_further(tree: Tree) -> None:
+    """The child runs a one-shot child and starts a continuable grandchild of its
+    own (where it runs); the grandchild's report reaches the child."""
+    cid = tree.start("plan", model="delegator")
+    first = tree.wait_outputs(cid, 1)[0]
+    helper, grandchild = first.split("|")
+    assert helper.startswith("one-shot work@")
+    gid = SessionId(grandchild)
+    header = tree.rt.sessions.header(gid)
+    assert header is not None and header.parent_session == cid
+    assert tree.wait_outputs(gid, 1)[0].startswith("grandchild work@")
+    # The grandchild's waking report became a turn of the child.
+    later = tree.wait_outputs(cid, 2)
+    assert later[1].startswith("report:grandchild work@")
+    if tree.provider == "ray":
+        assert _pid(helper) != os.getpid()
+
+
+def test_drain_cancels_and_releases_then_closes_admission(tree: Tree, tmp_path: Path) -> None:
+    """R-DRAIN-1/R-DRAIN-3: drain cancels the running turn, releases the child
+    (on its host too), and admission stays closed below the drained parent."""
+    marker = tmp_path / "drained"
+    cid = tree.start(f"hold:{marker}", model="hold")
+    eventually(lambda: Path(f"{marker}.started").exists())
+    tree.rt.subagents.drain_continuable_descendants([tree.root], timeout=60)
+    assert tree.settled(cid)
+    assert tree.outputs(cid) == ["cancelled"]
+    with pytest.raises(SubagentError) as caught:
+        tree.rt.subagents.followup(tree.root, cid, "after the drain")
+    assert caught.value.code == ErrorCode.ADMISSION_CLOSED
+
+
+@pytest.mark.parametrize("tree", ["ray"], indirect=True)
+def test_a_host_killed_mid_turn_hands_the_child_to_another_host(
+    tree: Tree, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """Issue 15 point 2 (and issue 13 point 2 across hosts): the host running a turn
+    is SIGKILLed; the next run takes the child on another host, which replays the
+    cut turn (``redelivered``) and then the follow-up accepted behind it -- each
+    accepted message completes exactly once."""
+    import signal
+
+    marker = tmp_path / "killed"
+    cid = tree.start(f"hold:{marker}", model="hold")
+    started = Path(f"{marker}.started")
+    eventually(lambda: started.exists() and started.read_text())
+    first_host = int(started.read_text())
+    tree.rt.subagents.followup(tree.root, cid, "behind the cut turn")
+    started.unlink()
+    os.kill(first_host, signal.SIGKILL)
+    eventually(lambda: started.exists() and started.read_text())
+    second_host = int(started.read_text())
+    assert second_host not in (first_host, os.getpid())
+    Path(f"{marker}.go").write_text("go")
+    ends = eventually(
+        lambda: (e := tree.rt.sessions.turn_ends(cid)) and len(e) >= 3 and e, timeout=90
+    )
+    assert [(e.stop_reason, e.output) for e in ends[:1]] == [("failed", None)]
+    assert ends[1].output == f"released@{second_host}!"
+    assert ends[2].output == f"behind the cut turn@{second_host}"
+    placement = ray_pool[1]
+    assert placement.host_of(cid) is not None
+
+
+def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_pool: Any) -> None:
+    """A bad pool is INVALID_ARGUMENT; a one-shot child is not placed; placing needs a
+    strict durable store (relaxed: PERSISTENCE_UNAVAILABLE, nothing created)."""
+    from subagents.actors.ray import RayPlacement
+
+    for bad in (0, -1, 1.5, "2"):
+        with pytest.raises(SubagentError) as caught:
+            RayPlacement(str(tmp_path / "x.db"), hosts=bad)
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+    placement = ray_pool[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        rt = Runtime(str(tmp_path / "relaxed.db"), backend=backend, durability="relaxed")
+    try:
+        hostkit.setup(rt)
+        registration = rt.subagents.register_provider(placement)
+        root = rt.spawn("parent")
+        with pytest.raises(SubagentError) as caught:
+            rt.subagents.start_continuable(
+                ContinuableStartSpec(parent=root, provider="ray", prompt="x", label="c")
+            )
+        assert caught.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert len(rt.subagents.list_children(root.session_id)) == 0
+        with pytest.raises(SubagentError) as caught:
+            root.subagents.delegate("ray", "one-shot", label="once")
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+        registration.dispose()
+    finally:
+        rt.close()
