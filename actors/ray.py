@@ -220,16 +220,20 @@ class RayPlacement:
                     ) from exc
 
     def settle(self, child_id: SessionId) -> bool:
+        """Release the child on its host if it is quiet there (True); False: busy."""
         out = self._on_host(child_id, "settle")
         return True if out is None else bool(out)
 
     def cancel(self, child_id: SessionId, cause: str, keep_inbox: bool) -> None:
+        """Cancel its running turn on its host (``keep_inbox=False``: and what waits)."""
         self._on_host(child_id, "cancel", cause, keep_inbox)
 
     def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
+        """An interrupt the parent's registry authorized, carried out on the host."""
         self._on_host(child_id, "interrupt", kind, None if by is None else str(by))
 
     def release(self, child_id: SessionId, cause: str) -> None:
+        """Cancel it on its host, keeping what it accepted, and release it there."""
         self._on_host(child_id, "release", cause)
 
     def close(self, timeout: float = 60.0) -> None:

@@ -20,6 +20,7 @@ MODULES = [
     "subagents.store",
     "subagents.actors",
     "subagents.actors.testing",
+    "subagents.actors.ray",
     "subagents.supervision",
 ]
 

@@ -254,3 +254,60 @@ def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_po
         registration.dispose()
     finally:
         rt.close()
+
+
+def test_a_tree_across_hosts_on_postgres(
+    backend: Backend, pg_url: str, ray_pool: tuple[str, Any]
+) -> None:
+    """Issue 15 with the store for many machines: a Ray host on a PostgreSQL schema
+    runs the placed child's turns (once each, in order); its waking report reaches
+    the parent here through the store (``LISTEN/NOTIFY``)."""
+    from subagents.actors.ray import RayPlacement
+
+    _BACKEND[:] = [backend]
+    placement = RayPlacement(pg_url, setup=hostkit.setup, hosts=1, name="ray-pg", lease_ttl=3.0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            rt = Runtime(pg_url, backend=backend, lease_ttl=3.0)
+        try:
+            hostkit.setup(rt)
+            rt.subagents.register_provider(placement)
+            tree = Tree(rt, "ray-pg")
+            cid = tree.start("p0", model="reporter")
+            for i in range(1, 5):
+                tree.rt.subagents.followup(tree.root, cid, f"p{i}")
+            outputs = tree.wait_outputs(cid, 5)
+            assert [o.split("@")[0] for o in outputs] == [f"p{i}" for i in range(5)]
+            assert os.getpid() not in {_pid(o) for o in outputs}
+            reports = eventually(
+                lambda: (
+                    (r := [o for o in tree.outputs(tree.root.session_id) if "report:" in str(o)])
+                    and len(r) >= 5
+                    and r
+                )
+            )
+            assert sorted(reports) == sorted(f"parent saw report:p{i}" for i in range(5))
+        finally:
+            rt.close()
+    finally:
+        placement.close()
+
+
+@pytest.mark.parametrize("tree", ["ray"], indirect=True)
+def test_a_placed_child_is_not_steered_but_queued(tree: Tree, tmp_path: Path) -> None:
+    """Issue 16 point 4 meets placement: a steer to a child running on a host is
+    queued (``steer=True``) or refused with nothing delivered (``"strict"``)."""
+    marker = tmp_path / "steer"
+    cid = tree.start(f"hold:{marker}", model="hold")
+    eventually(lambda: Path(f"{marker}.started").exists())
+    with pytest.raises(SubagentError) as caught:
+        tree.rt.subagents.followup(tree.root, cid, "strict", steer="strict")
+    assert caught.value.code == ErrorCode.TURN_NOT_OPEN
+    steered = tree.rt.subagents.followup(tree.root, cid, "queued", steer=True)
+    assert steered.outcome == "queued"
+    Path(f"{marker}.go").write_text("go")
+    outputs = tree.wait_outputs(cid, 2)
+    assert outputs[0].startswith("released@")
+    assert outputs[1].startswith("queued@")
+    eventually(lambda: len(tree.outputs(cid)) == 2 and tree.settled(cid))
