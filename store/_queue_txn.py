@@ -15,7 +15,7 @@ from subagents.protocol import SessionId
 
 from ._durable import Accepted, Lease, LeaseToken, Release, lease_held, lease_lost
 
-__all__ = ["AcceptOp", "QueueTxn", "SqlConn"]
+__all__ = ["INBOX_KEY", "AcceptOp", "QueueTxn", "SqlConn"]
 
 _LEASE: Final = "SELECT holder, epoch, expires, wake FROM leases WHERE session = ?"
 _UPSERT_LEASE: Final = (
@@ -32,6 +32,8 @@ _INSERT_ENTRY: Final = (
 
 #: Prefix of an inbox's last-``n`` key in the writer's cache (a session key is 16 bytes).
 _N: Final = b"n"
+#: The prefix of a session's inbox place in the next-seq cache.
+INBOX_KEY: Final = _N
 
 #: ``(message id bytes, encoded event)`` of one message to accept.
 Message = tuple[bytes, bytes]
@@ -94,6 +96,7 @@ class QueueTxn:
     _fenced: dict[bytes, LeaseToken]
     _cache: dict[bytes, int]
     overlay: dict[bytes, int | None]
+    released: list[bytes]
 
     def _next_seq(self, key: bytes, session_id: SessionId) -> int:
         raise NotImplementedError
@@ -315,6 +318,9 @@ class QueueTxn:
         )
         if cursor.rowcount == 0:
             return Release.NOT_HELD
+        # Another process may write it from now on: its cached next seq and inbox
+        # place are stale, and a server that released a session keeps no memory of it.
+        self.released.append(key)
         if unrun:
             self.give_back(session_id, unrun, token[1])
         waiting = self.conn.execute(

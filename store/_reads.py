@@ -33,6 +33,9 @@ from ._keys import StoredKey, raw_key
 from ._validate import check_int, check_session_id, check_session_ids
 from ._writer import HEADER_CACHE_MAX, NEXT_SEQ, decode_header_row
 
+#: A scan of at least this many children keeps their headers cached.
+_REMEMBER_FROM = 64
+
 __all__ = ["SqlReads"]
 
 _SCAN_CHUNK: Final = 512
@@ -117,7 +120,7 @@ class SqlReads:
     def header(self, session_id: SessionId | str) -> SessionHeader | None:
         sid = check_session_id(session_id)
         rows = self._query("SELECT header FROM sessions WHERE id = ?", (sid.to_bytes(),))
-        return decode_header_row(sid, rows[0][0], self._header_cache) if rows else None
+        return decode_header_row(sid, rows[0][0], self._header_cache, False) if rows else None
 
     def exists(self, session_id: SessionId | str) -> bool:
         sid = check_session_id(session_id)
@@ -143,14 +146,16 @@ class SqlReads:
             sid = SessionId.from_bytes(key)
         return sid
 
-    def _decode_row(self, key: Any, blob: bytes) -> SessionHeader:
+    def _decode_row(self, key: Any, blob: bytes, remember: bool = True) -> SessionHeader:
+        """A stored header row; ``remember``: keep it in the header and id caches
+        (a big listing, read again warm), else only read them (a small one)."""
         if type(key) is not bytes or len(key) != 16:
             key = raw_key(key)
             if isinstance(key, StoredKey):
                 raise _bad_key(key)
-        header = decode_header_row(self._session_id(key), blob, self._header_cache)
+        header = decode_header_row(self._session_id(key), blob, self._header_cache, remember)
         ids = self._id_cache
-        if key not in ids:
+        if remember and key not in ids:
             if len(ids) >= HEADER_CACHE_MAX:
                 ids.clear()
             ids[key] = header.id
@@ -176,12 +181,14 @@ class SqlReads:
         rows = self._query("SELECT id, parent, header FROM sessions ORDER BY created_at, id", ())
         return self._scanned(rows)
 
-    def _scanned(self, rows: Iterable[Any]) -> list[SessionHeader | CorruptRecordError]:
+    def _scanned(
+        self, rows: Iterable[Any], remember: bool = True
+    ) -> list[SessionHeader | CorruptRecordError]:
         """Decoded ``(id, parent, header)`` rows; a broken one as its error, in place."""
         out: list[SessionHeader | CorruptRecordError] = []
         for key, parent, blob in rows:
             try:
-                out.append(self._decode_row(key, blob))
+                out.append(self._decode_row(key, blob, remember))
             except CorruptRecordError as exc:
                 # The indexed parent column still says where the broken row belongs
                 # (as hex; a parent that is no id itself, as its StoredKey).
@@ -204,7 +211,10 @@ class SqlReads:
         )
         if len(keys) > _IN_CHUNK:
             rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
-        return self._scanned((key, parent, blob) for _at, key, parent, blob in rows)
+        # A few children (a server listing one family per request) are decoded, not
+        # cached: caching every family a server ever listed grows it for ever.
+        remember = len(rows) >= _REMEMBER_FROM
+        return self._scanned(((key, parent, blob) for _at, key, parent, blob in rows), remember)
 
     def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
         sid = check_session_id(session_id)

@@ -43,7 +43,7 @@ from subagents.protocol import (
 from ._base import not_found, session_exists
 from ._durable import LeaseToken, NewLease
 from ._group import WriteRequest
-from ._queue_txn import AcceptOp, Message, QueueTxn, SqlConn
+from ._queue_txn import INBOX_KEY, AcceptOp, Message, QueueTxn, SqlConn
 from ._schema import database_corrupt, is_corrupt
 from ._validate import invalid
 
@@ -74,13 +74,18 @@ HEADER_CACHE_MAX = 131_072
 
 
 def decode_header_row(
-    session_id: SessionId, blob: bytes, cache: dict[bytes, SessionHeader] | None = None
+    session_id: SessionId,
+    blob: bytes,
+    cache: dict[bytes, SessionHeader] | None = None,
+    remember: bool = True,
 ) -> SessionHeader:
     """Decode a stored header; a bad one is a :class:`CorruptRecordError` with seq -1.
 
     ``cache`` maps exact stored bytes to decoded headers: a header is immutable but
     for its depth floor (whose change changes the bytes), so equal bytes are the
     same header, and a warm listing of a big tree skips the validating decoder.
+    ``remember=False`` only reads the cache (a single header's read: a server
+    reading one header per request must not grow it with every new session).
     """
     key = bytes(blob)
     if cache is not None:
@@ -89,7 +94,7 @@ def decode_header_row(
             return cached
     try:
         header = decode_header(key)
-        if cache is not None:
+        if cache is not None and remember:
             if len(cache) >= HEADER_CACHE_MAX:
                 cache.clear()
             cache[key] = header
@@ -109,7 +114,7 @@ class Txn(QueueTxn):
     no longer exists); it reaches the shared cache only after ``COMMIT``.
     """
 
-    __slots__ = ("_cache", "_fenced", "conn", "events", "overlay")
+    __slots__ = ("_cache", "_fenced", "conn", "events", "overlay", "released")
 
     def __init__(
         self,
@@ -120,6 +125,7 @@ class Txn(QueueTxn):
         self.conn = conn
         self._cache = cache
         self.overlay: dict[bytes, int | None] = {}
+        self.released: list[bytes] = []  # sessions whose lease this transaction released
         self.events = 0
         # Lease checks made (see QueueTxn.fence): this transaction's, or the writer's
         # while nobody else committed (the same rule as the next-seq cache).
@@ -323,6 +329,9 @@ class Writer:
                 cache.pop(key, None)
             else:
                 cache[key] = nxt
+        for key in txn.released:
+            cache.pop(key, None)
+            cache.pop(INBOX_KEY + key, None)
         finish_batch(batch, outcomes)
 
 
