@@ -311,3 +311,22 @@ def test_a_placed_child_is_not_steered_but_queued(tree: Tree, tmp_path: Path) ->
     assert outputs[0].startswith("released@")
     assert outputs[1].startswith("queued@")
     eventually(lambda: len(tree.outputs(cid)) == 2 and tree.settled(cid))
+
+
+@pytest.mark.parametrize("tree", ["ray"], indirect=True)
+def test_followups_racing_the_settle_each_run_once_in_order(tree: Tree) -> None:
+    """The race between a follow-up and the placed child's settling (its host
+    releasing it while the parent admits more): follow-ups sent with gaps around
+    the time a turn and a settle take, over many rounds -- each admitted before
+    the retirement runs in this epoch, each after it cold-places the child again;
+    none is lost, none runs twice, the order holds."""
+    cid = tree.start("r0")
+    sent = ["r0"]
+    for i in range(1, 41):
+        _BACKEND[-1].sleep((i % 8) * 0.004)  # 0 to 28 ms: across the settle window
+        tree.rt.subagents.followup(tree.root, cid, f"r{i}")
+        sent.append(f"r{i}")
+    outputs = tree.wait_outputs(cid, len(sent))
+    assert [o.split("@")[0] for o in outputs] == sent
+    eventually(lambda: tree.settled(cid))
+    assert len(tree.outputs(cid)) == len(sent)
