@@ -109,6 +109,33 @@ class PlacementHost:
         self.runtime.close()
 
 
+def _forward(name: str) -> Callable[..., Any]:
+    def call(self: Any, *args: Any) -> Any:
+        return getattr(self.host, name)(*args)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    self.host = PlacementHost(*args, **kwargs)
+
+
+#: The Ray actor class: it forwards to a PlacementHost. (``ray.remote`` rewrites the
+#: signatures of the class it is given, function objects included: never ours.)
+_RayHost: type = type(
+    "_RayHost",
+    (),
+    {
+        "__init__": _init,
+        **{
+            n: _forward(n)
+            for n in ("run", "settle", "cancel", "interrupt", "release", "held", "pid", "close")
+        },
+    },
+)
+
+
 class RayPlacement:
     """A provider that runs continuable children on a pool of Ray actors.
 
@@ -163,7 +190,7 @@ class RayPlacement:
         }
         if resources:
             remote_options["resources"] = dict(resources)
-        actor = ray.remote(PlacementHost).options(**remote_options)
+        actor: Any = ray.remote(_RayHost).options(**remote_options)
         self._hosts: list[Any] = [
             actor.remote(store, setup, lease_ttl=lease_ttl) for _ in range(hosts)
         ]

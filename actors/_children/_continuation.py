@@ -432,7 +432,7 @@ class ContinuationManager:
     def close(self) -> None:
         """Stop the alarm and the registry, supervisor and dispatcher actors."""
         self._hooks.closing = True
-        release_placed(self.activations(), "runtime closing")
+        release_placed(list(self._index.copy().values()), "runtime closing")
         self._alarm.close()
         for ref in (self._registry, self._supervisor, self._dispatcher):
             try:

@@ -106,6 +106,7 @@ class PlacedChild:
         self.idle_since = time.monotonic()
         self.error: BaseException | None = None  # the last failed run's error
         self._task: Any = None  # the task making runs, while there is one
+        self._settling: Any = None  # the task settling it, once disposed
 
     def __repr__(self) -> str:
         return f"<PlacedChild {self.session_id}>"
@@ -276,6 +277,7 @@ class PlacedChild:
             self._disposed = True
             self._gate = _CLOSED
         task = self._backend.spawn(self._settle, name=f"subagents-placed-{self.session_id}")
+        self._settling = task
         if wait:
             task.join(None)
 
@@ -292,17 +294,21 @@ class PlacedChild:
                 logger.exception("dispose listener %r raised", fn)
 
     def release(self, cause: str) -> None:
-        """Release it now (the runtime closes): cancelled, accepted work kept."""
+        """Release it now (the runtime closes): cancelled, accepted work kept; its
+        runs and a settling in flight return, and are waited for."""
         with self._lock:
+            settling = self._disposed
             self._disposed = True
             self._gate = _CLOSED
         try:
             self._backend.run_blocking(self._placement.release, self.session_id, cause)
         except BaseException as exc:
             logger.warning("releasing placed child %s: %r", self.session_id, exc)
-        task = self._task
-        if task is not None:  # its run returns now that the host let the child go
-            task.join(_JOIN)
+        for task in (self._task, self._settling):
+            if task is not None:  # it returns now that the host let the child go
+                task.join(_JOIN)
+        if settling:
+            return  # its settling ran the dispose listeners
         for fn in list(self._dispose_listeners):
             try:
                 fn(self)
@@ -400,6 +406,6 @@ def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
 def release_placed(activations: list[Any], cause: str) -> None:
     """Release the placed children among ``activations`` now, deepest first (the
     runtime closes: their hosts keep nothing resident for a parent that left)."""
-    placed = [a for a in activations if isinstance(a.agent, PlacedChild)]
+    placed = [a for a in activations if isinstance(a.agent, PlacedChild)]  # settling too
     for act in sorted(placed, key=lambda a: a.depth, reverse=True):
         act.agent.release(cause)
