@@ -90,6 +90,15 @@ def _parser() -> argparse.ArgumentParser:
     tree.add_argument("db", help="a subagents database file, or a postgresql:// URL (?schema=...)")
     tree.add_argument("root", nargs="?", help="only the tree under this session id")
     tree.add_argument("--json", action="store_true", help="machine-readable output")
+    tree.add_argument(
+        "--watch",
+        nargs="?",
+        const=1.0,
+        type=float,
+        metavar="SECONDS",
+        help="show the trees again every SECONDS (default 1) as they change, until Ctrl-C",
+    )
+    tree.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N displays")
     show = sub.add_parser(
         "show",
         help="print one session's events, decoded",
@@ -204,8 +213,20 @@ class _StateFold:
 
 
 def _tree(args: argparse.Namespace, console: Console) -> int:
-    from ._tree import run_tree
+    from ._tree import run_tree, watch_tree
 
+    if args.watch is not None or args.count is not None:
+        if args.json:
+            raise SubagentError("--watch shows text: drop --json", code=ErrorCode.INVALID_ARGUMENT)
+        interval = 1.0 if args.watch is None else args.watch
+        bad_count = args.count is not None and args.count < 1
+        if not interval > 0 or interval == float("inf") or bad_count:
+            raise SubagentError(
+                "--watch takes seconds > 0 and --count a number >= 1",
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
+        with _open_existing(args.db) as store:
+            return watch_tree(store, args.db, args.root, console, interval, args.count)
     with _open_existing(args.db) as store:
         return run_tree(store, args.db, args.root, args.json, console)
 

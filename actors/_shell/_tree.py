@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 from subagents.actors._catalog import (
     Catalog,
     Detached,
@@ -232,31 +236,78 @@ def run_tree(
     store: SessionStore, db: str, root: str | None, as_json: bool, console: Console
 ) -> int:
     """List ``store``'s trees (or the one under ``root``); the exit status."""
-    trees = _Trees(store, db)
-    wanted = trees.wanted(root)
-    entries: list[_Entry] = []
     # Progress on stderr, only where a person watches (never in piped output).
     status = Console(stderr=True)
     progress = status.status("") if status.is_terminal else contextlib.nullcontext()
     with progress as spinner:
-        if spinner is not None:
-            spinner.update(f"reading {len(wanted)} trees")
-        trees.list_all([key for key, _ in wanted])
-        for n, (key, detached) in enumerate(wanted, 1):
-            if spinner is not None:
-                spinner.update(f"listing tree {n}/{len(wanted)} ({key})")
-            entries.append(trees.entry(key, detached))
+        entries, trees = _collect(store, db, root, spinner)
     damaged = any(e.data["diagnostics"] or e.data["detached"] for e in entries)
     if as_json:
         print(dumps([e.data for e in entries]))
+    elif entries:
+        # Plain text as it stands: rich would only measure and wrap it again.
+        console.file.write(_text(entries, trees) + "\n")
     else:
-        text = "\n".join(_render(entry, trees.woods).render() for entry in entries)
-        if entries:
-            # Plain text as it stands: rich would only measure and wrap it again.
-            console.file.write(text + "\n")
-        else:
-            console.print("no sessions", markup=False)
+        console.print("no sessions", markup=False)
     return 1 if damaged else 0
+
+
+def watch_tree(
+    store: SessionStore,
+    db: str,
+    root: str | None,
+    console: Console,
+    interval: float,
+    count: int | None = None,
+) -> int:
+    """``tree --watch``: read and show the trees every ``interval`` seconds, in place
+    on a terminal (rich's live display), else frame after frame, each headed by a
+    ``--- HH:MM:SS ---`` line; ``count`` frames, or until interrupted. The exit
+    status of the last frame."""
+    frames = itertools.count(1)
+    damaged = False
+
+    def frame() -> str:
+        nonlocal damaged
+        entries, trees = _collect(store, db, root, None)
+        damaged = any(e.data["diagnostics"] or e.data["detached"] for e in entries)
+        now = dt.datetime.now(dt.UTC).strftime("%H:%M:%S")
+        body = _text(entries, trees) if entries else "no sessions"
+        return f"--- {now} {db} ---\n{body}"
+
+    if console.is_terminal:
+        with Live(Text(frame()), console=console, auto_refresh=False) as live:
+            while count is None or next(frames) < count:
+                time.sleep(interval)
+                live.update(Text(frame()), refresh=True)
+    else:
+        while True:
+            console.file.write(frame() + "\n")
+            console.file.flush()
+            if count is not None and next(frames) >= count:
+                break
+            time.sleep(interval)
+    return 1 if damaged else 0
+
+
+def _collect(
+    store: SessionStore, db: str, root: str | None, spinner: Any
+) -> tuple[list[_Entry], _Trees]:
+    trees = _Trees(store, db)
+    wanted = trees.wanted(root)
+    if spinner is not None:
+        spinner.update(f"reading {len(wanted)} trees")
+    trees.list_all([key for key, _ in wanted])
+    entries: list[_Entry] = []
+    for n, (key, detached) in enumerate(wanted, 1):
+        if spinner is not None:
+            spinner.update(f"listing tree {n}/{len(wanted)} ({key})")
+        entries.append(trees.entry(key, detached))
+    return entries, trees
+
+
+def _text(entries: list[_Entry], trees: _Trees) -> str:
+    return "\n".join(_render(entry, trees.woods).render() for entry in entries)
 
 
 def _render(entry: _Entry, woods: Forest) -> Outline:
