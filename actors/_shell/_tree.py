@@ -115,13 +115,14 @@ class _Trees:
         states: dict[str, Any],
         created_at: dt.datetime | None,
         diags: list[dict[str, Any]],
-    ) -> tuple[float | None, SessionState]:
-        """The session's active seconds and state (its folded log, and its inbox)."""
+    ) -> tuple[float | None, SessionState, int]:
+        """The session's active seconds, state (its folded log, and its inbox) and
+        how many messages wait in its durable inbox."""
         timing = states.get("subagent_timing")
         seconds = None if timing is None else float(timing["active_us"]) / 1e6
-        return seconds, session_state(
-            states.get("session_state"), inbox=self.inbox(sid, diags), created_at=created_at
-        )
+        inbox = self.inbox(sid, diags)
+        state = session_state(states.get("session_state"), inbox=inbox, created_at=created_at)
+        return seconds, state, inbox
 
     def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> int:
         """How many accepted messages the store's durable inbox holds for ``sid``."""
@@ -138,8 +139,8 @@ class _Trees:
         self, sid: SessionId, created_at: dt.datetime, diags: list[dict[str, Any]]
     ) -> dict[str, Any]:
         """A listed session's active seconds and state, as its ``--json`` row has them."""
-        seconds, state = self.facts(sid, self.fold(sid, diags), created_at, diags)
-        return {"active_seconds": seconds, **state.to_json()}
+        seconds, state, inbox = self.facts(sid, self.fold(sid, diags), created_at, diags)
+        return {"active_seconds": seconds, **state.to_json(), "inbox": inbox}
 
     def diag(self, key: Key, detail: str, kind: str = "corrupt") -> dict[str, Any]:
         parent = self.woods.parents.get(key)
@@ -184,7 +185,7 @@ class _Trees:
         states = self.fold(key, diags, identity=True) if known else {}
         identity = states.get("subagent")
         created = None if header is None else header.created_at
-        seconds, state = self.facts(key, states, created, diags)
+        seconds, state, inbox = self.facts(key, states, created, diags)
         # A header's label, else (a detached child) the label its descriptor serves.
         label = header.label if header is not None and header.label else None
         if label is None and isinstance(identity, dict):
@@ -215,7 +216,7 @@ class _Trees:
             name = "(not in the database)"
         title = f"{name}  {key}"
         if known:
-            title += f"  {_state_text(state.to_json())}  {_ms(seconds)}"
+            title += f"  {_state_text({**state.to_json(), 'inbox': inbox})}  {_ms(seconds)}"
         if reason is not None:
             title += "  -- detached: " + (
                 "its parent is missing" if reason == "missing-parent" else "parent links loop"
@@ -226,6 +227,7 @@ class _Trees:
             "detached": reason,
             "active_seconds": seconds,
             **(state.to_json() if known else _NO_STATE),
+            "inbox": inbox if known else None,
             "descendants": rows,
             "diagnostics": unique,
         }
@@ -357,10 +359,12 @@ _NO_STATE = {"state": None, "last_activity": None, "last_turn": None}
 def _state_text(data: dict[str, Any]) -> str:
     """``settled, last active 2026-01-01 10:00:00Z`` (seconds, UTC)."""
     at = data["last_activity"]
+    waiting = data.get("inbox") or 0
+    inbox = f", {waiting} in the inbox" if waiting else ""
     if at is None:
-        return str(data["state"])
+        return f"{data['state']}{inbox}"
     when = dt.datetime.fromisoformat(at).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    return f"{data['state']}, last active {when}"
+    return f"{data['state']}, last active {when}{inbox}"
 
 
 def _ms(seconds: float | None) -> str:

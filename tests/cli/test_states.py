@@ -172,6 +172,9 @@ def test_waiting_in_the_log_and_in_the_inbox(tmp_path: Path, capsys) -> None:
     assert main(["tree", db]) == 0
     text = capsys.readouterr().out
     assert f"{logged}  waiting, last active 2026-03-01 14:00:00Z" in text
+    # The durable inbox's depth (issue 18 point 5's mailbox depth, from the store).
+    assert (data[queued]["inbox"], data[logged]["inbox"], data[idle]["inbox"]) == (1, 0, 0)
+    assert f"{queued}  waiting, last active 2026-03-01 12:01:00Z, 1 in the inbox" in text
 
 
 def _fold(events: list[Any]) -> str:
