@@ -257,7 +257,7 @@ class Registry(NoticeLoop):
         d = request.delivery
         if d is None:  # a wake: resident already, its mail pickup delivers what waits
             if type(agent) is PlacedChild:
-                agent.wake()  # ... on its host, which a run has look
+                agent.wake()  # ... on its host: one more run there picks it up
             return
         if d.message_id in act.replayed:
             return  # committed before this epoch read its inbox: delivered already

@@ -217,13 +217,25 @@ class Materializer:
     ) -> None:
         """Publish the stand-in of a new placed child, then let the session go (its
         prompt waits in the durable inbox) and have a host run it."""
-        child = PlacedChild(agent.header, placement, self._backend)
-        self.attach(act, child)
         delivery.committed = True
-        self.publish(act, child, delivery, agent._descriptor)
+        child = self._publish_placed(act, agent.header, placement, delivery, agent._descriptor)
         agent.dispose()  # the session, descriptor and prompt are written; the lease goes
         if not act.drained:  # published below a cutoff: the prompt stays accepted
             child.start()
+
+    def _publish_placed(
+        self,
+        act: Activation,
+        header: Any,
+        placement: Placement,
+        delivery: Delivery | None,
+        descriptor: ContinuableDescriptor,
+    ) -> PlacedChild:
+        """Publish ``act`` with a :class:`PlacedChild` as its agent (not started)."""
+        child = PlacedChild(header, placement, self._backend)
+        self.attach(act, child)
+        self.publish(act, child, delivery, descriptor)
+        return child
 
     def wake(self, child_id: SessionId, parent: Agent, agents: AgentRegistry) -> None:
         """Cold-resume ``child_id`` for what waits in its durable inbox, on behalf of
@@ -246,10 +258,9 @@ class Materializer:
         and run by a host."""
         placed = self._placed.of(act.child_id)
         if placed is not None:
-            child = PlacedChild(placed[2], placed[0], self._backend)
+            placement, descriptor, header = placed
             try:
-                self.attach(act, child)
-                self.publish(act, child, delivery, placed[1])
+                child = self._publish_placed(act, header, placement, delivery, descriptor)
             except BaseException:
                 self.rollback(act, None, None)
                 raise

@@ -39,6 +39,8 @@ from subagents.protocol import (
     try_fold_subagent_descriptor,
 )
 
+from ._intake import kept
+
 __all__ = [
     "PlacedChild",
     "Placement",
@@ -135,14 +137,6 @@ class PlacedChild:
 
     # -- the gate --------------------------------------------------------------------
 
-    def _count(self) -> None:
-        """One more message to run (under the lock)."""
-        if self._gate == _CLOSED or self._disposed:
-            raise SubagentError(
-                f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
-            )
-        self._accepted += 1
-
     def deliver(
         self,
         content: Any,
@@ -156,10 +150,13 @@ class PlacedChild:
         """The first message of an epoch (already in the durable inbox). ``drop``
         (published below a drain cutoff): not run now; it stays accepted."""
         with self._lock:
-            self._count()
+            if self._gate == _CLOSED or self._disposed:
+                raise SubagentError(
+                    f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
+                )
             if drop:
-                self._accepted -= 1
                 return
+            self._accepted += 1
         self._kick()
 
     def admit_followup(
@@ -244,11 +241,7 @@ class PlacedChild:
                     continue
                 self._running = False
                 self.idle_since = time.monotonic()
-            for fn in list(self._idle_listeners):
-                try:
-                    fn(self)
-                except Exception:
-                    logger.exception("idle listener %r raised", fn)
+            self._notify(self._idle_listeners, "idle")
             return
 
     # -- cancellation, interrupt, release -------------------------------------------
@@ -287,11 +280,7 @@ class PlacedChild:
                 self._backend.run_blocking(self._placement.run, self.session_id)
         except BaseException as exc:  # its lease expires; whoever runs it next replays
             logger.warning("releasing placed child %s: %r", self.session_id, exc)
-        for fn in list(self._dispose_listeners):
-            try:
-                fn(self)
-            except Exception:
-                logger.exception("dispose listener %r raised", fn)
+        self._notify(self._dispose_listeners, "dispose")
 
     def release(self, cause: str) -> None:
         """Release it now (the runtime closes): cancelled, accepted work kept; its
@@ -307,13 +296,15 @@ class PlacedChild:
         for task in (self._task, self._settling):
             if task is not None:  # it returns now that the host let the child go
                 task.join(_JOIN)
-        if settling:
-            return  # its settling ran the dispose listeners
-        for fn in list(self._dispose_listeners):
+        if not settling:  # (else its settling ran them)
+            self._notify(self._dispose_listeners, "dispose")
+
+    def _notify(self, listeners: list[Callable[[Any], object]], kind: str) -> None:
+        for fn in list(listeners):
             try:
                 fn(self)
             except Exception:
-                logger.exception("dispose listener %r raised", fn)
+                logger.exception("%s listener %r raised", kind, fn)
 
 
 class PlacementLookup:
@@ -333,9 +324,11 @@ class PlacementLookup:
         self._sessions = sessions
         self._known: dict[SessionId, tuple[ContinuableDescriptor, SessionHeader] | None] = {}
 
-    def placement(self, provider: Any) -> Placement | None:
+    @staticmethod
+    def placement(provider: Any) -> Placement | None:
         """The provider's placement, or None when it runs children here."""
-        return getattr(provider, "placement", None)
+        placement: Placement | None = getattr(provider, "placement", None)
+        return placement
 
     def of(
         self, child_id: SessionId
@@ -382,7 +375,7 @@ def placement_of(provider: Any, sessions: Any) -> Placement | None:
             runtime's store is not durable with strict durability: a host can only
             run what is committed.
     """
-    placement: Placement | None = getattr(provider, "placement", None)
+    placement = PlacementLookup.placement(provider)
     if placement is not None and not (sessions.strict and sessions.leases is not None):
         raise SubagentError(
             f"provider {provider.name!r} places children on other hosts: it needs a durable"
@@ -400,7 +393,12 @@ def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
     if sessions.accept(child.session_id, (event,))[0].duplicate:
         return True
     delivery.committed = True
-    return child.admit_followup(delivery.content, delivery.source, delivery.message_id, True)
+    try:
+        return child.admit_followup(delivery.content, delivery.source, delivery.message_id, True)
+    except BaseException as exc:  # refused (drained): nothing stays accepted
+        if not kept(sessions, child.session_id, delivery.message_id, exc):
+            delivery.committed = False
+        raise
 
 
 def release_placed(activations: list[Any], cause: str) -> None:

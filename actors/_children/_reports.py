@@ -98,8 +98,12 @@ def report_from(
     check_value(content, 3 if delivery == "quiet" else 1)
     (signal or _NEVER).raise_if_aborted()
     if isinstance(child, Agent) and hosted and hosted.get(child.session_id) is child:
-        # Placed here by a parent elsewhere (no Activation here): its durable parent.
-        child_id, parent_id = child.session_id, _vouched_parent(sessions, index, child.session_id)
+        # Placed here by a parent elsewhere (no Activation here; resumed as a
+        # continuable child, so its header names its durable parent).
+        above = child.parent_session
+        if above is None or not is_live(child):
+            raise _unauthorized("only an exact live continuable child may report")
+        child_id, parent_id = child.session_id, above
     elif isinstance(child, Agent):
         act = index.get(child.session_id)
         exact = act is not None and act.agent is child and act.phase in MAY_REPORT

@@ -266,7 +266,6 @@ def watch_tree(
     on a terminal (rich's live display), else frame after frame, each headed by a
     ``--- HH:MM:SS ---`` line; ``count`` frames, or until interrupted. The exit
     status of the last frame."""
-    frames = itertools.count(1)
     damaged = False
 
     def frame() -> str:
@@ -277,16 +276,15 @@ def watch_tree(
         body = _text(entries, trees) if entries else "no sessions"
         return f"--- {now} {db} ---\n{body}"
 
-    if console.is_terminal:
-        with Live(Text(frame()), console=console, auto_refresh=False) as live:
-            while count is None or next(frames) < count:
-                time.sleep(interval)
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    with live or contextlib.nullcontext():
+        for shown in itertools.count(1):
+            if live is not None:
                 live.update(Text(frame()), refresh=True)
-    else:
-        while True:
-            console.file.write(frame() + "\n")
-            console.file.flush()
-            if count is not None and next(frames) >= count:
+            else:
+                console.file.write(frame() + "\n")
+                console.file.flush()
+            if count is not None and shown >= count:
                 break
             time.sleep(interval)
     return 1 if damaged else 0
