@@ -30,6 +30,7 @@ from gevent._hub_local import get_hub_if_exists
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._gevent import GeventActor, GeventFuture
+from ._sigint import InterruptibleEvent, start_blocking_sigint
 from ._threadinbox import ThreadActor
 
 __all__ = [
@@ -198,7 +199,7 @@ class _ThreadTask(_Task):
         self._thread = threading.Thread(
             target=self.run, args=(fn, args, kwargs), name=name, daemon=True
         )
-        self._thread.start()
+        start_blocking_sigint(self._thread.start)  # Ctrl-C is the main thread's
 
     def join(self, timeout: float | None = None) -> bool:
         self._thread.join(timeout)
@@ -245,7 +246,9 @@ class _ThreadingBackend(Backend):
         return pykka.ThreadingFuture()
 
     def event(self) -> EventLike:
-        return threading.Event()
+        if threading_is_patched():
+            return threading.Event()  # gevent's, cooperative
+        return InterruptibleEvent()
 
     def lock(self) -> LockLike:
         return threading.Lock()

@@ -21,6 +21,8 @@ from typing import Any
 import pykka
 from pykka._envelope import Envelope
 
+from ._sigint import start_blocking_sigint
+
 __all__ = ["ThreadActor"]
 
 
@@ -76,3 +78,7 @@ class ThreadActor(pykka.ThreadingActor):
     @staticmethod
     def _create_actor_inbox() -> Any:
         return _ThreadInbox()
+
+    def _start_actor_loop(self) -> None:
+        # Ctrl-C is the main thread's (see _sigint): the actor's thread blocks it.
+        start_blocking_sigint(super()._start_actor_loop)

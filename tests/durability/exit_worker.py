@@ -6,14 +6,19 @@ Usage: ``python exit_worker.py BACKEND DB MODE`` where MODE is
 * ``with-sigint`` / ``bare-sigint``: a turn blocks (cooperatively, on its
   signal) and a second message waits behind it; the script waits for the
   runtime to be idle -- in a ``with Runtime(...)`` block or without one -- and
-  prints ``waiting`` first: the test sends SIGINT then.
+  prints ``waiting`` first: the test sends SIGINT then;
+* ``foreign-sigint``: as ``with-sigint``, but the SIGINT is raised in a thread
+  the script started (as a library's pool would): the test writes a line to
+  the worker's stdin, and that thread signals itself.
 
 Each prints the session id first.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from typing import Any
 
 from subagents.actors import Runtime
@@ -42,9 +47,17 @@ def run(rt: Runtime, mode: str) -> None:
     print("finished normally", flush=True)
 
 
+def _signal_from_a_foreign_thread() -> None:
+    sys.stdin.readline()
+    # Thread-directed: the C handler runs here, not in the main thread.
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+
 def main() -> None:
     backend, db, mode = sys.argv[1:]
-    if mode.startswith("with"):
+    if mode == "foreign-sigint":
+        threading.Thread(target=_signal_from_a_foreign_thread, daemon=True).start()
+    if mode.startswith(("with", "foreign")):
         with Runtime(db, backend=backend) as rt:
             run(rt, mode)
     else:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -28,10 +29,25 @@ WORKER = Path(__file__).with_name("exit_worker.py")
 def _start(backend: Backend, db: Path, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-W", "always::ResourceWarning", str(WORKER), backend.name, str(db), mode],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
+
+
+def _finish(
+    proc: subprocess.Popen[str], timeout: float, stdin: str | None = None
+) -> tuple[str, str]:
+    """(stdout, stderr) once the worker ended; a worker still running after
+    ``timeout`` is aborted and the test fails with every thread's stack."""
+    try:
+        return proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints the stacks
+        out, err = proc.communicate()
+        pytest.fail(f"the worker did not end within {timeout} s:\n{out}\n{err}")
 
 
 def _state(db: Path, sid: SessionId) -> tuple[list[object], list[object], list[str], object]:
@@ -55,7 +71,7 @@ def test_a_runtime_never_closed_exits_and_keeps_what_it_accepted(
     """Issue 13 point 6: no hang, a ResourceWarning, nothing accepted lost."""
     db = tmp_path / "forgot.db"
     proc = _start(backend, db, "forget")
-    out, err = proc.communicate(timeout=60)
+    out, err = _finish(proc, 60)
     assert proc.returncode == 0, err
     assert "ResourceWarning" in err and "was never closed" in err, err
     assert "Traceback" not in err, err
@@ -77,19 +93,24 @@ def test_a_runtime_never_closed_exits_and_keeps_what_it_accepted(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["with-sigint", "bare-sigint"])
+@pytest.mark.parametrize("mode", ["with-sigint", "bare-sigint", "foreign-sigint"])
 def test_ctrl_c_cancels_the_turn_keeps_the_messages_and_raises(
     backend: Backend, tmp_path: Path, mode: str
 ) -> None:
-    """Issue 13 point 6: SIGINT while the script waits for the runtime."""
+    """Issue 13 point 6: SIGINT while the script waits for the runtime -- also when
+    it lands on a thread of somebody else's (``foreign-sigint``): the main thread,
+    parked in ``wait_idle``, must still raise it now, not when its wait ends."""
     db = tmp_path / "interrupted.db"
     proc = _start(backend, db, mode)
     assert proc.stdout is not None
     sid = SessionId(proc.stdout.readline().strip())
     lines = {proc.stdout.readline().strip() for _ in range(2)}
     assert lines == {"turn started", "waiting"}
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    if mode == "foreign-sigint":
+        out, err = _finish(proc, 30, "go\n")  # its wait_idle would last 60 s
+    else:
+        proc.send_signal(signal.SIGINT)
+        out, err = _finish(proc, 30)
     assert proc.returncode == -signal.SIGINT, (out, err)
     assert "\nKeyboardInterrupt\n" in err, err
     assert "finished normally" not in out
@@ -99,3 +120,48 @@ def test_ctrl_c_cancels_the_turn_keeps_the_messages_and_raises(
     assert messages == ["work"]
     assert pending == ["work", "queued"]  # the cancelled turn's message runs again
     assert holder is None
+
+
+def _blocks_sigint(native_id: int) -> bool:
+    """Whether the thread blocks SIGINT, from its ``SigBlk`` mask in /proc."""
+    status = Path(f"/proc/self/task/{native_id}/status").read_text()
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
+    return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+
+@pytest.mark.backend_specific
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_the_threading_runtime_leaves_ctrl_c_to_the_main_thread(tmp_path: Path) -> None:
+    """Issue 13 point 6: every thread the threading runtime starts -- actors, the
+    writer, the lease renewal, the mail pickup -- blocks SIGINT, so the kernel
+    hands a Ctrl-C to the main thread, which wakes from the wait it is parked in.
+    (When it landed on an actor's thread, ``wait_idle`` waited out its timeout.)"""
+    import threading
+
+    from subagents.actors._kernel import THREADING
+
+    before = {t.ident for t in threading.enumerate()}
+    started = THREADING.event()
+    release = THREADING.event()
+
+    def parked(turn: object) -> str:
+        started.set()
+        release.wait(30)
+        return "done"
+
+    with Runtime(str(tmp_path / "threads.db"), backend="threading") as rt:
+        agent = rt.spawn(parked)
+        agent.followup("hold the actor's thread")
+        try:
+            assert started.wait(30)
+            ours = [t for t in threading.enumerate() if t.ident not in before]
+            names = [t.name for t in ours]
+            assert any(n.startswith("subagents-") for n in names), names  # tasks
+            assert any(n.startswith("_AgentActor[") for n in names), names  # the agent's actor
+            assert all(t.native_id is not None and _blocks_sigint(t.native_id) for t in ours), [
+                t.name for t in ours if t.native_id is None or not _blocks_sigint(t.native_id)
+            ]
+            assert not _blocks_sigint(threading.main_thread().native_id or 0)
+        finally:
+            release.set()
+        assert rt.wait_idle(30)
