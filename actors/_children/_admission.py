@@ -50,6 +50,7 @@ told things.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from subagents.actors._agents import UNTAKEN, Agent, AgentRegistry, replay
@@ -161,7 +162,7 @@ class Registry(NoticeLoop):
         if kind == "retire":
             self._retire(key)
         else:
-            self._released(key)
+            self._released(key, value)
 
     # -- lineage and cutoffs --------------------------------------------------------------
 
@@ -360,10 +361,15 @@ class Registry(NoticeLoop):
         act.phase = advance(act.phase, Trigger.RETIRE)
         self._supervisor.retired(act)
 
-    def _released(self, act: Activation) -> None:
+    def _released(self, act: Activation, announce: Callable[[], object] | None) -> None:
         act.phase = advance(act.phase, Trigger.RELEASE)
         if self.index.get(act.child_id) is act:
             del self.index[act.child_id]
+        if announce is not None:
+            # Posted now: ``subagent/end`` follows the index's update (whoever sees the
+            # end sees the child gone) and precedes the parent's settling and a cold
+            # resume by a waiter (a new epoch's start).
+            announce()
         parent = act.parent_activation
         if parent is not None:
             parent.owned.discard(act.child_id)

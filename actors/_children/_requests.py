@@ -9,7 +9,7 @@ Messages (see :mod:`._admission` for what the registry does with each):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.actors._agents import Agent
@@ -152,6 +152,9 @@ class RegistryInbox(NoticeBox):
         """Retire ``activation`` if admission agrees that it is settled."""
         self.post("retire", activation)
 
-    def released(self, activation: Activation) -> None:
-        """``activation``'s epoch is over."""
-        self.post("released", activation)
+    def released(
+        self, activation: Activation, announce: Callable[[], object] | None = None
+    ) -> None:
+        """``activation``'s epoch is over; ``announce()`` (it posts the end's
+        announcement) is called once the registry no longer shows it."""
+        self.post("released", activation, announce)

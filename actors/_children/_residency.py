@@ -50,10 +50,11 @@ class ResidencyHooks:
         activation.agent.dispose(wait=False, checkpoint=True)
 
     def announce_release(self, activation: Activation) -> None:
-        # After everything posted to the dispatcher before it; the registry learns of
-        # the release next, and drops the child from its parent's owned set.
-        self._dispatch.call(functools.partial(self._announcer.end, activation))
-        self._registry.released(activation)
+        # The registry learns of the release, drops the child from its index and
+        # then has the end announced (by the dispatcher, after everything posted to
+        # it before), and only then drops it from its parent's owned set.
+        end = functools.partial(self._announcer.end, activation)
+        self._registry.released(activation, functools.partial(self._dispatch.call, end))
 
     def warm_until(self, activation: Activation) -> float | None:
         if self.keep_warm <= 0 or self.closing:

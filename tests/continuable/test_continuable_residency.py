@@ -276,3 +276,32 @@ def test_a_resident_child_disposed_by_its_holder_leaves_residency(
     rt.subagents.followup(root, child_id, "again")
     kit.wait_settled("kid", epochs=2)
     assert kit.contents("kid")[-1] == "again"
+
+
+def test_whoever_sees_the_end_finds_the_child_gone(kit: Kit) -> None:
+    """R-EVT-2, a race: ``subagent/end`` is announced after the registry dropped the
+    epoch -- also when its agent was disposed without retiring (a failed write, a
+    lost lease): a listener looking the child up on its end never finds it
+    resident. (The end was posted before the registry heard of the release, and a
+    listener could see the child still resident; run many times.)"""
+    rt = kit.rt
+    root = kit.root()
+    seen: list[Any] = []
+
+    def on_event(event: Any) -> None:
+        if event.type == "subagent/end":
+            seen.append(rt.continuation.activation(event.child_id))
+
+    subscription = rt.subagents.subscribe(on_event)
+    try:
+        for i in range(30):
+            label = f"kid{i}"
+            kit.start(root, [["block", label]], label=label)
+            assert kit.gate(label).wait_reached(10)
+            kit.live(label).dispose(wait=False)  # released without retiring
+            kit.gate(label).release()
+            kit.wait_settled(label, epochs=1)
+    finally:
+        subscription.dispose()
+    assert len(seen) == 30
+    assert seen == [None] * 30
