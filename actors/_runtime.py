@@ -24,27 +24,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from types import TracebackType
 from typing import Any
 
 from subagents.protocol import (
     ErrorCode,
     Event,
-    RecordedOptions,
     SessionHeader,
     SessionId,
     SubagentError,
-    agent_options_event,
     check_name,
     new_session_id,
 )
-from subagents.store import (
-    SessionStore,
-    defer_interrupt,
-    open_store,
-    set_interrupt_delivery,
-)
+from subagents.store import SessionStore, defer_interrupt, open_store, set_interrupt_delivery
 
 from ._agents import (
     Agent,
@@ -55,11 +47,15 @@ from ._agents import (
     LiveSession,
     Mailman,
     ModelRegistry,
+    RuntimeCounters,
+    RuntimeStatistics,
     SessionService,
     ToolRegistry,
     Turn,
     as_behaviour,
     check_output_schema,
+    recorded_model,
+    runtime_statistics,
 )
 from ._catalog import (
     ProjectionRegistry,
@@ -199,6 +195,7 @@ class Runtime:
             self.session_projections = ProjectionRegistry()
             for unit in (subagent_unit, subagent_timing_unit):
                 self.session_projections.register(unit)
+        self._counters = RuntimeCounters()
         self.agents = AgentRegistry(
             AgentHost(
                 backend=self.backend,
@@ -209,6 +206,7 @@ class Runtime:
                 forget=self._forget,
                 leaving=self._leaving,
                 bind=self._bind,
+                counters=self._counters,
             ),
             self.models,
         )
@@ -329,22 +327,8 @@ class Runtime:
         seed: tuple[Event, ...] = ()
         if isinstance(behaviour, str):
             check_name(behaviour, "model")  # recorded in the log
-            options = options or AgentOptions(model=behaviour)
-            if options.model != behaviour:
-                values = {f.name: getattr(options, f.name) for f in fields(options)}
-                options = AgentOptions(**{**values, "model": behaviour})
             self.models.require(behaviour)
-            # Recorded, so a new process resumes it without being given the model again.
-            seed = (
-                agent_options_event(
-                    RecordedOptions(
-                        model=options.model,
-                        provider=options.provider,
-                        persona=options.persona,
-                        tool_filter=options.tool_filter,
-                    )
-                ),
-            )
+            options, seed = recorded_model(behaviour, options)
         else:
             built = as_behaviour(behaviour)
             options = options or AgentOptions()
@@ -399,6 +383,18 @@ class Runtime:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not agent.wait_idle(remaining) and not agent.disposed:
                     return False
+
+    def statistics(self) -> RuntimeStatistics:
+        """Live agents, resident children, leases held, mailboxes and turns (see
+        :class:`RuntimeStatistics`): counters only, no store read."""
+        leases = self.sessions.leases
+        return runtime_statistics(
+            self.agents.list(),
+            self._counters,
+            activations=len(self.continuation.activations()),
+            leases_held=0 if leases is None else leases.count(),
+            deduplicated=self.sessions.deduplicated,
+        )
 
     # -- shutdown ----------------------------------------------------------------------
 

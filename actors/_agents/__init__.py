@@ -14,12 +14,13 @@ from ._leases import Holder, Leases
 from ._live import LiveSession
 from ._mail import Mailman, wake_holder
 from ._messages import UNTAKEN, plain
-from ._options import AgentOptions
+from ._options import AgentOptions, recorded_model
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
 from ._resume import Restored, replay
 from ._sessions import SessionService
+from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
 from ._tools import ToolFn, ToolRegistry
 from ._turn import Message, Turn, TurnAgent
@@ -31,6 +32,7 @@ __all__ = [
     "AgentHost",
     "AgentOptions",
     "AgentRegistry",
+    "AgentStatistics",
     "Behaviour",
     "BehaviourFactory",
     "Holder",
@@ -41,6 +43,8 @@ __all__ = [
     "ModelRegistry",
     "PersistenceFailure",
     "Restored",
+    "RuntimeCounters",
+    "RuntimeStatistics",
     "SessionService",
     "SessionStatistics",
     "Steered",
@@ -55,7 +59,9 @@ __all__ = [
     "echo",
     "not_open",
     "plain",
+    "recorded_model",
     "replay",
+    "runtime_statistics",
     "validate_output",
     "wake_holder",
 ]

@@ -42,6 +42,7 @@ class Acceptance:
     persistence: SessionStore | None
     strict: bool
     leases: Any  # ._leases.Leases | None
+    _live: dict[SessionId, LiveSession]
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -49,6 +50,8 @@ class Acceptance:
     def _init_acceptance(self) -> None:
         self._seen: OrderedDict[tuple[SessionId, MessageId], bool] = OrderedDict()
         self._seen_lock = threading.Lock()
+        #: Messages offered again under an accepted id, since the runtime opened.
+        self.deduplicated = 0
 
     def accept(
         self, session_id: SessionId, events: Sequence[Event], live: LiveSession | None = None
@@ -66,7 +69,18 @@ class Acceptance:
             now=time.time(),
             lease=token,
         )
+        for entry in result:
+            if entry.duplicate:
+                self._deduplicated(session_id, live)
         return result
+
+    def _deduplicated(self, session_id: SessionId, live: LiveSession | None) -> None:
+        """Count a message offered again under an accepted id (statistics)."""
+        live = live if live is not None else self._live.get(session_id)
+        with self._seen_lock:
+            self.deduplicated += 1
+            if live is not None:
+                live.deduplicated += 1
 
     def retract(
         self, session_id: SessionId, message_id: MessageId, live: LiveSession | None = None
@@ -168,11 +182,14 @@ class Acceptance:
         runtime remembers (the caller then delivers it, or :meth:`unclaim` s it)."""
         key = (scope, message_id)
         with self._seen_lock:
-            if key in self._seen:
-                return False
-            self._seen[key] = True
-            if len(self._seen) > SEEN_MAX:
-                self._seen.popitem(last=False)
+            seen = key in self._seen
+            if not seen:
+                self._seen[key] = True
+                if len(self._seen) > SEEN_MAX:
+                    self._seen.popitem(last=False)
+        if seen:
+            self._deduplicated(scope, None)
+            return False
         return True
 
     def unclaim(self, scope: SessionId, message_id: MessageId) -> None:

@@ -355,6 +355,10 @@ class Agent(Inbox):
             self._gate = CLOSED
         host = self._host
         host.forget(self)
+        turns = self._turns
+        host.counters.retire(
+            turns.next_turn - turns.first_turn, self._accepted_messages(), turns.replayed
+        )
         sessions = host.sessions
         if self._checkpoint_on_stop and self._descriptor is not None:
             # Quiet reports not yet seen by a turn are folded state too: the next

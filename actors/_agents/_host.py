@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from subagents.actors._kernel._backend import Backend
 
 from ._live import LiveSession
 from ._sessions import SessionService
+from ._stats import RuntimeCounters
 from ._tools import ToolRegistry
 
 __all__ = ["AgentHost"]
@@ -36,6 +37,7 @@ class AgentHost:
         forget: the agent (the argument) is disposed: drop it from the registry.
         leaving: its session leaves the live set (``(session, descriptor)``).
         bind: the subagent service bound with ``(agent, turn or None)`` as parent.
+        counters: the runtime's turn times and its disposed agents' totals.
 
     The callbacks take the agent untyped: this module sits below the Agent.
     """
@@ -48,3 +50,4 @@ class AgentHost:
     forget: Callable[[Any], None]
     leaving: Callable[[LiveSession, Any], None]
     bind: Callable[[Any, Any], Any]
+    counters: RuntimeCounters = field(default_factory=RuntimeCounters)

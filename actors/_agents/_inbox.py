@@ -50,9 +50,11 @@ from subagents.protocol import (
 )
 
 from ._host import AgentHost
+from ._live import LiveSession
 from ._loop import TurnRunner
 from ._messages import UNTAKEN, Call, Deliver, Quiet
 from ._outcome import TurnOutcome
+from ._stats import AgentStatistics, percentiles
 from ._steering import SteerBox
 from ._turn import Message
 
@@ -72,6 +74,7 @@ class Inbox:
     _host: AgentHost
     _turns: TurnRunner
     _ref: pykka.ActorRef[Any]
+    _session: LiveSession
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -80,6 +83,9 @@ class Inbox:
         # cost a threaded fan-out turn about 0.9 us of Python, for no waiter.
         self._idle_waiter: EventLike | None = None
         self._accepted = 0  # messages accepted so far (monotone)
+        # Of _accepted, not messages: calls in the loop, steered leftovers queued
+        # again; and messages steered into a turn (not in _accepted). Statistics.
+        self._calls = self._requeued = self._steered = 0
         self._inflight = 0
         self._discard_through = 0  # messages with n <= this are skipped (cancel without inbox)
         self._gate = OPEN
@@ -217,6 +223,7 @@ class Inbox:
             if box is None:
                 box = turn._steer = SteerBox()
             box.messages.append(Message(message_id=message_id, content=content, source=source))
+            self._steered += 1
             return True
 
     def _requeue_steered(self, turn: Any) -> None:
@@ -230,6 +237,7 @@ class Inbox:
             first = self._accepted + 1
             self._accepted += len(rest)
             self._inflight += len(rest)
+            self._requeued += len(rest)
         for n, m in enumerate(rest, first):
             try:
                 self._put(Deliver(n, m.message_id, m.content, m.source, "message", (), None, False))
@@ -239,6 +247,8 @@ class Inbox:
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""
         n = self._reserve()
+        with self._lock:
+            self._calls += 1
         self._put(Call(n, fn))
 
     def close_admission(self) -> None:
@@ -259,6 +269,38 @@ class Inbox:
                 return False
             self._gate = CLOSED
             return True
+
+    # -- statistics -----------------------------------------------------------------
+
+    def statistics(self) -> AgentStatistics:
+        """A snapshot of this agent's mailbox and turns (see :class:`AgentStatistics`).
+
+        Cheap: counters read without a lock; under strict durability one store read
+        (the durable inbox's depth).
+        """
+        turns = self._turns
+        running = turns.current is not None
+        sessions = self._host.sessions
+        durable = None
+        if sessions.strict and sessions.persistence is not None:
+            durable = len(sessions.pending(self.session_id))
+        p50, p99 = percentiles(turns.times)
+        return AgentStatistics(
+            session_id=self.session_id,
+            inbox=max(0, self._inflight - running),
+            durable_inbox=durable,
+            running=running,
+            turns=turns.next_turn - turns.first_turn - running,
+            turn_p50_ms=p50,
+            turn_p99_ms=p99,
+            accepted=self._accepted_messages(),
+            replayed=turns.replayed,
+            deduplicated=self._session.deduplicated,
+            reports_pending=len(turns.context),
+        )
+
+    def _accepted_messages(self) -> int:
+        return self._accepted - self._calls - self._requeued + self._steered
 
     # -- cancellation and quiescence ----------------------------------------------
 

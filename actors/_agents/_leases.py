@@ -173,6 +173,10 @@ class Leases:
     def holds(self, session_id: SessionId) -> bool:
         return session_id in self._held
 
+    def count(self) -> int:
+        """How many sessions this runtime holds the lease of."""
+        return len(self._held)
+
     def _renew_loop(self) -> None:
         period = self.ttl / 3
         while True:

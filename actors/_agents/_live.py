@@ -20,6 +20,7 @@ class LiveSession:
     __slots__ = (
         "_lock",
         "base_seq",
+        "deduplicated",
         "events",
         "header",
         "last_ticket",
@@ -44,6 +45,7 @@ class LiveSession:
         # Messages this activation took and stops without running (the runtime is
         # closing): its lease release gives them back to nobody.
         self.unrun: list[MessageId] | None = None
+        self.deduplicated = 0  # messages offered again under an accepted id (statistics)
         self._lock = threading.Lock()
 
     @property

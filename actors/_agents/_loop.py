@@ -11,7 +11,9 @@ lock, to abort the running turn's signal.
 
 from __future__ import annotations
 
+import collections
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +36,7 @@ from ._live import LiveSession
 from ._messages import UNTAKEN, Call, Deliver, Quiet, plain
 from ._outcome import TurnOutcome
 from ._output import validate_output
+from ._stats import WINDOW
 from ._turn import Message, Turn, TurnAgent
 
 __all__ = ["TurnRunner"]
@@ -54,8 +57,11 @@ class TurnRunner:
         "context",
         "current",
         "ended",
+        "first_turn",
         "keep_accepted",
         "next_turn",
+        "replayed",
+        "times",
     )
 
     def __init__(
@@ -82,6 +88,10 @@ class TurnRunner:
         self.ended: Turn | None = None
         # The runtime is closing: what is not completed stays in the durable inbox.
         self.keep_accepted = False
+        # Statistics: turns since first_turn, the last WINDOW turn times, replays.
+        self.first_turn = next_turn
+        self.times: collections.deque[float] = collections.deque(maxlen=WINDOW)
+        self.replayed = 0
 
     def handle(self, message: Any) -> None:
         """Run one inbox message that was not discarded."""
@@ -199,9 +209,12 @@ class TurnRunner:
         events.append(delivered)
         turn._record = self._record_steered
         self.current = turn  # a reference swap; cancel() reads it under the agent's lock
+        if d.redelivered is True:
+            self.replayed += 1
         output: Any = None
         structured: Any = None
         error: str | None = None
+        started = time.perf_counter()
         try:
             sessions.append(session, events, defer=True)  # stored with turn/end
             output = self._behaviour.on_turn(turn)
@@ -215,6 +228,9 @@ class TurnRunner:
         except Exception as exc:
             stop, error = "failed", error_text(exc)
             logger.exception("turn %d of %s failed", index, session.id)
+        elapsed = time.perf_counter() - started
+        self.times.append(elapsed)
+        host.counters.times.append(elapsed)
         self.current = None
         self.ended = turn
         if stop == "completed" and self._output_schema is not None:

@@ -8,6 +8,7 @@ provider registry, lifecycle events, the one-shot providers (``local``,
 
 from ._bound import BoundSubagents
 from ._child import ChildContext
+from ._child_stats import ChildStatistics
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._hosted import Hosting
@@ -37,6 +38,7 @@ __all__ = [
     "AncestorAuthority",
     "BoundSubagents",
     "ChildContext",
+    "ChildStatistics",
     "ContinuableCreateSpec",
     "ContinuableHandle",
     "ContinuableScope",

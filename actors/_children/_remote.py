@@ -22,7 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.actors._agents import (
+    Agent,
+    AgentRegistry,
+    SessionService,
+    Steered,
+    check_steer,
+    not_open,
+)
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -37,7 +44,7 @@ from subagents.protocol import (
 
 from ._continuation import ContinuationManager
 
-__all__ = ["adopt", "followup_by_id", "wake_child"]
+__all__ = ["adopt", "followup_by_id", "steer_by_id", "wake_child"]
 
 #: How far up a chain of inactive parents a wake goes (a bound, not a tuning knob).
 _MAX_CHAIN = 64
@@ -173,3 +180,29 @@ def _local(
     mid = continuation.followup(parent, child_id, content, source=source, message_id=message_id)
     assert not isinstance(mid, tuple)  # no steer asked: the id
     return mid
+
+
+def steer_by_id(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    parent_id: SessionId,
+    child_id: SessionId,
+    content: Any,
+    source: MessageSource | None,
+    steer: Any,
+) -> Steered:
+    """A steer naming the parent by id: through the parent when it is live here
+    (only a child resident here has a turn to steer), else queued by id."""
+    strict = check_steer(steer)
+    parent = agents.get(parent_id)
+    if parent is not None:
+        steered = continuation.followup(parent, child_id, content, source=source, steer=steer)
+        assert isinstance(steered, Steered)  # a steer was asked: the outcome
+        return steered
+    if strict:
+        raise not_open(child_id)
+    mid = followup_by_id(
+        agents, sessions, continuation, parent_id, child_id, content, source=source, message_id=None
+    )
+    return Steered(mid, "queued")

@@ -23,8 +23,6 @@ from subagents.actors._agents import (
     AgentRegistry,
     SessionService,
     Steered,
-    check_steer,
-    not_open,
 )
 from subagents.actors._catalog import Catalog, Listing, ProjectionRegistry
 from subagents.actors._kernel import AbortSignal, Backend
@@ -38,10 +36,11 @@ from subagents.protocol import (
     snapshot_subagent_descriptor,
 )
 
+from ._child_stats import ChildStatistics, child_statistics
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
-from ._remote import followup_by_id
+from ._remote import followup_by_id, steer_by_id
 from ._reports import ReportReceipt, report_from, report_receipt
 from ._setup import SetupRegistration
 from ._types import (
@@ -126,6 +125,14 @@ class SubagentService:
         """
         self._check_thread()
         return self._catalog(signal).list_children(parent_session_id, signal)
+
+    def statistics(self, child_id: SessionId | str) -> ChildStatistics:
+        """A continuable child as this runtime sees it (see :class:`ChildStatistics`).
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT``, ``SESSION_NOT_FOUND``.
+        """
+        return child_statistics(self._continuation, self._ctx.sessions, child_id)
 
     def list_descendants(
         self, root_session_id: SessionId | str, signal: AbortSignal | None = None
@@ -300,17 +307,12 @@ class SubagentService:
         """
         self._check_thread()
         if isinstance(parent, (str, SessionId)) and not isinstance(parent, Agent):
+            ctx = self._ctx
+            where = (ctx.agents, ctx.sessions, self._continuation, SessionId(parent))
             if steer is not False:
-                return self._steer_by_id(SessionId(parent), child_id, content, source, steer)
+                return steer_by_id(*where, SessionId(child_id), content, source, steer)
             return followup_by_id(
-                self._ctx.agents,
-                self._ctx.sessions,
-                self._continuation,
-                SessionId(parent),
-                SessionId(child_id),
-                content,
-                source=source,
-                message_id=message_id,
+                *where, SessionId(child_id), content, source=source, message_id=message_id
             )
         return self._continuation.followup(
             parent,
@@ -321,31 +323,6 @@ class SubagentService:
             message_id=message_id,
             steer=steer,
         )
-
-    def _steer_by_id(
-        self, parent_id: SessionId, child_id: Any, content: Any, source: Any, steer: Any
-    ) -> Steered:
-        """A steer naming the parent by id: through the parent when it is live here
-        (only a child resident here has a turn to steer), else queued by id."""
-        strict = check_steer(steer)
-        parent = self._ctx.agents.get(parent_id) if self._ctx.agents is not None else None
-        if parent is not None:
-            return self._continuation.followup(
-                parent, child_id, content, source=source, steer=steer
-            )  # type: ignore[return-value]
-        if strict:
-            raise not_open(SessionId(child_id))
-        mid = followup_by_id(
-            self._ctx.agents,
-            self._ctx.sessions,
-            self._continuation,
-            parent_id,
-            SessionId(child_id),
-            content,
-            source=source,
-            message_id=None,
-        )
-        return Steered(mid, "queued")
 
     def interrupt(
         self, target_session_id: SessionId | str, authority: UserAuthority | AncestorAuthority

@@ -40,6 +40,16 @@ def test_tutorial_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) 
     assert "steered\n" in out and "plan the trip (+ and book a hotel)" in out
 
 
+def test_observability_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """docs/observability.md's example prints what the page says it prints."""
+    monkeypatch.chdir(tmp_path)
+    (block,) = _blocks(DOCS / "observability.md")
+    exec(compile(block, "observability.md", "exec"), {})
+    first, percentiles, last = capsys.readouterr().out.splitlines()
+    assert (first, last) == ("6 6 1 0 0", "1 1 6")
+    assert percentiles.startswith("p50 ") and " ms, p99 " in percentiles
+
+
 def test_readme_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     (block,) = _blocks(ROOT / "README.md")

@@ -1,0 +1,208 @@
+"""``statistics()`` of an agent and of the runtime (issue 18 point 1), on both
+backends and both persistent stores: mailbox depth in memory and in the store,
+turns and their times, acceptance, replays, deduplication, pending reports,
+activations and leases -- and a reader racing producers sees consistent counts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+from continuable_kit import Kit
+from freezegun import freeze_time
+from subagents.actors import Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, MessageId, SubagentError
+
+
+def _block(gate: str) -> list[list[str]]:
+    return [["block", gate]]
+
+
+def test_an_agent_counts_its_mailbox_turns_and_acceptance(kitp: Kit) -> None:
+    """Issue 18 point 1: inbox (memory and durable), running, turns, accepted,
+    deduplicated, turn-time percentiles."""
+    rt = kitp.rt
+    root = kitp.root()
+    idle = root.statistics()
+    assert (idle.inbox, idle.running, idle.turns, idle.accepted) == (0, False, 0, 0)
+    assert idle.turn_p50_ms is None and idle.turn_p99_ms is None
+    gate = kitp.gate("g")
+    root.followup(_block("g"))
+    assert gate.wait_reached(10)
+    root.followup("a")
+    mid = MessageId("0" * 32)
+    root.followup("b", message_id=mid)
+    root.followup("b", message_id=mid)  # offered again: nothing new accepted
+    busy = root.statistics()
+    assert busy.running is True
+    assert busy.inbox == 2
+    assert busy.accepted == 3
+    assert busy.deduplicated == 1
+    assert busy.turns == 0
+    strict = rt.sessions.strict
+    assert busy.durable_inbox == (3 if strict else None)  # the running turn's included
+    gate.release()
+    assert root.wait_idle(10)
+    rt.sessions.flush(root.session_id)  # a message leaves the store with its turn's end
+    done = root.statistics()
+    assert (done.inbox, done.running, done.turns, done.accepted) == (0, False, 3, 3)
+    assert done.durable_inbox == (0 if strict else None)
+    assert done.turn_p50_ms is not None and done.turn_p99_ms is not None
+    assert 0 <= done.turn_p50_ms <= done.turn_p99_ms
+    assert done.session_id == root.session_id
+
+
+def test_turn_times_are_nearest_rank_percentiles(kit: Kit) -> None:
+    """Issue 18 point 1: p50/p99 of turn times, the clock frozen and moved by the
+    turns themselves (turn k takes k ms)."""
+    with freeze_time("2026-12-02 12:00:00") as frozen:
+        kit.script.on_turn = lambda turn: frozen.tick(dt.timedelta(milliseconds=turn.content))
+        root = kit.root()
+        for ms in range(1, 101):
+            root.followup(ms)
+        assert root.wait_idle(30)
+        stats = root.statistics()
+    assert stats.turns == 100
+    assert stats.turn_p50_ms == pytest.approx(50.0, abs=0.01)
+    assert stats.turn_p99_ms == pytest.approx(99.0, abs=0.01)
+    whole = kit.rt.statistics()
+    assert whole.turn_p50_ms == pytest.approx(50.0, abs=0.01)
+    assert whole.turn_p99_ms == pytest.approx(99.0, abs=0.01)
+
+
+def test_a_replayed_turn_is_counted(backend: Backend, tmp_path: Path) -> None:
+    """Issue 18 point 1: a message an earlier activation took (its turn cut short by
+    the runtime closing) runs again in the next one, counted as replayed."""
+    db = str(tmp_path / "replay.db")
+    with Runtime(db, backend=backend) as rt1:
+        kit1 = Kit(rt1)
+        root = kit1.root()
+        sid = root.session_id
+        root.followup(_block("first"))
+        assert kit1.gate("first").wait_reached(10)
+    kit1.close()
+    with Runtime(db, backend=backend) as rt2:
+        kit2 = Kit(rt2)
+        kit2.gate("first").release()
+        agent = rt2.agents.resume(sid)
+        assert agent.wait_idle(10)
+        rt2.sessions.flush(sid)
+        stats = agent.statistics()
+        assert (stats.replayed, stats.turns, stats.durable_inbox) == (1, 1, 0)
+        assert rt2.statistics().replayed == 1
+        kit2.close()
+
+
+def test_quiet_reports_wait_for_the_next_turn(kit: Kit) -> None:
+    """Issue 18 point 1: reports pending -- a child's quiet report waits in its
+    parent until the parent's next turn."""
+    root = kit.root()
+    root.followup([["start", "kid", [["report", "quiet", "r1"]]]])
+    assert kit.script.notes.wait_for(lambda notes: any(n[:2] == ("reported", "kid") for n in notes))
+    kit.wait_settled("kid")
+    assert root.wait_idle(10)
+    assert root.statistics().reports_pending == 1
+    assert kit.rt.statistics().reports_pending >= 1
+    root.followup("next")
+    assert root.wait_idle(10)
+    assert root.statistics().reports_pending == 0
+
+
+def test_the_runtime_sums_live_agents_and_keeps_the_disposed(kitp: Kit) -> None:
+    """Issue 18 point 1: the runtime's statistics -- live agents, resident children
+    (activations), leases held, turns and acceptance including disposed agents."""
+    rt = kitp.rt
+    first, second = kitp.root("first"), kitp.root("second")
+    for agent in (first, second):
+        agent.followup("one")
+        agent.followup("two")
+        assert agent.wait_idle(10)
+    first.dispose()
+    stats = rt.statistics()
+    assert stats.turns == 4 and stats.accepted == 4
+    assert stats.live_agents == 1 and stats.running == 0 and stats.inbox == 0
+    leases = rt.sessions.leases
+    assert stats.leases_held == (1 if leases is not None else 0)
+    gate = kitp.gate("kid-holds")
+    second.followup([["start", "kid", _block("kid-holds")]])
+    assert gate.wait_reached(10)
+    assert second.wait_idle(10)  # its turn started the child and ended
+    busy = rt.statistics()
+    assert busy.activations == 1
+    assert busy.live_agents == 2
+    assert busy.running == 1
+    assert busy.leases_held == (2 if leases is not None else 0)
+    gate.release()
+
+
+def test_statistics_read_while_producers_follow_up(backend: Backend, rt_mem: Runtime) -> None:
+    """Issue 18 point 1, a race: a reader calling statistics() while producers
+    follow up sees monotone counts with turns <= accepted <= sent, never a
+    negative inbox; at the end every message is counted once."""
+    for attempt in range(20):
+        agent = rt_mem.spawn("echo")
+        sent = 40
+
+        def produce(agent: Any = agent, count: int = sent // 2) -> None:
+            for i in range(count):
+                agent.followup(f"m{i}")
+
+        producers = [backend.spawn(produce) for _ in range(2)]
+        seen: list[Any] = []
+        while not agent.idle or any(p.is_alive() for p in producers) or not seen:
+            seen.append(agent.statistics())
+            backend.sleep(0)
+        assert all(p.join(10) for p in producers)
+        assert agent.wait_idle(10)
+        seen.append(agent.statistics())
+        for before, after in itertools.pairwise(seen):
+            assert before.accepted <= after.accepted and before.turns <= after.turns, attempt
+        assert all(s.inbox >= 0 and s.turns <= s.accepted <= sent for s in seen), attempt
+        assert (seen[-1].accepted, seen[-1].turns, seen[-1].inbox) == (sent, sent, 0)
+        agent.dispose()
+
+
+def test_a_child_activation_as_the_runtime_sees_it(kitp: Kit) -> None:
+    """Issue 18 point 1: ``subagents.statistics(child_id)`` -- the Activation's phase,
+    owned children, the durable inbox and the resident agent's counts; after it
+    settled, ``absent`` with the store's count."""
+    rt = kitp.rt
+    root = kitp.root()
+    gate = kitp.gate("kid")
+    root.followup([["start", "kid", [["start", "grandkid", _block("grand")], ["block", "kid"]]]])
+    assert gate.wait_reached(10)
+    kid = kitp.sid("kid")
+    stats = rt.subagents.statistics(kid)
+    assert (stats.child_id, stats.phase, stats.placed) == (kid, "resident", False)
+    assert stats.owned_children == 1  # the grandchild, resident and blocked
+    assert stats.agent is not None and stats.agent.running
+    assert stats.durable_inbox == (1 if rt.sessions.strict else None)
+    assert rt.subagents.statistics(kitp.sid("grandkid")).phase == "resident"
+    kitp.gate("grand").release()
+    gate.release()
+    kitp.wait_settled("grandkid")
+    kitp.wait_settled("kid")
+    rt.sessions.flush(kid)
+    settled = rt.subagents.statistics(kid)
+    assert (settled.phase, settled.agent, settled.owned_children) == ("absent", None, 0)
+    assert settled.durable_inbox == (0 if rt.sessions.strict else None)
+
+
+def test_child_statistics_refuse_what_is_not_a_child(kitp: Kit) -> None:
+    """Issue 18 point 1: bad input is a typed error."""
+    rt = kitp.rt
+    root = kitp.root()
+    with pytest.raises(SubagentError) as top:
+        rt.subagents.statistics(root.session_id)
+    assert top.value.code == ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(SubagentError) as missing:
+        rt.subagents.statistics("f" * 32)
+    assert missing.value.code == ErrorCode.SESSION_NOT_FOUND
+    with pytest.raises(SubagentError) as garbage:
+        rt.subagents.statistics("not an id")
+    assert garbage.value.code == ErrorCode.INVALID_ARGUMENT
