@@ -1,4 +1,4 @@
-"""The ``subagents`` command line: ``demo``, ``tree``, ``show``.
+"""The ``subagents`` command line: ``demo``, ``tree``, ``show``, ``serve``.
 
 Every command has ``--help``. Errors a user can cause (a missing, empty, damaged
 or foreign database; an unknown session) print one line and exit non-zero, never
@@ -99,6 +99,26 @@ def _parser() -> argparse.ArgumentParser:
         help="show the trees again every SECONDS (default 1) as they change, until Ctrl-C",
     )
     tree.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N displays")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the trees of a database, live, in a web page on loopback",
+        description="Serve a read-only web page that shows every session tree (or the one "
+        "under ROOT) as it runs -- state, inbox depth, last turn -- redrawn from a "
+        "server-sent-events stream; the store is read once every SECONDS however many pages "
+        "are open. Ctrl-C stops it.",
+    )
+    serve.add_argument("db", help="a subagents database file, or a postgresql:// URL (?schema=...)")
+    serve.add_argument("root", nargs="?", help="only the tree under this session id")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to bind (default loopback)")
+    serve.add_argument("--port", type=int, default=8765, help="the port (0: any free one)")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="require this token: 'Authorization: Bearer TOKEN', or ?token=TOKEN in the page's URL",
+    )
+    serve.add_argument(
+        "--interval", type=float, default=1.0, metavar="SECONDS", help="store reads, every SECONDS"
+    )
     show = sub.add_parser(
         "show",
         help="print one session's events, decoded",
@@ -231,6 +251,35 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
         return run_tree(store, args.db, args.root, args.json, console)
 
 
+def _serve(args: argparse.Namespace, console: Console) -> int:
+    from ._serve import TreeFeed, TreeServer
+
+    interval = args.interval
+    if not 0 < interval < float("inf") or not 0 <= args.port <= 65535 or args.token == "":
+        raise SubagentError(
+            "--interval takes seconds > 0, --port 0..65535, --token a non-empty string",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+    with _open_existing(args.db) as store:
+        feed = TreeFeed(store, args.db, args.root, interval)
+        try:
+            try:
+                server = TreeServer(feed, args.host, args.port, args.token)
+            except OSError as exc:
+                raise SubagentError(
+                    f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+                    code=ErrorCode.INVALID_ARGUMENT,
+                ) from exc
+            with server:
+                hint = ", with ?token=TOKEN" if args.token else ""
+                console.print(f"serving {server.url} (Ctrl-C stops){hint}", markup=False)
+                console.file.flush()
+                server.serve_forever()
+        finally:
+            feed.close()
+    return 0
+
+
 def _version() -> str:
     """The installed distribution's version (``unknown`` when run from a bare tree)."""
     try:
@@ -260,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _show(args, console)
         if args.command == "tree":
             return _tree(args, console)
+        if args.command == "serve":
+            return _serve(args, console)
     except SubagentError as exc:
         err.print(f"subagents {args.command}: {exc}", markup=False, highlight=False)
         return 2

@@ -52,7 +52,7 @@ from subagents.store import SessionStore, StoredKey
 from ._outline import Outline
 from ._output import dumps
 
-__all__ = ["run_tree"]
+__all__ = ["collect_trees", "run_tree", "watch_tree"]
 
 Key = SessionId | StoredKey
 
@@ -288,6 +288,12 @@ def watch_tree(
                 break
             time.sleep(interval)
     return 1 if damaged else 0
+
+
+def collect_trees(store: SessionStore, db: str, root: str | None) -> list[dict[str, Any]]:
+    """What ``subagents tree --json`` prints: every tree (or the one under ``root``)."""
+    entries, _ = _collect(store, db, root, None)
+    return [e.data for e in entries]
 
 
 def _collect(

@@ -1,0 +1,174 @@
+"""``subagents serve DB``: the trees of a store, live, in a web page on loopback.
+
+One poller thread reads the store every ``interval`` seconds -- the same reading
+as ``subagents tree --json`` -- and publishes the frame when it changed; each
+page holds one server-sent-events stream (``/events``) and redraws the trees as
+frames arrive: each session's state, durable inbox depth, last turn and last
+activity, children under their parents. However many pages are open, the store
+is read once per interval. The server is read-only: it has no route that writes.
+
+``--token`` guards every route as the server example does, with the token in an
+``Authorization: Bearer`` header or -- for the page and its event stream, which
+a browser opens without headers -- in a ``token`` query parameter.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.server
+import json
+import logging
+import threading
+import urllib.parse
+from typing import Any
+
+from subagents.protocol import SubagentError
+from subagents.store import SessionStore
+
+from ._page import PAGE
+from ._tree import collect_trees
+
+__all__ = ["TreeFeed", "TreeServer"]
+
+logger = logging.getLogger("subagents")
+
+#: Seconds between two comments on an idle event stream (a dead client is found).
+_KEEPALIVE = 15.0
+
+
+class TreeFeed:
+    """The latest frame of the trees, read by one thread every ``interval`` seconds.
+
+    ``frame`` is the JSON text of ``subagents tree --json`` with the time it was
+    read; ``version`` grows each time the trees change.
+    """
+
+    def __init__(self, store: SessionStore, db: str, root: str | None, interval: float) -> None:
+        self._store, self._db, self._root = store, db, root
+        self._interval = interval
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self.version = 0
+        self.frame = ""
+        self._trees = ""
+        self._read()  # the first frame before anyone asks
+        self._thread = threading.Thread(target=self._run, name="subagents-serve-feed", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            trees: Any = collect_trees(self._store, self._db, self._root)
+            error = None
+        except SubagentError as exc:  # the store went away: say so, keep serving
+            trees, error = [], f"[{exc.code}] {exc}"
+        text = json.dumps(trees, sort_keys=True, default=str)
+        if text == self._trees and self.version:
+            return
+        frame = json.dumps({"db": self._db, "trees": trees, "error": error}, default=str)
+        with self._changed:
+            self._trees = text
+            self.frame = frame
+            self.version += 1
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._read()
+            except Exception:
+                logger.exception("reading the trees of %s failed", self._db)
+
+    def wait(self, after: int, timeout: float) -> tuple[int, str]:
+        """The frame newer than version ``after`` (waiting up to ``timeout``), or the
+        current one unchanged on timeout."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.version > after or self._stop.is_set(), timeout)
+            return self.version, self.frame
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
+        self._thread.join(10)
+
+
+class TreeServer(http.server.ThreadingHTTPServer):
+    """The page, its event stream and one JSON snapshot (see the module docstring)."""
+
+    daemon_threads = True
+
+    def __init__(self, feed: TreeFeed, host: str, port: int, token: str | None) -> None:
+        self.feed = feed
+        self.token = token
+        self.page = PAGE.encode()
+        super().__init__((host, port), _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}/"
+
+    def authorized(self, headers: Any, query: dict[str, list[str]]) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, given = headers.get("Authorization", "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            given = (query.get("token") or [""])[0]
+        return hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: TreeServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("serve: " + format, *args)
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        if url.path not in ("/", "/events", "/tree.json"):
+            self._send(404, "text/plain", b"not found\n")
+            return
+        if not self.server.authorized(self.headers, query):
+            self._send(401, "text/plain", b"a token is required: ?token=TOKEN\n")
+            return
+        feed = self.server.feed
+        if url.path == "/":
+            self._send(200, "text/html; charset=utf-8", self.server.page)
+        elif url.path == "/tree.json":
+            self._send(200, "application/json", feed.frame.encode())
+        else:
+            self._stream(feed)
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _stream(self, feed: TreeFeed) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        seen = -1
+        try:
+            while not feed.closed:
+                version, frame = feed.wait(seen, _KEEPALIVE)
+                if version == seen:
+                    self.wfile.write(b": keep-alive\n\n")
+                else:
+                    seen = version
+                    self.wfile.write(f"id: {version}\ndata: {frame}\n\n".encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the page was closed
