@@ -105,8 +105,10 @@ class Doorbell:
         if self._listener is not None:
             return self._wait_both(self._listener, timeout)
         sock = self._sock
-        sock.settimeout(timeout)
         try:
+            # Inside the try: close() from another task may close the socket at any
+            # point after the check above (EBADF here, not only in recv).
+            sock.settimeout(timeout)
             first = sock.recv(MAX_RING)
         except TimeoutError:
             return None

@@ -35,6 +35,7 @@ PAGE: Final = """<!doctype html>
   .state.settled, .state.ended { background: #dff3e2; }
   .state.cancelled { background: #f6d3d3; }
   .inbox.full { color: #a0522d; font-weight: 600; }
+  .reports { color: #5b3fa0; }
   .diag { color: #a11; font-family: ui-monospace, monospace; }
 </style>
 </head>
@@ -66,6 +67,7 @@ function session(s) {
   row.append(el("span", "state " + (s.state || ""), s.state || "?"));
   const inbox = s.inbox || 0;
   row.append(el("span", "inbox" + (inbox ? " full" : ""), inbox + " in the inbox"));
+  if (s.reports_waiting) row.append(el("span", "reports", s.reports_waiting + " of them reports"));
   if (s.last_turn) row.append(el("span", "turn", "last turn " + s.last_turn));
   if (s.last_activity) row.append(el("span", "when", s.last_activity));
   li.append(row);

@@ -46,7 +46,7 @@ from subagents.actors._catalog import (
     subagent_timing_unit,
     subagent_unit,
 )
-from subagents.protocol import ErrorCode, SessionId, SubagentError
+from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
 from subagents.store import SessionStore, StoredKey
 
 from ._outline import Outline
@@ -115,32 +115,39 @@ class _Trees:
         states: dict[str, Any],
         created_at: dt.datetime | None,
         diags: list[dict[str, Any]],
-    ) -> tuple[float | None, SessionState, int]:
+    ) -> tuple[float | None, SessionState, tuple[int, int]]:
         """The session's active seconds, state (its folded log, and its inbox) and
-        how many messages wait in its durable inbox."""
+        how many messages -- and of them reports -- wait in its durable inbox."""
         timing = states.get("subagent_timing")
         seconds = None if timing is None else float(timing["active_us"]) / 1e6
         inbox = self.inbox(sid, diags)
-        state = session_state(states.get("session_state"), inbox=inbox, created_at=created_at)
+        state = session_state(states.get("session_state"), inbox=inbox[0], created_at=created_at)
         return seconds, state, inbox
 
-    def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> int:
-        """How many accepted messages the store's durable inbox holds for ``sid``."""
+    def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> tuple[int, int]:
+        """How many accepted messages the store's durable inbox holds for ``sid``, and
+        how many of them are children's reports."""
         if not isinstance(sid, SessionId):
-            return 0
+            return 0, 0
         try:
-            return len(self.store.pending(sid))
+            pending = self.store.pending(sid)
         except SubagentError as exc:
             if exc.code == ErrorCode.CORRUPT_RECORD:
                 diags.append(self.diag(sid, str(exc)))
-            return 0
+            return 0, 0
+        return len(pending), sum(isinstance(e.event, ReportEvent) for e in pending)
 
     def row_facts(
         self, sid: SessionId, created_at: dt.datetime, diags: list[dict[str, Any]]
     ) -> dict[str, Any]:
         """A listed session's active seconds and state, as its ``--json`` row has them."""
-        seconds, state, inbox = self.facts(sid, self.fold(sid, diags), created_at, diags)
-        return {"active_seconds": seconds, **state.to_json(), "inbox": inbox}
+        seconds, state, (inbox, reports) = self.facts(sid, self.fold(sid, diags), created_at, diags)
+        return {
+            "active_seconds": seconds,
+            **state.to_json(),
+            "inbox": inbox,
+            "reports_waiting": reports,
+        }
 
     def diag(self, key: Key, detail: str, kind: str = "corrupt") -> dict[str, Any]:
         parent = self.woods.parents.get(key)
@@ -185,7 +192,7 @@ class _Trees:
         states = self.fold(key, diags, identity=True) if known else {}
         identity = states.get("subagent")
         created = None if header is None else header.created_at
-        seconds, state, inbox = self.facts(key, states, created, diags)
+        seconds, state, (inbox, reports) = self.facts(key, states, created, diags)
         # A header's label, else (a detached child) the label its descriptor serves.
         label = header.label if header is not None and header.label else None
         if label is None and isinstance(identity, dict):
@@ -228,6 +235,7 @@ class _Trees:
             "active_seconds": seconds,
             **(state.to_json() if known else _NO_STATE),
             "inbox": inbox if known else None,
+            "reports_waiting": reports if known else None,
             "descendants": rows,
             "diagnostics": unique,
         }

@@ -183,6 +183,7 @@ def test_the_page_shows_a_child_appear_and_change_state(
     """Issue 18 point 4: in a real browser, the page shows a continuable child appear
     under its parent while its turn runs (``running``, its message in the inbox),
     and then settle -- redrawn from the event stream, no reload."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -195,12 +196,14 @@ def test_the_page_shows_a_child_appear_and_change_state(
         server = _Server(db, "--token", TOKEN, "--interval", "0.05")
         try:
             browser.get(f"{server.url}?token={TOKEN}")
-            wait = WebDriverWait(browser, 60)
+            # A frame redraws the trees: an element found may be replaced at once.
+            wait = WebDriverWait(browser, 60, ignored_exceptions=[StaleElementReferenceException])
 
             def state_of(sid: Any) -> Any:
                 def check(driver: Any) -> str | None:
                     found = driver.find_elements(By.CSS_SELECTOR, f'li.session[data-id="{sid}"]')
-                    return found[0].get_attribute("data-state") if found else None
+                    state: str | None = found[0].get_attribute("data-state") if found else None
+                    return state
 
                 return check
 
@@ -214,14 +217,11 @@ def test_the_page_shows_a_child_appear_and_change_state(
             assert gate.wait_reached(30)
             rt.sessions.flush()
             wait.until(lambda d: state_of(handle.child_id)(d) == "running")
-            child_li = browser.find_element(
-                By.CSS_SELECTOR, f'li.session[data-id="{handle.child_id}"]'
+            # Under its parent, labelled: one query, as frames may redraw the page.
+            nested = (
+                f'li.session[data-id="{root.session_id}"] li.session[data-id="{handle.child_id}"]'
             )
-            assert "late-child" in child_li.text
-            parent_li = browser.find_element(
-                By.CSS_SELECTOR, f'li.session[data-id="{root.session_id}"]'
-            )
-            assert child_li in parent_li.find_elements(By.CSS_SELECTOR, "li.session")
+            wait.until(lambda d: "late-child" in d.find_element(By.CSS_SELECTOR, nested).text)
             browser.save_screenshot(str(tmp_path / "running.png"))
             gate.release()
             assert rt.wait_idle(30)

@@ -1,0 +1,45 @@
+"""The doorbell (``_kernel/_doorbell.py``): rings wake a waiter, ``close`` ends its
+wait from another task at any point -- never with an exception."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from subagents.actors._kernel import Doorbell, ring
+from subagents.actors._kernel._backend import Backend
+
+
+def test_a_ring_wakes_the_waiter_with_its_payload(backend: Backend) -> None:
+    bell = Doorbell(backend)
+    try:
+        assert ring(bell.local_address, b"x" * 16)
+        assert ring(bell.local_address, b"y" * 16)
+        assert bell.wait(10) == [b"x" * 16, b"y" * 16]
+        assert bell.wait(0.01) is None  # nothing rung: a timeout
+    finally:
+        bell.close()
+    assert bell.wait(10) == []  # closed
+
+
+class _ClosingSocket:
+    """The doorbell's socket, closed by ``close()`` from "another task" at the worst
+    moment: after ``wait`` checked the flag, before it set the timeout."""
+
+    def __init__(self, bell: Doorbell, sock: Any) -> None:
+        self._bell, self._sock = bell, sock
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._bell._sock = self._sock  # close() closes the real one
+        self._bell.close()
+        self._sock.settimeout(timeout)  # EBADF: the socket is closed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def test_close_between_the_check_and_the_wait_ends_the_wait(backend: Backend) -> None:
+    """A close racing the mail task's wait: the wait returns ``[]`` (closed); it raised
+    ``EBADF`` from ``settimeout`` and the mail task died with a traceback."""
+    bell = Doorbell(backend)
+    bell._sock = _ClosingSocket(bell, bell._sock)  # type: ignore[assignment]
+    assert bell.wait(10) == []
