@@ -24,8 +24,15 @@ from typing import Any
 from subagents.actors import Runtime
 
 
+def say(line: str) -> None:
+    """One line in one write: ``print`` writes the text and its newline apart, and
+    two threads' lines would interleave ("waitingturn started")."""
+    sys.stdout.write(f"{line}\n")
+    sys.stdout.flush()
+
+
 def slow(turn: Any) -> Any:
-    print("turn started", flush=True)
+    say("turn started")
     turn.signal.wait(60)
     return "cancelled" if turn.cancelled else "done"
 
@@ -33,18 +40,18 @@ def slow(turn: Any) -> Any:
 def run(rt: Runtime, mode: str) -> None:
     if mode == "forget":
         agent = rt.spawn("echo")
-        print(agent.session_id, flush=True)
+        say(agent.session_id)
         for i in range(5):
             agent.followup(f"m{i}")
         return
     rt.models.register("slow", lambda _o: slow)
     agent = rt.spawn("slow")
-    print(agent.session_id, flush=True)
+    say(agent.session_id)
     agent.followup("work")
     agent.followup("queued")
-    print("waiting", flush=True)
+    say("waiting")
     rt.wait_idle(60)
-    print("finished normally", flush=True)
+    say("finished normally")
 
 
 def _signal_from_a_foreign_thread() -> None:

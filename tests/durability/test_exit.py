@@ -103,14 +103,19 @@ def test_ctrl_c_cancels_the_turn_keeps_the_messages_and_raises(
     db = tmp_path / "interrupted.db"
     proc = _start(backend, db, mode)
     assert proc.stdout is not None
-    sid = SessionId(proc.stdout.readline().strip())
-    lines = {proc.stdout.readline().strip() for _ in range(2)}
-    assert lines == {"turn started", "waiting"}
-    if mode == "foreign-sigint":
-        out, err = _finish(proc, 30, "go\n")  # its wait_idle would last 60 s
-    else:
-        proc.send_signal(signal.SIGINT)
-        out, err = _finish(proc, 30)
+    try:
+        sid = SessionId(proc.stdout.readline().strip())
+        lines = {proc.stdout.readline().strip() for _ in range(2)}
+        assert lines == {"turn started", "waiting"}
+        if mode == "foreign-sigint":
+            out, err = _finish(proc, 30, "go\n")  # its wait_idle would last 60 s
+        else:
+            proc.send_signal(signal.SIGINT)
+            out, err = _finish(proc, 30)
+    finally:
+        if proc.poll() is None:  # failed before it ended: never leave it running
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == -signal.SIGINT, (out, err)
     assert "\nKeyboardInterrupt\n" in err, err
     assert "finished normally" not in out
