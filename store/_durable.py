@@ -176,11 +176,18 @@ class DurableQueues(abc.ABC):
         """
 
     @abc.abstractmethod
-    def pending(self, session_id: SessionId | str) -> list[InboxEntry]:
+    def pending(
+        self, session_id: SessionId | str, *, damaged: list[int] | None = None
+    ) -> list[InboxEntry]:
         """The session's accepted messages not yet done, in acceptance order.
 
+        A row that does not decode raises, unless ``damaged`` is a list: its place
+        is appended there and the row skipped (it stays in the store, untouched),
+        so one damaged message does not hide the others.
+
         Raises:
-            SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row.
+            SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row
+                (without ``damaged``).
         """
 
     @abc.abstractmethod

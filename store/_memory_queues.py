@@ -152,7 +152,10 @@ class MemoryQueues(DurableQueues):
             self._fence(sid, state, token)
             return [state.add(event, epoch, at) for event in messages]
 
-    def pending(self, session_id: SessionId | str) -> list[InboxEntry]:
+    def pending(
+        self, session_id: SessionId | str, *, damaged: list[int] | None = None
+    ) -> list[InboxEntry]:
+        # Values in memory never fail to decode: ``damaged`` stays empty.
         sid = check_session_id(session_id)
         with self._lock:
             state = self._queues(sid)

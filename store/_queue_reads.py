@@ -45,7 +45,9 @@ class SqlQueueReads(DurableQueues):
 
     # -- the inbox -----------------------------------------------------------------
 
-    def pending(self, session_id: SessionId | str) -> list[InboxEntry]:
+    def pending(
+        self, session_id: SessionId | str, *, damaged: list[int] | None = None
+    ) -> list[InboxEntry]:
         sid = check_session_id(session_id)
         rows = self._query(
             "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1), n, body, epoch"
@@ -60,10 +62,13 @@ class SqlQueueReads(DurableQueues):
                 continue
             try:
                 event = decode_event(bytes(body), limits=self._limits)
+                if not isinstance(event, (MessageEvent, ReportEvent)):
+                    raise DecodeError(f"not a message: {event.type!r}")
             except DecodeError as exc:
-                raise _corrupt_entry(sid, n, exc) from exc
-            if not isinstance(event, (MessageEvent, ReportEvent)):
-                raise _corrupt_entry(sid, n, DecodeError(f"not a message: {event.type!r}"))
+                if damaged is None:
+                    raise _corrupt_entry(sid, n, exc) from exc
+                damaged.append(int(n))
+                continue
             entries.append(InboxEntry(int(n), event, None if epoch is None else int(epoch)))
         return entries
 

@@ -52,6 +52,7 @@ class Acceptance:
         self._seen_lock = threading.Lock()
         #: Messages offered again under an accepted id, since the runtime opened.
         self.deduplicated = 0
+        self._damaged: set[tuple[SessionId, int]] = set()  # inbox rows logged as damaged
 
     def accept(
         self, session_id: SessionId, events: Sequence[Event], live: LiveSession | None = None
@@ -95,10 +96,26 @@ class Acceptance:
         return done
 
     def pending(self, session_id: SessionId) -> list[InboxEntry]:
-        """The session's accepted messages not yet done, in acceptance order."""
+        """The session's accepted messages not yet done, in acceptance order.
+
+        A message whose stored row does not decode is skipped -- the others still
+        run -- and left in the store; it is logged once per runtime (an error: an
+        accepted message that cannot run).
+        """
         store = self.persistence
         assert store is not None
-        entries: list[InboxEntry] = self._call(store.pending, session_id)
+        damaged: list[int] = []
+        entries: list[InboxEntry] = self._call(store.pending, session_id, damaged=damaged)
+        if damaged:
+            with self._seen_lock:
+                new = [n for n in damaged if (session_id, n) not in self._damaged]
+                self._damaged.update((session_id, n) for n in new)
+            if new:
+                logger.error(
+                    "session %s: inbox entries %s do not decode; skipped (left in the store)",
+                    session_id,
+                    new,
+                )
         return entries
 
     def hand_over(

@@ -225,9 +225,10 @@ class _StateFold:
 
     def state(self, store: Any, sid: SessionId, created: Any) -> dict[str, Any]:
         """The session's state as ``--json`` prints it (its inbox read too)."""
-        try:
-            inbox = len(store.pending(sid))
-        except SubagentError:  # a damaged inbox row: the log alone says the state
+        damaged: list[int] = []
+        try:  # a damaged row still counts: accepted, if unreadable
+            inbox = len(store.pending(sid, damaged=damaged)) + len(damaged)
+        except SubagentError:  # the store failed: the log alone says the state
             inbox = 0
         return session_state(self._raw, inbox=inbox, created_at=created).to_json()
 

@@ -129,13 +129,17 @@ class _Trees:
         how many of them are children's reports."""
         if not isinstance(sid, SessionId):
             return 0, 0
+        damaged: list[int] = []
         try:
-            pending = self.store.pending(sid)
+            pending = self.store.pending(sid, damaged=damaged)
         except SubagentError as exc:
             if exc.code == ErrorCode.CORRUPT_RECORD:
                 diags.append(self.diag(sid, str(exc)))
             return 0, 0
-        return len(pending), sum(isinstance(e.event, ReportEvent) for e in pending)
+        for n in damaged:  # counted: accepted, if unreadable
+            diags.append(self.diag(sid, f"inbox entry {n} does not decode"))
+        reports = sum(isinstance(e.event, ReportEvent) for e in pending)
+        return len(pending) + len(damaged), reports
 
     def row_facts(
         self, sid: SessionId, created_at: dt.datetime, diags: list[dict[str, Any]]

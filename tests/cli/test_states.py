@@ -177,6 +177,37 @@ def test_waiting_in_the_log_and_in_the_inbox(tmp_path: Path, capsys) -> None:
     assert f"{queued}  waiting, last active 2026-03-01 12:01:00Z, 1 in the inbox" in text
 
 
+def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, capsys) -> None:
+    """Of two accepted messages one row does not decode: ``tree`` counts both in the
+    inbox, reads the other, names the damaged place (exit 1); reports are counted
+    apart (``reports_waiting``)."""
+    import sqlite3
+
+    db = str(tmp_path / "d.db")
+    sid = new_session_id()
+    with SqliteStore(db) as store:
+        store.create_session(
+            SessionHeader(
+                id=sid, parent_session=None, origin="user", delegation_depth=0, created_at=T0
+            )
+        )
+        store.accept(
+            sid,
+            [
+                MessageEvent(message_id=new_message_id(), content="fine"),
+                MessageEvent(message_id=new_message_id(), content="to be damaged"),
+                ReportEvent(message_id=new_message_id(), content="a report", delivery="quiet"),
+            ],
+        )
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE inbox SET body = x'c1' WHERE n = 2")
+    conn.close()
+    assert main(["tree", db, "--json"]) == 1
+    (tree,) = json.loads(capsys.readouterr().out)
+    assert (tree["inbox"], tree["reports_waiting"], tree["state"]) == (3, 1, "waiting")
+    assert [d["detail"] for d in tree["diagnostics"]] == ["inbox entry 2 does not decode"]
+
+
 def _fold(events: list[Any]) -> str:
     registry = ProjectionRegistry()
     registry.register(session_state_unit)

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
-from subagents.protocol import ErrorCode, MessageEvent, SessionId, SubagentError, TurnStart
+from subagents.protocol import (
+    ErrorCode,
+    MessageEvent,
+    SessionId,
+    SubagentError,
+    TurnStart,
+    new_message_id,
+)
 from subagents.store import open_store
 
 pytestmark = pytest.mark.timeout(60)
@@ -148,3 +155,32 @@ def test_a_child_without_its_descriptor_is_descriptor_corrupt(backend: Backend, 
         root.followup("still fine")
         assert root.wait_idle(10)
     assert pending(db, child) == []
+
+
+def test_a_damaged_inbox_row_does_not_hide_the_others(
+    backend: Backend, db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Corruption stays local in the durable inbox too: of three accepted messages the
+    middle one's row does not decode; a resume runs the other two in order, logs the
+    damaged place once, and leaves the row in the store (it raised CORRUPT_RECORD
+    and no message of the session could run)."""
+    with Runtime(db, backend=backend) as rt:
+        sid = rt.spawn("echo", label="inbox").session_id
+    with open_store(db) as store:
+        store.accept(
+            sid, [MessageEvent(message_id=new_message_id(), content=f"m{i}") for i in range(3)]
+        )
+        places = [e.n for e in store.pending(sid)]
+    assert _sql(db, "UPDATE inbox SET body = ? WHERE session = ? AND n = ?", GARBAGE,
+                sid.to_bytes(), places[1]) == 1  # fmt: skip
+    with caplog.at_level("ERROR", logger="subagents"), Runtime(db, backend=backend) as rt:
+        agent = rt.agents.resume(sid)
+        assert agent.wait_idle(10)
+        rt.sessions.flush()
+        ran = [r.event.content for r in rt.sessions.read(sid) if isinstance(r.event, MessageEvent)]
+    assert ran == ["m0", "m2"]
+    logged = [r for r in caplog.records if "do not decode" in r.getMessage()]
+    assert len(logged) == 1 and str(places[1]) in logged[0].getMessage()
+    with open_store(db) as store:
+        damaged: list[int] = []
+        assert store.pending(sid, damaged=damaged) == [] and damaged == [places[1]]

@@ -24,7 +24,9 @@ from subagents.protocol import (
     MessageId,
     ReportEvent,
     SubagentError,
+    TurnEnd,
     TurnStart,
+    encode_event,
     new_message_id,
     new_session_id,
 )
@@ -415,6 +417,31 @@ def test_a_corrupt_inbox_row_is_named(tmp_path: Path, make_header: MakeHeader) -
         with pytest.raises(CorruptRecordError) as err:
             store.pending(h.id)
         assert err.value.code == ErrorCode.CORRUPT_RECORD and "inbox entry 1" in str(err.value)
+
+
+def test_a_corrupt_inbox_row_can_be_skipped_and_named(
+    tmp_path: Path, make_header: MakeHeader
+) -> None:
+    """With ``damaged=[]`` a row that does not decode -- garbage, or an event that is
+    not a message -- is skipped and its place named; the rows around it are read,
+    and the damaged rows stay in the store untouched."""
+    path = tmp_path / "c.db"
+    h = make_header()
+    with SqliteStore(path) as store:
+        store.create_session(h)
+        ids = [new_message_id() for _ in range(4)]
+        store.accept(h.id, [MessageEvent(message_id=i, content=k) for k, i in enumerate(ids)])
+        not_a_message = encode_event(TurnEnd(turn=0, at=_at(), stop_reason="completed"))
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("UPDATE inbox SET body = x'c1' WHERE n = 2")
+        conn.execute("UPDATE inbox SET body = ? WHERE n = 3", (not_a_message,))
+        conn.close()
+        damaged: list[int] = []
+        entries = store.pending(h.id, damaged=damaged)
+        assert [(e.n, e.message_id) for e in entries] == [(1, ids[0]), (4, ids[3])]
+        assert damaged == [2, 3]
+        with pytest.raises(CorruptRecordError):
+            store.pending(h.id)  # still there, still named without damaged=
 
 
 def test_deleting_a_session_deletes_its_inbox_and_lease(
