@@ -356,9 +356,7 @@ class Agent(Inbox):
         host = self._host
         host.forget(self)
         turns = self._turns
-        host.counters.retire(
-            turns.next_turn - turns.first_turn, self._accepted_messages(), turns.replayed
-        )
+        host.counters.retire(turns.turns_ended, self._accepted_messages(), turns.replayed)
         sessions = host.sessions
         if self._checkpoint_on_stop and self._descriptor is not None:
             # Quiet reports not yet seen by a turn are folded state too: the next

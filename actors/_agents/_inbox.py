@@ -112,12 +112,14 @@ class Inbox:
             raise self._disposed_error()
         ref.actor_inbox.put(message)
 
-    def _reserve(self, drop: bool = False) -> int:
+    def _reserve(self, drop: bool = False, call: bool = False) -> int:
         with self._lock:
             if self._gate is CLOSED or self._disposed:
                 raise self._disposed_error()
             self._accepted += 1
             self._inflight += 1
+            if call:  # in the same step: accepted messages never count it, even briefly
+                self._calls += 1
             if drop:
                 self._discard_through = self._accepted
             return self._accepted
@@ -246,9 +248,7 @@ class Inbox:
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""
-        n = self._reserve()
-        with self._lock:
-            self._calls += 1
+        n = self._reserve(call=True)
         self._put(Call(n, fn))
 
     def close_admission(self) -> None:
@@ -290,7 +290,7 @@ class Inbox:
             inbox=max(0, self._inflight - running),
             durable_inbox=durable,
             running=running,
-            turns=turns.next_turn - turns.first_turn - running,
+            turns=turns.turns_ended,
             turn_p50_ms=p50,
             turn_p99_ms=p99,
             accepted=self._accepted_messages(),

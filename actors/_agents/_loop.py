@@ -57,11 +57,11 @@ class TurnRunner:
         "context",
         "current",
         "ended",
-        "first_turn",
         "keep_accepted",
         "next_turn",
         "replayed",
         "times",
+        "turns_ended",
     )
 
     def __init__(
@@ -88,8 +88,10 @@ class TurnRunner:
         self.ended: Turn | None = None
         # The runtime is closing: what is not completed stays in the durable inbox.
         self.keep_accepted = False
-        # Statistics: turns since first_turn, the last WINDOW turn times, replays.
-        self.first_turn = next_turn
+        # Statistics: turns run to their end, the last WINDOW turn times, replays.
+        # A count of its own: next_turn moves before ``current`` is set, and a
+        # reader in between would count the starting turn as run.
+        self.turns_ended = 0
         self.times: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.replayed = 0
 
@@ -233,6 +235,7 @@ class TurnRunner:
         host.counters.times.append(elapsed)
         self.current = None
         self.ended = turn
+        self.turns_ended += 1
         if stop == "completed" and self._output_schema is not None:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:

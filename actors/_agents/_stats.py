@@ -155,7 +155,7 @@ def runtime_statistics(
         busy = loop.current is not None
         running += busy
         inbox += max(0, agent._inflight - busy)
-        turns += loop.next_turn - loop.first_turn - busy
+        turns += loop.turns_ended
         accepted += agent._accepted_messages()
         replayed += loop.replayed
         reports += len(loop.context)
