@@ -3,8 +3,10 @@
 * ``backend``: session-scoped, parametrised over ``threading`` and ``gevent`` (ids
   ``threading``/``gevent``); a test that takes it runs once per runtime.
 * an autouse leak guard: after each test it stops every pykka actor still
-  registered, and fails the test (an error at teardown) if an actor, an OS thread
-  or a greenlet outlived it. Details in :func:`_leak_guard`.
+  registered, and fails the test (an error at teardown) if an actor, an OS thread,
+  a greenlet or a child process its body started outlived it (the process is
+  killed: a worker left running used to fail a later test through its pipes).
+  Details in :func:`_leak_guard`.
 * ``run_in``: run a function in a task of a backend (a thread, or a greenlet of the
   calling thread's hub) and return its result or raise its exception.
 * ``start_os_thread``: a real OS thread, even under monkey-patching (where
@@ -33,6 +35,7 @@ from typing import Any
 import gevent
 import gevent.monkey
 import greenlet
+import psutil
 import pykka
 import pytest
 from gevent._hub_local import get_hub_if_exists
@@ -162,6 +165,34 @@ def pytest_runtest_makereport(
     if report.when == "call":
         item.stash[_CALL_REPORT] = report
     return report
+
+
+#: Child processes the test body started and left running (set around the call).
+_STARTED = pytest.StashKey[list[Any]]()
+
+#: Seconds a process the test left may take to finish (one stopping as it ends).
+PROCESS_GRACE_SECONDS = 5.0
+
+
+def _children() -> dict[int, Any]:
+    """This process's running child processes (zombies, already ended, left out)."""
+    found = {}
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found[child.pid] = child
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    # Only what the test body started: a session fixture's servers (Ray,
+    # PostgreSQL) start during some test's setup and outlive it by design.
+    before = _children()
+    try:
+        return (yield)
+    finally:
+        item.stash[_STARTED] = [p for pid, p in _children().items() if pid not in before]
 
 
 def _ignored_thread_idents() -> set[int]:
@@ -341,9 +372,29 @@ def _leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         )
         _kill_greenlets(leaked_greenlets)
 
+    started = request.node.stash.get(_STARTED, [])
+    if started:
+        _gone, alive = psutil.wait_procs(started, timeout=PROCESS_GRACE_SECONDS)
+        if alive:
+            problems.append(
+                "processes still running (killed now): "
+                + ", ".join(f"{p.pid} {_cmdline(p)}" for p in alive)
+            )
+            for proc in alive:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(alive, timeout=PROCESS_GRACE_SECONDS)
+
     report = request.node.stash.get(_CALL_REPORT, None)
     if problems and (report is None or report.passed):
         pytest.fail("test leaked resources:\n" + "\n".join(problems), pytrace=False)
+
+
+def _cmdline(proc: Any) -> str:
+    try:
+        return " ".join(proc.cmdline())[:200]
+    except psutil.Error:
+        return "(ended)"
 
 
 def _kill_greenlets(glets: list[greenlet.greenlet]) -> None:
