@@ -174,13 +174,21 @@ _STARTED = pytest.StashKey[list[Any]]()
 PROCESS_GRACE_SECONDS = 5.0
 
 
+#: Helpers ``multiprocessing`` starts once and keeps for the interpreter's life.
+_SINGLETONS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
 def _children() -> dict[int, Any]:
-    """This process's running child processes (zombies, already ended, left out)."""
+    """This process's running child processes (zombies, already ended, and
+    ``multiprocessing``'s own helpers left out)."""
     found = {}
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
-            if child.status() != psutil.STATUS_ZOMBIE:
-                found[child.pid] = child
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(name in " ".join(child.cmdline()) for name in _SINGLETONS):
+                continue
+            found[child.pid] = child
     return found
 
 
