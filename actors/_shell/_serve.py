@@ -39,8 +39,9 @@ _KEEPALIVE = 15.0
 class TreeFeed:
     """The latest frame of the trees, read by one thread every ``interval`` seconds.
 
-    ``frame`` is the JSON text of ``subagents tree --json`` with the time it was
-    read; ``version`` grows each time the trees change.
+    ``frame`` is a JSON object: the trees as ``subagents tree --json`` reads
+    them, the database's name, and the read error when the store failed;
+    ``version`` grows each time the trees change (and only then).
     """
 
     def __init__(self, store: SessionStore, db: str, root: str | None, interval: float) -> None:
@@ -87,6 +88,7 @@ class TreeFeed:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called (event streams end)."""
         return self._stop.is_set()
 
     def close(self) -> None:
