@@ -330,3 +330,41 @@ def test_followups_racing_the_settle_each_run_once_in_order(tree: Tree) -> None:
     assert [o.split("@")[0] for o in outputs] == sent
     eventually(lambda: tree.settled(cid))
     assert len(tree.outputs(cid)) == len(sent)
+
+
+def test_a_followup_refused_below_a_drain_cutoff_is_taken_back(
+    backend: Backend, tmp_path: Path, ray_pool: Any
+) -> None:
+    """R-DRAIN-3 on a placed child's resident fast path: a follow-up is committed to
+    the child's durable inbox before the child's gate sees it; when the gate refuses
+    it (``ADMISSION_CLOSED``, a drain cutoff), the message is taken back -- it stayed
+    accepted, to run at the child's next activation. (The placement, a real one,
+    is never reached: the gate refuses first. A store of its own keeps the pool's
+    hosts from seeing the session.)"""
+    import datetime as dt
+
+    from subagents.actors._children._placed import PlacedChild, followup_placed
+    from subagents.actors._children._requests import Delivery
+    from subagents.protocol import SessionHeader, new_message_id, new_session_id
+
+    _db, placement = ray_pool
+    with Runtime(str(tmp_path / "own.db"), backend=backend) as rt:
+        root = rt.spawn("echo", label="root")
+        header = SessionHeader(
+            id=new_session_id(),
+            parent_session=root.session_id,
+            origin="subagent",
+            delegation_depth=1,
+            created_at=dt.datetime.now(dt.UTC),
+            label="placed",
+        )
+        assert rt.store is not None
+        rt.store.create_session(header)
+        child = PlacedChild(header, placement, rt.backend)
+        child.close_admission()  # a drain cutoff covers it
+        delivery = Delivery("too late", root.parent_source, new_message_id())
+        with pytest.raises(SubagentError) as caught:
+            followup_placed(rt.sessions, child, delivery)
+        assert caught.value.code == ErrorCode.ADMISSION_CLOSED
+        assert rt.sessions.pending(header.id) == []
+        assert delivery.committed is False
