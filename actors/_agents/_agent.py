@@ -355,8 +355,8 @@ class Agent(Inbox):
             self._gate = CLOSED
         host = self._host
         host.forget(self)
-        turns = self._turns
-        host.counters.retire(turns.turns_ended, self._accepted_messages(), turns.replayed)
+        _running, _inbox, turns, accepted, replayed, _reports = self._counts()
+        host.counters.retire(turns, accepted, replayed)
         sessions = host.sessions
         if self._checkpoint_on_stop and self._descriptor is not None:
             # Quiet reports not yet seen by a turn are folded state too: the next

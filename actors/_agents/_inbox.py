@@ -278,29 +278,34 @@ class Inbox:
         Cheap: counters read without a lock; under strict durability one store read
         (the durable inbox's depth).
         """
-        turns = self._turns
-        running = turns.current is not None
+        running, inbox, turns, accepted, replayed, reports = self._counts()
         sessions = self._host.sessions
         durable = None
         if sessions.strict and sessions.persistence is not None:
             durable = len(sessions.pending(self.session_id))
-        p50, p99 = percentiles(turns.times)
+        p50, p99 = percentiles(self._turns.times)
         return AgentStatistics(
             session_id=self.session_id,
-            inbox=max(0, self._inflight - running),
+            inbox=inbox,
             durable_inbox=durable,
             running=running,
-            turns=turns.turns_ended,
+            turns=turns,
             turn_p50_ms=p50,
             turn_p99_ms=p99,
-            accepted=self._accepted_messages(),
-            replayed=turns.replayed,
+            accepted=accepted,
+            replayed=replayed,
             deduplicated=self._session.deduplicated,
-            reports_pending=len(turns.context),
+            reports_pending=reports,
         )
 
-    def _accepted_messages(self) -> int:
-        return self._accepted - self._calls - self._requeued + self._steered
+    def _counts(self) -> tuple[bool, int, int, int, int, int]:
+        """``(running, inbox, turns, accepted, replayed, reports pending)``: the
+        counters alone, read without a lock (what the runtime's statistics sum)."""
+        loop = self._turns
+        running = loop.current is not None
+        accepted = self._accepted - self._calls - self._requeued + self._steered
+        inbox = max(0, self._inflight - running)
+        return running, inbox, loop.turns_ended, accepted, loop.replayed, len(loop.context)
 
     # -- cancellation and quiescence ----------------------------------------------
 

@@ -146,19 +146,18 @@ def runtime_statistics(
     leases_held: int,
     deduplicated: int,
 ) -> RuntimeStatistics:
-    """Sum live ``agents`` (their :meth:`~.Inbox.statistics` counters, read without
-    the store) with the totals of the disposed ones in ``counters``."""
+    """Sum live ``agents`` (their counters, read without the store) with the totals
+    of the disposed ones in ``counters``."""
     live = inbox = running = turns = accepted = replayed = reports = 0
     for agent in agents:
+        counts = agent._counts()
         live += 1
-        loop = agent._turns
-        busy = loop.current is not None
-        running += busy
-        inbox += max(0, agent._inflight - busy)
-        turns += loop.turns_ended
-        accepted += agent._accepted_messages()
-        replayed += loop.replayed
-        reports += len(loop.context)
+        running += counts[0]
+        inbox += counts[1]
+        turns += counts[2]
+        accepted += counts[3]
+        replayed += counts[4]
+        reports += counts[5]
     p50, p99 = percentiles(counters.times)
     return RuntimeStatistics(
         live_agents=live,

@@ -25,6 +25,7 @@ from typing import Any
 from subagents.protocol import SubagentError
 from subagents.store import SessionStore
 
+from ._output import jsonable
 from ._page import PAGE
 from ._tree import collect_trees
 
@@ -51,7 +52,6 @@ class TreeFeed:
         self._stop = threading.Event()
         self.version = 0
         self.frame = ""
-        self._trees = ""
         self._read()  # the first frame before anyone asks
         self._thread = threading.Thread(target=self._run, name="subagents-serve-feed", daemon=True)
         self._thread.start()
@@ -62,12 +62,15 @@ class TreeFeed:
             error = None
         except SubagentError as exc:  # the store went away: say so, keep serving
             trees, error = [], f"[{exc.code}] {exc}"
-        text = json.dumps(trees, sort_keys=True, default=str)
-        if text == self._trees and self.version:
+        # Strict JSON on one line (an event's data), rendered as ``tree --json`` does.
+        frame = json.dumps(
+            jsonable({"db": self._db, "trees": trees, "error": error}),
+            allow_nan=False,
+            sort_keys=True,
+        )
+        if frame == self.frame:
             return
-        frame = json.dumps({"db": self._db, "trees": trees, "error": error}, default=str)
         with self._changed:
-            self._trees = text
             self.frame = frame
             self.version += 1
             self._changed.notify_all()
