@@ -22,20 +22,11 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-from subagents.protocol import (
-    ErrorCode,
-    Event,
-    SessionHeader,
-    SessionId,
-    SubagentError,
-    check_name,
-    new_session_id,
-)
+from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.store import SessionStore, defer_interrupt, open_store, set_interrupt_delivery
 
 from ._agents import (
@@ -52,10 +43,9 @@ from ._agents import (
     SessionService,
     ToolRegistry,
     Turn,
-    as_behaviour,
-    check_output_schema,
-    recorded_model,
     runtime_statistics,
+    spawn_agent,
+    wait_all_idle,
 )
 from ._catalog import (
     ProjectionRegistry,
@@ -129,6 +119,11 @@ class Runtime:
             (on a durable store, every live session is leased; another process
             takes a session over only once its lease expired, or at once when its
             holder on this host is gone).
+        max_inbox: the inbox bound of the continuable children this runtime
+            starts (recorded in each child's session; a start's own ``max_inbox``
+            wins): a follow-up to a child with that many messages accepted and
+            not done raises ``INBOX_FULL`` (see ``docs/backpressure.md``).
+            ``None``, the default: unbounded.
 
     Attributes:
         agents: the live top-level and child agents (:class:`AgentRegistry`):
@@ -157,6 +152,7 @@ class Runtime:
         max_delegation_depth: int | None = 32,
         durability: str = "strict",
         lease_ttl: float = 30.0,
+        max_inbox: int | None = None,
     ) -> None:
         self.backend = get_backend(backend)
         check_runtime_arguments(
@@ -166,8 +162,10 @@ class Runtime:
             lease_ttl=lease_ttl,
             max_delegation_depth=max_delegation_depth,
             clock=clock,
+            max_inbox=max_inbox,
         )
         self.max_delegation_depth = max_delegation_depth
+        self.max_inbox = max_inbox
         # A gevent runtime's actors are greenlets of this thread's hub: blocking calls
         # from another OS thread would wait on a hub that cannot wake them.
         self._home_thread: int | None = (
@@ -318,38 +316,16 @@ class Runtime:
         """
         self._check_open()
         self._check_thread()
-        check_name(label, "label")
-        if options is not None and not isinstance(options, AgentOptions):
-            raise SubagentError("options must be AgentOptions", code=ErrorCode.INVALID_ARGUMENT)
-        if output_schema is not None:
-            check_output_schema(output_schema)
-        built = None
-        seed: tuple[Event, ...] = ()
-        if isinstance(behaviour, str):
-            check_name(behaviour, "model")  # recorded in the log
-            self.models.require(behaviour)
-            options, seed = recorded_model(behaviour, options)
-        else:
-            built = as_behaviour(behaviour)
-            options = options or AgentOptions()
-        sid = new_session_id() if session_id is None else SessionId(session_id)
-        if session_id is not None and self.sessions.header(sid) is not None:
-            # Written behind (relaxed), a clash would surface only in the writer.
-            raise SubagentError(f"session {sid} exists", code=ErrorCode.SESSION_EXISTS)
-        header = SessionHeader(
-            id=sid,
-            parent_session=None,
-            origin="user",
-            delegation_depth=options.subagent_depth or 0,
-            created_at=self.clock(),
+        return spawn_agent(
+            self.agents,
+            self.models,
+            self.sessions,
+            self.clock,
+            behaviour,
             label=label,
-        )
-        return self.agents.create(
-            header=header,
             options=options,
-            behaviour=built,
             output_schema=output_schema,
-            seed=seed,
+            session_id=session_id,
         )
 
     def _check_thread(self) -> None:
@@ -373,16 +349,7 @@ class Runtime:
         returns, and may start more work. True when quiescent, False on timeout.
         """
         self._check_thread()
-        timeout = check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            busy = [a for a in self.agents.list() if not a.idle]
-            if not busy:
-                return True
-            for agent in busy:
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not agent.wait_idle(remaining) and not agent.disposed:
-                    return False
+        return wait_all_idle(self.agents, check_timeout(timeout))
 
     def statistics(self) -> RuntimeStatistics:
         """Live agents, resident children, leases held, mailboxes and turns (see

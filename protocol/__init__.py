@@ -42,6 +42,7 @@ from ._errors import (
     DescriptorUnsupportedError,
     EncodeError,
     ErrorCode,
+    InboxFullError,
     SubagentError,
 )
 from ._events import (
@@ -108,6 +109,7 @@ __all__ = [
     "ErrorCode",
     "Event",
     "FrameDecoder",
+    "InboxFullError",
     "InterruptEvent",
     "Limits",
     "MessageEvent",

@@ -19,6 +19,7 @@ __all__ = [
     "DescriptorUnsupportedError",
     "EncodeError",
     "ErrorCode",
+    "InboxFullError",
     "SubagentError",
 ]
 
@@ -67,6 +68,7 @@ class ErrorCode:
     RESOURCE_RELEASE_FAILED: Final = "RESOURCE_RELEASE_FAILED"
     MODEL_ERROR: Final = "MODEL_ERROR"
     TURN_NOT_OPEN: Final = "TURN_NOT_OPEN"
+    INBOX_FULL: Final = "INBOX_FULL"
     INTERNAL: Final = "INTERNAL"
 
 
@@ -126,6 +128,24 @@ class CorruptRecordError(DecodeError):
         super().__init__(message, hint={"session_id": session_id, "seq": seq})
         self.session_id = session_id
         self.seq = seq
+
+
+class InboxFullError(SubagentError):
+    """A follow-up found the child's bounded inbox full; nothing was accepted.
+
+    ``pending`` messages were accepted and not yet done, of at most ``limit``.
+    """
+
+    default_code = ErrorCode.INBOX_FULL
+
+    def __init__(self, session_id: str, limit: int, pending: int) -> None:
+        super().__init__(
+            f"session {session_id}: the inbox holds {pending} of at most {limit} messages",
+            hint={"session_id": session_id, "limit": limit, "pending": pending},
+        )
+        self.session_id = session_id
+        self.limit = limit
+        self.pending = pending
 
 
 class DescriptorInvalidError(SubagentError, ValueError):

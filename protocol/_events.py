@@ -119,6 +119,7 @@ _HEADER_CHECKERS: Final = (
     ("created_at", field.utc_datetime, True),
     ("label", field.opt_text, False),
     ("seed_len", field.nonneg_integer, False),
+    ("max_inbox", field.opt_positive_integer, False),
 )
 
 
@@ -326,6 +327,8 @@ def header_to_wire(header: SessionHeader) -> dict[str, Any]:
     wire = {name: getattr(header, name) for name, _, _ in _HEADER_CHECKERS}
     if not wire["seed_len"]:
         del wire["seed_len"]  # absent means 0: headers without a fork seed keep their bytes
+    if wire["max_inbox"] is None:
+        del wire["max_inbox"]  # absent means unbounded (and older headers keep their bytes)
     _validate("SessionHeader", _HEADER_ENCODE_CHECKS, wire)
     return wire
 

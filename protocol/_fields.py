@@ -26,6 +26,7 @@ __all__ = [
     "message_ids",
     "nonneg_integer",
     "one_of",
+    "opt_positive_integer",
     "opt_session_id",
     "opt_text",
     "session_id",
@@ -63,6 +64,14 @@ def integer(v: Any) -> int:
 def nonneg_integer(v: Any) -> int:
     if type(v) is not int or v < 0:
         raise fail("non-negative int", v)
+    return v
+
+
+def opt_positive_integer(v: Any) -> int | None:
+    if v is None:
+        return None
+    if type(v) is not int or v < 1:
+        raise fail("positive int or nil", v)
     return v
 
 

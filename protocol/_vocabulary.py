@@ -61,7 +61,9 @@ class SessionHeader:
     """The durable identity of a session, stored beside its log.
 
     ``delegation_depth`` is the persisted floor of the agent's delegation depth:
-    runtime options may raise it, never lower it.
+    runtime options may raise it, never lower it. ``max_inbox`` bounds the
+    session's inbox (messages accepted and not yet done) against follow-ups;
+    ``None``: unbounded.
     """
 
     id: SessionId
@@ -71,6 +73,7 @@ class SessionHeader:
     created_at: _dt.datetime
     label: str | None = None
     seed_len: int = 0
+    max_inbox: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

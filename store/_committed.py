@@ -35,6 +35,7 @@ from ._validate import (
     check_events,
     check_header,
     check_int,
+    check_limit,
     check_message_ids,
     check_messages,
     check_new_lease,
@@ -219,18 +220,21 @@ class CommittedWrites:
         epoch: int | None = None,
         now: float = 0.0,
         lease: LeaseToken | None = None,
+        limit: int | None = None,
     ) -> list[Accepted]:
         sid = check_session_id(session_id)
         rows = encode_messages(events)
         at = check_seconds(now, "now")
         token = check_token(lease)
+        bound = check_limit(limit)
         if epoch is not None and type(epoch) is not int:
             raise invalid("epoch must be an int or None")
         if not rows:
             if not self.exists(sid):
                 raise not_found(sid)
             return []
-        out: list[Accepted] = self._committer.submit(AcceptOp(sid, rows, epoch, at, token))
+        op = AcceptOp(sid, rows, epoch, at, token, bound)
+        out: list[Accepted] = self._committer.submit(op)
         return out
 
     def complete(

@@ -31,6 +31,7 @@ from typing import Protocol
 from subagents.protocol import (
     ErrorCode,
     Event,
+    InboxFullError,
     MessageEvent,
     MessageId,
     ReportEvent,
@@ -47,6 +48,7 @@ __all__ = [
     "Listener",
     "NewLease",
     "Release",
+    "inbox_full",
     "lease_held",
     "lease_lost",
 ]
@@ -129,6 +131,12 @@ def lease_lost(session_id: SessionId, token: LeaseToken) -> SubagentError:
     )
 
 
+def inbox_full(session_id: SessionId, limit: int, pending: int) -> InboxFullError:
+    """``INBOX_FULL``: an acceptance bounded by ``limit`` found ``pending`` messages
+    accepted and not yet done (nothing was accepted)."""
+    return InboxFullError(str(session_id), limit, pending)
+
+
 class Listener(Protocol):
     """A store's wake-up channel (:meth:`SessionStore.listen`), read by one task.
 
@@ -163,6 +171,7 @@ class DurableQueues(abc.ABC):
         epoch: int | None = None,
         now: float = 0.0,
         lease: LeaseToken | None = None,
+        limit: int | None = None,
     ) -> list[Accepted]:
         """Queue ``events`` (each with a ``message_id``) in the session's inbox, in
         order, atomically; durable when it returns, as an append is.
@@ -170,9 +179,14 @@ class DurableQueues(abc.ABC):
         ``epoch`` records that they are handed to that activation at once (the
         holder accepting for its own resident agent); ``now`` is kept as the
         acceptance time (for :meth:`prune_inbox`); ``lease`` fences the write.
+        ``limit`` bounds the inbox: when the messages not yet done, with the new
+        ones (ids not accepted before), would be more than ``limit``, nothing is
+        accepted -- decided in the same transaction as the insert, so concurrent
+        acceptances never overfill it.
 
         Raises:
-            SubagentError: ``SESSION_NOT_FOUND``, ``LEASE_LOST``, ``INVALID_ARGUMENT``.
+            SubagentError: ``SESSION_NOT_FOUND``, ``LEASE_LOST``, ``INVALID_ARGUMENT``,
+                ``INBOX_FULL``.
         """
 
     @abc.abstractmethod

@@ -21,11 +21,13 @@ from ._durable import (
     LeaseToken,
     NewLease,
     Release,
+    inbox_full,
     lease_held,
     lease_lost,
 )
 from ._validate import (
     check_acquire,
+    check_limit,
     check_message_ids,
     check_messages,
     check_seconds,
@@ -140,16 +142,23 @@ class MemoryQueues(DurableQueues):
         epoch: int | None = None,
         now: float = 0.0,
         lease: LeaseToken | None = None,
+        limit: int | None = None,
     ) -> list[Accepted]:
         sid = check_session_id(session_id)
         messages = check_messages(events)
         at = check_seconds(now, "now")
         token = check_token(lease)
+        bound = check_limit(limit)
         if epoch is not None and type(epoch) is not int:
             raise invalid("epoch must be an int or None")
         with self._lock:
             state = self._queues(sid)
             self._fence(sid, state, token)
+            if bound is not None:
+                new = {e.message_id for e in messages if e.message_id not in state.inbox}
+                pending = sum(1 for e in state.inbox.values() if not e.done)
+                if new and pending + len(new) > bound:
+                    raise inbox_full(sid, bound, pending)
             return [state.add(event, epoch, at) for event in messages]
 
     def pending(

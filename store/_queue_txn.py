@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Final, Protocol
 
 from subagents.protocol import SessionId
 
-from ._durable import Accepted, Lease, LeaseToken, Release, lease_held, lease_lost
+from ._durable import Accepted, Lease, LeaseToken, Release, inbox_full, lease_held, lease_lost
 
 __all__ = ["INBOX_KEY", "AcceptOp", "QueueTxn", "SqlConn"]
 
@@ -29,6 +29,8 @@ _INSERT_ENTRY: Final = (
     "INSERT INTO inbox (session, n, message_id, body, epoch, accepted_at) VALUES (?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (session, message_id) DO NOTHING"
 )
+
+_KNOWN: Final = "SELECT n FROM inbox WHERE session = ? AND message_id = ?"
 
 #: Prefix of an inbox's last-``n`` key in the writer's cache (a session key is 16 bytes).
 _N: Final = b"n"
@@ -46,7 +48,7 @@ class AcceptOp:
     acceptances for one session and lease in one statement (:meth:`QueueTxn.accept_many`).
     """
 
-    __slots__ = ("at", "epoch", "rows", "session_id", "token")
+    __slots__ = ("at", "epoch", "limit", "rows", "session_id", "token")
 
     def __init__(
         self,
@@ -55,20 +57,27 @@ class AcceptOp:
         epoch: int | None,
         at: float,
         token: LeaseToken | None,
+        limit: int | None = None,
     ) -> None:
         self.session_id = session_id
         self.rows = rows
         self.epoch = epoch
         self.at = at
         self.token = token
+        self.limit = limit
 
     def __call__(self, txn: QueueTxn) -> list[Accepted]:
-        return txn.accept_messages(self.session_id, self.rows, self.epoch, self.at, self.token)
+        return txn.accept_messages(
+            self.session_id, self.rows, self.epoch, self.at, self.token, self.limit
+        )
 
     def joins(self, other: AcceptOp) -> bool:
-        """Whether ``other`` may be written in one statement with this one."""
+        """Whether ``other`` may be written in one statement with this one (a bounded
+        acceptance is checked on its own)."""
         return (
-            other.session_id == self.session_id
+            self.limit is None
+            and other.limit is None
+            and other.session_id == self.session_id
             and other.epoch == self.epoch
             and other.token == self.token
         )
@@ -148,22 +157,42 @@ class QueueTxn:
         epoch: int | None,
         at: float,
         token: LeaseToken | None,
+        limit: int | None = None,
     ) -> list[Accepted]:
         key = session_id.to_bytes()
         n = self._accepting(key, session_id, token)
         conn = self.conn
+        if limit is not None:
+            self._check_room(session_id, key, messages, limit)
         out: list[Accepted] = []
         for mid, body in messages:
             if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
                 n += 1
                 out.append(Accepted(n, False))
                 continue
-            known = conn.execute(
-                "SELECT n FROM inbox WHERE session = ? AND message_id = ?", (key, mid)
-            ).fetchone()
+            known = conn.execute(_KNOWN, (key, mid)).fetchone()
             out.append(Accepted(int(known[0]), True))
         self.overlay[_N + key] = n
         return out
+
+    def _check_room(
+        self, session_id: SessionId, key: bytes, messages: Sequence[Message], limit: int
+    ) -> None:
+        """``INBOX_FULL`` unless the pending messages and the new ones fit ``limit``.
+
+        Read after :meth:`_accepting` (on PostgreSQL: under the session's row lock,
+        which every acceptance takes first), so it holds until the insert commits.
+        """
+        conn = self.conn
+        pending = conn.execute(
+            "SELECT count(*) FROM inbox WHERE session = ? AND done = 0", (key,)
+        ).fetchone()[0]
+        new: set[bytes] = set()
+        for mid, _body in messages:
+            if mid not in new and not conn.execute(_KNOWN, (key, mid)).fetchone():
+                new.add(mid)
+        if new and int(pending) + len(new) > limit:
+            raise inbox_full(session_id, limit, int(pending))
 
     def accept_many(self, ops: Sequence[AcceptOp]) -> list[list[Accepted]]:
         """Several acceptances for one session, epoch and lease (``AcceptOp.joins``)
@@ -201,9 +230,7 @@ class QueueTxn:
                 if taken.get(mid) == last + i:
                     results.append(Accepted(last + i, False))
                     continue
-                known = self.conn.execute(
-                    "SELECT n FROM inbox WHERE session = ? AND message_id = ?", (key, mid)
-                ).fetchone()
+                known = self.conn.execute(_KNOWN, (key, mid)).fetchone()
                 results.append(Accepted(int(known[0]), True))
             out.append(results)
         self.overlay[_N + key] = last + len(params)

@@ -81,6 +81,13 @@ def check_int(value: object, name: str, *, minimum: int = 0) -> int:
     return value
 
 
+def check_limit(value: object) -> int | None:
+    """An inbox bound: ``None`` or an ``int`` of at least 1."""
+    if value is None:
+        return None
+    return check_int(value, "limit", minimum=1)
+
+
 def check_events(events: object) -> Sequence[Event]:
     """A list or tuple of :class:`Event` (any other sequence is copied to a list)."""
     if type(events) is not list and type(events) is not tuple:

@@ -20,6 +20,7 @@ from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
 from ._resume import Restored, replay
 from ._sessions import SessionService
+from ._spawn import spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
 from ._tools import ToolFn, ToolRegistry
@@ -62,6 +63,8 @@ __all__ = [
     "recorded_model",
     "replay",
     "runtime_statistics",
+    "spawn_agent",
     "validate_output",
+    "wait_all_idle",
     "wake_holder",
 ]

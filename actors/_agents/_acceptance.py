@@ -55,10 +55,15 @@ class Acceptance:
         self._damaged: set[tuple[SessionId, int]] = set()  # inbox rows logged as damaged
 
     def accept(
-        self, session_id: SessionId, events: Sequence[Event], live: LiveSession | None = None
+        self,
+        session_id: SessionId,
+        events: Sequence[Event],
+        live: LiveSession | None = None,
+        limit: int | None = None,
     ) -> list[Accepted]:
         """Commit messages to ``session_id``'s inbox; ``live``: the session is live here,
-        so they are handed to its activation (and fenced by its lease)."""
+        so they are handed to its activation (and fenced by its lease); ``limit``:
+        the inbox's bound (``INBOX_FULL``, accepting nothing, when they do not fit)."""
         store = self.persistence
         assert store is not None
         token = live.token if live is not None else None
@@ -69,6 +74,7 @@ class Acceptance:
             epoch=None if token is None else token[1],
             now=time.time(),
             lease=token,
+            limit=limit,
         )
         for entry in result:
             if entry.duplicate:

@@ -42,6 +42,7 @@ from subagents.actors._kernel._checks import check_timeout
 from subagents.protocol import (
     ErrorCode,
     Event,
+    InboxFullError,
     MessageId,
     MessageSource,
     SessionId,
@@ -156,13 +157,16 @@ class Inbox:
         source: MessageSource,
         message_id: MessageId,
         untaken: bool = False,
+        limit: int | None = None,
     ) -> bool:
         """A continuation follow-up: admitted (True), or the agent is retiring (False).
 
         ``untaken``: it is in the durable inbox, taken by no activation yet.
+        ``limit``: the inbox's bound, counted here (what is in flight: waiting or
+        running) -- for a follow-up no store counted.
 
         Raises:
-            SubagentError: ``ADMISSION_CLOSED`` below a drain cutoff.
+            SubagentError: ``ADMISSION_CLOSED`` below a drain cutoff; ``INBOX_FULL``.
         """
         with self._lock:
             gate = self._gate
@@ -173,6 +177,8 @@ class Inbox:
                         code=ErrorCode.ADMISSION_CLOSED,
                     )
                 return False
+            if limit is not None and self._inflight >= limit:
+                raise InboxFullError(str(self.session_id), limit, self._inflight)
             self._accepted += 1
             self._inflight += 1
             n = self._accepted

@@ -262,7 +262,9 @@ class Registry(NoticeLoop):
             return
         if d.message_id in act.replayed:
             return  # committed before this epoch read its inbox: delivered already
-        if not agent.admit_followup(d.content, d.source, d.message_id, d.committed):
+        # A committed message was counted by the store, against the same bound.
+        limit = None if d.committed else header.max_inbox
+        if not agent.admit_followup(d.content, d.source, d.message_id, d.committed, limit):
             raise _err(ErrorCode.AGENT_DISPOSED, f"agent {agent.session_id} is disposed")
 
     def _reroute(self, waiters: list[Request] | None) -> None:

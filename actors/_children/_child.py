@@ -44,6 +44,8 @@ class ChildContext(Protocol):
     def clock(self) -> Callable[[], _dt.datetime]: ...
     @property
     def max_delegation_depth(self) -> int | None: ...
+    @property
+    def max_inbox(self) -> int | None: ...
 
 
 def child_options(
@@ -114,6 +116,7 @@ def create_child(
     output_schema: Any = None,
     inbox: Sequence[Event] = (),
     now: bool | None = None,
+    max_inbox: int | None = None,
 ) -> Agent:
     """Open the child's session (``seed``, then its ``own`` first events) and start it
     (``inbox`` and ``now`` as for ``AgentRegistry.create``).
@@ -132,6 +135,7 @@ def create_child(
         created_at=ctx.clock(),
         label=label,
         seed_len=len(seed),
+        max_inbox=max_inbox,
     )
     return ctx.agents.create(
         header=header,

@@ -33,6 +33,7 @@ class ChildStatistics:
         owned_children: its published children not yet released.
         durable_inbox: accepted messages the store holds for it (strict
             durability), whether or not it is resident; ``None`` under relaxed.
+        max_inbox: its inbox's bound (``None``: unbounded).
         agent: its agent's statistics when it is resident in this process.
     """
 
@@ -41,6 +42,7 @@ class ChildStatistics:
     placed: bool
     owned_children: int
     durable_inbox: int | None
+    max_inbox: int | None
     agent: AgentStatistics | None
 
 
@@ -77,5 +79,6 @@ def child_statistics(
         placed=isinstance(holder, PlacedChild),
         owned_children=0 if act is None else len(act.owned),
         durable_inbox=durable,
+        max_inbox=header.max_inbox,
         agent=agent,
     )

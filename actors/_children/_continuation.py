@@ -24,14 +24,13 @@ a materialization is admitted, built in the caller's thread, and published there
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentRegistry, Steered, check_steer, plain
+from subagents.actors._agents import Agent, AgentRegistry
 from subagents.actors._kernel import (
     AbortSignal,
     Alarm,
@@ -45,29 +44,25 @@ from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
     MessageId,
-    MessageSource,
-    SessionHeader,
     SessionId,
     SubagentError,
-    check_source,
-    check_value,
     new_message_id,
     new_session_id,
     snapshot_subagent_descriptor,
-    trusted_message,
 )
-from subagents.supervision import VISIBLE, Activation, Phase, Supervisor, SupervisorInbox
+from subagents.supervision import VISIBLE, Activation, Supervisor, SupervisorInbox
 
 from ._admission import Registry
 from ._announce import Announcer
 from ._child import ChildContext, child_options
 from ._control import drain, interrupt
 from ._events import EventBus
-from ._intake import DONE, accept_resident, kept, start_child_id, steer_followup, wake_parent_holder
+from ._followups import Followups
+from ._intake import start_child_id, wake_parent_holder
 from ._materialize import ADMISSION_TIMEOUT, Materializer
-from ._placed import PlacedChild, PlacementLookup, followup_placed, placement_of, release_placed
+from ._placed import PlacementLookup, placement_of, release_placed
 from ._provider_registry import ProviderRegistry
-from ._requests import Delivery, EndCutoff, RegistryInbox, Request, Reserve
+from ._requests import EndCutoff, RegistryInbox, Reserve
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
 from ._types import ContinuableHandle, ContinuableStartSpec
@@ -84,11 +79,7 @@ def _err(code: str, message: str) -> SubagentError:
     return SubagentError(message, code=code)
 
 
-def _unauthorized_followup() -> SubagentError:
-    return _err(ErrorCode.UNAUTHORIZED, "only the exact live direct parent may follow up")
-
-
-class ContinuationManager:
+class ContinuationManager(Followups):
     """Admission, residency and release of continuable children (see the module docstring)."""
 
     def __init__(
@@ -258,125 +249,6 @@ class ContinuationManager:
                 if exc.code != ErrorCode.SESSION_EXISTS:  # another process created it
                     raise
 
-    # -- follow-up ---------------------------------------------------------------------
-
-    def followup(
-        self,
-        parent: Agent,
-        child_id: Any,
-        content: Any,
-        *,
-        source: Any = None,
-        signal: Any = None,
-        message_id: Any = None,
-        steer: Any = False,
-    ) -> MessageId | Steered:
-        """See :meth:`SubagentService.followup` (``parent`` is the live Agent)."""
-        if not isinstance(parent, Agent):
-            raise bad("parent must be an Agent")
-        strict_steer = None if steer is False else check_steer(steer)
-        cid = child_id if type(child_id) is SessionId else SessionId(child_id)
-        if source is not None:
-            if not isinstance(source, MessageSource):
-                raise bad("source must be a MessageSource")
-            check_source(source)
-        if signal is not None and not isinstance(signal, AbortSignal):
-            raise bad("signal must be an AbortSignal")
-        if not plain(content):
-            check_value(content)  # refuse what the log cannot hold before anything is accepted
-        if signal is None:
-            signal = _NEVER
-        else:
-            signal.raise_if_aborted()
-        src = source if source is not None else parent.parent_source
-        agents = self.require_agents()
-        delivery = Delivery(content, src, new_message_id())
-        run: Callable[..., MessageId | Steered] = self._followup
-        if strict_steer is not None:  # steering: see _intake.steer_followup
-            run = functools.partial(steer_followup, self._index, self._followup, strict_steer)
-        if message_id is None:
-            return run(agents, parent, cid, delivery, signal)
-        delivery.message_id = mid = MessageId(message_id)
-        sessions = self._ctx.sessions
-        if sessions.strict:  # the store deduplicates
-            return run(agents, parent, cid, delivery, signal)
-        if not sessions.claim(cid, mid):
-            return mid if strict_steer is None else Steered(mid, "duplicate")
-        try:
-            return run(agents, parent, cid, delivery, signal)
-        except BaseException:
-            sessions.unclaim(cid, mid)
-            raise
-
-    def _followup(
-        self,
-        agents: AgentRegistry,
-        parent: Agent,
-        cid: SessionId,
-        delivery: Delivery,
-        signal: AbortSignal,
-    ) -> MessageId:
-        # The resident fast path: the registry's index and phase route it, the
-        # child's gate admits it.
-        act = self._index.get(cid)
-        if act is not None and act.phase is Phase.RESIDENT:
-            agent = act.agent
-            header = agent.header
-            if (
-                header.origin != "subagent"
-                or header.parent_session != parent.session_id
-                or not agents.is_live(parent)
-            ):
-                raise _unauthorized_followup()
-            sessions = self._ctx.sessions
-            if not sessions.strict:
-                if agent.admit_followup(delivery.content, delivery.source, delivery.message_id):
-                    return delivery.message_id
-            elif type(agent) is PlacedChild:
-                if followup_placed(sessions, agent, delivery):
-                    return delivery.message_id
-            elif accept_resident(sessions, agent, delivery) == DONE:
-                return delivery.message_id
-        return self._slow_followup(agents, parent, cid, delivery, signal)
-
-    def _slow_followup(
-        self,
-        agents: AgentRegistry,
-        parent: Agent,
-        cid: SessionId,
-        delivery: Delivery,
-        signal: AbortSignal,
-    ) -> MessageId:
-        sessions = self._ctx.sessions
-        if not agents.is_live(parent):
-            raise _err(ErrorCode.UNAUTHORIZED, "the caller is not a live agent")
-        header = sessions.header(cid)
-        if header is None:
-            if sessions.persistence is None:  # an absent child can only be in persistence
-                raise _err(
-                    ErrorCode.PERSISTENCE_UNAVAILABLE, "cold resume needs session persistence"
-                )
-            raise _err(ErrorCode.SESSION_NOT_FOUND, f"no session {cid}")
-        _authorize(parent, header, agents.is_live)  # before any reconstruction
-        if sessions.persistence is None:
-            raise _err(ErrorCode.PERSISTENCE_UNAVAILABLE, "cold resume needs session persistence")
-        mid = delivery.message_id
-        if sessions.strict and not delivery.committed:
-            # Not resident here: committed taken by nobody, before it is routed.
-            event = trusted_message(mid, delivery.content, delivery.source)
-            if sessions.accept(cid, (event,))[0].duplicate:
-                return mid
-            delivery.committed = True
-        try:
-            act = self._materializer.route(Request(cid, parent, delivery), signal)
-            if act is not None:  # absent: cold-resume it, delivering this message first
-                self._materializer.resume(act, agents, delivery, signal)
-        except BaseException as exc:
-            if delivery.committed and kept(sessions, cid, mid, exc):
-                return mid
-            raise
-        return mid
-
     def wake(self, child_id: SessionId, parent_id: SessionId | None) -> None:
         """Run what waits in a continuable child's durable inbox: resume it on behalf of
         its parent when the parent is live here, else ring the parent's holder (the
@@ -439,12 +311,3 @@ class ContinuationManager:
                 ref.stop(block=True, timeout=30)
             except Exception:
                 logger.exception("stopping %r failed", ref)
-
-
-def _authorize(parent: Agent, header: SessionHeader, is_live: Any) -> None:
-    if (
-        header.origin != "subagent"
-        or header.parent_session != parent.session_id
-        or not is_live(parent)
-    ):
-        raise _unauthorized_followup()

@@ -72,7 +72,10 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     live = agent.session
     try:
         (accepted,) = sessions.accept(
-            agent.session_id, (trusted_message(d.message_id, d.content, d.source),), live
+            agent.session_id,
+            (trusted_message(d.message_id, d.content, d.source),),
+            live,
+            agent.header.max_inbox,
         )
     except SubagentError as exc:
         if exc.code == ErrorCode.LEASE_LOST:

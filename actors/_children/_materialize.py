@@ -199,6 +199,7 @@ class Materializer:
                 seed=tuple(create.seed or ()),
                 own=(descriptor_event(descriptor),),
                 inbox=(prompt,) if ctx.sessions.strict else (),
+                max_inbox=spec.max_inbox if spec.max_inbox is not None else ctx.max_inbox,
             )
             agent._descriptor = descriptor
             if placement is not None:

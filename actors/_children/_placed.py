@@ -160,10 +160,16 @@ class PlacedChild:
         self._kick()
 
     def admit_followup(
-        self, content: Any, source: MessageSource, message_id: MessageId, untaken: bool = False
+        self,
+        content: Any,
+        source: MessageSource,
+        message_id: MessageId,
+        untaken: bool = False,
+        limit: int | None = None,
     ) -> bool:
         """A follow-up committed to the durable inbox: admitted (True), or the
-        child is retiring (False). ``ADMISSION_CLOSED`` below a drain cutoff."""
+        child is retiring (False). ``ADMISSION_CLOSED`` below a drain cutoff.
+        (``limit``: the store counted it when it was committed.)"""
         with self._lock:
             if self._gate != _OPEN or self._disposed:
                 if self._gate == _DRAINED and not self._disposed:
@@ -390,7 +396,8 @@ def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
     by nobody, then admitted (True: accepted, or a duplicate). False: the child
     is retiring; the delivery is marked committed, for the registry to route."""
     event = trusted_message(delivery.message_id, delivery.content, delivery.source)
-    if sessions.accept(child.session_id, (event,))[0].duplicate:
+    limit = child.header.max_inbox
+    if sessions.accept(child.session_id, (event,), limit=limit)[0].duplicate:
         return True
     delivery.committed = True
     try:

@@ -85,7 +85,8 @@ def followup_by_id(
     check_value(content)  # refuse what the log cannot hold before anything is accepted
     mid = new_message_id() if message_id is None else MessageId(message_id)
     src = source if source is not None else MessageSource(kind="parent", session_id=parent_id)
-    (accepted,) = sessions.accept(child_id, [trusted_message(mid, content, src)])
+    message = trusted_message(mid, content, src)
+    (accepted,) = sessions.accept(child_id, [message], limit=header.max_inbox)
     if not accepted.duplicate:
         try:
             wake_child(agents, sessions, continuation, child_id, parent_id)

@@ -25,7 +25,7 @@ from subagents.actors._agents import (
     Steered,
 )
 from subagents.actors._catalog import Catalog, Listing, ProjectionRegistry
-from subagents.actors._kernel import AbortSignal, Backend
+from subagents.actors._kernel import AbortSignal, Backend, check_timeout
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -42,6 +42,7 @@ from ._events import EventBus, Listener, Subscription
 from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._remote import followup_by_id, steer_by_id
 from ._reports import ReportReceipt, report_from, report_receipt
+from ._room import until_room
 from ._setup import SetupRegistration
 from ._types import (
     AncestorAuthority,
@@ -252,6 +253,7 @@ class SubagentService:
         signal: AbortSignal | None = None,
         message_id: MessageId | str | None = None,
         steer: Literal[False] = False,
+        wait_for_room: float | None = 0.0,
     ) -> MessageId: ...
 
     @overload
@@ -265,6 +267,7 @@ class SubagentService:
         signal: AbortSignal | None = None,
         message_id: MessageId | str | None = None,
         steer: Literal[True, "strict"],
+        wait_for_room: float | None = 0.0,
     ) -> Steered: ...
 
     def followup(
@@ -277,6 +280,7 @@ class SubagentService:
         signal: AbortSignal | None = None,
         message_id: MessageId | str | None = None,
         steer: bool | str = False,
+        wait_for_room: float | None = 0.0,
     ) -> MessageId | Steered:
         """Deliver one message from the exact live direct parent as the child's next turn.
 
@@ -294,6 +298,12 @@ class SubagentService:
         idempotent (the same id for the same child queues nothing new, see
         ``docs/durability.md``).
 
+        A child started with ``max_inbox`` refuses a follow-up while that many
+        messages are accepted and not done (``INBOX_FULL``, accepting nothing);
+        ``wait_for_room`` seconds (``None``: no limit) waits for room instead,
+        trying again until then (see ``docs/backpressure.md``). A steered message
+        goes to the running turn, not the inbox: it is not bounded.
+
         ``parent`` may also be the parent's session id, from a process where the
         parent is not live (a server worker serving a tree another worker holds):
         the caller vouches for it, and the message is committed to the child's
@@ -303,25 +313,35 @@ class SubagentService:
             SubagentError: ``UNAUTHORIZED``, ``SESSION_NOT_FOUND``,
                 ``PERSISTENCE_UNAVAILABLE``, ``ADMISSION_CLOSED``, ``CANCELLED``,
                 ``TIMEOUT``, ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``,
-                ``TURN_NOT_OPEN`` (a strict steer).
+                ``TURN_NOT_OPEN`` (a strict steer), ``INBOX_FULL``
+                (:class:`~subagents.protocol.InboxFullError`).
         """
         self._check_thread()
+        wait = check_timeout(wait_for_room, "wait_for_room")
         if isinstance(parent, (str, SessionId)) and not isinstance(parent, Agent):
             ctx = self._ctx
             where = (ctx.agents, ctx.sessions, self._continuation, SessionId(parent))
             if steer is not False:
                 return steer_by_id(*where, SessionId(child_id), content, source, steer)
-            return followup_by_id(
-                *where, SessionId(child_id), content, source=source, message_id=message_id
+            return until_room(
+                lambda: followup_by_id(
+                    *where, SessionId(child_id), content, source=source, message_id=message_id
+                ),
+                wait,
+                signal,
             )
-        return self._continuation.followup(
-            parent,
-            child_id,
-            content,
-            source=source,
-            signal=signal,
-            message_id=message_id,
-            steer=steer,
+        return until_room(
+            lambda: self._continuation.followup(
+                parent,
+                child_id,
+                content,
+                source=source,
+                signal=signal,
+                message_id=message_id,
+                steer=steer,
+            ),
+            wait,
+            signal,
         )
 
     def interrupt(

@@ -76,7 +76,13 @@ class ContinuableCreateSpec:
 
 @dataclass(kw_only=True, eq=False)
 class ContinuableStartSpec:
-    """A continuable start: parent, provider, initial prompt and required label."""
+    """A continuable start: parent, provider, initial prompt and required label.
+
+    ``max_inbox`` bounds the child's inbox (default: the runtime's ``max_inbox``):
+    a follow-up finding that many messages accepted and not done raises
+    ``INBOX_FULL``. It is recorded in the child's session, so it holds for every
+    process and every later activation.
+    """
 
     parent: Agent
     provider: str
@@ -88,6 +94,7 @@ class ContinuableStartSpec:
     signal: AbortSignal | None = None
     source: Any = None
     message_id: MessageId | str | None = None
+    max_inbox: int | None = None
 
 
 class ContinuableHandle(NamedTuple):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from subagents.actors._agents import Agent, check_output_schema
-from subagents.actors._kernel import AbortSignal
+from subagents.actors._kernel import AbortSignal, check_max_inbox
 from subagents.protocol import ErrorCode, MessageId, SubagentError, check_name, check_value
 
 from ._types import ContinuableStartSpec, SubagentStartRequest
@@ -71,6 +71,7 @@ def check_start_spec(spec: Any) -> None:
         raise bad("spec.signal must be an AbortSignal")
     _optional_strs(spec, ("model", "persona"), "spec")
     check_tool_filter(spec.tool_filter)
+    check_max_inbox(spec.max_inbox, "spec.max_inbox")
     if spec.message_id is not None:
         MessageId(spec.message_id)  # INVALID_ARGUMENT unless 32 lowercase hex digits
     check_value(spec.prompt)

@@ -20,7 +20,13 @@ from ._backend import (
     get_backend,
     threading_is_patched,
 )
-from ._checks import check_runtime_arguments, check_timeout, checked_clock, stamping_clock
+from ._checks import (
+    check_max_inbox,
+    check_runtime_arguments,
+    check_timeout,
+    checked_clock,
+    stamping_clock,
+)
 from ._dispatch import DispatchBox, Dispatcher
 from ._doorbell import Doorbell, ring
 from ._exit import close_at_exit, closed, deliver_interrupt, install_sigint
@@ -51,6 +57,7 @@ __all__ = [
     "ThreadActor",
     "Waiter",
     "actor_class",
+    "check_max_inbox",
     "check_runtime_arguments",
     "check_timeout",
     "checked_clock",

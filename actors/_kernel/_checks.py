@@ -9,7 +9,13 @@ from collections.abc import Callable
 
 from subagents.protocol import ErrorCode, SubagentError, storable_datetime
 
-__all__ = ["check_runtime_arguments", "check_timeout", "checked_clock", "stamping_clock"]
+__all__ = [
+    "check_max_inbox",
+    "check_runtime_arguments",
+    "check_timeout",
+    "checked_clock",
+    "stamping_clock",
+]
 
 logger = logging.getLogger("subagents")
 
@@ -44,6 +50,7 @@ def check_runtime_arguments(
     lease_ttl: object,
     max_delegation_depth: object,
     clock: object,
+    max_inbox: object = None,
 ) -> None:
     """The ``Runtime`` constructor's arguments, checked before anything is built.
 
@@ -71,6 +78,13 @@ def check_runtime_arguments(
         )
     if clock is not None and not callable(clock):
         raise SubagentError("clock must be callable", code=ErrorCode.INVALID_ARGUMENT)
+    check_max_inbox(max_inbox, "max_inbox")
+
+
+def check_max_inbox(value: object, name: str) -> None:
+    """An inbox bound: an int >= 1, or None (``INVALID_ARGUMENT``)."""
+    if value is not None and (type(value) is not int or value < 1):
+        raise SubagentError(f"{name} is an int >= 1 or None", code=ErrorCode.INVALID_ARGUMENT)
 
 
 def checked_clock(clock: Clock) -> Clock:

@@ -50,6 +50,14 @@ def test_observability_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert percentiles.startswith("p50 ") and " ms, p99 " in percentiles
 
 
+def test_backpressure_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """docs/backpressure.md's example prints what the page says it prints."""
+    monkeypatch.chdir(tmp_path)
+    (block,) = _blocks(DOCS / "backpressure.md")
+    exec(compile(block, "backpressure.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["INBOX_FULL 2 2", "2"]
+
+
 def test_readme_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     (block,) = _blocks(ROOT / "README.md")

@@ -541,3 +541,89 @@ def test_a_run_of_acceptances_in_one_insert_reports_each_like_alone(
             request.outcome()
         assert err.value.code == ErrorCode.LEASE_LOST
     assert len(sqlite_store.pending(h.id)) == 4
+
+
+# -- a bounded inbox (issue 18 point 2) ----------------------------------------------
+
+
+def test_a_bounded_acceptance_counts_every_pending_message(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """``accept(..., limit=n)``: the messages not yet done (handed to an activation
+    or to nobody, reports too) and the new ones must fit ``n``, else ``INBOX_FULL``
+    and nothing of the call is accepted; repeats of accepted ids take no room and
+    are still answered as duplicates; a done message frees its place."""
+    h = make_header()
+    store.create_session(h)
+    first = make_events(2)
+    store.accept(h.id, first[:1], epoch=3)  # handed to activation 3
+    store.accept(h.id, first[1:])  # taken by nobody
+    report = ReportEvent(message_id=new_message_id(), content="r")
+    store.accept(h.id, [report])
+    a, b = make_events(2)
+    with pytest.raises(SubagentError) as err:
+        store.accept(h.id, [a], limit=3)
+    assert _code(err) == ErrorCode.INBOX_FULL
+    assert err.value.hint["pending"] == 3 and err.value.hint["limit"] == 3
+    assert len(store.pending(h.id)) == 3
+    # Two new ids where one place is left: neither is accepted.
+    with pytest.raises(SubagentError) as err:
+        store.accept(h.id, [a, b], limit=4)
+    assert _code(err) == ErrorCode.INBOX_FULL
+    assert [e.message_id for e in store.pending(h.id)] == [
+        first[0].message_id,
+        first[1].message_id,
+        report.message_id,
+    ]
+    # Repeats take no room: a full inbox still answers them as duplicates.
+    assert store.accept(h.id, first, limit=3) == [Accepted(1, True), Accepted(2, True)]
+    assert store.accept(h.id, [a, a], limit=4) == [Accepted(4, False), Accepted(4, True)]
+    store.complete(h.id, [first[0].message_id, first[1].message_id])
+    assert [x.duplicate for x in store.accept(h.id, [b], limit=3)] == [False]
+    for bad in (0, -1, True, 2.0, "3"):
+        with pytest.raises(SubagentError) as err:
+            store.accept(h.id, make_events(1), limit=bad)
+        assert _code(err) == ErrorCode.INVALID_ARGUMENT
+    assert len(store.pending(h.id)) == 3
+
+
+def test_racing_bounded_acceptances_never_overfill_the_inbox(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """The bound is decided in the acceptance's own transaction: 8 threads
+    released together, each accepting 3 fresh messages one by one with
+    ``limit=5`` while 1 is pending, accept exactly 4 between them, every other
+    call ``INBOX_FULL``; 20 rounds."""
+    for _ in range(20):
+        h = make_header()
+        store.create_session(h)
+        store.accept(h.id, make_events(1))
+        outcomes = _race_bounded(store, h.id, [make_events(3) for _ in range(8)])
+        assert Counter(outcomes) == {"accepted": 4, ErrorCode.INBOX_FULL: 20}
+        assert len(store.pending(h.id)) == 5
+
+
+def _race_bounded(store: SessionStore, sid: Any, batches: list[list[MessageEvent]]) -> list[str]:
+    """One thread per batch, released together, accepting its events one by one
+    with ``limit=5``: each call's outcome."""
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(batches))
+
+    def worker(events: list[MessageEvent]) -> None:
+        barrier.wait()
+        for event in events:
+            try:
+                store.accept(sid, [event], limit=5)
+                outcome = "accepted"
+            except SubagentError as exc:
+                outcome = exc.code
+            with lock:
+                outcomes.append(outcome)
+
+    threads = [threading.Thread(target=worker, args=(b,)) for b in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes

@@ -1,0 +1,95 @@
+"""Top-level agents: ``Runtime.spawn`` and ``Runtime.wait_idle``, on the registry.
+
+A top-level agent has origin ``"user"``, depth 0 and no Activation; a model name
+is recorded in its log (``agent/options``) so any process that registers the
+model can resume it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+    check_name,
+    new_session_id,
+)
+
+from ._agent import Agent
+from ._behaviours import ModelRegistry, as_behaviour
+from ._options import AgentOptions, recorded_model
+from ._output import check_output_schema
+from ._registry import AgentRegistry
+from ._sessions import SessionService
+
+__all__ = ["spawn_agent", "wait_all_idle"]
+
+
+def spawn_agent(
+    agents: AgentRegistry,
+    models: ModelRegistry,
+    sessions: SessionService,
+    clock: Callable[[], _dt.datetime],
+    behaviour: Any,
+    *,
+    label: str | None,
+    options: AgentOptions | None,
+    output_schema: Mapping[str, Any] | None,
+    session_id: SessionId | str | None,
+) -> Agent:
+    """Create a top-level agent (see ``Runtime.spawn``): arguments checked before
+    anything is created."""
+    check_name(label, "label")
+    if options is not None and not isinstance(options, AgentOptions):
+        raise SubagentError("options must be AgentOptions", code=ErrorCode.INVALID_ARGUMENT)
+    if output_schema is not None:
+        check_output_schema(output_schema)
+    built = None
+    seed: tuple[Event, ...] = ()
+    if isinstance(behaviour, str):
+        check_name(behaviour, "model")  # recorded in the log
+        models.require(behaviour)
+        options, seed = recorded_model(behaviour, options)
+    else:
+        built = as_behaviour(behaviour)
+        options = options or AgentOptions()
+    sid = new_session_id() if session_id is None else SessionId(session_id)
+    if session_id is not None and sessions.header(sid) is not None:
+        # Written behind (relaxed), a clash would surface only in the writer.
+        raise SubagentError(f"session {sid} exists", code=ErrorCode.SESSION_EXISTS)
+    header = SessionHeader(
+        id=sid,
+        parent_session=None,
+        origin="user",
+        delegation_depth=options.subagent_depth or 0,
+        created_at=clock(),
+        label=label,
+    )
+    return agents.create(
+        header=header,
+        options=options,
+        behaviour=built,
+        output_schema=output_schema,
+        seed=seed,
+    )
+
+
+def wait_all_idle(agents: AgentRegistry, timeout: float | None) -> bool:
+    """Wait until every live agent is idle, checked again until nothing new started;
+    False when ``timeout`` seconds (None: no limit) ran out first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        busy = [a for a in agents.list() if not a.idle]
+        if not busy:
+            return True
+        for agent in busy:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not agent.wait_idle(remaining) and not agent.disposed:
+                return False

@@ -1,0 +1,211 @@
+"""Bounded mailboxes (issue 18 point 2): ``max_inbox`` per child or per runtime.
+
+A follow-up to a continuable child whose inbox holds ``max_inbox`` messages
+accepted and not yet done raises ``INBOX_FULL`` and accepts nothing -- or, with
+``wait_for_room``, waits for a place. The count is the store's (every pending
+row, whoever accepted it) under strict durability, the agent's own in memory
+otherwise. Each test runs on both backends and on three runtimes: a memory
+store, SQLite strict, SQLite relaxed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from continuable_kit import Kit, spawn
+from subagents.actors import AbortController, ContinuableStartSpec, Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, InboxFullError, MessageId, SubagentError
+from subagents.store import MemoryStore
+
+
+@pytest.fixture(params=["memory", "strict", "relaxed"])
+def bkit(request: pytest.FixtureRequest, backend: Backend, tmp_path: Path) -> Iterator[Kit]:
+    """A kit whose runtime bounds its children's inboxes at 3 by default."""
+    if request.param == "memory":
+        rt = Runtime(MemoryStore(), backend=backend, max_inbox=3)
+    else:
+        rt = Runtime(str(tmp_path / "b.db"), backend=backend, max_inbox=3, durability=request.param)
+    kit = Kit(rt)
+    try:
+        yield kit
+    finally:
+        kit.close()
+        rt.close()
+
+
+def _blocked_child(kit: Kit, gate: str = "g", **fields: Any) -> tuple[Any, Any]:
+    """A root and its child, whose first turn (its prompt) is running, held."""
+    root = kit.root()
+    child_id, _ = kit.start(root, [["block", gate]], label="kid", **fields)
+    assert kit.gate(gate).wait_reached(10)
+    return root, child_id
+
+
+def _full(kit: Kit, root: Any, child_id: Any, content: Any = "over", **kw: Any) -> InboxFullError:
+    with pytest.raises(InboxFullError) as err:
+        kit.rt.subagents.followup(root, child_id, content, **kw)
+    assert err.value.code == ErrorCode.INBOX_FULL
+    return err.value
+
+
+def test_a_full_inbox_refuses_a_followup_and_accepts_nothing(bkit: Kit) -> None:
+    """Issue 18 point 2: the running prompt and two follow-ups fill an inbox of 3;
+    the next follow-up is ``INBOX_FULL`` (limit and count in its hint), nothing
+    of it runs or is logged, and once the child ran its inbox a follow-up is
+    accepted again. The refused id can be used again later (nothing kept it)."""
+    kit = bkit
+    root, child_id = _blocked_child(kit)
+    sub = kit.rt.subagents
+    ok = [sub.followup(root, child_id, f"m{i}") for i in range(2)]
+    refused = MessageId("ab" * 16)
+    err = _full(kit, root, child_id, "refused", message_id=refused)
+    assert (err.limit, err.pending) == (3, 3)
+    assert err.hint["session_id"] == str(child_id)
+    kit.gate("g").release()
+    kit.wait_settled("kid")
+    assert kit.started_ids("kid")[1:] == ok
+    assert "refused" not in kit.contents("kid")
+    again = sub.followup(root, child_id, "later", message_id=refused)
+    assert again == refused
+    kit.wait_settled("kid")
+    assert kit.contents("kid")[-1] == "later"
+
+
+def test_a_childs_own_bound_wins_and_is_kept_in_its_session(bkit: Kit) -> None:
+    """Issue 18 point 2: ``ContinuableStartSpec(max_inbox=n)`` overrides the
+    runtime's; the bound is recorded in the child's session header, so it holds
+    for the child's later activations (a cold resume reads it back)."""
+    kit = bkit
+    root, child_id = _blocked_child(kit, max_inbox=1)
+    assert kit.live("kid").header.max_inbox == 1
+    assert kit.rt.subagents.statistics(child_id).max_inbox == 1
+    _full(kit, root, child_id)
+    kit.gate("g").release()
+    kit.wait_settled("kid")
+    assert kit.rt.sessions.header(child_id).max_inbox == 1
+    sub = kit.rt.subagents
+    sub.followup(root, child_id, [["block", "h"]])  # a cold resume, held in its turn
+    assert kit.gate("h").wait_reached(10)
+    _full(kit, root, child_id)
+    kit.gate("h").release()
+    kit.wait_settled("kid")
+
+
+def test_bad_bounds_are_refused_before_anything_starts(bkit: Kit, backend: Backend) -> None:
+    """Issue 18 point 2: a bound is an int >= 1 or None, on the runtime, the start
+    spec and ``wait_for_room`` (a number of seconds >= 0, or None); nothing is
+    created for a bad one."""
+    for bad in (0, -1, True, 2.5, "3"):
+        with pytest.raises(SubagentError) as err:
+            Runtime(backend=backend, max_inbox=bad)
+        assert err.value.code == ErrorCode.INVALID_ARGUMENT
+    kit = bkit
+    root = kit.root()
+    with pytest.raises(SubagentError) as err:
+        kit.rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=root, provider="local", prompt="p", label="bad", model="cmd", max_inbox=0
+            )
+        )
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+    assert len(kit.rt.subagents.list_children(root.session_id)) == 0
+    child_id, _ = kit.start(root, "hello", label="kid")
+    for bad_wait in (-1, "1", True, float("nan")):
+        with pytest.raises(SubagentError) as err:
+            kit.rt.subagents.followup(root, child_id, "x", wait_for_room=bad_wait)
+        assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_producer_waits_for_room_when_asked(bkit: Kit) -> None:
+    """Issue 18 point 2, the caller's choice: ``wait_for_room`` seconds -- a
+    producer facing a full inbox is accepted once the child makes room; with a
+    short wait and no room it is ``INBOX_FULL``; its signal ends the wait
+    (``CANCELLED``). Nothing of a refused or cancelled follow-up runs."""
+    kit = bkit
+    root, child_id = _blocked_child(kit, max_inbox=2)
+    sub = kit.rt.subagents
+    sub.followup(root, child_id, "second")
+    _full(kit, root, child_id, "short", wait_for_room=0.02)
+    controller = AbortController()
+    cancelled = spawn(
+        kit.rt,
+        lambda: sub.followup(
+            root, child_id, "cancelled", signal=controller.signal, wait_for_room=None
+        ),
+    )
+    waiting = spawn(kit.rt, lambda: sub.followup(root, child_id, "waited", wait_for_room=30))
+    controller.abort("enough")
+    err = cancelled.error()
+    assert isinstance(err, SubagentError) and err.code == ErrorCode.CANCELLED
+    assert not waiting.done()
+    kit.gate("g").release()
+    mid = waiting.result(30)
+    kit.wait_settled("kid")
+    contents = kit.contents("kid")
+    assert contents[1:] == ["second", "waited"]
+    assert kit.started_ids("kid")[-1] == mid
+
+
+def test_concurrent_producers_never_overfill_an_inbox(bkit: Kit) -> None:
+    """Issue 18 point 2, the race: 6 producers released together, 3 follow-ups
+    each, at a child holding its prompt under a bound of 3 -- exactly 2 are
+    accepted, 16 refused, and exactly the accepted ones run, in the order they
+    were accepted; 5 rounds."""
+    kit = bkit
+    sub = kit.rt.subagents
+    root = kit.root()
+    for rnd in range(5):
+        label, gate = f"kid{rnd}", f"g{rnd}"
+        child_id, _ = kit.start(root, [["block", gate]], label=label)
+        assert kit.gate(gate).wait_reached(10)
+        start = kit.rt.backend.event()
+        outcomes: list[tuple[str, Any]] = []
+
+        def produce(k: int, cid: Any = child_id, go: Any = start, out: Any = outcomes) -> None:
+            assert go.wait(10)
+            for i in range(3):
+                try:
+                    out.append(("ok", sub.followup(root, cid, f"p{k}.{i}")))
+                except InboxFullError:
+                    out.append(("full", None))
+
+        tasks = [spawn(kit.rt, produce, k) for k in range(6)]
+        start.set()
+        for task in tasks:
+            task.result(30)
+        assert Counter(kind for kind, _ in outcomes) == {"ok": 2, "full": 16}
+        kit.gate(gate).release()
+        kit.wait_settled(label)
+        accepted = [mid for kind, mid in outcomes if kind == "ok"]
+        assert sorted(kit.started_ids(label)[1:]) == sorted(accepted)
+        assert len(kit.contents(label)) == 3
+
+
+def test_the_count_includes_what_another_runtime_accepted(backend: Backend, tmp_path: Path) -> None:
+    """Issue 18 point 2: the count includes the durable inbox -- follow-ups another
+    runtime on the same store committed (by the parent's id) take places as
+    this runtime's own do, and that runtime is refused by what this one
+    accepted; nothing refused runs."""
+    db = str(tmp_path / "shared.db")
+    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
+        kit = Kit(a)
+        Kit(b)  # the same model on b, which never runs the child
+        try:
+            root, child_id = _blocked_child(kit, max_inbox=3)
+            parent_id = str(root.session_id)
+            b.subagents.followup(parent_id, child_id, "from b")
+            a.subagents.followup(root, child_id, "from a")
+            with pytest.raises(InboxFullError):
+                b.subagents.followup(parent_id, child_id, "b refused")
+            with pytest.raises(InboxFullError):
+                a.subagents.followup(root, child_id, "a refused")
+            kit.gate("g").release()
+            kit.wait_settled("kid")
+            assert sorted(kit.contents("kid")[1:]) == ["from a", "from b"]
+        finally:
+            kit.close()
