@@ -67,6 +67,7 @@ from ._children import (
 from ._kernel import (
     GEVENT,
     Backend,
+    Telemetry,
     check_runtime_arguments,
     check_timeout,
     checked_clock,
@@ -77,6 +78,7 @@ from ._kernel import (
     install_sigint,
     native_get_ident,
     stamping_clock,
+    telemetry_for,
     threading_is_patched,
 )
 
@@ -124,6 +126,10 @@ class Runtime:
             wins): a follow-up to a child with that many messages accepted and
             not done raises ``INBOX_FULL`` (see ``docs/backpressure.md``).
             ``None``, the default: unbounded.
+        tracing: OpenTelemetry spans of turns, runs, activations, acceptances and
+            deliveries (the ``otel`` extra; see ``docs/observability.md``):
+            ``None`` traces when a tracer provider is configured globally,
+            ``True``/``False`` force it, or pass a ``TracerProvider``.
 
     Attributes:
         agents: the live top-level and child agents (:class:`AgentRegistry`):
@@ -153,6 +159,7 @@ class Runtime:
         durability: str = "strict",
         lease_ttl: float = 30.0,
         max_inbox: int | None = None,
+        tracing: Any = None,
     ) -> None:
         self.backend = get_backend(backend)
         check_runtime_arguments(
@@ -166,6 +173,7 @@ class Runtime:
         )
         self.max_delegation_depth = max_delegation_depth
         self.max_inbox = max_inbox
+        self.telemetry: Telemetry | None = telemetry_for(tracing)
         # A gevent runtime's actors are greenlets of this thread's hub: blocking calls
         # from another OS thread would wait on a hub that cannot wake them.
         self._home_thread: int | None = (
@@ -205,6 +213,7 @@ class Runtime:
                 leaving=self._leaving,
                 bind=self._bind,
                 counters=self._counters,
+                telemetry=self.telemetry,
             ),
             self.models,
         )

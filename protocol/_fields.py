@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from ._errors import DecodeError
 from ._ids import MessageId, SessionId
@@ -126,7 +126,9 @@ def source(v: Any) -> MessageSource | None:
     if not isinstance(v, dict):
         raise fail("source map", v)
     return MessageSource(
-        kind=_source_kind(v.get("kind")), session_id=opt_session_id(v.get("session_id"))
+        kind=_source_kind(v.get("kind")),
+        session_id=opt_session_id(v.get("session_id")),
+        trace=_trace(v.get("trace")),
     )
 
 
@@ -138,6 +140,19 @@ def source_ok(v: Any) -> None:
         raise fail("source map", v)
     _source_kind(v.get("kind"))
     opt_session_id(v.get("session_id"))
+    _trace(v.get("trace"))
+
+
+#: The longest ``trace`` a source may carry (a W3C traceparent is 55 characters).
+MAX_TRACE_LEN: Final = 256
+
+
+def _trace(v: Any) -> str | None:
+    if v is None:
+        return None
+    if type(v) is not str or len(v) > MAX_TRACE_LEN or not v.isascii():
+        raise fail(f"ASCII str of at most {MAX_TRACE_LEN} characters (a trace)", v)
+    return v
 
 
 def mapping(v: Any) -> Mapping[str, Any]:

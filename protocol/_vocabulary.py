@@ -46,14 +46,23 @@ Checker = Callable[[Any], Any]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MessageSource:
-    """Who supplied a message. It records the sender and grants no authority."""
+    """Who supplied a message. It records the sender and grants no authority.
+
+    ``trace``: the W3C ``traceparent`` of the span that accepted the message, when
+    the runtime traces (OpenTelemetry): the turn that runs it, in any process,
+    continues that trace. Provenance only, like the rest.
+    """
 
     kind: str
     session_id: SessionId | None = None
+    trace: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """The source as the log encodes it: ``kind`` and, when set, ``session_id``."""
-        return {"kind": self.kind, "session_id": self.session_id}
+        """The source as the log encodes it: ``kind``, ``session_id`` and, when set,
+        ``trace`` (left off otherwise: untraced messages keep their bytes)."""
+        if self.trace is None:
+            return {"kind": self.kind, "session_id": self.session_id}
+        return {"kind": self.kind, "session_id": self.session_id, "trace": self.trace}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -79,7 +79,9 @@ class Activation:
     * latches, set once: ``admitted`` by the registry when the materialization
       publishes or rolls back, ``released`` once the end of the epoch is announced;
     * ``announced``: the actors layer's record of what of the epoch's lifecycle
-      pair was announced (it orders ``subagent/start`` before ``subagent/end``).
+      pair was announced (it orders ``subagent/start`` before ``subagent/end``);
+      ``span``: the epoch's tracing span, when the runtime traces (written with
+      ``announced``).
 
     The supervisor writes none of it: it *decides* from it (residency, keep-warm,
     release order) and the registry confirms against its own state.
@@ -102,6 +104,7 @@ class Activation:
         "released",
         "replayed",
         "run_id",
+        "span",
         "waiters",
     )
 
@@ -132,6 +135,7 @@ class Activation:
         self.replayed: frozenset[Any] = _NONE
         self.owned: set[SessionId] = set()
         self.announced = 0
+        self.span: Any = None
 
     def __repr__(self) -> str:
         state = residency(self) if self.agent is not None else "-"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, Literal, overload
+from typing import Any
 
 import greenlet
 import pykka
@@ -31,35 +31,28 @@ from subagents.actors._kernel._actorclass import actor_class
 from subagents.actors._kernel._checks import check_timeout
 from subagents.actors._kernel._pykka import STOP
 from subagents.protocol import (
-    ErrorCode,
-    MessageId,
     MessageSource,
     SessionHeader,
     SessionId,
-    SubagentError,
-    check_source,
-    check_value,
     descriptor_payload,
-    new_message_id,
     resolve_delegation_depth,
-    trusted_message,
 )
 
 from ._behaviours import Behaviour
+from ._followups import Followups
 from ._host import AgentHost
-from ._inbox import CLOSED, Inbox
+from ._inbox import CLOSED
 from ._live import LiveSession
 from ._loop import TurnRunner
-from ._messages import OWN, plain
+from ._messages import OWN
 from ._options import AgentOptions
-from ._steering import Steered, check_steer, not_open
 
 __all__ = ["Agent"]
 
 logger = logging.getLogger("subagents")
 
 
-class Agent(Inbox):
+class Agent(Followups):
     """A live agent: a session, a behaviour, and an actor running its turns.
 
     Created through ``runtime.spawn()`` (top-level), the subagent service
@@ -141,12 +134,14 @@ class Agent(Inbox):
 
     @property
     def parent_source(self) -> MessageSource:
-        """The source of messages this agent sends its children (built once)."""
+        """The source of messages this agent sends its children (built once; when
+        the runtime traces, carrying the current span's context)."""
         source = self.__dict__.get("_parent_source_cache")
         if source is None:
             source = MessageSource(kind="parent", session_id=self.session_id)
             self.__dict__["_parent_source_cache"] = source
-        return source
+        tel = self._host.telemetry
+        return source if tel is None else tel.stamp(source)
 
     @property
     def header_delegation_depth(self) -> int:
@@ -181,129 +176,6 @@ class Agent(Inbox):
         )
 
     # -- admission -------------------------------------------------------------------
-
-    @overload
-    def followup(
-        self,
-        content: Any,
-        *,
-        source: MessageSource | None = None,
-        message_id: MessageId | None = None,
-        steer: Literal[False] = False,
-    ) -> MessageId: ...
-
-    @overload
-    def followup(
-        self,
-        content: Any,
-        *,
-        source: MessageSource | None = None,
-        message_id: MessageId | None = None,
-        steer: Literal[True, "strict"],
-    ) -> Steered: ...
-
-    def followup(
-        self,
-        content: Any,
-        *,
-        source: MessageSource | None = None,
-        message_id: MessageId | None = None,
-        steer: bool | str = False,
-    ) -> MessageId | Steered:
-        """Submit one message; it becomes exactly one FIFO turn. Returns its id.
-
-        ``steer=True`` hands it to the running turn instead, if one is open (it
-        sees it at its next safe point, :meth:`Turn.steering`), else queues it;
-        ``steer="strict"`` raises ``TURN_NOT_OPEN`` rather than queue. Either
-        returns a :class:`Steered` (the id, and ``steered`` / ``queued`` /
-        ``duplicate``); see ``_agents/_steering.py``.
-
-        Under strict durability the message is committed to the session's inbox
-        before this returns. ``message_id`` makes it idempotent: the same id again
-        returns it and queues nothing (see ``docs/durability.md`` for how long ids
-        are remembered).
-
-        Raises:
-            SubagentError: ``AGENT_DISPOSED``; ``PERSISTENCE_UNAVAILABLE`` once
-                the session's writes failed (``runtime.sessions.statistics()``
-                lists it); ``ENCODE_ERROR`` for content the
-                session log cannot represent; ``INVALID_ARGUMENT``; the store's
-                error when it cannot commit (nothing accepted); ``TURN_NOT_OPEN``
-                (a strict steer found no open turn: nothing accepted).
-        """
-        strict_steer = None if steer is False else check_steer(steer)
-        if source is not None:
-            if not isinstance(source, MessageSource):
-                raise SubagentError(
-                    "source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT
-                )
-            check_source(source)  # what the log holds, also where nothing is encoded yet
-        if message_id is not None and type(message_id) is not MessageId:
-            message_id = MessageId(message_id)
-        if not plain(content):
-            check_value(content)  # refuse what the log cannot hold before anything is accepted
-        sessions = self._host.sessions
-        if self._disposed:  # before the store, which would say LEASE_LOST after a takeover
-            raise sessions.failures.error(self.session_id) or self._disposed_error()
-        if strict_steer is not None:
-            return self._steer(content, source, message_id, strict_steer)
-        if not sessions.strict:
-            if message_id is None:
-                return self.deliver(content, source)
-            if not sessions.claim(self.session_id, message_id):
-                return message_id
-            try:
-                return self.deliver(content, source, message_id=message_id)
-            except BaseException:
-                sessions.unclaim(self.session_id, message_id)
-                raise
-        mid = message_id if message_id is not None else new_message_id()
-        (accepted,) = sessions.accept(
-            self.session_id, [trusted_message(mid, content, source)], self._session
-        )
-        if accepted.duplicate:
-            return mid
-        try:
-            return self.deliver(content, source, message_id=mid)
-        except BaseException:
-            sessions.retract(self.session_id, mid, self._session)
-            raise
-
-    def _steer(
-        self, content: Any, source: MessageSource | None, message_id: MessageId | None, strict: bool
-    ) -> Steered:
-        """``followup(..., steer=...)`` once the arguments are checked."""
-        sessions = self._host.sessions
-        mid = message_id if message_id is not None else new_message_id()
-        if not sessions.strict:
-            if message_id is not None and not sessions.claim(self.session_id, mid):
-                return Steered(mid, "duplicate")
-            try:
-                return self._steer_or_queue(content, source, mid, strict)
-            except BaseException:
-                if message_id is not None:
-                    sessions.unclaim(self.session_id, mid)
-                raise
-        # Committed first, as every accepted message is; taken back if refused.
-        (accepted,) = sessions.accept(
-            self.session_id, [trusted_message(mid, content, source)], self._session
-        )
-        if accepted.duplicate:
-            return Steered(mid, "duplicate")
-        try:
-            return self._steer_or_queue(content, source, mid, strict)
-        except BaseException:
-            sessions.retract(self.session_id, mid, self._session)
-            raise
-
-    def _steer_or_queue(
-        self, content: Any, source: MessageSource | None, mid: MessageId, strict: bool
-    ) -> Steered:
-        if self.steer_in(content, source, mid):
-            return Steered(mid, "steered")
-        if strict:
-            raise not_open(self.session_id)
-        return Steered(self.deliver(content, source, message_id=mid), "queued")
 
     # -- disposal ----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from subagents.actors._kernel._backend import Backend
+from subagents.actors._kernel._telemetry import Telemetry
 
 from ._live import LiveSession
 from ._sessions import SessionService
@@ -38,6 +39,7 @@ class AgentHost:
         leaving: its session leaves the live set (``(session, descriptor)``).
         bind: the subagent service bound with ``(agent, turn or None)`` as parent.
         counters: the runtime's turn times and its disposed agents' totals.
+        telemetry: the runtime's tracing (``None``: off).
 
     The callbacks take the agent untyped: this module sits below the Agent.
     """
@@ -51,3 +53,4 @@ class AgentHost:
     leaving: Callable[[LiveSession, Any], None]
     bind: Callable[[Any, Any], Any]
     counters: RuntimeCounters = field(default_factory=RuntimeCounters)
+    telemetry: Telemetry | None = None

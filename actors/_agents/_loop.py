@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -216,6 +217,12 @@ class TurnRunner:
         output: Any = None
         structured: Any = None
         error: str | None = None
+        tel = host.telemetry
+        traced = None
+        if tel is not None:  # the turn's span, below its message's delivery; current
+            traced = tel.turn(
+                d.source, {"session_id": session.id, "turn": index, "message_id": mid}
+            )
         started = time.perf_counter()
         try:
             sessions.append(session, events, defer=True)  # stored with turn/end
@@ -231,6 +238,8 @@ class TurnRunner:
             stop, error = "failed", error_text(exc)
             logger.exception("turn %d of %s failed", index, session.id)
         elapsed = time.perf_counter() - started
+        if traced is not None:
+            Telemetry.leave_turn(traced)
         self.times.append(elapsed)
         host.counters.times.append(elapsed)
         self.current = None
@@ -259,6 +268,8 @@ class TurnRunner:
             sessions.append(session, (end,), done=done)
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, session.id)
+        if traced is not None:
+            Telemetry.end(traced[0], end.stop_reason, end.error)
         if d.on_end is not None:
             outcome = TurnOutcome(index, end.stop_reason, end.output, end.structured, end.error)
             notify(d.on_end, outcome)

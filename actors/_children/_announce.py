@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from subagents.actors._kernel import Telemetry
 from subagents.protocol import SessionId
 from subagents.supervision import Activation
 
@@ -29,12 +30,25 @@ _END_WAITING = 2
 class Announcer:
     """Orders each epoch's lifecycle pair (see the module docstring)."""
 
-    def __init__(self, emit: Callable[[SubagentEvent, SessionId | None], object]) -> None:
+    def __init__(
+        self,
+        emit: Callable[[SubagentEvent, SessionId | None], object],
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self._emit = emit
+        self._telemetry = telemetry
         self._lock = threading.Lock()  # held for a flag, never across a call out
 
     def start(self, act: Activation) -> None:
-        """Announce ``subagent/start`` (the publisher, after publication)."""
+        """Announce ``subagent/start`` (the publisher, after publication); when
+        tracing, the epoch's span starts, below the publisher's current span."""
+        tel = self._telemetry
+        if tel is not None:
+            act.span = tel.start(
+                "subagents.activation",
+                {"child_id": act.child_id, "parent_session_id": act.parent_session,
+                 "run_id": act.run_id, "provider": act.provider},
+            )  # fmt: skip
         try:
             self._emit(self._event(act, "subagent/start", None), act.parent_session)
         finally:
@@ -53,10 +67,12 @@ class Announcer:
         self._end(act)
 
     def _end(self, act: Activation) -> None:
+        stop = "cancelled" if act.drained else "completed"
         try:
-            stop = "cancelled" if act.drained else "completed"
             self._emit(self._event(act, "subagent/end", stop), act.parent_session)
         finally:
+            if act.span is not None:
+                Telemetry.end(act.span, stop)
             act.released.set()
 
     @staticmethod

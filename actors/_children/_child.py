@@ -18,6 +18,7 @@ from subagents.actors._agents import (
     ModelRegistry,
     SessionService,
 )
+from subagents.actors._kernel import Telemetry
 from subagents.protocol import (
     AgentOptionsEvent,
     Event,
@@ -46,6 +47,8 @@ class ChildContext(Protocol):
     def max_delegation_depth(self) -> int | None: ...
     @property
     def max_inbox(self) -> int | None: ...
+    @property
+    def telemetry(self) -> Telemetry | None: ...
 
 
 def child_options(

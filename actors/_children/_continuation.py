@@ -105,7 +105,7 @@ class ContinuationManager(Followups):
         self._supervisor_box = SupervisorInbox()
         self._registry_box = RegistryInbox()
         self._alarm = Alarm(backend, self._supervisor_box.tick, name="subagents-keep-warm")
-        announcer = Announcer(events.emit)
+        announcer = Announcer(events.emit, ctx.telemetry)
         self._hooks = ResidencyHooks(
             self._registry_box, dispatch, self._alarm, announcer, float(keep_warm)
         )

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from subagents.actors._agents import Agent, SessionService
-from subagents.actors._kernel import AbortSignal
+from subagents.actors._kernel import AbortSignal, Telemetry, stamp
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -79,6 +79,7 @@ def report_from(
     delivery: str = "quiet",
     signal: Any = None,
     message_id: Any = None,
+    telemetry: Telemetry | None = None,
 ) -> MessageId:
     """Deliver a report from ``child`` -- the live child's Agent, or a continuable
     child's session id -- (see the module docstring); its message id.
@@ -113,7 +114,7 @@ def report_from(
     else:
         child_id = SessionId(child)
         parent_id = _vouched_parent(sessions, index, child_id)
-    source = MessageSource(kind="child", session_id=child_id)
+    source = stamp(telemetry, MessageSource(kind="child", session_id=child_id))
     mid = new_message_id() if message_id is None else MessageId(message_id)
     event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
     return _deliver(sessions, live(parent_id), is_live, parent_id, event, message_id is not None)

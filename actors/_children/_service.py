@@ -15,6 +15,7 @@ publishes the child or raises after rolling back -- and opens the run's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, overload
 
@@ -25,20 +26,17 @@ from subagents.actors._agents import (
     Steered,
 )
 from subagents.actors._catalog import Catalog, Listing, ProjectionRegistry
-from subagents.actors._kernel import AbortSignal, Backend, check_timeout
+from subagents.actors._kernel import AbortSignal, Backend, Telemetry, check_timeout, stamp, traced
 from subagents.protocol import (
-    ErrorCode,
     MessageId,
     MessageSource,
-    OneShotDescriptor,
     SessionId,
-    SubagentError,
-    snapshot_subagent_descriptor,
 )
 
 from ._child_stats import ChildStatistics, child_statistics
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
+from ._oneshot import start_oneshot
 from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._remote import followup_by_id, steer_by_id
 from ._reports import ReportReceipt, report_from, report_receipt
@@ -53,7 +51,7 @@ from ._types import (
     SubagentStartRequest,
     UserAuthority,
 )
-from ._validate import bad, check_start_request
+from ._validate import bad
 
 __all__ = ["ServiceContext", "SubagentService"]
 
@@ -69,6 +67,8 @@ class ServiceContext(Protocol):
     def session_projections(self) -> ProjectionRegistry | None: ...
     @property
     def backend(self) -> Backend: ...
+    @property
+    def telemetry(self) -> Telemetry | None: ...
 
 
 class SubagentService:
@@ -192,32 +192,11 @@ class SubagentService:
                 provider raises after its rollback (``MODEL_NOT_FOUND``,
                 ``DEPTH_EXCEEDED``, ...).
         """
-        if type(name) is not str:
-            raise bad("a provider name is a str")
         self._check_thread()
-        check_start_request(request)
-        if not self._ctx.agents.is_live(request.parent):
-            raise SubagentError("request.parent is not a live agent", code=ErrorCode.AGENT_DISPOSED)
-        provider = self._providers.require(name)
-        missing = _requested_capabilities(request) - provider.capabilities
-        if missing:
-            raise SubagentError(
-                f"provider {name!r} does not support {sorted(missing)}",
-                code=ErrorCode.CAPABILITY_UNSUPPORTED,
-                hint=sorted(missing),
-            )
-        descriptor = snapshot_subagent_descriptor(
-            OneShotDescriptor(provider=name, label=request.label)
+        ctx = self._ctx
+        return start_oneshot(
+            ctx.agents, self._providers, self._events, ctx.telemetry, name, request
         )
-        assert request.signal is not None
-        request.signal.raise_if_aborted()
-        run = provider.start(request, descriptor)  # type: ignore[arg-type]
-        if not isinstance(run, SubagentRun):
-            raise SubagentError(
-                f"provider {name!r} returned {type(run).__name__}, not a SubagentRun"
-            )
-        self._events.open_run(name, run, request.parent.session_id, "one-shot")
-        return run
 
     # -- continuable children (the continuation manager) -----------------------------------
 
@@ -240,6 +219,15 @@ class SubagentService:
                 ``CANCELLED``, ``MODEL_NOT_FOUND``, ``DEPTH_EXCEEDED``.
         """
         self._check_thread()
+        tel = self._ctx.telemetry
+        if tel is None:
+            return self._continuation.start_continuable(spec)
+        attrs = {"parent_session_id": spec.parent.session_id, "provider": spec.provider}
+        return traced(tel, "subagents.start", attrs, lambda: self._start_traced(tel, spec))
+
+    def _start_traced(self, tel: Telemetry, spec: ContinuableStartSpec) -> ContinuableHandle:
+        if isinstance(spec.source, MessageSource):  # else the parent's, stamped already
+            spec = dataclasses.replace(spec, source=tel.stamp(spec.source))
         return self._continuation.start_continuable(spec)
 
     @overload
@@ -318,31 +306,35 @@ class SubagentService:
         """
         self._check_thread()
         wait = check_timeout(wait_for_room, "wait_for_room")
-        if isinstance(parent, (str, SessionId)) and not isinstance(parent, Agent):
+        tel = self._ctx.telemetry
+        call: Callable[[], MessageId | Steered]
+        if isinstance(parent, Agent):
+            parent_id = parent.session_id
+
+            def call() -> MessageId | Steered:
+                src = source if source is None else stamp(tel, source)
+                return self._continuation.followup(
+                    parent, child_id, content, source=src, signal=signal,
+                    message_id=message_id, steer=steer,
+                )  # fmt: skip
+        else:
+            parent_id = SessionId(parent)
             ctx = self._ctx
-            where = (ctx.agents, ctx.sessions, self._continuation, SessionId(parent))
+            where = (ctx.agents, ctx.sessions, self._continuation, parent_id)
             if steer is not False:
                 return steer_by_id(*where, SessionId(child_id), content, source, steer)
-            return until_room(
-                lambda: followup_by_id(
-                    *where, SessionId(child_id), content, source=source, message_id=message_id
-                ),
-                wait,
-                signal,
-            )
-        return until_room(
-            lambda: self._continuation.followup(
-                parent,
-                child_id,
-                content,
-                source=source,
-                signal=signal,
-                message_id=message_id,
-                steer=steer,
-            ),
-            wait,
-            signal,
-        )
+            default = MessageSource(kind="parent", session_id=parent_id)
+
+            def call() -> MessageId | Steered:
+                src = source if tel is None else stamp(tel, default if source is None else source)
+                return followup_by_id(
+                    *where, SessionId(child_id), content, source=src, message_id=message_id
+                )
+
+        if tel is None:
+            return until_room(call, wait, signal)
+        attrs = {"child_id": child_id, "parent_session_id": parent_id}
+        return traced(tel, "subagents.followup", attrs, lambda: until_room(call, wait, signal))
 
     def interrupt(
         self, target_session_id: SessionId | str, authority: UserAuthority | AncestorAuthority
@@ -389,18 +381,17 @@ class SubagentService:
         """
         continuation = self._continuation
         agents = continuation.require_agents()
-        return report_from(
-            self._ctx.sessions,
-            continuation.index,
-            agents.get,
-            agents.is_live,
-            child,
-            content,
-            hosted=continuation.hosted,
-            delivery=delivery,
-            signal=signal,
-            message_id=message_id,
-        )
+        tel = self._ctx.telemetry
+        parts = (self._ctx.sessions, continuation.index, agents.get, agents.is_live)
+        return traced(
+            tel,
+            "subagents.report",
+            {"session_id": getattr(child, "session_id", child), "delivery": delivery},
+            lambda: report_from(
+                *parts, child, content, hosted=continuation.hosted, delivery=delivery,
+                signal=signal, message_id=message_id, telemetry=tel,
+            ),
+        )  # fmt: skip
 
     def report_receipt(
         self, child: Agent | SessionId | str, message_id: MessageId | str
@@ -432,16 +423,3 @@ class SubagentService:
         """
         self._check_thread()
         self._continuation.drain(parents, timeout)
-
-
-def _requested_capabilities(request: SubagentStartRequest) -> frozenset[str]:
-    wanted = set()
-    if request.output_schema is not None:
-        wanted.add("output_schema")
-    if request.max_depth is not None:
-        wanted.add("depth_limit")
-    if request.tool_filter is not None:
-        wanted.add("tool_filter")
-    if request.persona is not None:
-        wanted.add("persona")
-    return frozenset(wanted)

@@ -34,6 +34,7 @@ from ._future import ResultFuture, Waiter
 from ._gate import Gate, Latch
 from ._gevent import GeventActor, GeventFuture, native_get_ident
 from ._signal import AbortController, AbortSignal
+from ._telemetry import Telemetry, stamp, telemetry_for, traced
 from ._threadinbox import ThreadActor
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "LockLike",
     "ResultFuture",
     "TaskHandle",
+    "Telemetry",
     "ThreadActor",
     "Waiter",
     "actor_class",
@@ -69,6 +71,9 @@ __all__ = [
     "install_sigint",
     "native_get_ident",
     "ring",
+    "stamp",
     "stamping_clock",
+    "telemetry_for",
     "threading_is_patched",
+    "traced",
 ]

@@ -58,6 +58,16 @@ def test_backpressure_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert capsys.readouterr().out.splitlines() == ["INBOX_FULL 2 2", "2"]
 
 
+def test_tracing_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """docs/tracing.md's example prints the span tree the page shows."""
+    monkeypatch.chdir(tmp_path)
+    page = (DOCS / "tracing.md").read_text()
+    (block,) = _blocks(DOCS / "tracing.md")
+    exec(compile(block, "tracing.md", "exec"), {})
+    shown = page.split("prints\n\n```text\n", 1)[1].split("```", 1)[0]
+    assert capsys.readouterr().out == shown
+
+
 def test_readme_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     (block,) = _blocks(ROOT / "README.md")

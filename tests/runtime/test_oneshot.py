@@ -511,7 +511,7 @@ def test_capability_ids_named() -> None:
     ``test_unsupported_capability_rejected_before_child`` (output_schema, max_depth,
     tool_filter, persona against a provider without them); this test pins the
     mapping from request field to capability name that it relies on."""
-    from subagents.actors._children._service import _requested_capabilities
+    from subagents.actors._children._oneshot import _requested_capabilities
 
     parent = object()
     request = SubagentStartRequest(

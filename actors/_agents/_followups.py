@@ -1,0 +1,174 @@
+"""An agent's ``followup``: its arguments checked, then accepted -- committed first
+under strict durability, deduplicated by id -- as a turn, or steered into the
+running one (see :mod:`._steering`). When the runtime traces, the acceptance is a
+``subagents.followup`` span and the message carries it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, overload
+
+from subagents.actors._kernel._telemetry import stamp, traced
+from subagents.protocol import (
+    ErrorCode,
+    MessageId,
+    MessageSource,
+    SubagentError,
+    check_source,
+    check_value,
+    new_message_id,
+    trusted_message,
+)
+
+from ._inbox import Inbox
+from ._messages import plain
+from ._steering import Steered, check_steer, not_open
+
+__all__ = ["Followups"]
+
+#: A top-level follow-up's source when it names none and must carry a trace.
+_USER = MessageSource(kind="user")
+
+
+class Followups(Inbox):
+    """The follow-up half of :class:`~._agent.Agent` (built on its inbox)."""
+
+    @overload
+    def followup(
+        self,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        message_id: MessageId | None = None,
+        steer: Literal[False] = False,
+    ) -> MessageId: ...
+
+    @overload
+    def followup(
+        self,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        message_id: MessageId | None = None,
+        steer: Literal[True, "strict"],
+    ) -> Steered: ...
+
+    def followup(
+        self,
+        content: Any,
+        *,
+        source: MessageSource | None = None,
+        message_id: MessageId | None = None,
+        steer: bool | str = False,
+    ) -> MessageId | Steered:
+        """Submit one message; it becomes exactly one FIFO turn. Returns its id.
+
+        ``steer=True`` hands it to the running turn instead, if one is open (it
+        sees it at its next safe point, :meth:`Turn.steering`), else queues it;
+        ``steer="strict"`` raises ``TURN_NOT_OPEN`` rather than queue. Either
+        returns a :class:`Steered` (the id, and ``steered`` / ``queued`` /
+        ``duplicate``); see ``_agents/_steering.py``.
+
+        Under strict durability the message is committed to the session's inbox
+        before this returns. ``message_id`` makes it idempotent: the same id again
+        returns it and queues nothing (see ``docs/durability.md`` for how long ids
+        are remembered).
+
+        Raises:
+            SubagentError: ``AGENT_DISPOSED``; ``PERSISTENCE_UNAVAILABLE`` once
+                the session's writes failed (``runtime.sessions.statistics()``
+                lists it); ``ENCODE_ERROR`` for content the
+                session log cannot represent; ``INVALID_ARGUMENT``; the store's
+                error when it cannot commit (nothing accepted); ``TURN_NOT_OPEN``
+                (a strict steer found no open turn: nothing accepted).
+        """
+        strict_steer = None if steer is False else check_steer(steer)
+        if source is not None:
+            if not isinstance(source, MessageSource):
+                raise SubagentError(
+                    "source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT
+                )
+            check_source(source)  # what the log holds, also where nothing is encoded yet
+        if message_id is not None and type(message_id) is not MessageId:
+            message_id = MessageId(message_id)
+        if not plain(content):
+            check_value(content)  # refuse what the log cannot hold before anything is accepted
+        tel = self._host.telemetry
+        if tel is not None:  # a span of its own; the message carries it (a user's, unsaid)
+            accept, src = self._accept, _USER if source is None else source
+            return traced(
+                tel, "subagents.followup", {"session_id": self.session_id},
+                lambda: accept(content, stamp(tel, src), message_id, strict_steer),
+            )  # fmt: skip
+        return self._accept(content, source, message_id, strict_steer)
+
+    def _accept(
+        self,
+        content: Any,
+        source: MessageSource | None,
+        message_id: MessageId | None,
+        strict_steer: bool | None,
+    ) -> MessageId | Steered:
+        """``followup`` once its arguments are checked."""
+        sessions = self._host.sessions
+        if self._disposed:  # before the store, which would say LEASE_LOST after a takeover
+            raise sessions.failures.error(self.session_id) or self._disposed_error()
+        if strict_steer is not None:
+            return self._steer(content, source, message_id, strict_steer)
+        if not sessions.strict:
+            if message_id is None:
+                return self.deliver(content, source)
+            if not sessions.claim(self.session_id, message_id):
+                return message_id
+            try:
+                return self.deliver(content, source, message_id=message_id)
+            except BaseException:
+                sessions.unclaim(self.session_id, message_id)
+                raise
+        mid = message_id if message_id is not None else new_message_id()
+        (accepted,) = sessions.accept(
+            self.session_id, [trusted_message(mid, content, source)], self._session
+        )
+        if accepted.duplicate:
+            return mid
+        try:
+            return self.deliver(content, source, message_id=mid)
+        except BaseException:
+            sessions.retract(self.session_id, mid, self._session)
+            raise
+
+    def _steer(
+        self, content: Any, source: MessageSource | None, message_id: MessageId | None, strict: bool
+    ) -> Steered:
+        """``followup(..., steer=...)`` once the arguments are checked."""
+        sessions = self._host.sessions
+        mid = message_id if message_id is not None else new_message_id()
+        if not sessions.strict:
+            if message_id is not None and not sessions.claim(self.session_id, mid):
+                return Steered(mid, "duplicate")
+            try:
+                return self._steer_or_queue(content, source, mid, strict)
+            except BaseException:
+                if message_id is not None:
+                    sessions.unclaim(self.session_id, mid)
+                raise
+        # Committed first, as every accepted message is; taken back if refused.
+        (accepted,) = sessions.accept(
+            self.session_id, [trusted_message(mid, content, source)], self._session
+        )
+        if accepted.duplicate:
+            return Steered(mid, "duplicate")
+        try:
+            return self._steer_or_queue(content, source, mid, strict)
+        except BaseException:
+            sessions.retract(self.session_id, mid, self._session)
+            raise
+
+    def _steer_or_queue(
+        self, content: Any, source: MessageSource | None, mid: MessageId, strict: bool
+    ) -> Steered:
+        if self.steer_in(content, source, mid):
+            return Steered(mid, "steered")
+        if strict:
+            raise not_open(self.session_id)
+        return Steered(self.deliver(content, source, message_id=mid), "queued")
