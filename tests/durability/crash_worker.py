@@ -77,7 +77,7 @@ def _ends_a_turn(session_id: Any, bodies: Any, token: Any = None, done: Any = ()
     return False
 
 
-_wrap_txn("accept_messages", "accept-in", lambda sid, messages, epoch, at, token: at != 0.0)
+_wrap_txn("accept_messages", "accept-in", lambda sid, messages, epoch, at, *rest: at != 0.0)
 _wrap_txn("append", "end-in", _ends_a_turn)
 _wrap_txn("put_checkpoint", "checkpoint")
 _wrap_txn("release", "release")

@@ -281,3 +281,47 @@ class _TurnWatch(SpanProcessor):
                 return False
             self.event.clear()
         return True
+
+
+_WITHOUT_OTEL = textwrap.dedent(
+    """
+    import sys
+
+    class NoOtel:
+        def find_spec(self, name, path=None, target=None):
+            if name == "opentelemetry" or name.startswith("opentelemetry."):
+                raise ImportError(f"no module named {name!r} (hidden)")
+            return None
+
+    sys.meta_path.insert(0, NoOtel())
+    from subagents.actors import Runtime
+    from subagents.protocol import SubagentError
+
+    with Runtime(backend=sys.argv[1]) as rt:
+        assert rt.telemetry is None
+        agent = rt.spawn("echo")
+        agent.followup("hello")
+        assert agent.wait_idle(10)
+    with Runtime(backend=sys.argv[1], tracing=False) as rt:
+        assert rt.telemetry is None
+    try:
+        Runtime(backend=sys.argv[1], tracing=True)
+    except SubagentError as exc:
+        print(exc.code)
+    assert "opentelemetry" not in sys.modules
+    """
+)
+
+
+def test_without_the_package_nothing_is_traced(backend: Backend) -> None:
+    """Issue 18 point 3: without ``opentelemetry-api`` (hidden from a fresh
+    interpreter) the runtime runs untraced, and asking for tracing is
+    ``INVALID_ARGUMENT``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_OTEL, backend.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ErrorCode.INVALID_ARGUMENT
