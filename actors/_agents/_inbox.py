@@ -234,18 +234,35 @@ class Inbox:
             self._steered += 1
             return True
 
-    def _requeue_steered(self, turn: Any) -> None:
-        """Run the messages steered into ``turn`` that it never took as turns of their
-        own, in order. The lock orders this after every steer that saw the turn open."""
+    def _settle_handled(self, ended: Any) -> bool:
+        """The message just handled is settled (True: the agent is idle now); when it
+        was a turn (``ended``), the messages steered into it that it never took run
+        as turns of their own, in order -- counted in the same locked step, so the
+        agent is never idle in between. The lock orders this after every steer
+        that saw the turn open."""
+        rest: list[Message] | None = None
         with self._lock:
-            box = turn._steer
-            if box is None:
-                return
-            rest = box.leftovers()
-            first = self._accepted + 1
-            self._accepted += len(rest)
-            self._inflight += len(rest)
-            self._requeued += len(rest)
+            if ended is not None:
+                box = ended._steer
+                if box is not None:
+                    rest = box.leftovers()
+                    first = self._accepted + 1
+                    self._accepted += len(rest)
+                    self._inflight += len(rest)
+                    self._requeued += len(rest)
+            self._inflight -= 1
+            idle = self._inflight == 0
+            if idle:
+                self.idle_since = time.monotonic()
+                waiter = self._idle_waiter
+                if waiter is not None:
+                    self._idle_waiter = None
+                    waiter.set()
+        if rest:
+            self._requeue(rest, first)
+        return idle
+
+    def _requeue(self, rest: list[Message], first: int) -> None:
         for n, m in enumerate(rest, first):
             try:
                 self._put(Deliver(n, m.message_id, m.content, m.source, "message", (), None, False))
@@ -389,17 +406,19 @@ class Inbox:
     # -- the actor side ------------------------------------------------------------
 
     def _handle(self, message: Any) -> None:
+        turns = self._turns
         try:
             if message.n <= self._discard_through:
-                self._turns.discard(message)
+                turns.discard(message)
+            elif type(message) is Deliver:  # a turn: the common case, one call less
+                turns.run_turn(message)
             else:
-                self._turns.handle(message)
+                turns.handle(message)
         finally:
-            ended = self._turns.ended
+            ended = turns.ended
             if ended is not None:
-                self._turns.ended = None
-                self._requeue_steered(ended)
-            if self._settle_one() and self._idle_listeners:
+                turns.ended = None
+            if self._settle_handled(ended) and self._idle_listeners:
                 for fn in list(self._idle_listeners):
                     try:
                         fn(self)

@@ -250,7 +250,11 @@ class TurnRunner:
             if error is not None:
                 stop = "failed"
         end = trusted_turn_end(index, clock(), stop, output, structured, error, turn.usage)
-        if not (plain(output) and plain(structured) and plain(error)):
+        if not (
+            (output is None or plain(output))
+            and (structured is None or plain(structured))
+            and (error is None or plain(error))
+        ):
             try:  # the whole end, as the store encodes it: output and structured together
                 encode_event(end)
             except SubagentError as exc:

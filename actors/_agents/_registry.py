@@ -231,10 +231,11 @@ class AgentRegistry:
 
     def is_live(self, agent: object) -> bool:
         """True when ``agent`` is exactly the registered agent of its session."""
+        # Asked once per follow-up: the agent's fields, not its properties.
         return (
             isinstance(agent, Agent)
-            and self._agents.get(agent.session_id) is agent
-            and not agent.disposed
+            and self._agents.get(agent._session.header.id) is agent
+            and not agent._disposed
         )
 
     def roots(self) -> list[SessionHeader]:

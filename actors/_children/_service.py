@@ -305,8 +305,14 @@ class SubagentService:
                 (:class:`~subagents.protocol.InboxFullError`).
         """
         self._check_thread()
-        wait = check_timeout(wait_for_room, "wait_for_room")
         tel = self._ctx.telemetry
+        lean = tel is None and type(wait_for_room) is float and wait_for_room == 0.0
+        if lean and type(parent) is Agent:  # the common case, straight through
+            return self._continuation.followup(
+                parent, child_id, content, source=source, signal=signal,
+                message_id=message_id, steer=steer,
+            )  # fmt: skip
+        wait = check_timeout(wait_for_room, "wait_for_room")
         call: Callable[[], MessageId | Steered]
         if isinstance(parent, Agent):
             parent_id = parent.session_id
