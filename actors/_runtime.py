@@ -241,18 +241,9 @@ class Runtime:
         self.mail: Mailman | None = None
         self._unwakeable: set[SessionId] = set()
         if leases is not None:
-            self.mail = Mailman(
-                self.sessions,
-                self.backend,
-                holder=leases.holder.id,
-                live=self.agents.get,
-                holds=leases.holds,
-                orphan=self._orphan,
-                period=float(lease_ttl) / 3,
+            self.mail = Mailman.started(
+                self.sessions, self.backend, leases, self.agents.get, self._orphan
             )
-            leases.wake = self.mail.address
-            self.sessions.on_waiting = self.mail.rung
-            self.mail.start()
         self.default_providers: list[ProviderRegistration] = []
         if default_providers:
             self.default_providers.append(self.subagents.register_provider(LocalProvider(self)))

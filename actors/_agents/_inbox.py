@@ -55,7 +55,7 @@ from ._live import LiveSession
 from ._loop import TurnRunner
 from ._messages import UNTAKEN, Call, Deliver, Quiet
 from ._outcome import TurnOutcome
-from ._stats import AgentStatistics, percentiles
+from ._stats import AgentStatistics, agent_statistics
 from ._steering import SteerBox
 from ._turn import Message
 
@@ -301,24 +301,12 @@ class Inbox:
         Cheap: counters read without a lock; under strict durability one store read
         (the durable inbox's depth).
         """
-        running, inbox, turns, accepted, replayed, reports = self._counts()
         sessions = self._host.sessions
         durable = None
         if sessions.strict and sessions.persistence is not None:
             durable = len(sessions.pending(self.session_id))
-        p50, p99 = percentiles(self._turns.times)
-        return AgentStatistics(
-            session_id=self.session_id,
-            inbox=inbox,
-            durable_inbox=durable,
-            running=running,
-            turns=turns,
-            turn_p50_ms=p50,
-            turn_p99_ms=p99,
-            accepted=accepted,
-            replayed=replayed,
-            deduplicated=self._session.deduplicated,
-            reports_pending=reports,
+        return agent_statistics(
+            self.session_id, self._counts(), self._turns.times, durable, self._session
         )
 
     def _counts(self) -> tuple[bool, int, int, int, int, int]:

@@ -75,6 +75,27 @@ class Mailman:
     def start(self) -> None:
         self._task = self._backend.spawn(self._run, name="subagents-mail")
 
+    @classmethod
+    def started(
+        cls,
+        sessions: SessionService,
+        backend: Backend,
+        leases: Any,
+        live: Callable[[SessionId], Agent | None],
+        orphan: Callable[[SessionId], object],
+    ) -> Mailman:
+        """The pickup of a runtime whose sessions ``leases`` holds, wired (leases
+        name its doorbell; a session with messages nobody took rings it) and
+        running; it sweeps every third of the lease ttl."""
+        mail = cls(
+            sessions, backend, holder=leases.holder.id, live=live, holds=leases.holds,
+            orphan=orphan, period=float(leases.ttl) / 3,
+        )  # fmt: skip
+        leases.wake = mail.address
+        sessions.on_waiting = mail.rung
+        mail.start()
+        return mail
+
     def close(self) -> None:
         self.doorbell.close()
         if self._task is not None:

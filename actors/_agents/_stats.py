@@ -25,6 +25,7 @@ __all__ = [
     "AgentStatistics",
     "RuntimeCounters",
     "RuntimeStatistics",
+    "agent_statistics",
     "percentiles",
     "runtime_statistics",
 ]
@@ -135,6 +136,32 @@ def percentiles(seconds: Iterable[float]) -> tuple[float | None, float | None]:
     return (
         data[math.ceil(0.50 * n) - 1] * 1000.0,
         data[math.ceil(0.99 * n) - 1] * 1000.0,
+    )
+
+
+def agent_statistics(
+    session_id: SessionId,
+    counts: tuple[bool, int, int, int, int, int],
+    times: Iterable[float],
+    durable: int | None,
+    session: Any,
+) -> AgentStatistics:
+    """One agent's :class:`AgentStatistics` from its counters (``Inbox._counts``),
+    turn times, durable inbox depth and live session."""
+    running, inbox, turns, accepted, replayed, reports = counts
+    p50, p99 = percentiles(times)
+    return AgentStatistics(
+        session_id=session_id,
+        inbox=inbox,
+        durable_inbox=durable,
+        running=running,
+        turns=turns,
+        turn_p50_ms=p50,
+        turn_p99_ms=p99,
+        accepted=accepted,
+        replayed=replayed,
+        deduplicated=session.deduplicated,
+        reports_pending=reports,
     )
 
 

@@ -63,7 +63,6 @@ from subagents.protocol import (
 )
 from subagents.supervision import (
     FOLLOW_UP,
-    INTERRUPTIBLE,
     MAY_SETTLE,
     VISIBLE,
     Activation,
@@ -74,8 +73,8 @@ from subagents.supervision import (
     Trigger,
     advance,
 )
-from subagents.supervision import Latch as ActivationLatch
 
+from ._authority import Authority
 from ._placed import PlacedChild
 from ._requests import (
     Abandon,
@@ -89,7 +88,6 @@ from ._requests import (
     Reserve,
     Withdraw,
 )
-from ._types import AncestorAuthority, UserAuthority
 
 __all__ = ["Registry"]
 
@@ -104,7 +102,7 @@ _ADMITTED: Final = Latch()
 _ADMITTED.set()
 
 
-class Registry(NoticeLoop):
+class Registry(Authority, NoticeLoop):
     """The registry actor's behaviour; built into an actor class per backend.
 
     Args:
@@ -378,54 +376,3 @@ class Registry(NoticeLoop):
             self._supervisor.quiescent(parent)  # child-first: the parent may settle now
         waiters, act.waiters = act.waiters, None
         self._reroute(waiters)  # the first one cold-resumes it
-
-    # -- drain cutoffs -----------------------------------------------------------------
-
-    def _cutoff(self, parents: tuple[Agent, ...]) -> tuple[list[Activation], list[ActivationLatch]]:
-        for parent in parents:
-            self._cutoffs[parent.session_id] = parent
-        forest: list[Activation] = []
-        pending: list[ActivationLatch] = []
-        for act in self.index.values():
-            if not any(p in act.lineage for p in parents):
-                continue
-            if act.phase is Phase.RESERVED:
-                pending.append(act.admitted)
-                continue
-            if act.phase is Phase.RESIDENT:
-                act.drained = True
-                act.phase = advance(act.phase, Trigger.CUTOFF)
-                act.agent.close_admission()  # after the phase: see the module docstring
-            forest.append(act)
-        return forest, pending
-
-    def _end_cutoff(self, parent: Agent) -> None:
-        if self._cutoffs.get(parent.session_id) is parent:
-            del self._cutoffs[parent.session_id]
-
-    # -- interrupt authority -----------------------------------------------------------
-
-    def _interrupt(
-        self, target: SessionId, authority: UserAuthority | AncestorAuthority
-    ) -> tuple[Any, str, SessionId | None] | None:
-        act = self.index.get(target)
-        if act is None or act.phase not in INTERRUPTIBLE:
-            return None  # an absent target is an accepted no-op
-        if isinstance(authority, UserAuthority):
-            try:
-                ok = SessionId(authority.parent_session_id) == act.parent_session
-            except SubagentError:
-                ok = False
-            kind, by = "user", act.parent_session if ok else None
-        else:
-            agent = authority.agent
-            ok = (
-                isinstance(agent, Agent)
-                and agent is not act.agent
-                and any(agent is a for a in act.lineage)
-                and self._agents.is_live(agent)
-            )
-            kind, by = "ancestor", agent.session_id if ok else None
-        if not ok:
-            raise _err(ErrorCode.UNAUTHORIZED, "not authorized to interrupt this child")
-        return act.agent, kind, by

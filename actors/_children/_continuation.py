@@ -60,7 +60,7 @@ from ._events import EventBus
 from ._followups import Followups
 from ._intake import start_child_id, wake_parent_holder
 from ._materialize import ADMISSION_TIMEOUT, Materializer
-from ._placed import PlacementLookup, placement_of, release_placed
+from ._placement import PlacementLookup, placement_of, release_placed
 from ._provider_registry import ProviderRegistry
 from ._requests import EndCutoff, RegistryInbox, Reserve
 from ._residency import ResidencyHooks

@@ -36,7 +36,8 @@ from subagents.supervision import Activation, Phase
 from ._child import ChildContext
 from ._intake import DONE, accept_resident, kept, steer_followup
 from ._materialize import Materializer
-from ._placed import PlacedChild, followup_placed
+from ._placed import PlacedChild
+from ._placement import followup_placed
 from ._requests import Delivery, Request
 from ._validate import bad
 

@@ -47,7 +47,8 @@ from subagents.supervision import Activation, SupervisorInbox
 
 from ._announce import Announcer
 from ._child import ChildContext, create_child
-from ._placed import PlacedChild, Placement, PlacementLookup
+from ._placed import PlacedChild, Placement
+from ._placement import PlacementLookup
 from ._requests import Abandon, Admit, Delivery, Publish, Request, Withdraw
 from ._setup import SetupRegistry
 from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec

@@ -28,27 +28,15 @@ from typing import Any, Protocol
 
 from subagents.actors._kernel import Backend
 from subagents.protocol import (
-    ContinuableDescriptor,
     ErrorCode,
     MessageId,
     MessageSource,
     SessionHeader,
     SessionId,
     SubagentError,
-    trusted_message,
-    try_fold_subagent_descriptor,
 )
 
-from ._intake import kept
-
-__all__ = [
-    "PlacedChild",
-    "Placement",
-    "PlacementLookup",
-    "followup_placed",
-    "placement_of",
-    "release_placed",
-]
+__all__ = ["PlacedChild", "Placement"]
 
 logger = logging.getLogger("subagents")
 
@@ -311,106 +299,3 @@ class PlacedChild:
                 fn(self)
             except Exception:
                 logger.exception("%s listener %r raised", kind, fn)
-
-
-class PlacementLookup:
-    """Which children are placed, and how: from the provider that created them.
-
-    ``names`` and ``get`` are the provider registry's. A child's provider is read
-    from its descriptor -- only while some registered provider places children --
-    and remembered (a bounded memory: past :data:`_REMEMBER` children it starts
-    over).
-    """
-
-    def __init__(
-        self, names: Callable[[], list[str]], get: Callable[[str], Any], sessions: Any
-    ) -> None:
-        self._names = names
-        self._get = get
-        self._sessions = sessions
-        self._known: dict[SessionId, tuple[ContinuableDescriptor, SessionHeader] | None] = {}
-
-    @staticmethod
-    def placement(provider: Any) -> Placement | None:
-        """The provider's placement, or None when it runs children here."""
-        placement: Placement | None = getattr(provider, "placement", None)
-        return placement
-
-    def of(
-        self, child_id: SessionId
-    ) -> tuple[Placement, ContinuableDescriptor, SessionHeader] | None:
-        """The placement of ``child_id``, its descriptor and header, or None (it
-        runs here)."""
-        if not any(self.placement(self._get(n)) is not None for n in self._names()):
-            return None
-        if child_id in self._known:
-            known = self._known[child_id]
-        else:
-            known = self._descriptor(child_id)
-            if len(self._known) >= _REMEMBER:
-                self._known.clear()
-            self._known[child_id] = known
-        if known is None:
-            return None
-        placement = self.placement(self._get(known[0].provider))
-        return None if placement is None else (placement, *known)
-
-    def _descriptor(
-        self, child_id: SessionId
-    ) -> tuple[ContinuableDescriptor, SessionHeader] | None:
-        header = self._sessions.header(child_id)
-        if header is None:
-            return None
-        records = self._sessions.read(child_id, header.seed_len)
-        fold = try_fold_subagent_descriptor(r.event for r in records)
-        descriptor = fold.descriptor
-        if fold.verdict == "ok" and isinstance(descriptor, ContinuableDescriptor):
-            return descriptor, header
-        return None
-
-
-_REMEMBER = 65536
-
-
-def placement_of(provider: Any, sessions: Any) -> Placement | None:
-    """The placement of a provider a continuable child is started through, or
-    None (it runs here).
-
-    Raises:
-        SubagentError: ``PERSISTENCE_UNAVAILABLE`` when it places children and the
-            runtime's store is not durable with strict durability: a host can only
-            run what is committed.
-    """
-    placement = PlacementLookup.placement(provider)
-    if placement is not None and not (sessions.strict and sessions.leases is not None):
-        raise SubagentError(
-            f"provider {provider.name!r} places children on other hosts: it needs a durable"
-            " store shared with them and durability='strict'",
-            code=ErrorCode.PERSISTENCE_UNAVAILABLE,
-        )
-    return placement
-
-
-def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
-    """A follow-up to a resident placed child: committed to its durable inbox, taken
-    by nobody, then admitted (True: accepted, or a duplicate). False: the child
-    is retiring; the delivery is marked committed, for the registry to route."""
-    event = trusted_message(delivery.message_id, delivery.content, delivery.source)
-    limit = child.header.max_inbox
-    if sessions.accept(child.session_id, (event,), limit=limit)[0].duplicate:
-        return True
-    delivery.committed = True
-    try:
-        return child.admit_followup(delivery.content, delivery.source, delivery.message_id, True)
-    except BaseException as exc:  # refused (drained): nothing stays accepted
-        if not kept(sessions, child.session_id, delivery.message_id, exc):
-            delivery.committed = False
-        raise
-
-
-def release_placed(activations: list[Any], cause: str) -> None:
-    """Release the placed children among ``activations`` now, deepest first (the
-    runtime closes: their hosts keep nothing resident for a parent that left)."""
-    placed = [a for a in activations if isinstance(a.agent, PlacedChild)]  # settling too
-    for act in sorted(placed, key=lambda a: a.depth, reverse=True):
-        act.agent.release(cause)

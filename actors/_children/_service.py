@@ -26,7 +26,7 @@ from subagents.actors._agents import (
     Steered,
 )
 from subagents.actors._catalog import Catalog, Listing, ProjectionRegistry
-from subagents.actors._kernel import AbortSignal, Backend, Telemetry, check_timeout, stamp, traced
+from subagents.actors._kernel import AbortSignal, Backend, Telemetry, traced
 from subagents.protocol import (
     MessageId,
     MessageSource,
@@ -38,9 +38,8 @@ from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._oneshot import start_oneshot
 from ._provider_registry import ProviderRegistration, ProviderRegistry
-from ._remote import followup_by_id, steer_by_id
 from ._reports import ReportReceipt, report_from, report_receipt
-from ._room import until_room
+from ._sending import send_followup
 from ._setup import SetupRegistration
 from ._types import (
     AncestorAuthority,
@@ -312,35 +311,12 @@ class SubagentService:
                 parent, child_id, content, source=source, signal=signal,
                 message_id=message_id, steer=steer,
             )  # fmt: skip
-        wait = check_timeout(wait_for_room, "wait_for_room")
-        call: Callable[[], MessageId | Steered]
-        if isinstance(parent, Agent):
-            parent_id = parent.session_id
-
-            def call() -> MessageId | Steered:
-                src = source if source is None else stamp(tel, source)
-                return self._continuation.followup(
-                    parent, child_id, content, source=src, signal=signal,
-                    message_id=message_id, steer=steer,
-                )  # fmt: skip
-        else:
-            parent_id = SessionId(parent)
-            ctx = self._ctx
-            where = (ctx.agents, ctx.sessions, self._continuation, parent_id)
-            if steer is not False:
-                return steer_by_id(*where, SessionId(child_id), content, source, steer)
-            default = MessageSource(kind="parent", session_id=parent_id)
-
-            def call() -> MessageId | Steered:
-                src = source if tel is None else stamp(tel, default if source is None else source)
-                return followup_by_id(
-                    *where, SessionId(child_id), content, source=src, message_id=message_id
-                )
-
-        if tel is None:
-            return until_room(call, wait, signal)
-        attrs = {"child_id": child_id, "parent_session_id": parent_id}
-        return traced(tel, "subagents.followup", attrs, lambda: until_room(call, wait, signal))
+        ctx = self._ctx
+        return send_followup(
+            ctx.agents, ctx.sessions, self._continuation, tel, parent, child_id, content,
+            source=source, signal=signal, message_id=message_id, steer=steer,
+            wait_for_room=wait_for_room,
+        )  # fmt: skip
 
     def interrupt(
         self, target_session_id: SessionId | str, authority: UserAuthority | AncestorAuthority

@@ -27,11 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-from rich.tree import Tree
+from rich.console import Console
 from subagents.actors._agents import Turn
 from subagents.actors._children import ContinuableStartSpec, UserAuthority
 from subagents.actors._kernel import Gate
@@ -39,17 +35,14 @@ from subagents.actors._runtime import Runtime
 from subagents.protocol import (
     ErrorCode,
     MessageEvent,
-    ReportEvent,
-    SessionHeader,
     SessionId,
     SubagentError,
-    TurnEnd,
-    TurnStart,
     try_fold_subagent_descriptor,
 )
 
 from ._defaults import DEFAULT_DB
 from ._demo_model import register_models, run_model_first
+from ._demo_view import Show, headers, render, summary
 
 __all__ = ["run_demo"]
 
@@ -148,139 +141,12 @@ def _register(rt: Runtime, script: _Script) -> None:
 # -- the live view --------------------------------------------------------------------
 
 
-@dataclass
-class _Node:
-    header: SessionHeader
-    mode: str
-    state: str
-    turns: int
-    messages: int
-    active: float
-
-
-def _inspect(rt: Runtime, header: SessionHeader) -> _Node:
-    events = [r.event for r in rt.sessions.read(header.id)]
-    fold = try_fold_subagent_descriptor(events)
-    mode = (
-        fold.descriptor.mode
-        if fold.descriptor is not None
-        else ("top-level" if header.parent_session is None else "?")
-    )
-    turns = [e for e in events if isinstance(e, TurnStart)]
-    ends = [e for e in events if isinstance(e, TurnEnd)]
-    active = 0.0
-    starts = {e.turn: e.at for e in turns}
-    for end in ends:
-        if end.turn in starts:
-            active += (end.at - starts[end.turn]).total_seconds()
-    agent = rt.agents.get(header.id)
-    act = rt.continuation.activation(header.id)
-    if agent is not None and not agent.idle:
-        state = "running"
-    elif act is not None and act.owned:
-        state = "waiting"
-    elif agent is not None:
-        state = "idle"
-    elif ends and ends[-1].stop_reason == "cancelled":
-        state = "cancelled"
-    else:
-        state = "settled"
-    messages = sum(isinstance(e, (MessageEvent, ReportEvent)) for e in events)
-    return _Node(header, mode, state, len(turns), messages, active)
-
-
-_STYLE = {
-    "running": "bold green",
-    "waiting": "yellow",
-    "idle": "cyan",
-    "settled": "dim",
-    "cancelled": "red",
-}
-
-
-def _headers(rt: Runtime) -> list[SessionHeader]:
-    rt.sessions.flush()
-    found: dict[SessionId, SessionHeader] = {}
-    if rt.store is not None:
-        for h in rt.store.all_headers():
-            found[h.id] = h
-    for sid in rt.sessions.live_ids():
-        live = rt.sessions.live(sid)
-        if live is not None:
-            found[sid] = live.header
-    return sorted(found.values(), key=lambda h: (h.created_at, h.id))
-
-
-def _render(rt: Runtime, status: str) -> tuple[Group, list[_Node]]:
-    headers = _headers(rt)
-    nodes = {h.id: _inspect(rt, h) for h in headers}
-    tree = Tree(Text("agent tree", style="bold"))
-    branches: dict[SessionId, Tree] = {}
-    for h in headers:
-        node = nodes[h.id]
-        label = Text.assemble(
-            (h.label or "(unlabelled)", "bold"),
-            f"  {node.mode}  ",
-            (node.state, _STYLE.get(node.state, "")),
-            f"  turns {node.turns}  active {node.active * 1000:.1f} ms",
-        )
-        parent = branches.get(h.parent_session) if h.parent_session is not None else None
-        branches[h.id] = (parent or tree).add(label)
-    total_turns = sum(n.turns for n in nodes.values())
-    total_msgs = sum(n.messages for n in nodes.values())
-    progress = Text(f"{status} | agents {len(nodes)} | turns {total_turns} | messages {total_msgs}")
-    return Group(tree, progress), list(nodes.values())
-
-
-def _summary(nodes: list[_Node]) -> Table:
-    table = Table(title="summary")
-    for col in ("agent", "mode", "state", "turns", "messages", "active ms"):
-        table.add_column(col)
-    for n in nodes:
-        table.add_row(
-            n.header.label or "-",
-            n.mode,
-            n.state,
-            str(n.turns),
-            str(n.messages),
-            f"{n.active * 1000:.1f}",
-        )
-    return table
-
-
-# -- the run --------------------------------------------------------------------------
-
-
-class _Show:
-    def __init__(self, rt: Runtime, console: Console) -> None:
-        self.rt = rt
-        self.console = console
-        self.live = Live(console=console, auto_refresh=False, transient=False)
-        self.status = "starting"
-
-    def step(self, status: str) -> None:
-        self.status = status
-        if self.console.is_terminal:
-            self.live.update(_render(self.rt, status)[0], refresh=True)
-        else:
-            self.console.print(f"- {status}")
-
-    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"demo: {what} did not happen within {timeout} s")
-            self.rt.backend.sleep(0.02)
-            if self.console.is_terminal:
-                self.live.update(_render(self.rt, self.status)[0], refresh=True)
-
-
 def _quiet(rt: Runtime) -> bool:
     """Every live agent idle (waiting Activations are idle agents that own children)."""
     return all(a.idle for a in rt.agents.list())
 
 
-def _first_run(rt: Runtime, root: Any, script: _Script, show: _Show) -> None:
+def _first_run(rt: Runtime, root: Any, script: _Script, show: Show) -> None:
     show.step("root plans the tree (continuable researchers, a fork writer)")
     root.followup("plan")
     show.wait(lambda: script.slow_started.arrivals > 0, "researcher-B starting")
@@ -312,7 +178,7 @@ def _first_run(rt: Runtime, root: Any, script: _Script, show: _Show) -> None:
 
 
 def _children(rt: Runtime, parent: SessionId) -> dict[str, SessionId]:
-    return {h.label or "": h.id for h in _headers(rt) if h.parent_session == parent}
+    return {h.label or "": h.id for h in headers(rt) if h.parent_session == parent}
 
 
 def _resume_root(rt: Runtime, root_id: SessionId, console: Console, behaviour: Any) -> Any:
@@ -331,7 +197,7 @@ def _resume_root(rt: Runtime, root_id: SessionId, console: Console, behaviour: A
             rt.backend.sleep(0.1)
 
 
-def _second_run(rt: Runtime, root: Any, show: _Show, timeout: float = 30.0) -> list[str]:
+def _second_run(rt: Runtime, root: Any, show: Show, timeout: float = 30.0) -> list[str]:
     said: list[str] = []
     root_id = root.session_id
     show.step(f"resumed the root {ROOT_LABEL} from its session")
@@ -374,7 +240,7 @@ def run_demo(
                 if exc.code != ErrorCode.SESSION_EXISTS:
                     raise  # resumed below when it exists
         previous = root is None
-        show = _Show(rt, console)
+        show = Show(rt, console)
         with show.live if console.is_terminal else contextlib.nullcontext():
             if previous:
                 console.print(f"found a demo tree in {db}: resuming it")
@@ -389,14 +255,14 @@ def run_demo(
                 console.print(f"no demo tree in {db} yet: building one")
                 _first_run(rt, root, script, show)
                 said = []
-            group, nodes = _render(rt, "done")
+            group, nodes = render(rt, "done")
             if console.is_terminal:
                 show.live.update(group, refresh=True)
         if not console.is_terminal:
             console.print(group)
         for line in said:
             console.print(line)
-        console.print(_summary(nodes))
+        console.print(summary(nodes))
         mode = "resumed" if previous else "created"
         console.print(f"{mode}: {len(nodes)} sessions in {db} on the {backend} backend")
         again = demo_command(db, backend, model)

@@ -343,7 +343,8 @@ def test_a_followup_refused_below_a_drain_cutoff_is_taken_back(
     hosts from seeing the session.)"""
     import datetime as dt
 
-    from subagents.actors._children._placed import PlacedChild, followup_placed
+    from subagents.actors._children._placed import PlacedChild
+    from subagents.actors._children._placement import followup_placed
     from subagents.actors._children._requests import Delivery
     from subagents.protocol import SessionHeader, new_message_id, new_session_id
 

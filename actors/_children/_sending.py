@@ -1,0 +1,69 @@
+"""The subagent service's follow-up beyond its common case (a live parent, no wait,
+no tracing, which goes straight to the continuation manager): a parent named by
+its session id (:mod:`._remote`), waiting for room in a bounded inbox
+(:mod:`._room`), and the acceptance's span when the runtime traces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from subagents.actors._agents import Agent, AgentRegistry, SessionService, Steered
+from subagents.actors._kernel import Telemetry, check_timeout, stamp, traced
+from subagents.protocol import MessageId, MessageSource, SessionId
+
+from ._continuation import ContinuationManager
+from ._remote import followup_by_id, steer_by_id
+from ._room import until_room
+
+__all__ = ["send_followup"]
+
+
+def send_followup(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    telemetry: Telemetry | None,
+    parent: Any,
+    child_id: Any,
+    content: Any,
+    *,
+    source: Any,
+    signal: Any,
+    message_id: Any,
+    steer: Any,
+    wait_for_room: Any,
+) -> MessageId | Steered:
+    """See :meth:`SubagentService.followup`."""
+    wait = check_timeout(wait_for_room, "wait_for_room")
+    call: Callable[[], MessageId | Steered]
+    if isinstance(parent, Agent):
+        parent_id = parent.session_id
+
+        def call() -> MessageId | Steered:
+            src = source if source is None else stamp(telemetry, source)
+            return continuation.followup(
+                parent, child_id, content, source=src, signal=signal,
+                message_id=message_id, steer=steer,
+            )  # fmt: skip
+    else:
+        parent_id = SessionId(parent)
+        where = (agents, sessions, continuation, parent_id)
+        if steer is not False:
+            return steer_by_id(*where, SessionId(child_id), content, source, steer)
+        default = MessageSource(kind="parent", session_id=parent_id)
+
+        def call() -> MessageId | Steered:
+            src = (
+                source
+                if telemetry is None
+                else stamp(telemetry, default if source is None else source)
+            )
+            return followup_by_id(
+                *where, SessionId(child_id), content, source=src, message_id=message_id
+            )
+
+    if telemetry is None:
+        return until_room(call, wait, signal)
+    attrs = {"child_id": child_id, "parent_session_id": parent_id}
+    return traced(telemetry, "subagents.followup", attrs, lambda: until_room(call, wait, signal))
