@@ -16,7 +16,7 @@ from subagents.store import SqliteStore
 
 from bench._harness import Context, Row, compare, group, min_time
 from bench.catalog_bench import _build, _catalog
-from bench.memory_bench import _measure
+from bench.memory_bench import idle_children
 
 
 def _children_ms(ctx: Context, size: int) -> tuple[float, int]:
@@ -62,26 +62,4 @@ def million(ctx: Context) -> list[Row]:
         better="lower",
     )
     rows = [base, compare(listing, budget, target=1.0)]
-    n = ctx.size(1_000_000, 500)
-    ours = _measure(ctx, "gevent", n, "activation", timeout=7200)
-    resident = Row(
-        workload=f"{n:,} idle continuable children, total RSS",
-        backend="gevent",
-        store="sqlite",
-        value=ours["rss"] / 2**20,
-        unit="MiB",
-        better="lower",
-    )
-    ceiling = Row(
-        workload="budget 16 GiB",
-        backend="gevent",
-        store="-",
-        value=16 * 1024.0,
-        unit="MiB",
-        better="lower",
-    )
-    ctx.log(
-        f"{n:,} children built in {ours['seconds']:.0f}s, {ours['per'] / 1024:.1f} KiB each,"
-        f" {ours['peak'] / 2**30:.1f} GiB before the writes were flushed"
-    )
-    return [*rows, compare(resident, ceiling, target=1.0)]
+    return [*rows, idle_children(ctx, ctx.size(1_000_000, 500), 16, timeout=7200)]

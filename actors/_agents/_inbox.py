@@ -380,16 +380,8 @@ class Inbox:
         self._dispose_listeners.append(fn)
 
     def _settle_one(self) -> bool:
-        with self._lock:
-            self._inflight -= 1
-            idle = self._inflight == 0
-            if idle:
-                self.idle_since = time.monotonic()
-                waiter = self._idle_waiter
-                if waiter is not None:
-                    self._idle_waiter = None
-                    waiter.set()
-        return idle
+        """One message settled that was no turn (True: the agent is idle now)."""
+        return self._settle_handled(None)
 
     # -- the actor side ------------------------------------------------------------
 
