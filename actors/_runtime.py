@@ -80,18 +80,12 @@ from ._kernel import (
     stamping_clock,
     telemetry_for,
     threading_is_patched,
+    utcnow,
 )
 
 __all__ = ["Runtime"]
 
 logger = logging.getLogger("subagents")
-
-_now = _dt.datetime.now
-_UTC = _dt.UTC
-
-
-def _utcnow() -> _dt.datetime:
-    return _now(_UTC)
 
 
 class Runtime:
@@ -179,7 +173,7 @@ class Runtime:
         self._home_thread: int | None = (
             native_get_ident() if self.backend is GEVENT and not threading_is_patched() else None
         )
-        self.clock: Callable[[], _dt.datetime] = _utcnow if clock is None else checked_clock(clock)
+        self.clock: Callable[[], _dt.datetime] = utcnow if clock is None else checked_clock(clock)
         self.store: SessionStore | None = open_store(store)
         durable = self.store is not None and self.store.durable
         leases = (

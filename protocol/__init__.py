@@ -68,6 +68,7 @@ from ._ids import MessageId, RunId, SessionId, new_message_id, new_run_id, new_s
 from ._limits import DEFAULT_LIMITS, Limits
 from ._time import micros, storable_datetime
 from ._trusted import trusted_message, trusted_turn_end, trusted_turn_start
+from ._turn_record import Delivered, TurnRecord, materialise
 from ._vocabulary import (
     ORIGINS,
     STOP_REASONS,
@@ -100,6 +101,7 @@ __all__ = [
     "ContinuableDescriptor",
     "CorruptRecordError",
     "DecodeError",
+    "Delivered",
     "DepthBearing",
     "DescriptorCorruptError",
     "DescriptorFold",
@@ -126,6 +128,7 @@ __all__ = [
     "SubagentDescriptorEvent",
     "SubagentError",
     "TurnEnd",
+    "TurnRecord",
     "TurnStart",
     "UnknownEvent",
     "agent_options_event",
@@ -147,6 +150,7 @@ __all__ = [
     "fold_subagent_descriptor",
     "header_from_wire",
     "header_to_wire",
+    "materialise",
     "micros",
     "new_message_id",
     "new_run_id",

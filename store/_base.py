@@ -120,6 +120,13 @@ class SessionStore(DurableQueues):
         """
         return self.append
 
+    def _takes_turn_records(self) -> bool:
+        """Whether :meth:`_owned_appender` takes a turn as its compact
+        :class:`~subagents.protocol.TurnRecord` (the record in each slot it stands
+        for; the store builds the events when it is read). The default is False:
+        the runtime hands it the events themselves."""
+        return False
+
     @abc.abstractmethod
     def append(
         self,

@@ -2,7 +2,10 @@
 
 It keeps the event objects themselves, never encoded: same-process values are
 borrowed, not copied (R-REG-9), and it sits on the follow-up hot path, so an
-append is a lock, a dict lookup and a list extend. One lock guards everything; it
+append is a lock, a dict lookup and a list extend. The runtime's own appends
+(:meth:`_append_owned`) may hand it a turn as a compact
+:class:`~subagents.protocol.TurnRecord` in each of its slots: a read builds the
+events then. One lock guards everything; it
 is never held across a call out of this module.
 """
 
@@ -17,6 +20,7 @@ from subagents.protocol import (
     MessageId,
     SessionHeader,
     SessionId,
+    TurnRecord,
 )
 
 from ._base import LogRecord, SessionStore, not_found, session_exists, store_closed
@@ -44,9 +48,9 @@ __all__ = ["MemoryStore"]
 class _Session:
     __slots__ = ("checkpoint", "events", "header", "projections", "queues")
 
-    def __init__(self, header: SessionHeader, events: list[Event]) -> None:
+    def __init__(self, header: SessionHeader, events: list[Event | TurnRecord]) -> None:
         self.header = header
-        self.events = events
+        self.events = events  # one slot per seq: an event, or the turn record it is in
         self.checkpoint: tuple[int, bytes] | None = None
         self.projections: dict[str, tuple[int, bytes]] = {}
         self.queues: QueueState | None = None  # inbox and lease, made on first use
@@ -93,7 +97,7 @@ class MemoryStore(MemoryQueues, SessionStore):
         inbox: Sequence[Event] = (),
     ) -> int:
         header = check_header(header)
-        initial = list(check_events(events))
+        initial: list[Event | TurnRecord] = list(check_events(events))
         new_lease = check_new_lease(lease)
         messages = check_messages(inbox)
         with self._lock:
@@ -135,7 +139,10 @@ class MemoryStore(MemoryQueues, SessionStore):
             return self.append  # a subclass's own append (a hook, a fault) must run
         return self._append_owned
 
-    def _append_owned(self, session_id: SessionId, events: Sequence[Event]) -> None:
+    def _takes_turn_records(self) -> bool:
+        return type(self).append is MemoryStore.append
+
+    def _append_owned(self, session_id: SessionId, events: Sequence[Event | TurnRecord]) -> None:
         # The runtime's inline writer, once a turn: no argument checks (see
         # SessionStore._owned_appender) and no seq list nobody reads.
         #
@@ -157,7 +164,10 @@ class MemoryStore(MemoryQueues, SessionStore):
         check_int(from_seq, "from_seq")
         with self._lock:
             tail = self._get(sid).events[from_seq:]
-        return [LogRecord(seq, event) for seq, event in enumerate(tail, from_seq)]
+        return [
+            LogRecord(seq, e.event(seq) if isinstance(e, TurnRecord) else e)
+            for seq, e in enumerate(tail, from_seq)
+        ]
 
     def scan(
         self, session_id: SessionId | str, from_seq: int = 0

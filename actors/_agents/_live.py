@@ -6,7 +6,14 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from subagents.protocol import Event, MessageId, SessionHeader, SessionId
+from subagents.protocol import (
+    Event,
+    MessageId,
+    SessionHeader,
+    SessionId,
+    TurnRecord,
+    materialise,
+)
 
 if TYPE_CHECKING:
     from ._writer import Writer
@@ -38,7 +45,8 @@ class LiveSession:
         self.token = token  # the lease every write of this session carries (None: no leases)
         self.base_seq = next_seq  # seq of events[0]
         self.next_seq = next_seq
-        self.events: list[Event] = []
+        # One slot per seq from base_seq: an event, or the TurnRecord it is part of.
+        self.events: list[Event | TurnRecord] = []
         self.released = False
         self.last_ticket = 0  # the writer ticket of this session's latest write
         self.written = next_seq  # inline writes: events from this seq on are not stored yet
@@ -77,10 +85,12 @@ class LiveSession:
 
     def _write_inline(self, writer: Writer) -> None:
         """Inline mode, lock held: store the events not stored yet, drop the tail."""
-        if self.written == self.next_seq:
+        written = self.written
+        if written == self.next_seq:
             return
-        pending = self.events[self.written - self.base_seq :]
-        if writer.write_through(self.header.id, pending):
+        events = self.events
+        pending = events if written == self.base_seq else events[written - self.base_seq :]
+        if writer.write_through(self.header.id, written, pending):
             # The store holds the whole log now: no tail to keep.
             self.events.clear()
             self.base_seq = self.written = self.next_seq
@@ -99,4 +109,5 @@ class LiveSession:
     def snapshot(self) -> tuple[int, list[Event]]:
         """``(base_seq, tail)``: the events from ``base_seq`` on, held in memory."""
         with self._lock:
-            return self.base_seq, list(self.events)
+            base, tail = self.base_seq, list(self.events)
+        return base, materialise(base, tail)

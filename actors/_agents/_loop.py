@@ -17,18 +17,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from subagents.actors._kernel._checks import utcnow
 from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
     ErrorCode,
-    Event,
     MessageSource,
-    ReportEvent,
     SubagentError,
+    TurnRecord,
     encode_event,
     error_text,
     trusted_message,
-    trusted_turn_end,
-    trusted_turn_start,
 )
 
 from ._behaviours import Behaviour
@@ -186,30 +184,14 @@ class TurnRunner:
         session = self._session
         index = self.next_turn
         self.next_turn = index + 1
-        turn = Turn(self._agent, index, d, (), session.next_seq - 1, self._lock)
-        mid = d.message_id
-        if d.kind == "report":
-            delivered: Event = ReportEvent(
-                message_id=mid, content=d.content, source=d.source, delivery="waking"
-            )
-        else:
-            delivered = trusted_message(mid, d.content, d.source)
-        events: list[Event] = [trusted_turn_start(index, clock(), (mid,), d.redelivered is True)]
-        if d.extra:
-            events.extend(d.extra)
+        context: tuple[Message, ...] = ()
         if self.context:
-            context = turn.context = tuple(self.context)
+            context = tuple(self.context)
             self.context.clear()
-            for q in context:
-                events.append(
-                    ReportEvent(
-                        message_id=q.message_id,
-                        content=q.content,
-                        source=q.source,
-                        delivery="quiet",
-                    )
-                )
-        events.append(delivered)
+        # The turn's events, as one record: built when a reader asks (see
+        # protocol.TurnRecord); the system clock is read once a turn.
+        record = TurnRecord(index, clock(), d, context)
+        turn = Turn(self._agent, index, d, context, session.next_seq - 1, self._lock)
         turn._record = self._record_steered
         self.current = turn  # a reference swap; cancel() reads it under the agent's lock
         if d.redelivered is True:
@@ -221,11 +203,11 @@ class TurnRunner:
         traced = None
         if tel is not None:  # the turn's span, below its message's delivery; current
             traced = tel.turn(
-                d.source, {"session_id": session.id, "turn": index, "message_id": mid}
+                d.source, {"session_id": session.id, "turn": index, "message_id": d.message_id}
             )
         started = time.perf_counter()
         try:
-            sessions.append(session, events, defer=True)  # stored with turn/end
+            sessions.begin_turn(session, record)
             output = self._behaviour.on_turn(turn)
             stop = "cancelled" if turn.cancelled else "completed"
         except SubagentError as exc:
@@ -237,7 +219,7 @@ class TurnRunner:
         except Exception as exc:
             stop, error = "failed", error_text(exc)
             logger.exception("turn %d of %s failed", index, session.id)
-        elapsed = time.perf_counter() - started
+        record.elapsed = elapsed = time.perf_counter() - started
         if traced is not None:
             Telemetry.leave_turn(traced)
         self.times.append(elapsed)
@@ -249,34 +231,41 @@ class TurnRunner:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:
                 stop = "failed"
-        end = trusted_turn_end(index, clock(), stop, output, structured, error, turn.usage)
+        usage = turn._usage
+        # An injected clock is asked again; the system's dates the end by the
+        # turn's own duration (record.elapsed).
+        end_at = None if clock is utcnow else clock()
+        record.end = (stop, output, structured, error, usage, end_at)
         if not (
             (output is None or plain(output))
             and (structured is None or plain(structured))
             and (error is None or plain(error))
         ):
             try:  # the whole end, as the store encodes it: output and structured together
-                encode_event(end)
+                encode_event(record.end_event())
             except SubagentError as exc:
-                why = error_text(exc, "output cannot be recorded: ")
-                end = trusted_turn_end(index, end.at, "failed", None, None, why, turn.usage)
+                stop, output, structured = "failed", None, None
+                error = error_text(exc, "output cannot be recorded: ")
+                record.ended(stop, None, None, error, usage, end_at)
         # The turn's messages leave the durable inbox with its end, in one write
         # (a turn the closing runtime cancelled leaves them: they run again).
         done: tuple[Any, ...] = ()
-        if sessions.strict and not (end.stop_reason == "cancelled" and self.keep_accepted):
-            done = (mid, *(q.message_id for q in turn.context)) if turn.context else (mid,)
+        if sessions.strict and not (stop == "cancelled" and self.keep_accepted):
+            mid = d.message_id
+            done = (mid, *(q.message_id for q in context)) if context else (mid,)
             box = turn._steer
             if box is not None and box.taken:  # only this loop moves ``taken``
                 done += tuple(m.message_id for m in box.messages[: box.taken])
         try:
-            sessions.append(session, (end,), done=done)
+            sessions.end_turn(session, record, done)
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, session.id)
         if traced is not None:
-            Telemetry.end(traced[0], end.stop_reason, end.error)
-        if d.on_end is not None:
-            outcome = TurnOutcome(index, end.stop_reason, end.output, end.structured, end.error)
-            notify(d.on_end, outcome)
+            Telemetry.end(traced[0], stop, error)
+        on_end = d.on_end
+        if on_end is not None:
+            d.on_end = None  # the log keeps the envelope: not its observer
+            notify(on_end, TurnOutcome(index, stop, output, structured, error))
 
     def _record_steered(self, messages: list[Message]) -> None:
         """Log messages the running turn took from steering, inside the turn."""

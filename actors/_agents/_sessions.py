@@ -33,6 +33,7 @@ from subagents.protocol import (
     SessionHeader,
     SessionId,
     SubagentError,
+    TurnRecord,
     pack_shaped,
     packb,
 )
@@ -204,10 +205,50 @@ class SessionService(Acceptance, SessionReads):
         A write-behind store ignores it.
         """
         if live.released:
-            raise SubagentError(
-                f"session {live.id} is no longer live", code=ErrorCode.SESSION_NOT_FOUND
-            )
+            raise _gone(live)
         return live._append(events, self._writer, defer, done)
+
+    def begin_turn(self, live: LiveSession, record: TurnRecord) -> None:
+        """Append a turn's head (``turn/start`` to its message) as ``record``'s slots.
+
+        An inline-written store takes them with the turn's end (one store write
+        a turn); a write-behind store gets the head's events now, so a turn that a
+        crash cuts short is in the log. Reads merge the live tail either way.
+        """
+        if live.released:
+            raise _gone(live)
+        writer = self._writer
+        size = record.size
+        with live._lock:
+            record.seq = seq = live.next_seq
+            live.next_seq = seq + size
+            if writer is None or writer.inline:
+                live.events.extend((record,) * size)
+            else:
+                head = record.head()
+                live.events.extend(head)
+                live.last_ticket = writer.submit("append", live.header.id, (head, live.token, ()))
+
+    def end_turn(self, live: LiveSession, record: TurnRecord, done: Sequence[MessageId]) -> None:
+        """Append the turn's end (``record.end`` is set) and, with it, mark ``done``
+        the messages the turn ran (they leave the durable inbox in the same write)."""
+        if live.released:
+            raise _gone(live)
+        writer = self._writer
+        with live._lock:
+            record.end_seq = live.next_seq
+            live.next_seq += 1
+            if writer is None:
+                live.events.append(record)
+            elif writer.inline:
+                live.events.append(record)
+                live._write_inline(writer)
+            else:
+                end = record.end_event()
+                live.events.append(end)
+                live.last_ticket = writer.submit(
+                    "append", live.header.id, ((end,), live.token, done)
+                )
 
     def checkpoint(self, live: LiveSession, state: dict[str, Any], *, shaped: bool = False) -> None:
         """Queue a checkpoint of folded ``state`` valid through the live log's last seq.
@@ -363,3 +404,7 @@ class SessionService(Acceptance, SessionReads):
             self._writer.close()
         if self.leases is not None:
             self.leases.close()
+
+
+def _gone(live: LiveSession) -> SubagentError:
+    return SubagentError(f"session {live.id} is no longer live", code=ErrorCode.SESSION_NOT_FOUND)

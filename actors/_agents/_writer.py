@@ -11,11 +11,18 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from subagents.actors._kernel._backend import Backend, TaskHandle
 from subagents.actors._kernel._future import Waiter
-from subagents.protocol import ErrorCode, Event, SessionId, SubagentError
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    SessionId,
+    SubagentError,
+    TurnRecord,
+    materialise,
+)
 from subagents.store import Release, SessionStore
 
 __all__ = ["Writer"]
@@ -58,6 +65,7 @@ class Writer:
         self._awake = False  # the writer is draining: no need to signal it again
         self.inline = store.inline_writes and not store.blocking
         self._append_owned = store._owned_appender()
+        self._compact = store._takes_turn_records()  # it takes TurnRecord slots as they are
 
     def submit(self, op: str, session_id: SessionId, payload: Any) -> int:
         with self._lock:
@@ -80,8 +88,11 @@ class Writer:
         self._wake.set()
         return ticket
 
-    def write_through(self, session_id: SessionId, events: Sequence[Event]) -> bool:
-        """Inline mode: append ``events`` to the store now; True when stored.
+    def write_through(
+        self, session_id: SessionId, first_seq: int, events: Sequence[Event | TurnRecord]
+    ) -> bool:
+        """Inline mode: append ``events`` (from ``first_seq`` on; a turn may be in
+        them as its record's slots) to the store now; True when stored.
 
         The caller holds the session's lock, so the session's appends reach the
         store in seq order; no other order matters to an append, so the writer
@@ -94,7 +105,13 @@ class Writer:
         if session_id in self._failed:
             return False
         try:
-            self._append_owned(session_id, events)
+            # A compact-aware store takes the record's slots as they are.
+            self._append_owned(
+                session_id,
+                cast("Sequence[Event]", events)
+                if self._compact
+                else materialise(first_seq, events),
+            )
         except Exception as exc:
             logger.error("persisting session %s failed: %s", session_id, exc)
             self._failed[session_id] = exc

@@ -26,6 +26,7 @@ from ._checks import (
     check_timeout,
     checked_clock,
     stamping_clock,
+    utcnow,
 )
 from ._dispatch import DispatchBox, Dispatcher
 from ._doorbell import Doorbell, ring
@@ -76,4 +77,5 @@ __all__ = [
     "telemetry_for",
     "threading_is_patched",
     "traced",
+    "utcnow",
 ]

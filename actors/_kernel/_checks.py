@@ -15,11 +15,21 @@ __all__ = [
     "check_timeout",
     "checked_clock",
     "stamping_clock",
+    "utcnow",
 ]
 
 logger = logging.getLogger("subagents")
 
 Clock = Callable[[], _dt.datetime]
+
+_now = _dt.datetime.now
+_UTC = _dt.UTC
+
+
+def utcnow() -> _dt.datetime:
+    """The system's UTC time: the runtime's clock unless one is injected. With it,
+    a turn reads the time once and dates its end by the time it took."""
+    return _now(_UTC)
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:
