@@ -50,6 +50,15 @@ _ID_CODES: Final[dict[type[_Id], int]] = {cls: code for code, cls in EXT_CODES.i
 # Session ids recur in event after event (every source names one): their packed
 # ExtType is kept, bounded, instead of rebuilt from hex each time.
 _SESSION_EXT: dict[str, msgpack.ExtType] = {}
+# ExtType's own __new__ re-checks the code and the payload's type in Python;
+# ours are a registered code and bytes, so the tuple is made directly.
+_tuple_new = tuple.__new__
+_ExtType = msgpack.ExtType
+
+
+def _ext(code: int, data: bytes) -> msgpack.ExtType:
+    ext: msgpack.ExtType = _tuple_new(_ExtType, (code, data))
+    return ext
 
 
 def _default(obj: Any) -> Any:
@@ -59,11 +68,11 @@ def _default(obj: Any) -> Any:
         if ext is None:
             if len(_SESSION_EXT) >= 4096:
                 _SESSION_EXT.clear()
-            ext = _SESSION_EXT[obj] = msgpack.ExtType(_ID_CODES[SessionId], bytes.fromhex(obj))
+            ext = _SESSION_EXT[obj] = _ext(_ID_CODES[SessionId], bytes.fromhex(obj))
         return ext
     code = _ID_CODES.get(kind)
     if code is not None:
-        return msgpack.ExtType(code, bytes.fromhex(obj))
+        return _tuple_new(_ExtType, (code, bytes.fromhex(obj)))
     if isinstance(obj, tuple):
         return list(obj)
     if isinstance(obj, _dt.datetime):
@@ -149,8 +158,11 @@ def pack_shaped(obj: Any, limits: Limits = DEFAULT_LIMITS) -> bytes:
     The event encoders check only their free-form fields (content, output,
     payload): the rest of an event's map has a fixed, shallow shape.
     """
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _packer()
     try:
-        data: bytes = _packer().pack(obj)
+        data: bytes = packer.pack(obj)
     except EncodeError:
         _local.packer = None  # a failed pack may leave bytes in its buffer
         raise
@@ -158,11 +170,14 @@ def pack_shaped(obj: Any, limits: Limits = DEFAULT_LIMITS) -> bytes:
         _local.packer = None
         raise EncodeError(f"cannot pack value: {type(exc).__name__}: {exc}"[:500]) from exc
     size = len(data)
-    if size > limits.max_buffer_size:
-        raise EncodeError(f"a frame of {size} bytes exceeds max_buffer_size")
     # No str, bin, array or map in a frame can be longer than the frame itself, so
     # only a frame past the smallest of those bounds (or a max_ext_len below the
     # 16 bytes of an id) needs the exact check: read it back with the same limits.
+    # (The default limits' bound is below their max_buffer_size: one test a frame.)
+    if limits is DEFAULT_LIMITS and size <= _DEFAULT_SAFE:
+        return data
+    if size > limits.max_buffer_size:
+        raise EncodeError(f"a frame of {size} bytes exceeds max_buffer_size")
     if size > _size_safe(limits):
         try:
             unpackb(data, limits=limits)
@@ -180,6 +195,9 @@ def _size_safe(limits: Limits) -> int:
     if limits.max_ext_len < 16:
         return 0
     return min(limits.max_str_len, limits.max_bin_len, limits.max_array_len, limits.max_map_len)
+
+
+_DEFAULT_SAFE: Final = min(_size_safe(DEFAULT_LIMITS), DEFAULT_LIMITS.max_buffer_size)
 
 
 def _ext_hook(code: int, data: bytes) -> Any:

@@ -22,6 +22,7 @@ from typing import Any, Final
 from . import _fields as field
 from ._codec import check_shape, pack_shaped, packb, unpackb
 from ._errors import DecodeError, EncodeError, ErrorCode, SubagentError
+from ._hot_wire import HOT_WIRE
 from ._limits import DEFAULT_LIMITS, Limits
 from ._vocabulary import (
     ORIGINS,
@@ -244,6 +245,16 @@ def event_to_wire(event: Event) -> dict[str, Any]:
             ``type_name`` this runtime does not know and no ``"type"`` key in its
             data, or it would not decode as itself.
     """
+    hot = HOT_WIRE.get(type(event))
+    if hot is not None:  # a turn's events: built inline (see _hot_wire)
+        wire = hot(event)
+        if wire is not None:
+            return wire
+    return table_wire(event)
+
+
+def table_wire(event: Event) -> dict[str, Any]:
+    """:func:`event_to_wire` by the checker table alone: every rule and its message."""
     if isinstance(event, UnknownEvent):
         if type(event.type_name) is not str or event.type_name in EVENT_TYPES:
             raise EncodeError(
