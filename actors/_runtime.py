@@ -208,6 +208,7 @@ class Runtime:
                 bind=self._bind,
                 counters=self._counters,
                 telemetry=self.telemetry,
+                released=self._released,
             ),
             self.models,
         )
@@ -247,6 +248,9 @@ class Runtime:
 
     def _forget(self, agent: Agent) -> None:
         self.agents._unregister(agent)
+
+    def _released(self, agent: Agent) -> None:
+        self.agents._released(agent)
 
     def _lease_lost(self, session_id: SessionId) -> None:
         """Another process took the session over, or (strict) its write failed: its

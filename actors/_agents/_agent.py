@@ -259,7 +259,9 @@ class Agent(Followups):
         # A thread's greenlet must not outlive the thread through this handle: freed
         # later by another thread's garbage collector, it crashes the interpreter.
         self._loop = None
+        self._turns.detach()
         self._stopped.set()
+        host.released(self)
 
     def _restore_context(self, pending: Any) -> None:
         """Quiet reports a checkpoint kept for the next turn (before the agent runs)."""

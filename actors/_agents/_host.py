@@ -35,11 +35,12 @@ class AgentHost:
         tools: runtime-wide tools (filtered per agent).
         clock: aware UTC ``datetime`` for event times.
         check_thread: raises ``WRONG_THREAD`` where a blocking call may not wait.
-        forget: the agent (the argument) is disposed: drop it from the registry.
+        forget: the agent (the argument) is disposing: drop it from the registry.
         leaving: its session leaves the live set (``(session, descriptor)``).
         bind: the subagent service bound with ``(agent, turn or None)`` as parent.
         counters: the runtime's turn times and its disposed agents' totals.
         telemetry: the runtime's tracing (``None``: off).
+        released: the agent finished disposing (its session released).
 
     The callbacks take the agent untyped: this module sits below the Agent.
     """
@@ -54,3 +55,4 @@ class AgentHost:
     bind: Callable[[Any, Any], Any]
     counters: RuntimeCounters = field(default_factory=RuntimeCounters)
     telemetry: Telemetry | None = None
+    released: Callable[[Any], None] = lambda _agent: None

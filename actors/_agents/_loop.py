@@ -94,6 +94,13 @@ class TurnRunner:
         self.times: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.replayed = 0
 
+    def detach(self) -> None:
+        """The agent is disposed: drop the references back to it, so that it and
+        everything it holds are freed by reference counting when its last user lets
+        go (the runner stays, for its statistics), not by the cycle collector."""
+        self._agent = None  # type: ignore[assignment]
+        self.current = self.ended = None
+
     def handle(self, message: Any) -> None:
         """Run one inbox message that was not discarded."""
         if type(message) is Deliver:

@@ -51,8 +51,9 @@ class AgentRegistry:
         self._models = models
         self._lock = threading.Lock()
         self._agents: dict[SessionId, Agent] = {}
-        self._stopping: list[Agent] = []  # left the registry, maybe still disposing
-        self._prune_at = 64
+        # Left the registry and still disposing, by id: each leaves as its disposal
+        # ends, so a disposed agent is freed at once, not kept for a later sweep.
+        self._stopping: dict[int, Agent] = {}
 
     def create(
         self,
@@ -206,19 +207,19 @@ class AgentRegistry:
                 del self._agents[agent.session_id]
                 # Disposing, perhaps without anyone waiting (a child settling): the
                 # runtime's close waits for its release before closing the store.
-                # Pruned when the list doubled (amortised O(1): a drain disposes
-                # thousands at once).
-                self._stopping.append(agent)
-                if len(self._stopping) >= self._prune_at:
-                    self._stopping = [a for a in self._stopping if not a.disposed_now()]
-                    self._prune_at = max(64, 2 * len(self._stopping))
+                self._stopping[id(agent)] = agent
+
+    def _released(self, agent: Agent) -> None:
+        """``agent`` finished disposing: nothing waits for it any more."""
+        with self._lock:
+            self._stopping.pop(id(agent), None)
 
     def wait_stopped(self, timeout: float) -> bool:
         """Wait until every agent that left the registry finished disposing (its
         session released); False when one had not after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            stopping, self._stopping = self._stopping, []
+            stopping = list(self._stopping.values())
         return all(a.wait_disposed(max(0.0, deadline - time.monotonic())) for a in stopping)
 
     def get(self, session_id: SessionId | str) -> Agent | None:

@@ -57,10 +57,11 @@ def interrupt(
         agent.interrupt(kind, by)
         return
     at = clock()  # INVALID_ARGUMENT from a bad clock before anything changed
-    agent.cancel("interrupted", keep_inbox=True)
+    # Logged before the cancel: inside the turn it cuts, before that turn's end.
     event = InterruptEvent(at=at, cause="interrupted", authority=kind, by_session=by)
     with contextlib.suppress(SubagentError):  # the child left residency meanwhile
         sessions.append(agent.session, (event,))
+    agent.cancel("interrupted", keep_inbox=True)
 
 
 def drain(

@@ -103,10 +103,11 @@ class Hosting:
         if agent is None or agent.disposed:
             return
         at = self._clock()
-        agent.cancel("interrupted", keep_inbox=True)
+        # Logged before the cancel: inside the turn it cuts, before that turn's end.
         event = InterruptEvent(at=at, cause="interrupted", authority=kind, by_session=by)
         with contextlib.suppress(SubagentError):  # it left residency meanwhile
             self._sessions.append(agent.session, (event,))
+        agent.cancel("interrupted", keep_inbox=True)
 
     def release(self, child_id: SessionId, cause: str, timeout: float | None = 60.0) -> None:
         """Cancel it (what it accepted stays accepted: it runs at its next

@@ -71,10 +71,10 @@ def test_the_running_turn_is_in_the_log_and_an_interrupt_lands_inside_it(
             )
         )
         cid = handle.child_id
-        agent = rt.agents.get(cid)
-        assert agent is not None and agent.wait_idle(10)
-        rt.subagents.followup(root, cid, "wait here")
+        rt.subagents.followup(root, cid, "wait here")  # resident or cold-resumed: turn 1
         assert gate.wait_reached(10)
+        agent = rt.agents.get(cid)
+        assert agent is not None
         during = rt.sessions.read(cid)
         assert _types(during[-2:]) == ["TurnStart", "MessageEvent"]
         assert during[-1].event.content == "wait here"
