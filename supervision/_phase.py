@@ -60,6 +60,10 @@ __all__ = [
 class Phase(enum.Enum):
     """Where an Activation stands in its lifecycle."""
 
+    # Members are singletons: identity hashing, not Enum's hash of the name in
+    # Python (phases key the transition table, consulted on every settle).
+    __hash__ = object.__hash__
+
     RESERVED = "reserved"  #: a materialization is admitted; no agent is published yet
     RESIDENT = "resident"  #: published: its inbox admits follow-ups
     DRAINING = "draining"  #: below a drain cutoff: admission closed, settles when quiet
@@ -69,6 +73,10 @@ class Phase(enum.Enum):
 
 class Trigger(enum.Enum):
     """What moves an Activation from one phase to the next."""
+
+    # Members are singletons: identity hashing, not Enum's hash of the name in
+    # Python (phases key the transition table, consulted on every settle).
+    __hash__ = object.__hash__
 
     PUBLISH = "publish"
     PUBLISH_CLOSED = "publish_closed"
@@ -80,6 +88,10 @@ class Trigger(enum.Enum):
 
 class Route(enum.Enum):
     """Where a follow-up to a child in a given phase goes."""
+
+    # Members are singletons: identity hashing, not Enum's hash of the name in
+    # Python (phases key the transition table, consulted on every settle).
+    __hash__ = object.__hash__
 
     ENQUEUE = "enqueue"  #: into the resident inbox
     WAIT = "wait"  #: behind the materialization or release in flight

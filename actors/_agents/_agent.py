@@ -256,6 +256,10 @@ class Agent(Followups):
                 fn(self)
             except Exception:
                 logger.exception("dispose listener %r raised", fn)
+        # Heard for the last time: a listener closing over what holds this agent
+        # (a child's activation) would otherwise keep both for the cycle collector.
+        self._idle_listeners.clear()
+        self._dispose_listeners.clear()
         # A thread's greenlet must not outlive the thread through this handle: freed
         # later by another thread's garbage collector, it crashes the interpreter.
         self._loop = None

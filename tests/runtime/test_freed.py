@@ -11,6 +11,7 @@ continuable child leaves residency).
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from subagents.actors import AbortSignal, Runtime, SubagentStartRequest
 from subagents.actors._kernel._backend import Backend
+from subagents.store import MemoryStore
 
 
 @pytest.fixture
@@ -70,3 +72,45 @@ def test_disposed_top_level_agents_are_freed_without_the_cycle_collector(
             refs.append(weakref.ref(agent))
             del agent
         assert all(ref() is None for ref in refs)
+
+
+@pytest.mark.usefixtures("no_cycle_collector")
+def test_settled_continuable_children_are_freed_without_the_cycle_collector(
+    backend: Backend,
+) -> None:
+    """A continuable child that settled (its residency listeners close over its
+    activation, which holds the agent) is freed once it left residency."""
+    from subagents.actors import ContinuableStartSpec
+    from subagents.actors.testing import Gate
+
+    with Runtime(MemoryStore(), backend=backend) as rt:
+        gates = [Gate() for _ in range(6)]
+
+        def child(turn: Any) -> Any:
+            gates[turn.content].pass_through(turn.signal)
+            return "done"
+
+        rt.models.register("child", lambda _o: child)
+        root = rt.spawn("echo")
+        refs = []
+        for i, gate in enumerate(gates):
+            handle = rt.subagents.start_continuable(
+                ContinuableStartSpec(
+                    parent=root, provider="local", prompt=i, label=f"kid{i}", model="child"
+                )
+            )
+            assert gate.wait_reached(10)
+            agent = rt.agents.get(handle.child_id)
+            assert agent is not None
+            if i < 5:  # the sixth moves the registry's loop past the fifth's last notice
+                refs.append(weakref.ref(agent))
+            gate.release()
+            assert agent.wait_disposed(10)  # settled: it left residency
+            del agent, handle
+        # The supervisor retires each activation after its agent's disposal ended.
+        deadline = time.monotonic() + 10
+        while rt.continuation.activations() and time.monotonic() < deadline:
+            rt.backend.sleep(0.001)
+        assert not rt.continuation.activations()
+        alive = sum(ref() is not None for ref in refs)
+        assert alive == 0, f"{alive} of 5 settled children are still referenced"
