@@ -56,11 +56,6 @@ _tuple_new = tuple.__new__
 _ExtType = msgpack.ExtType
 
 
-def _ext(code: int, data: bytes) -> msgpack.ExtType:
-    ext: msgpack.ExtType = _tuple_new(_ExtType, (code, data))
-    return ext
-
-
 def _default(obj: Any) -> Any:
     kind = type(obj)
     if kind is SessionId:
@@ -68,7 +63,9 @@ def _default(obj: Any) -> Any:
         if ext is None:
             if len(_SESSION_EXT) >= 4096:
                 _SESSION_EXT.clear()
-            ext = _SESSION_EXT[obj] = _ext(_ID_CODES[SessionId], bytes.fromhex(obj))
+            ext = _SESSION_EXT[obj] = _tuple_new(
+                _ExtType, (_ID_CODES[SessionId], bytes.fromhex(obj))
+            )
         return ext
     code = _ID_CODES.get(kind)
     if code is not None:

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from subagents.actors import AbortSignal, Runtime, SubagentStartRequest
+from subagents.actors import AbortSignal, ContinuableStartSpec, Runtime, SubagentStartRequest
 from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
 from subagents.store import MemoryStore
 
 
@@ -80,9 +81,6 @@ def test_settled_continuable_children_are_freed_without_the_cycle_collector(
 ) -> None:
     """A continuable child that settled (its residency listeners close over its
     activation, which holds the agent) is freed once it left residency."""
-    from subagents.actors import ContinuableStartSpec
-    from subagents.actors.testing import Gate
-
     with Runtime(MemoryStore(), backend=backend) as rt:
         gates = [Gate() for _ in range(6)]
 
