@@ -361,7 +361,7 @@ class Registry(Authority, NoticeLoop):
         act.phase = advance(act.phase, Trigger.RETIRE)
         self._supervisor.retired(act)
 
-    def _released(self, act: Activation, announce: Callable[[], object] | None) -> None:
+    def _released(self, act: Activation, announce: Callable[[Activation], object] | None) -> None:
         act.phase = advance(act.phase, Trigger.RELEASE)
         if self.index.get(act.child_id) is act:
             del self.index[act.child_id]
@@ -369,10 +369,12 @@ class Registry(Authority, NoticeLoop):
             # Posted now: ``subagent/end`` follows the index's update (whoever sees the
             # end sees the child gone) and precedes the parent's settling and a cold
             # resume by a waiter (a new epoch's start).
-            announce()
+            announce(act)
         parent = act.parent_activation
         if parent is not None:
-            parent.owned.discard(act.child_id)
-            self._supervisor.quiescent(parent)  # child-first: the parent may settle now
+            owned = parent.owned
+            owned.discard(act.child_id)
+            if not owned:  # child-first: the parent may settle now (not before: it owns)
+                self._supervisor.quiescent(parent)
         waiters, act.waiters = act.waiters, None
         self._reroute(waiters)  # the first one cold-resumes it

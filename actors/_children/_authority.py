@@ -32,15 +32,22 @@ class Authority:
             self._cutoffs[parent.session_id] = parent
         forest: list[Activation] = []
         pending: list[ActivationLatch] = []
+        # One pass over every Activation: the members an Enum class attribute lookup
+        # would fetch (slowly, through EnumType's __getattr__) are taken once.
+        reserved, resident = Phase.RESERVED, Phase.RESIDENT
+        after = advance(resident, Trigger.CUTOFF)
+        only = parents[0] if len(parents) == 1 else None
         for act in self.index.values():
-            if not any(p in act.lineage for p in parents):
+            lineage = act.lineage
+            if not (only in lineage if only is not None else any(p in lineage for p in parents)):
                 continue
-            if act.phase is Phase.RESERVED:
+            phase = act.phase
+            if phase is reserved:
                 pending.append(act.admitted)
                 continue
-            if act.phase is Phase.RESIDENT:
+            if phase is resident:
                 act.drained = True
-                act.phase = advance(act.phase, Trigger.CUTOFF)
+                act.phase = after
                 act.agent.close_admission()  # after the phase: see the module docstring
             forest.append(act)
         return forest, pending

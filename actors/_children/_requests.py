@@ -153,8 +153,8 @@ class RegistryInbox(NoticeBox):
         self.post("retire", activation)
 
     def released(
-        self, activation: Activation, announce: Callable[[], object] | None = None
+        self, activation: Activation, announce: Callable[[Activation], object] | None = None
     ) -> None:
-        """``activation``'s epoch is over; ``announce()`` (it posts the end's
-        announcement) is called once the registry no longer shows it."""
+        """``activation``'s epoch is over; ``announce(activation)`` (it posts the
+        end's announcement) is called once the registry no longer shows it."""
         self.post("released", activation, announce)

@@ -8,7 +8,6 @@ dispatcher, or sets an alarm.
 
 from __future__ import annotations
 
-import functools
 import time
 
 from subagents.actors._kernel import Alarm, DispatchBox
@@ -53,8 +52,10 @@ class ResidencyHooks:
         # The registry learns of the release, drops the child from its index and
         # then has the end announced (by the dispatcher, after everything posted to
         # it before), and only then drops it from its parent's owned set.
-        end = functools.partial(self._announcer.end, activation)
-        self._registry.released(activation, functools.partial(self._dispatch.call, end))
+        self._registry.released(activation, self._announce_end)
+
+    def _announce_end(self, activation: Activation) -> None:
+        self._dispatch.call(self._announcer.end, activation)
 
     def warm_until(self, activation: Activation) -> float | None:
         if self.keep_warm <= 0 or self.closing:

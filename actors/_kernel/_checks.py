@@ -42,6 +42,8 @@ def check_timeout(value: object, name: str = "timeout") -> float | None:
     """
     if value is None:
         return None
+    if type(value) is float and 0.0 <= value < math.inf:  # the usual case, one test
+        return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
         if seconds >= 0:  # False for NaN

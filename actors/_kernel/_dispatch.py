@@ -32,9 +32,13 @@ class DispatchBox(NoticeBox):
         super().__init__(("call",))
         self._tokens = itertools.count()
 
-    def call(self, fn: Callable[[], object]) -> None:
-        """Run ``fn()`` in the dispatcher after everything posted before it."""
-        self.post("call", next(self._tokens), fn)
+    def call(self, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(*args)`` in the dispatcher after everything posted before it.
+
+        Pass the arguments rather than a closure: a drain posts one call a child,
+        and what a busy dispatcher holds queued should be one small tuple each.
+        """
+        self.post("call", next(self._tokens), (fn, args))
 
 
 class Dispatcher(NoticeLoop):
@@ -48,7 +52,8 @@ class Dispatcher(NoticeLoop):
         return "<Dispatcher>"
 
     def on_notice(self, kind: str, key: Any, value: Any) -> None:
-        value()
+        fn, args = value
+        fn(*args)
 
     def on_message(self, message: Any) -> Any:
         return message()
