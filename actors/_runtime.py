@@ -203,12 +203,10 @@ class Runtime:
                 tools=self.tools,
                 clock=self.clock if clock is None else stamping_clock(self.clock),
                 check_thread=self._check_thread,
-                forget=self._forget,
                 leaving=self._leaving,
                 bind=self._bind,
                 counters=self._counters,
                 telemetry=self.telemetry,
-                released=self._released,
             ),
             self.models,
         )
@@ -245,12 +243,6 @@ class Runtime:
             self.default_providers.append(self.subagents.register_provider(ForkProvider(self)))
 
     # -- what agents see of the runtime (their AgentHost) ------------------------------
-
-    def _forget(self, agent: Agent) -> None:
-        self.agents._unregister(agent)
-
-    def _released(self, agent: Agent) -> None:
-        self.agents._released(agent)
 
     def _lease_lost(self, session_id: SessionId) -> None:
         """Another process took the session over, or (strict) its write failed: its

@@ -35,7 +35,8 @@ class AgentHost:
         tools: runtime-wide tools (filtered per agent).
         clock: aware UTC ``datetime`` for event times.
         check_thread: raises ``WRONG_THREAD`` where a blocking call may not wait.
-        forget: the agent (the argument) is disposing: drop it from the registry.
+        forget: the agent (the argument) is disposing: drop it from the registry
+            (the :class:`~._registry.AgentRegistry` sets it, and ``released``).
         leaving: its session leaves the live set (``(session, descriptor)``).
         bind: the subagent service bound with ``(agent, turn or None)`` as parent.
         counters: the runtime's turn times and its disposed agents' totals.
@@ -50,9 +51,9 @@ class AgentHost:
     tools: ToolRegistry
     clock: Callable[[], _dt.datetime]
     check_thread: Callable[[], None]
-    forget: Callable[[Any], None]
     leaving: Callable[[LiveSession, Any], None]
     bind: Callable[[Any, Any], Any]
+    forget: Callable[[Any], None] = lambda _agent: None
     counters: RuntimeCounters = field(default_factory=RuntimeCounters)
     telemetry: Telemetry | None = None
     released: Callable[[Any], None] = lambda _agent: None

@@ -7,6 +7,7 @@ for a session that has since been resumed by another, is not live.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +48,9 @@ class AgentRegistry:
     """Live agents by session id (the seed's ``ctx.agents``). Thread-safe."""
 
     def __init__(self, host: AgentHost, models: ModelRegistry) -> None:
-        self._host = host
+        # The registry is what an agent's ``forget`` and ``released`` report to:
+        # wired here, so each is one call, not a hop through the runtime.
+        self._host = dataclasses.replace(host, forget=self._unregister, released=self._released)
         self._models = models
         self._lock = threading.Lock()
         self._agents: dict[SessionId, Agent] = {}

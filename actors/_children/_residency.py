@@ -38,7 +38,10 @@ class ResidencyHooks:
         self._registry = registry
         self._dispatch = dispatch
         self._alarm = alarm
-        self._announcer = announcer
+        # Bound once: a drain queues one of each a child, held while the registry
+        # and the dispatcher are busy (young garbage that outlives collections).
+        self._end = announcer.end
+        self._announce = self._announce_end
         self.keep_warm = keep_warm
         self.closing = False
 
@@ -52,10 +55,10 @@ class ResidencyHooks:
         # The registry learns of the release, drops the child from its index and
         # then has the end announced (by the dispatcher, after everything posted to
         # it before), and only then drops it from its parent's owned set.
-        self._registry.released(activation, self._announce_end)
+        self._registry.released(activation, self._announce)
 
     def _announce_end(self, activation: Activation) -> None:
-        self._dispatch.call(self._announcer.end, activation)
+        self._dispatch.call(self._end, activation)
 
     def warm_until(self, activation: Activation) -> float | None:
         if self.keep_warm <= 0 or self.closing:
