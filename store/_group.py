@@ -12,12 +12,23 @@ row before it hands leadership over: the thread that just ran holds the
 interpreter, while a woken successor would first wait behind every caller the
 batch woke (measured: 16 producers, 5.9-6.2k -> 7.2-7.3k acceptances/s), and the
 bound keeps what a caller pays for other callers' writes to a few batches.
+
+After a batch of several requests, the next leader first gives the callers that
+batch woke a moment to queue again (:meth:`GroupCommitter._gather`, the idea of
+PostgreSQL's ``commit_delay``/``commit_siblings``): they are runnable but have not
+yet had the interpreter, and a batch taken at once would leave them for one more
+transaction -- one more fsync. It pauses :data:`GATHER_PAUSE` at a time until as
+many requests are queued as the last batch held, or two pauses brought none; a
+caller writing alone never pauses. Measured (16 producers following up one agent,
+SQLite ``synchronous=FULL``): batches of 11.2 -> 15.3 of 16, 11.2-11.7k ->
+13.1-15.3k acceptances/s.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from subagents.protocol import ErrorCode, SubagentError
 
@@ -29,6 +40,10 @@ __all__ = ["GroupCommitter", "WriteRequest"]
 #: Batches a leader writes in a row while more requests are queued (its own caller
 #: waits for them: a bound on the latency that buys).
 KEEP_LEADING = 4
+
+#: One pause of a leader gathering the callers the last batch woke (seconds; the
+#: kernel rounds it up to its timer slack, some 50 us on Linux).
+GATHER_PAUSE: Final = 20e-6
 
 _NO_OUTCOME = SubagentError("write request finished without an outcome", code=ErrorCode.INTERNAL)
 
@@ -70,15 +85,20 @@ class GroupCommitter:
             :meth:`WriteRequest.finish` on every request; if it raises, requests
             left unfinished get that exception.
         closed_error: builds the error for requests refused after :meth:`close`.
+        pause: how a leader waits while it gathers a batch (``time.sleep``; it must
+            let other threads run).
     """
 
     def __init__(
         self,
         execute: Callable[[list[WriteRequest]], None],
         closed_error: Callable[[], SubagentError],
+        pause: Callable[[float], object] = time.sleep,
     ) -> None:
         self._execute = execute
         self._closed_error = closed_error
+        self._pause = pause
+        self._last = 0  # requests in the last batch (only the leader touches it)
         self._mu = native_lock()  # guards the fields below
         self._pending: list[WriteRequest] = []
         self._leading = False
@@ -134,8 +154,10 @@ class GroupCommitter:
     def _lead(self, own: WriteRequest) -> None:
         rounds = KEEP_LEADING
         while True:
+            self._gather()
             with self._mu:
                 batch, self._pending = self._pending, []
+            self._last = len(batch)
             raising = True
             try:
                 try:
@@ -175,6 +197,23 @@ class GroupCommitter:
                     successor._wake.release()
             if not again:
                 return
+
+    def _gather(self) -> None:
+        """Wait (a few pauses at most) for the callers of the last batch to queue again."""
+        want = self._last
+        if want < 2:
+            return
+        queued = len(self._pending)
+        still = 0
+        for _ in range(2 * want):
+            if queued >= want:
+                return
+            self._pause(GATHER_PAUSE)
+            now = len(self._pending)
+            still = still + 1 if now == queued else 0
+            if still == 2:
+                return
+            queued = now
 
     def exclusive(self, job: Callable[[], Any]) -> Any:
         """Run ``job`` while no batch is in flight (and none starts)."""
