@@ -133,9 +133,28 @@ class Activation:
         self.drained = False
         self.waiters: list[Any] | None = None  # allocated when the first one queues
         self.replayed: frozenset[Any] = _NONE
-        self.owned: set[SessionId] = set()
+        # Its published children not yet released: one shared empty frozenset
+        # until it owns one (an empty set is 216 bytes, most children own none).
+        self.owned: set[SessionId] | frozenset[SessionId] = _NONE
         self.announced = 0
         self.span: Any = None
+
+    def own(self, child_id: SessionId) -> None:
+        """Record a published child (the registry, before the child can run)."""
+        owned = self.owned
+        if type(owned) is not set:
+            self.owned = owned = set()
+        owned.add(child_id)
+
+    def disown(self, child_id: SessionId) -> bool:
+        """Drop a released child; True when it owns none any more."""
+        owned = self.owned
+        if type(owned) is set:
+            owned.discard(child_id)
+            if owned:
+                return False
+            self.owned = _NONE  # a set keeps its table when emptied
+        return True
 
     def __repr__(self) -> str:
         state = residency(self) if self.agent is not None else "-"

@@ -295,7 +295,7 @@ class Registry(Authority, NoticeLoop):
         act.drained = closed
         parent_act = act.parent_activation
         if parent_act is not None:
-            parent_act.owned.add(act.child_id)  # owned before the child can run
+            parent_act.own(act.child_id)  # owned before the child can run
         # What a crash left in its inbox, the first message, then those that waited
         # for this materialization, in order -- all before the phase lets the fast
         # path in, so none overtakes them. Below a cutoff each is accepted (the
@@ -372,9 +372,7 @@ class Registry(Authority, NoticeLoop):
             announce(act)
         parent = act.parent_activation
         if parent is not None:
-            owned = parent.owned
-            owned.discard(act.child_id)
-            if not owned:  # child-first: the parent may settle now (not before: it owns)
+            if parent.disown(act.child_id):  # child-first: the parent may settle now
                 self._supervisor.quiescent(parent)
         waiters, act.waiters = act.waiters, None
         self._reroute(waiters)  # the first one cold-resumes it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from continuable_kit import Kit
 from freezegun import freeze_time
 from subagents.actors import Runtime
+from subagents.actors._agents._stats import WINDOW
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, MessageId, SubagentError
 
@@ -73,6 +75,23 @@ def test_turn_times_are_nearest_rank_percentiles(kit: Kit) -> None:
     whole = kit.rt.statistics()
     assert whole.turn_p50_ms == pytest.approx(50.0, abs=0.01)
     assert whole.turn_p99_ms == pytest.approx(99.0, abs=0.01)
+
+
+def test_turn_times_are_those_of_the_last_window_of_turns(kit: Kit) -> None:
+    """Issue 18 point 1: the percentiles cover the agent's last WINDOW turns: 100
+    slow turns (1 s each) and then WINDOW turns of 1..WINDOW ms leave only the
+    latter (p99 would be 1 s if a slow one stayed)."""
+    slow = [1000] * 100
+    with freeze_time("2026-12-02 12:00:00") as frozen:
+        kit.script.on_turn = lambda turn: frozen.tick(dt.timedelta(milliseconds=turn.content))
+        root = kit.root()
+        for ms in [*slow, *range(1, WINDOW + 1)]:
+            root.followup(ms)
+        assert root.wait_idle(60)
+        stats = root.statistics()
+    assert stats.turns == 100 + WINDOW
+    assert stats.turn_p50_ms == pytest.approx(WINDOW / 2, abs=0.01)
+    assert stats.turn_p99_ms == pytest.approx(math.ceil(0.99 * WINDOW), abs=0.01)
 
 
 def test_a_replayed_turn_is_counted(backend: Backend, tmp_path: Path) -> None:

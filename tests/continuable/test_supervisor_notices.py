@@ -139,7 +139,7 @@ def test_quiescent_notices_retire_only_settled_activations(backend: Backend) -> 
     try:
         running = _act(_Agent(False))
         waiting = _act(_Agent(True))
-        waiting.owned.add(SessionId(new_session_id()))
+        waiting.own(SessionId(new_session_id()))
         admitting = _act(_Agent(True))
         admitting.admissions = 1
         settling = _act(_Agent(True))
@@ -165,14 +165,14 @@ def test_a_waiting_parent_retires_once_its_last_child_is_gone(backend: Backend) 
     try:
         parent = _act(_Agent(True))
         child = _act(_Agent(True), parent=parent)
-        parent.owned.add(child.child_id)
+        parent.own(child.child_id)
         box.quiescent(parent)
         ref.ask(lambda: None)
         assert hooks.retired == []
         box.released(child)
         ref.ask(lambda: None)
         assert hooks.released == [child] and hooks.retired == []
-        parent.owned.discard(child.child_id)  # what the registry does on the release
+        parent.disown(child.child_id)  # what the registry does on the release
         box.quiescent(parent)
         ref.ask(lambda: None)
         assert hooks.retired == [parent]
@@ -206,3 +206,20 @@ def test_notices_posted_while_the_supervisor_handles_notices(backend: Backend) -
         assert ref.is_alive()
     finally:
         ref.stop()
+
+
+def test_owned_children_are_kept_only_while_there_are_some() -> None:
+    """R-RES-4: ``own`` records a published child, ``disown`` says
+    when the last one is gone; a leaf holds no set of its own (most children own
+    none, and an empty set is 216 bytes each)."""
+    parent, other = _act(_Agent(True)), _act(_Agent(True))
+    assert not parent.owned and parent.owned is other.owned  # the one shared empty value
+    a, b = SessionId(new_session_id()), SessionId(new_session_id())
+    parent.own(a)
+    parent.own(b)
+    assert parent.owned == {a, b} and not other.owned
+    assert parent.disown(a) is False
+    assert parent.disown(SessionId(new_session_id())) is False  # not owned: still owns b
+    assert parent.disown(b) is True
+    assert not parent.owned and parent.owned is other.owned
+    assert other.disown(a) is True  # owns none: nothing to drop
