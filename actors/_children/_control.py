@@ -101,6 +101,11 @@ def drain(
     for p in parent_list:
         p.add_dispose_listener(end_cutoff)
     forest, pending = ask(Cutoff(parent_list))
+    # Below the cutoff every Activation is drained, and a drained agent reports
+    # each time it goes idle: only the ones idle already, as the cutoff answers,
+    # need a nudge. (Looked at later -- after the cancels and the waits -- nearly
+    # all are idle, and each would be considered twice.)
+    idle = [act for act in forest if act.agent.idle]
     for act in sorted(forest, key=lambda a: a.depth):  # top-down
         act.agent.cancel("drained", keep_inbox=False)
     for latch in pending:
@@ -108,15 +113,12 @@ def drain(
     again, _ = ask(Cutoff(parent_list))
     known = {id(a) for a in forest}
     fresh = [a for a in again if id(a) not in known]  # published since the cutoff
+    idle += [act for act in fresh if act.agent.idle]
     for act in sorted(fresh, key=lambda a: a.depth):
         act.agent.cancel("drained", keep_inbox=False)
-    everything = [*forest, *fresh]
-    for act in everything:
-        # A running agent reports its own idleness (a drained Activation always
-        # does); only the ones idle already need a nudge.
-        if act.agent.idle:
-            quiescent(act)
-    for act in everything:
+    for act in idle:
+        quiescent(act)
+    for act in [*forest, *fresh]:
         if not act.released.wait(timeout):
             raise SubagentError(
                 f"draining {act.child_id} did not finish in {timeout} s", code=ErrorCode.TIMEOUT
