@@ -371,8 +371,8 @@ class Registry(Authority, NoticeLoop):
             # resume by a waiter (a new epoch's start).
             announce(act)
         parent = act.parent_activation
-        if parent is not None:
-            if parent.disown(act.child_id):  # child-first: the parent may settle now
-                self._supervisor.quiescent(parent)
+        # Child-first: the parent may settle once it owns no child (not before).
+        if parent is not None and parent.disown(act.child_id):
+            self._supervisor.quiescent(parent)
         waiters, act.waiters = act.waiters, None
         self._reroute(waiters)  # the first one cold-resumes it
