@@ -14,6 +14,7 @@ from typing import Any, Final
 from ._errors import DecodeError
 from ._ids import MessageId, SessionId
 from ._time import storable_datetime
+from ._trusted import trusted_source
 from ._vocabulary import SOURCE_KINDS, Checker, MessageSource
 
 __all__ = [
@@ -125,10 +126,11 @@ def source(v: Any) -> MessageSource | None:
         return None
     if not isinstance(v, dict):
         raise fail("source map", v)
-    return MessageSource(
-        kind=_source_kind(v.get("kind")),
-        session_id=opt_session_id(v.get("session_id")),
-        trace=_trace(v.get("trace")),
+    trace = v.get("trace")  # most messages are untraced: no call for them
+    return trusted_source(
+        _source_kind(v.get("kind")),
+        opt_session_id(v.get("session_id")),
+        None if trace is None else _trace(trace),
     )
 
 

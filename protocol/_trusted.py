@@ -1,4 +1,4 @@
-"""Trusted constructors of the three events a turn appends."""
+"""Trusted constructors of the three events a turn appends, and of a decoded source."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from ._ids import MessageId
 from ._vocabulary import Event, MessageEvent, MessageSource, TurnEnd, TurnStart
 
-__all__ = ["trusted_message", "trusted_turn_end", "trusted_turn_start"]
+__all__ = ["trusted_message", "trusted_source", "trusted_turn_end", "trusted_turn_start"]
 
 ## A frozen dataclass __init__ sets each field through object.__setattr__ (about
 # 0.15 us a field). The turn loop builds three events per turn from values it
@@ -28,6 +28,17 @@ def _slot_setters(cls: type[Event], *names: str) -> tuple[Callable[[Any, Any], N
 _TS = _slot_setters(TurnStart, "turn", "at", "message_ids", "redelivered")
 _ME = _slot_setters(MessageEvent, "message_id", "content", "source")
 _TE = _slot_setters(TurnEnd, "turn", "at", "stop_reason", "output", "structured", "error", "usage")
+_MS = _slot_setters(MessageSource, "kind", "session_id", "trace")  # type: ignore[arg-type]
+
+
+def trusted_source(kind: str, session_id: Any, trace: str | None) -> MessageSource:
+    """A :class:`MessageSource` of checked values (the decoder's: every message read
+    back from a log carries one)."""
+    src = _new(MessageSource)
+    _MS[0](src, kind)
+    _MS[1](src, session_id)
+    _MS[2](src, trace)
+    return src
 
 
 def trusted_turn_start(

@@ -84,6 +84,8 @@ sources = st.builds(
     MessageSource,
     kind=st.sampled_from(SOURCE_KINDS),
     session_id=st.none() | session_ids,
+    # A traced source's W3C traceparent (any short ASCII text is stored as is).
+    trace=st.none() | st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=60),
 )
 
 message_events = st.builds(

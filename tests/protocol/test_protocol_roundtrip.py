@@ -55,6 +55,10 @@ def test_event_round_trip(cls: type[Event], data: st.DataObject) -> None:
     decoded = decode_event(encode_event(event))
     assert decoded == event
     assert strict_eq(decoded, event), (decoded, event)
+    source = getattr(event, "source", None)
+    if source is not None:  # a decoded source is built by the trusted constructor
+        assert hash(decoded.source) == hash(source)  # type: ignore[attr-defined]
+        assert repr(decoded.source) == repr(source)  # type: ignore[attr-defined]
 
 
 @ROUND_TRIP
