@@ -121,7 +121,7 @@ class MemoryStore(MemoryQueues, SessionStore):
     ) -> list[int]:
         sid = check_session_id(session_id)
         events = check_events(events)
-        token = check_token(lease)
+        token = None if lease is None else check_token(lease)
         finished = check_message_ids(done) if done else ()
         with self._lock:
             session = self._get(sid)
@@ -164,8 +164,9 @@ class MemoryStore(MemoryQueues, SessionStore):
         check_int(from_seq, "from_seq")
         with self._lock:
             tail = self._get(sid).events[from_seq:]
+        record = TurnRecord  # final (never subclassed): an identity test, the name read once
         return [
-            LogRecord(seq, e.event(seq) if isinstance(e, TurnRecord) else e)
+            LogRecord(seq, e.event(seq) if type(e) is record else e)
             for seq, e in enumerate(tail, from_seq)
         ]
 
