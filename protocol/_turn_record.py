@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, final
 
 from ._ids import MessageId
 from ._trusted import trusted_message, trusted_turn_end, trusted_turn_start
@@ -42,6 +42,7 @@ class Delivered(Protocol):
     redelivered: Any  # ``True``: the turn's start records it
 
 
+@final  # readers tell it from an event by type identity (store/_memory.py)
 class TurnRecord:
     """One turn of a log (see the module docstring).
 

@@ -164,9 +164,8 @@ class MemoryStore(MemoryQueues, SessionStore):
         check_int(from_seq, "from_seq")
         with self._lock:
             tail = self._get(sid).events[from_seq:]
-        record = TurnRecord  # final (never subclassed): an identity test, the name read once
-        return [
-            LogRecord(seq, e.event(seq) if type(e) is record else e)
+        return [  # TurnRecord is never subclassed: a type identity test, not isinstance
+            LogRecord(seq, e.event(seq) if type(e) is TurnRecord else e)
             for seq, e in enumerate(tail, from_seq)
         ]
 
