@@ -120,13 +120,23 @@ class Catalog:
         store = self._persistence
         live = _live_by_parent(self._sessions)
         headers, broken = corpus.headers, corpus.broken
+        # An SQL store reads each level's identity rows with its headers, in one read
+        # (a store without the joined read: the identities are read apart, later).
+        joined = getattr(store, "scan_children_with", None)
+        identities: dict[SessionId, tuple[int, bytes]] = {}
+        if joined is not None:
+            corpus.identities = identities
         seen = {root}
         level = [root]
         for depth in range(MAX_LEVELS + 1):
             if depth == MAX_LEVELS:
                 return self._whole(signal)
             before = len(headers)
-            if store is not None:
+            if joined is not None:
+                found, cached = self._read(joined, signal, level, "subagent")
+                identities.update(cached)
+                corpus.add_persisted(found, root if depth == 0 else None)
+            elif store is not None:
                 found = self._read(store.scan_children, signal, level)
                 corpus.add_persisted(found, root if depth == 0 else None)
             if live:

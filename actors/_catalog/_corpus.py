@@ -50,7 +50,7 @@ class LiveSessions(Protocol):
 class Corpus:
     """Headers, live ids, children and broken headers of one listing."""
 
-    __slots__ = ("broken", "children", "headers", "live", "whole_store")
+    __slots__ = ("broken", "children", "headers", "identities", "live", "whole_store")
 
     def __init__(self, *, whole_store: bool) -> None:
         self.whole_store = whole_store  # every stored header was read (not one family)
@@ -58,6 +58,9 @@ class Corpus:
         self.live: set[SessionId] = set()
         self.children: dict[SessionId, list[SessionId]] = {}
         self.broken: dict[SessionId, list[Diagnostic]] = {}  # by parent: undecodable headers
+        # The cached identity rows of every stored session read, when they were read
+        # with the headers (a tree read level by level); None: read them apart.
+        self.identities: dict[SessionId, tuple[int, bytes]] | None = None
 
     def add_persisted(self, items: Iterable[Any], indexed: SessionId | None = None) -> None:
         """Persisted headers, and the undecodable ones by the parent they name.

@@ -199,11 +199,12 @@ class Identities:
         to_inspect: deque[SessionHeader] = deque()
         live = corpus.live
         cold = [h.id for h in heads if h.id not in live] if live else [h.id for h in heads]
-        cache = (
-            self._cache_rows(cold, signal, whole_store=corpus.whole_store)
-            if cold
-            else (lambda _sid: None)
-        )
+        if corpus.identities is not None:
+            cache: Callable[[SessionId], Any] = corpus.identities.get
+        elif cold:
+            cache = self._cache_rows(cold, signal, whole_store=corpus.whole_store)
+        else:
+            cache = lambda _sid: None  # noqa: E731
         cached = self._cached
         for header in heads:
             sid = header.id

@@ -42,6 +42,11 @@ def listing(rt: Runtime, which: str, root: SessionId, signal: Any = None) -> Lis
     return fn(root, signal)
 
 
+def _joins(store: Any) -> bool:
+    """Whether the store reads a tree level's identity rows with its headers."""
+    return hasattr(store, "scan_children_with")
+
+
 def code_of(fn: Callable[[], Any]) -> str:
     with pytest.raises(SubagentError) as err:
         fn()
@@ -91,6 +96,8 @@ def test_an_abort_inside_a_persistence_read_cancels_at_once(
     if method == "headers":
         method = "scan_children"
     store = hooked(rtp)
+    if method == "get_projection" and which == "list_descendants" and _joins(store):
+        pytest.skip("an SQL store's tree listing reads identity rows with each level")
     root = rtp.spawn("echo")
     for i in range(3):
         write_child(store, root.session_id, [continuable(f"c{i}")], created_at=at(i))
@@ -262,10 +269,17 @@ def test_an_abort_inside_the_bulk_cache_read(rtp: Runtime) -> None:
     store.hooks["get_projections_of"] = abort  # list_children reads its family's rows
     store.reset_counts()
     for which in LISTINGS:
-        code = code_of(lambda: listing(rtp, which, root.session_id, controller.signal))  # noqa: B023
-        assert code == ErrorCode.CANCELLED
         # Both read the family through the parent index (root, then its children).
         reads = ["scan_children", "scan_children", "get_projections_of"]
-        assert [m for m, _ in store.read_log] == reads
+        if which == "list_descendants" and _joins(store):
+            # The identity rows come with each level's read: no cache read to abort.
+            assert len(listing(rtp, which, root.session_id, controller.signal).rows) == 70
+            methods = [m for m, _ in store.read_log]
+            assert methods[:2] == reads[:2]  # then the uncached children's inspections
+            assert "get_projections_of" not in methods and "get_projections" not in methods
+        else:
+            code = code_of(lambda: listing(rtp, which, root.session_id, controller.signal))  # noqa: B023
+            assert code == ErrorCode.CANCELLED
+            assert [m for m, _ in store.read_log] == reads
         store.reset_counts()
         controller = AbortController()

@@ -536,3 +536,30 @@ def test_get_projections_of_reads_the_given_sessions_only(
         with pytest.raises(SubagentError) as info:
             store.get_projections_of(unit, sessions)  # type: ignore[arg-type]
         assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_scan_children_with_their_cached_rows(store: SessionStore, make_header: MakeHeader) -> None:
+    """``scan_children_with(parents, unit)``: what ``scan_children`` gives, and the
+    ``unit`` rows of those children that have one -- not another unit's, not a
+    grandchild's, not the parent's (the catalog reads a tree's levels so, where a
+    store offers it: the SQL stores)."""
+    if isinstance(store, MemoryStore):
+        pytest.skip("a memory store has no joined read: the catalog reads the two apart")
+    root = make_header(created_at=T0)
+    kids = [make_header(parent=root.id, created_at=T0) for _ in range(5)]
+    grandchild = make_header(parent=kids[0].id, created_at=T0)
+    for h in [root, *kids, grandchild]:
+        store.create_session(h)
+    store.put_projection(root.id, "subagent", -1, b"root")
+    for i, kid in enumerate(kids[:3]):
+        store.put_projection(kid.id, "subagent", -1, b"kid%d" % i)
+    store.put_projection(kids[3].id, "other", -1, b"another unit")
+    store.put_projection(grandchild.id, "subagent", -1, b"grandchild")
+    found, cached = store.scan_children_with([root.id], "subagent")  # type: ignore[attr-defined]
+    assert found == store.scan_children([root.id])
+    assert cached == store.get_projections_of("subagent", [k.id for k in kids])
+    assert cached == {kid.id: (-1, b"kid%d" % i) for i, kid in enumerate(kids[:3])}
+    assert store.scan_children_with([], "subagent") == ([], {})  # type: ignore[attr-defined]
+    with pytest.raises(SubagentError) as info:
+        store.scan_children_with([root.id], "")  # type: ignore[attr-defined]
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT

@@ -426,3 +426,26 @@ def test_sqlite_failures_surface_as_subagent_errors(
             assert exc_info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
             assert isinstance(exc_info.value.__cause__, sqlite3.Error)
         assert store.header(h.id) == h  # what is intact stays readable
+
+
+def test_scan_children_with_skips_the_row_of_a_corrupt_child(
+    tmp_path: Path, make_header: MakeHeader
+) -> None:
+    """``scan_children_with`` joins each child's cached row to its header row; a child
+    whose header does not decode is its CorruptRecordError in place and brings no
+    cached row (as the default, which reads rows of decodable children only)."""
+    path = tmp_path / "c.db"
+    root = make_header()
+    good, bad = make_header(parent=root.id), make_header(parent=root.id)
+    with SqliteStore(path) as store:
+        for h in (root, good, bad):
+            store.create_session(h)
+        for h in (good, bad):
+            store.put_projection(h.id, "subagent", -1, b"cached")
+        conn = _raw(path)
+        conn.execute("UPDATE sessions SET header = x'00' WHERE id = ?", (bad.id.to_bytes(),))
+        conn.close()
+        found, cached = store.scan_children_with([root.id], "subagent")
+        assert good in found
+        assert [e.session_id for e in found if isinstance(e, CorruptRecordError)] == [bad.id]
+        assert cached == {good.id: (-1, b"cached")}
