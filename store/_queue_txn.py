@@ -216,24 +216,25 @@ class QueueTxn:
                 n += len(op.rows)
             self.overlay[_N + key] = n
             return out
-        # Some ids were accepted before (or twice in this batch): ask the table.
-        taken = dict(
-            self.conn.execute(
-                "SELECT message_id, n FROM inbox WHERE session = ? AND n > ?", (key, last)
-            ).fetchall()
-        )
-        i = 0
+        # Some ids were accepted before (or twice in this batch): the rows went in
+        # at their positions, leaving a place empty for each one left out. Take them
+        # out again (every row past ``last`` is this statement's) and place the rows
+        # one by one, as accept_messages does, so the places stay gapless.
+        conn = self.conn
+        conn.execute("DELETE FROM inbox WHERE session = ? AND n > ?", (key, last))
+        n = last
         for op in ops:
+            at = op.at
             results = []
-            for mid, _body in op.rows:
-                i += 1
-                if taken.get(mid) == last + i:
-                    results.append(Accepted(last + i, False))
+            for mid, body in op.rows:
+                if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
+                    n += 1
+                    results.append(Accepted(n, False))
                     continue
-                known = self.conn.execute(_KNOWN, (key, mid)).fetchone()
+                known = conn.execute(_KNOWN, (key, mid)).fetchone()
                 results.append(Accepted(int(known[0]), True))
             out.append(results)
-        self.overlay[_N + key] = last + len(params)
+        self.overlay[_N + key] = n
         return out
 
     def complete(

@@ -511,9 +511,10 @@ def test_a_run_of_acceptances_in_one_insert_reports_each_like_alone(
     sqlite_store: SqliteStore, make_header: MakeHeader, make_events: MakeEvents
 ) -> None:
     """The SQLite store's merged insert (a run of acceptances for one session and
-    lease in one batch): fresh ids numbered in order, an id accepted before or
-    earlier in the same run a duplicate with the original's ``n``; a run whose
-    lease is stale fails as a whole, writing nothing."""
+    lease in one batch): fresh ids numbered in order with no place left empty (a
+    duplicate in the run left one before), an id accepted before or earlier in the
+    same run a duplicate with the original's ``n``; a run whose lease is stale
+    fails as a whole, writing nothing."""
     from subagents.store._committed import encode_messages
     from subagents.store._queue_txn import AcceptOp
 
@@ -530,11 +531,11 @@ def test_a_run_of_acceptances_in_one_insert_reports_each_like_alone(
     assert [r.outcome() for r in requests] == [
         [Accepted(first.n + 1, False), Accepted(first.n + 2, False)],
         [Accepted(first.n, True)],
-        [Accepted(first.n + 2, True), Accepted(first.n + 5, False)],
+        [Accepted(first.n + 2, True), Accepted(first.n + 3, False)],
     ]
-    assert [e.message_id for e in sqlite_store.pending(h.id)] == [
-        e.message_id for e in (a, b, c, d)
-    ]
+    pending = sqlite_store.pending(h.id)
+    assert [e.message_id for e in pending] == [e.message_id for e in (a, b, c, d)]
+    assert [e.n for e in pending] == [first.n, first.n + 1, first.n + 2, first.n + 3]  # gapless
     stale = [AcceptOp(h.id, encode_messages([e]), None, NOW, ("me", 99)) for e in make_events(2)]
     for request in sqlite_store._committer.submit_many(stale):
         with pytest.raises(SubagentError) as err:
