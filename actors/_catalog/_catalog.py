@@ -25,7 +25,7 @@ from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentErro
 from subagents.store import SessionStore
 
 from ._corpus import Corpus, LiveSessions
-from ._identity import MISS, Identities
+from ._identity import MISS, Identities, cancelled
 from ._projections import ProjectionRegistry
 from ._rows import ChildRow, DescendantRow, Diagnostic, Listing, descendant_row
 from ._runner import THREADS, Runner, SignalLike, check, signal_of
@@ -132,12 +132,21 @@ class Catalog:
             if depth == MAX_LEVELS:
                 return self._whole(signal)
             before = len(headers)
+            found = None
             if joined is not None:
-                found, cached = self._read(joined, signal, level, "subagent")
-                identities.update(cached)
-                corpus.add_persisted(found, root if depth == 0 else None)
-            elif store is not None:
+                try:
+                    found, cached = self._read(joined, signal, level, "subagent")
+                    identities.update(cached)
+                except Exception as exc:
+                    if cancelled(exc):
+                        raise
+                    # The identity cache is derived data: one that cannot be read
+                    # renders no verdict (R-LIST-11). Read the headers alone from
+                    # here on, and the identities apart, as a store without the join.
+                    joined = corpus.identities = None
+            if found is None and store is not None:
                 found = self._read(store.scan_children, signal, level)
+            if found is not None:
                 corpus.add_persisted(found, root if depth == 0 else None)
             if live:
                 corpus.add_live_headers(h for p in level for h in live.get(p, ()))

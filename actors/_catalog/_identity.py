@@ -41,7 +41,7 @@ from ._projections import ProjectionRegistry
 from ._rows import Diagnostic
 from ._runner import Runner, SignalLike, check
 
-__all__ = ["IDENTITY_CACHE_MAX", "INSPECTION_CONCURRENCY", "MISS", "Identities"]
+__all__ = ["IDENTITY_CACHE_MAX", "INSPECTION_CONCURRENCY", "MISS", "Identities", "cancelled"]
 
 logger = logging.getLogger("subagents")
 
@@ -56,7 +56,8 @@ MISS: Final[Any] = object()  # no usable cached identity
 Read = Callable[..., Any]  # read(fn, signal, *args): a persistence read, checked around
 
 
-def _cancelled(exc: BaseException) -> bool:
+def cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is the listing's own cancellation (never swallowed)."""
     return isinstance(exc, SubagentError) and exc.code == ErrorCode.CANCELLED
 
 
@@ -107,7 +108,7 @@ class Identities:
                 else:
                     rows = self._read(store.get_projections_of, signal, "subagent", ids)
             except Exception as exc:  # derived data: a broken cache renders no verdict
-                if _cancelled(exc):
+                if cancelled(exc):
                     raise
                 rows = None
             if rows is not None:
@@ -118,7 +119,7 @@ class Identities:
             try:
                 return self._read(store.get_projection, signal, sid, "subagent")
             except Exception as exc:  # derived data: a broken cache row renders no verdict
-                if _cancelled(exc):
+                if cancelled(exc):
                     raise
                 return None
 
@@ -176,7 +177,7 @@ class Identities:
             try:
                 self._read(putter, signal, header.id, "subagent", seq, packb(identity))
             except Exception as exc:
-                if _cancelled(exc):
+                if cancelled(exc):
                     raise
                 logger.debug("could not cache the identity of %s", header.id, exc_info=True)
         return "ok", identity
@@ -212,7 +213,7 @@ class Identities:
                 try:
                     identity = self._live(projections, sid, signal)
                 except Exception as exc:  # its log could not be read: like an inspection
-                    if _cancelled(exc):
+                    if cancelled(exc):
                         raise
                     corrupt = (
                         isinstance(exc, SubagentError) and exc.code == ErrorCode.CORRUPT_RECORD

@@ -9,6 +9,7 @@ lifecycle events; every store read is counted by the hooked stores.
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -488,6 +489,33 @@ def test_a_throwing_cache_read_falls_through_silently(rtp: Runtime, failure: Exc
     assert summary(listing) == [(header.id, "continuable", "own", "inactive", False)]
     assert listing.diagnostics == ()
     assert store.reads_of[header.id] == 1
+
+
+def test_an_unreadable_identity_cache_falls_through_silently_in_a_tree_listing(
+    rtp: Runtime,
+) -> None:
+    """R-LIST-11: an SQL store reads a tree level's identity rows with its headers,
+    in one statement; when the identity cache cannot be read (its table gone), that
+    read fails as a whole, and the listing reads the headers alone and inspects each
+    child instead: the same rows, no diagnostic, no error."""
+    store = store_of(rtp)
+    if not isinstance(store, HookedSqliteStore):
+        pytest.skip("a memory store reads the identity rows apart (the test above)")
+    root = rtp.spawn("echo")
+    kid = write_child(store, root.session_id, [continuable("kid")], created_at=at(0))
+    write_child(store, kid.id, [one_shot("grandchild")], created_at=at(1))
+    write_child(store, root.session_id, [one_shot("sibling")], created_at=at(2))
+    before = rtp.subagents.list_descendants(root.session_id)
+    assert [r.label for r in before.rows] == ["kid", "grandchild", "sibling"]
+    conn = sqlite3.connect(store.path)
+    conn.execute("DROP TABLE projection_cache")
+    conn.commit()
+    conn.close()
+    store.reset_counts()
+    after = rtp.subagents.list_descendants(root.session_id)
+    assert after.rows == before.rows
+    assert after.diagnostics == ()
+    assert sum(store.reads_of.values()) == 3  # each child inspected
 
 
 # -- R-LIST-10: bounded inspections ---------------------------------------------------------
