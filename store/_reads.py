@@ -203,18 +203,7 @@ class SqlReads:
     def scan_children(
         self, parents: Sequence[SessionId | str]
     ) -> list[SessionHeader | CorruptRecordError]:
-        keys = sorted(p.to_bytes() for p in check_session_ids(parents))
-        rows = self._query_in(
-            "SELECT created_at, id, parent, header FROM sessions"
-            " WHERE parent IN ({}) ORDER BY created_at, id",
-            keys,
-        )
-        if len(keys) > _IN_CHUNK:
-            rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
-        # A few children (a server listing one family per request) are decoded, not
-        # cached: caching every family a server ever listed grows it for ever.
-        remember = len(rows) >= _REMEMBER_FROM
-        return self._scanned(((key, parent, blob) for _at, key, parent, blob in rows), remember)
+        return self._scanned_children(self._child_rows(parents))
 
     def scan_children_with(
         self, parents: Sequence[SessionId | str], unit: str
@@ -226,28 +215,41 @@ class SqlReads:
         # listing of a 10,000-session tree made 20 more reads, and an id -> bytes
         # conversion a session, to fetch them apart).
         name = unit_name(unit)
-        keys = sorted(p.to_bytes() for p in check_session_ids(parents))
-        rows = self._query_in(
-            "SELECT s.created_at, s.id, s.parent, s.header, c.seq, c.data FROM sessions s"
-            " LEFT JOIN projection_cache c ON c.session = s.id AND c.unit = ?"
-            " WHERE s.parent IN ({}) ORDER BY s.created_at, s.id",
-            keys,
+        rows = self._child_rows(
+            parents,
+            ", c.seq, c.data",
+            " LEFT JOIN projection_cache c ON c.session = s.id AND c.unit = ?",
             name,
         )
-        if len(keys) > _IN_CHUNK:
-            rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
-        remember = len(rows) >= _REMEMBER_FROM
-        found = self._scanned(
-            ((key, parent, blob) for _at, key, parent, blob, _s, _d in rows), remember
-        )
-        cached = self._projection_rows(
-            (key, q, d) for _at, key, _p, _b, q, d in rows if q is not None
-        )
+        found = self._scanned_children(rows)
+        cached = self._projection_rows((r[1], r[4], r[5]) for r in rows if r[4] is not None)
         if any(type(item) is not SessionHeader for item in found):
             # As the default gives them: rows of decodable children only.
             ok = {item.id for item in found if type(item) is SessionHeader}
             cached = {sid: row for sid, row in cached.items() if sid in ok}
         return found, cached
+
+    def _child_rows(
+        self, parents: Sequence[SessionId | str], columns: str = "", join: str = "", *params: Any
+    ) -> list[Any]:
+        """``(created_at, id, parent, header, *columns)`` of the children of ``parents``,
+        ordered by ``(created_at, id)``; ``join`` (with ``params``) joins another table."""
+        keys = sorted(p.to_bytes() for p in check_session_ids(parents))
+        rows = self._query_in(
+            f"SELECT s.created_at, s.id, s.parent, s.header{columns} FROM sessions s{join}"
+            " WHERE s.parent IN ({}) ORDER BY s.created_at, s.id",
+            keys,
+            *params,
+        )
+        if len(keys) > _IN_CHUNK:
+            rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
+        return rows
+
+    def _scanned_children(self, rows: list[Any]) -> list[SessionHeader | CorruptRecordError]:
+        # A few children (a server listing one family per request) are decoded, not
+        # cached: caching every family a server ever listed grows it for ever.
+        remember = len(rows) >= _REMEMBER_FROM
+        return self._scanned(((r[1], r[2], r[3]) for r in rows), remember)
 
     def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
         sid = check_session_id(session_id)

@@ -128,7 +128,8 @@ class RuntimeCounters:
 
 def percentiles(seconds: Iterable[float]) -> tuple[float | None, float | None]:
     """(p50, p99) of ``seconds`` in milliseconds, nearest rank; ``(None, None)``
-    when empty. Sorting a deque copies it in one C call: a consistent snapshot."""
+    when empty. Sorting a deque or a list copies it in one C call: a consistent
+    snapshot."""
     data = sorted(seconds)
     if not data:
         return None, None

@@ -132,21 +132,21 @@ class Catalog:
             if depth == MAX_LEVELS:
                 return self._whole(signal)
             before = len(headers)
-            found = None
-            if joined is not None:
-                try:
-                    found, cached = self._read(joined, signal, level, "subagent")
-                    identities.update(cached)
-                except Exception as exc:
-                    if cancelled(exc):
-                        raise
-                    # The identity cache is derived data: one that cannot be read
-                    # renders no verdict (R-LIST-11). Read the headers alone from
-                    # here on, and the identities apart, as a store without the join.
-                    joined = corpus.identities = None
-            if found is None and store is not None:
-                found = self._read(store.scan_children, signal, level)
-            if found is not None:
+            if store is not None:
+                found = None
+                if joined is not None:
+                    try:
+                        found, cached = self._read(joined, signal, level, "subagent")
+                        identities.update(cached)
+                    except Exception as exc:
+                        if cancelled(exc):
+                            raise
+                        # The identity cache is derived data: one that cannot be read
+                        # renders no verdict (R-LIST-11). Read the headers alone from
+                        # here on, and the identities apart, as without the join.
+                        joined = corpus.identities = None
+                if found is None:
+                    found = self._read(store.scan_children, signal, level)
                 corpus.add_persisted(found, root if depth == 0 else None)
             if live:
                 corpus.add_live_headers(h for p in level for h in live.get(p, ()))
