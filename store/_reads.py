@@ -178,15 +178,26 @@ class SqlReads:
         return self._headers("", ())
 
     def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
-        rows = self._query("SELECT id, parent, header FROM sessions ORDER BY created_at, id", ())
+        rows = self._query(
+            "SELECT created_at, id, parent, header FROM sessions ORDER BY created_at, id", ()
+        )
         return self._scanned(rows)
 
     def _scanned(
         self, rows: Iterable[Any], remember: bool = True
     ) -> list[SessionHeader | CorruptRecordError]:
-        """Decoded ``(id, parent, header)`` rows; a broken one as its error, in place."""
+        """Decoded ``(created_at, id, parent, header, ...)`` rows; a broken one as its
+        error, in place."""
         out: list[SessionHeader | CorruptRecordError] = []
-        for key, parent, blob in rows:
+        known, ids = self._header_cache, self._id_cache
+        for row in rows:
+            key, parent, blob = row[1], row[2], row[3]
+            # Warm (a big listing read again): the remembered header of these very
+            # bytes, whose id is the very object remembered for this key.
+            header = known.get(blob) if type(blob) is bytes else None
+            if header is not None and type(key) is bytes and header.id is ids.get(key):
+                out.append(header)
+                continue
             try:
                 out.append(self._decode_row(key, blob, remember))
             except CorruptRecordError as exc:
@@ -207,41 +218,65 @@ class SqlReads:
 
     def scan_children_with(
         self, parents: Sequence[SessionId | str], unit: str
-    ) -> tuple[list[SessionHeader | CorruptRecordError], dict[SessionId, tuple[int, bytes]]]:
-        """:meth:`scan_children` of ``parents``, and the cached ``(seq, data)`` of
-        ``unit`` for each decodable child that has one (:meth:`get_projections_of`),
-        in one read: the catalog reads a tree's levels so where a store offers it."""
+    ) -> tuple[
+        list[SessionHeader | CorruptRecordError], dict[SessionId, tuple[int, bytes]], set[SessionId]
+    ]:
+        """:meth:`scan_children` of ``parents``, with what a tree listing asks of each
+        level, in one read: the cached ``(seq, data)`` of ``unit`` for each decodable
+        child that has one (:meth:`get_projections_of`), and the decodable children
+        that have a stored child of their own (the next level's parents: the leaves,
+        most of a big tree, are never read again to find they have none).
+
+        Each parent's children come in ``(created_at, id)`` order, parents one after
+        another (not interleaved, as :meth:`scan_children` gives them): the catalog
+        links children per parent, and the index gives them so with no sort.
+        """
         # One statement a chunk: the identity rows joined to the header rows (a
         # listing of a 10,000-session tree made 20 more reads, and an id -> bytes
         # conversion a session, to fetch them apart).
         name = unit_name(unit)
         rows = self._child_rows(
             parents,
-            ", c.seq, c.data",
+            ", c.seq, c.data, EXISTS (SELECT 1 FROM sessions k WHERE k.parent = s.id)",
             " LEFT JOIN projection_cache c ON c.session = s.id AND c.unit = ?",
             name,
+            by_parent=True,
         )
         found = self._scanned_children(rows)
-        cached = self._projection_rows((r[1], r[4], r[5]) for r in rows if r[4] is not None)
-        if any(type(item) is not SessionHeader for item in found):
-            # As the default gives them: rows of decodable children only.
-            ok = {item.id for item in found if type(item) is SessionHeader}
-            cached = {sid: row for sid, row in cached.items() if sid in ok}
-        return found, cached
+        cached: dict[SessionId, tuple[int, bytes]] = {}
+        branching: set[SessionId] = set()
+        # One decoded item per row, in place: a broken one (its error) brings neither,
+        # as the default reads rows of decodable children only.
+        for item, row in zip(found, rows):
+            if type(item) is SessionHeader:
+                if row[4] is not None:
+                    cached[item.id] = (int(row[4]), bytes(row[5]))
+                if row[6]:
+                    branching.add(item.id)
+        return found, cached, branching
 
     def _child_rows(
-        self, parents: Sequence[SessionId | str], columns: str = "", join: str = "", *params: Any
+        self,
+        parents: Sequence[SessionId | str],
+        columns: str = "",
+        join: str = "",
+        *params: Any,
+        by_parent: bool = False,
     ) -> list[Any]:
         """``(created_at, id, parent, header, *columns)`` of the children of ``parents``,
-        ordered by ``(created_at, id)``; ``join`` (with ``params``) joins another table."""
+        ordered by ``(created_at, id)`` (``by_parent``: by parent first); ``join``
+        (with ``params``) joins another table."""
         keys = sorted(p.to_bytes() for p in check_session_ids(parents))
+        # By parent, the parent index's own order: no sort, and chunks of sorted keys
+        # concatenate in order.
+        order = "s.parent, s.created_at, s.id" if by_parent else "s.created_at, s.id"
         rows = self._query_in(
             f"SELECT s.created_at, s.id, s.parent, s.header{columns} FROM sessions s{join}"
-            " WHERE s.parent IN ({}) ORDER BY s.created_at, s.id",
+            f" WHERE s.parent IN ({{}}) ORDER BY {order}",
             keys,
             *params,
         )
-        if len(keys) > _IN_CHUNK:
+        if len(keys) > _IN_CHUNK and not by_parent:
             rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
         return rows
 
@@ -249,7 +284,7 @@ class SqlReads:
         # A few children (a server listing one family per request) are decoded, not
         # cached: caching every family a server ever listed grows it for ever.
         remember = len(rows) >= _REMEMBER_FROM
-        return self._scanned(((r[1], r[2], r[3]) for r in rows), remember)
+        return self._scanned(rows, remember)
 
     def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
         sid = check_session_id(session_id)

@@ -107,6 +107,43 @@ class Catalog:
         corpus.add_live(self._sessions, None)
         return corpus.link()
 
+    def _reader(self) -> Corpus:
+        """An empty corpus of part of the store; it gathers the cached identity rows
+        with the headers where the store reads them together (an SQL store's joined
+        read), else they are read apart, later."""
+        corpus = Corpus(whole_store=False)
+        if hasattr(self._persistence, "scan_children_with"):
+            corpus.identities = {}
+        return corpus
+
+    def _level(
+        self, corpus: Corpus, level: list[SessionId], signal: SignalLike, indexed: SessionId | None
+    ) -> set[SessionId] | None:
+        """Read the stored children of ``level`` into ``corpus`` (``indexed``: see
+        :meth:`Corpus.add_persisted`). Returns the children that have stored children
+        of their own, when the store says (None: not known, read their level)."""
+        store = self._persistence
+        assert store is not None
+        identities = corpus.identities
+        if identities is not None:
+            try:
+                joined = store.scan_children_with  # type: ignore[attr-defined]
+                found, cached, branching = self._read(joined, signal, level, "subagent")
+            except Exception as exc:
+                if cancelled(exc):
+                    raise
+                # The identity cache is derived data: one that cannot be read renders
+                # no verdict (R-LIST-11). Read the headers alone from here on, and the
+                # identities apart, as without the join.
+                corpus.identities = None
+            else:
+                identities.update(cached)
+                corpus.add_persisted(found, indexed)
+                known: set[SessionId] = branching
+                return known
+        corpus.add_persisted(self._read(store.scan_children, signal, level), indexed)
+        return None
+
     def _subtree(self, root: SessionId, signal: SignalLike) -> Corpus:
         """``root``'s whole tree, read level by level through the store's parent index
         (each level one chunked read), so the cost follows the tree, not the store.
@@ -116,41 +153,27 @@ class Catalog:
         tree deeper than :data:`MAX_LEVELS` is read with one scan of the store
         instead: that many reads cost more than the scan.
         """
-        corpus = Corpus(whole_store=False)
+        corpus = self._reader()
         store = self._persistence
         live = _live_by_parent(self._sessions)
         headers, broken = corpus.headers, corpus.broken
-        # An SQL store reads each level's identity rows with its headers, in one read
-        # (a store without the joined read: the identities are read apart, later).
-        joined = getattr(store, "scan_children_with", None)
-        identities: dict[SessionId, tuple[int, bytes]] = {}
-        if joined is not None:
-            corpus.identities = identities
         seen = {root}
         level = [root]
         for depth in range(MAX_LEVELS + 1):
             if depth == MAX_LEVELS:
                 return self._whole(signal)
             before = len(headers)
+            branching = None
             if store is not None:
-                found = None
-                if joined is not None:
-                    try:
-                        found, cached = self._read(joined, signal, level, "subagent")
-                        identities.update(cached)
-                    except Exception as exc:
-                        if cancelled(exc):
-                            raise
-                        # The identity cache is derived data: one that cannot be read
-                        # renders no verdict (R-LIST-11). Read the headers alone from
-                        # here on, and the identities apart, as without the join.
-                        joined = corpus.identities = None
-                if found is None:
-                    found = self._read(store.scan_children, signal, level)
-                corpus.add_persisted(found, root if depth == 0 else None)
+                branching = self._level(corpus, level, signal, root if depth == 0 else None)
             if live:
                 corpus.add_live_headers(h for p in level for h in live.get(p, ()))
             nxt = [sid for sid in list(headers)[before:] if sid not in seen]
+            if branching is not None:
+                # The leaves (most of a big tree) need no read of their children; a
+                # live node's children may not all be stored yet.
+                in_memory = corpus.live
+                nxt = [s for s in nxt if s in branching or s in live or s in in_memory]
             if broken:
                 nxt += [
                     d.id
@@ -165,17 +188,27 @@ class Catalog:
         return corpus.link()
 
     def _family(self, parent: SessionId, signal: SignalLike) -> Corpus:
-        """Only ``parent``'s children and theirs (what ``has_children`` needs): two
-        reads of the store's parent index, whatever the size of the store."""
-        corpus = Corpus(whole_store=False)
+        """Only ``parent``'s children and theirs (what ``has_children`` needs): at most
+        two reads of the store's parent index, whatever the size of the store."""
+        corpus = self._reader()
         store = self._persistence
+        branching = None
         if store is not None:
-            corpus.add_persisted(self._read(store.scan_children, signal, [parent]), parent)
+            branching = self._level(corpus, [parent], signal, parent)
         corpus.add_live(self._sessions, {parent})
         kids = list(corpus.headers)
         if kids:
             if store is not None:
-                corpus.add_persisted(self._read(store.scan_children, signal, kids))
+                # Only the children known to have stored children of their own (a
+                # live one's may not all be stored yet); their identities are not asked.
+                unknown = corpus.live
+                read = (
+                    [k for k in kids if k in branching or k in unknown]
+                    if branching is not None
+                    else kids
+                )
+                if read:
+                    corpus.add_persisted(self._read(store.scan_children, signal, read))
             corpus.add_live(self._sessions, set(kids))
         return corpus.link()
 

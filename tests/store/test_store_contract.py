@@ -539,27 +539,40 @@ def test_get_projections_of_reads_the_given_sessions_only(
 
 
 def test_scan_children_with_their_cached_rows(store: SessionStore, make_header: MakeHeader) -> None:
-    """``scan_children_with(parents, unit)``: what ``scan_children`` gives, and the
-    ``unit`` rows of those children that have one -- not another unit's, not a
-    grandchild's, not the parent's (the catalog reads a tree's levels so, where a
-    store offers it: the SQL stores)."""
+    """``scan_children_with(parents, unit)``: what ``scan_children`` gives, the ``unit``
+    rows of those children that have one -- not another unit's, not a grandchild's, not
+    the parent's -- and the children that have stored children themselves (the catalog
+    reads a tree's levels so, where a store offers it: the SQL stores). Each parent's
+    children in ``(created_at, id)`` order, one parent's after another's."""
     if isinstance(store, MemoryStore):
         pytest.skip("a memory store has no joined read: the catalog reads the two apart")
     root = make_header(created_at=T0)
     kids = [make_header(parent=root.id, created_at=T0) for _ in range(5)]
     grandchild = make_header(parent=kids[0].id, created_at=T0)
-    for h in [root, *kids, grandchild]:
+    other = make_header(created_at=T0)
+    # Created between root's children: a read ordered by time alone would interleave.
+    cousins = [
+        make_header(parent=other.id, created_at=T0 + dt.timedelta(seconds=s)) for s in (-1, 1)
+    ]
+    for h in [root, *kids, grandchild, other, *cousins]:
         store.create_session(h)
+    store.create_session(make_header(parent=cousins[1].id, created_at=T0))
     store.put_projection(root.id, "subagent", -1, b"root")
     for i, kid in enumerate(kids[:3]):
         store.put_projection(kid.id, "subagent", -1, b"kid%d" % i)
     store.put_projection(kids[3].id, "other", -1, b"another unit")
     store.put_projection(grandchild.id, "subagent", -1, b"grandchild")
-    found, cached = store.scan_children_with([root.id], "subagent")  # type: ignore[attr-defined]
+    joined = store.scan_children_with  # type: ignore[attr-defined]
+    found, cached, branching = joined([root.id], "subagent")
     assert found == store.scan_children([root.id])
     assert cached == store.get_projections_of("subagent", [k.id for k in kids])
     assert cached == {kid.id: (-1, b"kid%d" % i) for i, kid in enumerate(kids[:3])}
-    assert store.scan_children_with([], "subagent") == ([], {})  # type: ignore[attr-defined]
+    assert branching == {kids[0].id}
+    first, second = sorted([root.id, other.id], key=lambda sid: sid.to_bytes())
+    found, _, branching = joined([other.id, root.id], "subagent")
+    assert found == store.scan_children([first]) + store.scan_children([second])
+    assert branching == {kids[0].id, cousins[1].id}
+    assert joined([], "subagent") == ([], {}, set())
     with pytest.raises(SubagentError) as info:
-        store.scan_children_with([root.id], "")  # type: ignore[attr-defined]
+        joined([root.id], "")
     assert info.value.code == ErrorCode.INVALID_ARGUMENT

@@ -433,19 +433,22 @@ def test_scan_children_with_skips_the_row_of_a_corrupt_child(
 ) -> None:
     """``scan_children_with`` joins each child's cached row to its header row; a child
     whose header does not decode is its CorruptRecordError in place and brings no
-    cached row (as the default, which reads rows of decodable children only)."""
+    cached row (as the default, which reads rows of decodable children only), nor is
+    it named among the children with children (the catalog reads a broken one's
+    children anyway)."""
     path = tmp_path / "c.db"
     root = make_header()
     good, bad = make_header(parent=root.id), make_header(parent=root.id)
     with SqliteStore(path) as store:
-        for h in (root, good, bad):
+        for h in (root, good, bad, make_header(parent=bad.id)):
             store.create_session(h)
         for h in (good, bad):
             store.put_projection(h.id, "subagent", -1, b"cached")
         conn = _raw(path)
         conn.execute("UPDATE sessions SET header = x'00' WHERE id = ?", (bad.id.to_bytes(),))
         conn.close()
-        found, cached = store.scan_children_with([root.id], "subagent")
+        found, cached, branching = store.scan_children_with([root.id], "subagent")
         assert good in found
         assert [e.session_id for e in found if isinstance(e, CorruptRecordError)] == [bad.id]
         assert cached == {good.id: (-1, b"cached")}
+        assert branching == set()
