@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
@@ -356,7 +357,9 @@ class Runtime:
     # -- shutdown ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Dispose every agent (deepest first), drain writes, close the store. Idempotent.
+        """Dispose every agent (deepest first: the agents of one delegation depth stop
+        together, each depth once the deeper ones ended), drain writes, close the
+        store. Idempotent.
 
         Raises:
             SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent (before
@@ -372,16 +375,24 @@ class Runtime:
             # First: a pickup in flight may activate a session; none may start after
             # the agents below are listed.
             self.mail.close()
-        agents = sorted(self.agents.list(), key=lambda a: a.delegation_depth, reverse=True)
+        agents = self.agents.list()
         for agent in agents:
             # What they accepted and did not run stays in their durable inboxes
             # (strict durability): it runs at each session's next activation.
             agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
-        for agent in agents:
-            try:
-                agent.dispose()
-            except Exception:
-                logger.exception("disposing %r while closing the runtime failed", agent)
+        # Child-first, one delegation depth at a time; the agents of one depth stop
+        # together, so their releases share the store's commits (one by one, each
+        # waited for, a closing runtime paid a commit -- an fsync -- per agent).
+        for depth in _by_depth(agents):
+            for agent in depth:
+                try:
+                    agent.dispose(wait=False)
+                except Exception:
+                    logger.exception("disposing %r while closing the runtime failed", agent)
+            deadline = time.monotonic() + 30.0
+            for agent in depth:
+                if not agent.wait_disposed(max(0.0, deadline - time.monotonic())):
+                    logger.warning("%r was still disposing when the runtime closed", agent)
         # Children that settled on their own (disposing without a waiter) release
         # their sessions in their actors' on_stop: before the writer closes.
         if not self.agents.wait_stopped(30.0):
@@ -401,3 +412,11 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _by_depth(agents: list[Any]) -> list[list[Any]]:
+    """``agents`` grouped by delegation depth, the deepest group first."""
+    groups: dict[int, list[Any]] = {}
+    for agent in agents:
+        groups.setdefault(agent.delegation_depth, []).append(agent)
+    return [groups[depth] for depth in sorted(groups, reverse=True)]

@@ -65,8 +65,8 @@ with Runtime(db, backend=backend, keep_warm=float("inf"), durability="relaxed") 
     result = {"per": (after - before) / n, "rss": after, "peak": peak, "seconds": took}
     print(json.dumps(result), flush=True)
     if n >= 100_000:
-        # Measured. Closing settles and records every child, one by one (a million
-        # take most of an hour): not what this measures, so the process ends here.
+        # Measured. Closing settles and records every child (minutes for a million):
+        # not what this measures, so the process ends here.
         os._exit(0)
 """
 

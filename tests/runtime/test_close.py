@@ -1,0 +1,77 @@
+"""``Runtime.close``: the agents of one delegation depth stop together.
+
+R-RES-6 (children strictly before parents) is tested with a three-level chain in
+tests/continuable/test_continuable_residency.py; here, that siblings are not
+disposed one after another: each waits, inside its own disposal, for the other's
+to have reached the same point, which one-by-one disposal can never satisfy (the
+first would wait for a disposal that starts only after it ends).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
+from subagents.protocol import SubagentError
+from subagents.store import MemoryStore
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _close_two_that_meet(backend: Backend) -> tuple[list[str], list[BaseException]]:
+    """Close a runtime of two top-level agents whose disposals each wait for the
+    other's; returns who got through, and the waits that timed out."""
+    rt = Runtime(MemoryStore(), backend=backend)
+    agents = [rt.spawn("echo", label=name) for name in ("a", "b")]
+    gates = {name: Gate(name) for name in ("a", "b")}
+    passed: list[str] = []
+    failed: list[BaseException] = []
+
+    def meet(agent: Any) -> None:
+        me, other = agent.label, "b" if agent.label == "a" else "a"
+        gates[me].release()
+        try:
+            gates[other].pass_through(timeout=10)
+        except SubagentError as exc:
+            failed.append(exc)
+            return
+        passed.append(me)
+
+    for agent in agents:
+        agent.add_dispose_listener(meet)
+    rt.close()
+    assert all(agent.disposed_now() for agent in agents)
+    return passed, failed
+
+
+def test_close_disposes_the_agents_of_one_depth_together(backend: Backend) -> None:
+    """Each of two top-level agents, in its disposal (a dispose listener runs in the
+    actor's stop), passes its own gate and waits for the other's: both get through,
+    and nothing is left disposing. Twenty runtimes, so the order the two are taken
+    in varies."""
+    for _ in range(20):
+        passed, failed = _close_two_that_meet(backend)
+        assert failed == [] and sorted(passed) == ["a", "b"]
+
+
+def test_close_disposes_children_before_parents_with_siblings_together(backend: Backend) -> None:
+    """R-RES-6: a parent's disposal starts only after every child's has ended, though
+    the children of one depth stop together (ten resident continuable children)."""
+    rt = Runtime(MemoryStore(), backend=backend, keep_warm=float("inf"))
+    parent = rt.spawn("echo", label="parent")
+    for i in range(10):
+        spec = ContinuableStartSpec(parent=parent, provider="local", prompt="p", label=f"k{i}")
+        rt.subagents.start_continuable(spec)
+    assert rt.wait_idle(30)
+    agents = rt.agents.list()
+    kids = [f"k{i}" for i in range(10)]
+    assert sorted(a.label or "" for a in agents) == sorted(["parent", *kids])
+    order: list[str] = []
+    for agent in agents:
+        agent.add_dispose_listener(lambda a: order.append(a.label))
+    rt.close()
+    assert sorted(order[:10]) == kids
+    assert order[10:] == ["parent"]
