@@ -177,6 +177,17 @@ class SqlReads:
     def all_headers(self) -> list[SessionHeader]:
         return self._headers("", ())
 
+    def sole_root(self) -> SessionId | None:
+        """The id of the store's only top-level session (stored with no parent), or
+        None when there are none or several: that root's tree is every session the
+        store holds (but damaged ones), so a listing of it reads one scan rather than
+        level after level."""
+        rows = self._query("SELECT id FROM sessions WHERE parent IS NULL LIMIT 2", ())
+        if len(rows) != 1:
+            return None
+        key = raw_key(rows[0][0])
+        return None if isinstance(key, StoredKey) else self._session_id(key)
+
     def scan_headers(self) -> list[SessionHeader | CorruptRecordError]:
         rows = self._query(
             "SELECT created_at, id, parent, header FROM sessions ORDER BY created_at, id", ()

@@ -153,8 +153,13 @@ class Catalog:
         tree deeper than :data:`MAX_LEVELS` is read with one scan of the store
         instead: that many reads cost more than the scan.
         """
-        corpus = self._reader()
         store = self._persistence
+        sole = getattr(store, "sole_root", None)
+        if sole is not None and self._read(sole, signal) == root:
+            # The store holds this one tree (a script's database): one scan reads it
+            # for less than its levels would cost.
+            return self._whole(signal)
+        corpus = self._reader()
         live = _live_by_parent(self._sessions)
         headers, broken = corpus.headers, corpus.broken
         seen = {root}

@@ -319,6 +319,10 @@ class HookedSqliteStore(_HookedReads, SqliteStore):
         self._enter("scan_children", parents)
         return SqliteStore.scan_children_with(self, parents, unit)
 
+    def sole_root(self) -> SessionId | None:
+        self._enter("sole_root")
+        return SqliteStore.sole_root(self)
+
     def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
         # One op at a time through the (hooked) single-op methods.
         return SessionStore.write_many(self, ops)

@@ -99,6 +99,7 @@ def test_an_abort_inside_a_persistence_read_cancels_at_once(
     if method == "get_projection" and _joins(store):
         pytest.skip("an SQL store's listing reads identity rows with each level")
     root = rtp.spawn("echo")
+    write_child(store, None, [], origin="user")  # another tree: the level reads are made
     for i in range(3):
         write_child(store, root.session_id, [continuable(f"c{i}")], created_at=at(i))
     controller = AbortController()
@@ -120,6 +121,32 @@ def test_an_abort_inside_a_persistence_read_cancels_at_once(
     assert code == ErrorCode.CANCELLED
     assert aborted_at, f"the listing never called {method}"
     assert len(store.read_log) == aborted_at[0], store.read_log[aborted_at[0] :]
+
+
+@pytest.mark.parametrize("method", ["sole_root", "scan_headers"])
+def test_an_abort_inside_the_reads_of_a_stores_only_tree(rtp: Runtime, method: str) -> None:
+    """R-ERR-2, R-ERR-3: the tree that is a whole SQL store is read with the question
+    whether it is (``sole_root``) and one scan: an abort inside either raises
+    ``CANCELLED``, and no later persistence read begins."""
+    store = hooked(rtp)
+    if not hasattr(store, "sole_root"):
+        pytest.skip("a memory store reads every tree level by level")
+    root = rtp.spawn("echo")
+    for i in range(3):
+        write_child(store, root.session_id, [continuable(f"c{i}")], created_at=at(i))
+    controller = AbortController()
+    aborted_at: list[int] = []
+
+    def abort(*_args: Any) -> None:
+        aborted_at.append(len(store.read_log))
+        controller.abort("stop")
+
+    store.hooks[method] = abort
+    store.reset_counts()
+    code = code_of(lambda: rtp.subagents.list_descendants(root.session_id, controller.signal))
+    assert code == ErrorCode.CANCELLED
+    assert aborted_at and len(store.read_log) == aborted_at[0], store.read_log
+    assert [m for m, _ in store.read_log][-1] == method
 
 
 def test_an_abort_inside_a_live_childs_persisted_prefix_read(rtp: Runtime) -> None:
@@ -258,6 +285,7 @@ def test_an_abort_inside_the_bulk_cache_read(rtp: Runtime) -> None:
     an abort inside it raises ``CANCELLED`` before any other read."""
     store = hooked(rtp)
     root = rtp.spawn("echo")
+    write_child(store, None, [], origin="user")  # another tree: the level reads are made
     for i in range(70):
         write_child(store, root.session_id, [continuable(f"c{i}")], created_at=at(i))
     controller = AbortController()

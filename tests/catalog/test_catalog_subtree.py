@@ -64,9 +64,11 @@ def test_a_small_tree_in_a_big_store_reads_only_the_tree(rtp: Runtime) -> None:
 
 def test_a_tree_deeper_than_the_level_cap_is_read_with_one_scan(rtp: Runtime) -> None:
     """R-LIST-9: a chain of ``MAX_LEVELS + 6`` levels is listed whole and in order,
-    after ``MAX_LEVELS`` level reads and one scan of the store."""
+    after ``MAX_LEVELS`` level reads and one scan of the store. (Another tree in
+    the store: a store of one tree is read with one scan at once, the test below.)"""
     store = hooked(rtp)
     root = rtp.spawn("echo")
+    write_child(store, None, [], origin="user")
     depth = MAX_LEVELS + 6
     chain = _tree(store, root.session_id, [1] * depth)
     store.reset_counts()
@@ -74,6 +76,25 @@ def test_a_tree_deeper_than_the_level_cap_is_read_with_one_scan(rtp: Runtime) ->
     assert [(r.id, r.depth) for r in listing.rows] == [(h.id, i + 1) for i, h in enumerate(chain)]
     assert store.calls["scan_children"] == MAX_LEVELS
     assert store.calls["scan_headers"] == 1
+
+
+def test_the_only_tree_of_a_store_is_read_with_one_scan(rtp: Runtime) -> None:
+    """R-LIST-8: when the root is the store's only top-level session, its tree is
+    every session stored (but damaged ones), and it is listed from one scan of the
+    store, never level by level (an SQL store says so, ``sole_root``); the same rows
+    as level by level, once another tree is stored beside it."""
+    store = hooked(rtp)
+    root = rtp.spawn("echo")
+    _tree(store, root.session_id, [3, 2, 2])
+    store.reset_counts()
+    alone = rtp.subagents.list_descendants(root.session_id)
+    if hasattr(store, "sole_root"):
+        assert store.calls["scan_headers"] == 1 and store.calls["scan_children"] == 0
+    write_child(store, None, [], origin="user", created_at=at(500))
+    store.reset_counts()
+    beside = rtp.subagents.list_descendants(root.session_id)
+    assert store.calls["scan_headers"] == 0 and store.calls["scan_children"] >= 3
+    assert len(alone.rows) == 21 and beside == alone
 
 
 @pytest.mark.parametrize("seed", range(8))

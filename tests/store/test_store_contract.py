@@ -538,6 +538,23 @@ def test_get_projections_of_reads_the_given_sessions_only(
         assert info.value.code == ErrorCode.INVALID_ARGUMENT
 
 
+def test_sole_root(store: SessionStore, make_header: MakeHeader) -> None:
+    """``sole_root()``: the id of the only session stored with no parent, else None
+    (none or several); children do not count (the SQL stores: a listing of that
+    root reads the store in one scan)."""
+    if isinstance(store, MemoryStore):
+        pytest.skip("a memory store lists every tree level by level")
+    sole = store.sole_root  # type: ignore[attr-defined]
+    assert sole() is None
+    root = make_header(created_at=T0)
+    store.create_session(root)
+    for _ in range(3):
+        store.create_session(make_header(parent=root.id, created_at=T0))
+    assert sole() == root.id
+    store.create_session(make_header(created_at=T0))
+    assert sole() is None
+
+
 def test_scan_children_with_their_cached_rows(store: SessionStore, make_header: MakeHeader) -> None:
     """``scan_children_with(parents, unit)``: what ``scan_children`` gives, the ``unit``
     rows of those children that have one -- not another unit's, not a grandchild's, not
