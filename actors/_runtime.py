@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
@@ -380,19 +379,7 @@ class Runtime:
             # What they accepted and did not run stays in their durable inboxes
             # (strict durability): it runs at each session's next activation.
             agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
-        # Child-first, one delegation depth at a time; the agents of one depth stop
-        # together, so their releases share the store's commits (one by one, each
-        # waited for, a closing runtime paid a commit -- an fsync -- per agent).
-        for depth in _by_depth(agents):
-            for agent in depth:
-                try:
-                    agent.dispose(wait=False)
-                except Exception:
-                    logger.exception("disposing %r while closing the runtime failed", agent)
-            deadline = time.monotonic() + 30.0
-            for agent in depth:
-                if not agent.wait_disposed(max(0.0, deadline - time.monotonic())):
-                    logger.warning("%r was still disposing when the runtime closed", agent)
+        self.agents.dispose_by_depth(agents, 30.0)
         # Children that settled on their own (disposing without a waiter) release
         # their sessions in their actors' on_stop: before the writer closes.
         if not self.agents.wait_stopped(30.0):
@@ -412,11 +399,3 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _by_depth(agents: list[Any]) -> list[list[Any]]:
-    """``agents`` grouped by delegation depth, the deepest group first."""
-    groups: dict[int, list[Any]] = {}
-    for agent in agents:
-        groups.setdefault(agent.delegation_depth, []).append(agent)
-    return [groups[depth] for depth in sorted(groups, reverse=True)]

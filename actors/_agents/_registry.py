@@ -8,6 +8,7 @@ for a session that has since been resumed by another, is not live.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,8 @@ from ._resume import Restored, replay, restore
 from ._turn import Turn
 
 __all__ = ["AgentRegistry"]
+
+logger = logging.getLogger("subagents")
 
 
 def _as_session_id(value: Any) -> SessionId:
@@ -216,6 +219,27 @@ class AgentRegistry:
         """``agent`` finished disposing: nothing waits for it any more."""
         with self._lock:
             self._stopping.pop(id(agent), None)
+
+    def dispose_by_depth(self, agents: list[Agent], timeout: float) -> None:
+        """Dispose ``agents`` child-first: the deepest delegation depth first, its
+        agents together, each depth once the deeper one ended (or ``timeout``
+        seconds passed). Together, their stops and session releases overlap and share
+        the store's commits (one by one, each waited for, a closing runtime paid a
+        commit -- an fsync -- per agent)."""
+        by_depth: dict[int, list[Agent]] = {}
+        for agent in agents:
+            by_depth.setdefault(agent.delegation_depth, []).append(agent)
+        for depth in sorted(by_depth, reverse=True):
+            level = by_depth[depth]
+            for agent in level:
+                try:
+                    agent.dispose(wait=False)
+                except Exception:
+                    logger.exception("disposing %r while closing the runtime failed", agent)
+            deadline = time.monotonic() + timeout
+            for agent in level:
+                if not agent.wait_disposed(max(0.0, deadline - time.monotonic())):
+                    logger.warning("%r was still disposing when the runtime closed", agent)
 
     def wait_stopped(self, timeout: float) -> bool:
         """Wait until every agent that left the registry finished disposing (its
