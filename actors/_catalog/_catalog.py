@@ -151,7 +151,8 @@ class Catalog:
         The children of an undecodable header are read too (its key is in the
         next level), and a node met twice (a parent-link loop) is read once. A
         tree deeper than :data:`MAX_LEVELS` is read with one scan of the store
-        instead: that many reads cost more than the scan.
+        instead: that many reads cost more than the scan; so is the tree of the
+        store's only top-level session (``sole_root``), which is the whole store.
         """
         store = self._persistence
         sole = getattr(store, "sole_root", None)
