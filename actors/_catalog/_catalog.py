@@ -126,6 +126,7 @@ class Catalog:
         assert store is not None
         identities = corpus.identities
         if identities is not None:
+            branching: set[SessionId]
             try:
                 joined = store.scan_children_with  # type: ignore[attr-defined]
                 found, cached, branching = self._read(joined, signal, level, "subagent")
@@ -139,8 +140,7 @@ class Catalog:
             else:
                 identities.update(cached)
                 corpus.add_persisted(found, indexed)
-                known: set[SessionId] = branching
-                return known
+                return branching
         corpus.add_persisted(self._read(store.scan_children, signal, level), indexed)
         return None
 
@@ -207,9 +207,9 @@ class Catalog:
             if store is not None:
                 # Only the children known to have stored children of their own (a
                 # live one's may not all be stored yet); their identities are not asked.
-                unknown = corpus.live
+                in_memory = corpus.live
                 read = (
-                    [k for k in kids if k in branching or k in unknown]
+                    [k for k in kids if k in branching or k in in_memory]
                     if branching is not None
                     else kids
                 )
