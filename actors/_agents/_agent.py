@@ -76,6 +76,7 @@ class Agent(Followups):
         self._stopped = host.backend.event()
         self._loop: Any = None  # the actor's greenlet (its own thread's, on threads)
         self._flush_on_stop = True
+        self._forgotten = False  # dispose() took it out of the registry
         self._checkpoint_on_stop = False
         self._descriptor: Any = None  # a continuable child's folded descriptor
         #: Seqs of the log's events that did not decode when it was resumed with
@@ -209,6 +210,7 @@ class Agent(Followups):
                 self._stopped.wait(timeout)
             return
         self._host.forget(self)
+        self._forgotten = True
         self._flush_on_stop = flush
         self.cancel("disposed", keep_inbox=False)
         if not wait or self._in_own_loop():
@@ -226,7 +228,8 @@ class Agent(Followups):
             self._disposed = True  # also when stopped from outside (ActorRegistry.stop_all)
             self._gate = CLOSED
         host = self._host
-        host.forget(self)
+        if not self._forgotten:  # stopped from outside: dispose() did not run
+            host.forget(self)
         _running, _inbox, turns, accepted, replayed, _reports = self._counts()
         host.counters.retire(turns, accepted, replayed)
         sessions = host.sessions
@@ -245,7 +248,7 @@ class Agent(Followups):
                 shaped=not pending,
             )
         host.leaving(self._session, self._descriptor)
-        if self._flush_on_stop:
+        if self._flush_on_stop and sessions.persistence is not None:
             try:
                 sessions.flush(self.session_id)
             except Exception:

@@ -30,6 +30,7 @@ class LiveSession:
         "deduplicated",
         "events",
         "header",
+        "id",
         "last_ticket",
         "next_seq",
         "released",
@@ -42,6 +43,8 @@ class LiveSession:
         self, header: SessionHeader, next_seq: int, token: tuple[str, int] | None = None
     ) -> None:
         self.header = header
+        #: The session's id (its header's, read often enough to keep at hand).
+        self.id: SessionId = header.id
         self.token = token  # the lease every write of this session carries (None: no leases)
         self.base_seq = next_seq  # seq of events[0]
         self.next_seq = next_seq
@@ -55,11 +58,6 @@ class LiveSession:
         self.unrun: list[MessageId] | None = None
         self.deduplicated = 0  # messages offered again under an accepted id (statistics)
         self._lock = threading.Lock()
-
-    @property
-    def id(self) -> SessionId:
-        """The session's id."""
-        return self.header.id
 
     def _append(
         self,

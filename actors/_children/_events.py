@@ -83,6 +83,8 @@ class EventBus:
 
     def emit(self, event: SubagentEvent, scope: SessionId | None) -> None:
         """Run every listener of ``scope`` (and the service-wide ones), contained."""
+        if not self._listeners:  # one read: a listener added meanwhile hears the next event
+            return
         with self._lock:
             targets = [
                 fn

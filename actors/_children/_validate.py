@@ -32,7 +32,9 @@ def check_tool_filter(tool_filter: Any) -> None:
 
 def _optional_strs(obj: Any, names: Sequence[str], prefix: str) -> None:
     for name in names:
-        check_name(getattr(obj, name), f"{prefix}.{name}")
+        value = getattr(obj, name)
+        if value is not None:  # the usual case: nothing to check, no message to build
+            check_name(value, f"{prefix}.{name}")
 
 
 def check_start_request(request: Any) -> None:
