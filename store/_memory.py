@@ -121,7 +121,7 @@ class MemoryStore(MemoryQueues, SessionStore):
     ) -> list[int]:
         sid = check_session_id(session_id)
         events = check_events(events)
-        token = check_token(lease)
+        token = None if lease is None else check_token(lease)
         finished = check_message_ids(done) if done else ()
         with self._lock:
             session = self._get(sid)
