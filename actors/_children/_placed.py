@@ -274,7 +274,7 @@ class PlacedChild:
                 self._backend.run_blocking(self._placement.run, self.session_id)
         except BaseException as exc:  # its lease expires; whoever runs it next replays
             logger.warning("releasing placed child %s: %r", self.session_id, exc)
-        self._notify(self._dispose_listeners, "dispose")
+        self._last_notice()
 
     def release(self, cause: str) -> None:
         """Release it now (the runtime closes): cancelled, accepted work kept; its
@@ -291,7 +291,15 @@ class PlacedChild:
             if task is not None:  # it returns now that the host let the child go
                 task.join(_JOIN)
         if not settling:  # (else its settling ran them)
-            self._notify(self._dispose_listeners, "dispose")
+            self._last_notice()
+
+    def _last_notice(self) -> None:
+        """Run the dispose listeners, heard for the last time: then drop them and the
+        idle ones (a listener closing over what holds this child -- its activation
+        -- would otherwise keep both for the cycle collector)."""
+        self._notify(self._dispose_listeners, "dispose")
+        self._idle_listeners.clear()
+        self._dispose_listeners.clear()
 
     def _notify(self, listeners: list[Callable[[Any], object]], kind: str) -> None:
         for fn in list(listeners):

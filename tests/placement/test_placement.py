@@ -11,9 +11,11 @@ effect in another process polls the store until a deadline.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -369,3 +371,30 @@ def test_a_followup_refused_below_a_drain_cutoff_is_taken_back(
         assert caught.value.code == ErrorCode.ADMISSION_CLOSED
         assert rt.sessions.pending(header.id) == []
         assert delivery.committed is False
+
+
+@pytest.mark.parametrize("tree", ["ray"], indirect=True)
+def test_a_settled_placed_child_is_freed_without_the_cycle_collector(
+    tree: Tree, tmp_path: Path
+) -> None:
+    """R-RES-1 (a settled continuable child leaves residency): once a placed child
+    settled, nothing the runtime keeps holds its in-process stand-in -- its
+    residency listeners, which close over its activation, are dropped when heard
+    for the last time -- so reference counting frees it."""
+    marker = tmp_path / "held"
+    gc.collect()
+    gc.disable()
+    try:
+        cid = tree.start(f"hold:{marker}", model="hold")
+        eventually(lambda: Path(f"{marker}.started").exists())
+        activation = tree.rt.continuation.activation(cid)
+        assert activation is not None
+        ref = weakref.ref(activation.agent)
+        del activation
+        Path(f"{marker}.go").write_text("")
+        assert tree.wait_outputs(cid, 1)[0].startswith("released@")
+        eventually(lambda: tree.settled(cid))
+        # Its settling task returns right after the last notice.
+        eventually(lambda: ref() is None, timeout=10)
+    finally:
+        gc.enable()
