@@ -316,6 +316,11 @@ class CommittedWrites:
         renewed: list[SessionId] = self._committer.submit(lambda txn: txn.renew(holder, until))
         return renewed
 
+    def renew_lease_count(self, holder: str, expires: float) -> int:
+        until = check_seconds(expires, "expires")
+        count: int = self._committer.submit(lambda txn: txn.renew_count(holder, until))
+        return count
+
     def release_lease(
         self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
     ) -> Release:

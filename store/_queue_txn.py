@@ -334,6 +334,12 @@ class QueueTxn:
         ).fetchall()
         return [SessionId.from_bytes(bytes(r[0])) for r in rows]
 
+    def renew_count(self, holder: str, expires: float) -> int:
+        cursor = self.conn.execute(
+            "UPDATE leases SET expires = ? WHERE holder = ?", (expires, holder)
+        )
+        return int(cursor.rowcount)
+
     def release(
         self, session_id: SessionId, token: LeaseToken, unrun: Sequence[bytes] = ()
     ) -> Release:

@@ -173,6 +173,7 @@ def test_unknown_sessions_bad_arguments_and_a_closed_store(
         lambda: store.pending(h.id),
         lambda: store.get_lease(h.id),
         lambda: store.renew_leases("me", NOW),
+        lambda: store.renew_lease_count("me", NOW),
         lambda: store.find_accepted(new_message_id()),
     ):
         with pytest.raises(SubagentError) as err:
@@ -292,6 +293,13 @@ def test_renewal_extends_only_the_holders_leases(
     renewed = store.get_lease(mine.id)
     other = store.get_lease(theirs.id)
     assert renewed is not None and renewed.expires == NOW + 50 and renewed.epoch == 1
+    assert other is not None and other.expires == NOW + 1
+    # The count of the same renewal: the holder's leases alone, each extended.
+    assert store.renew_lease_count("me", NOW + 60) == 1
+    assert store.renew_lease_count("nobody", NOW + 60) == 0
+    again = store.get_lease(mine.id)
+    other = store.get_lease(theirs.id)
+    assert again is not None and again.expires == NOW + 60 and again.epoch == 1
     assert other is not None and other.expires == NOW + 1
 
 

@@ -1,0 +1,102 @@
+"""Lease renewal (issue 13 point 4): one store write a period extends every lease a
+runtime holds, and reads the list of its leases only when the count it gets back
+says one was lost (taken over) -- a runtime holding many idle children renews
+them without reading a row back.
+
+The renewal loop runs here with a short ttl against a real SQLite store; the
+store counts which renewal it was asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from subagents.actors._agents import Leases
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import SessionHeader, SessionId, new_session_id
+from subagents.store import SqliteStore
+
+TTL = 0.06  # a renewal every 20 ms
+
+
+class CountingStore(SqliteStore):
+    """SQLite, counting the two renewals."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.counts = 0
+        self.lists = 0
+
+    def renew_lease_count(self, holder: str, expires: float) -> int:
+        self.counts += 1
+        return super().renew_lease_count(holder, expires)
+
+    def renew_leases(self, holder: str, expires: float) -> list[SessionId]:
+        self.lists += 1
+        return super().renew_leases(holder, expires)
+
+
+#: A top-level session's header; each test session is a copy under a new id.
+ROOT = SessionHeader(
+    id=new_session_id(),
+    parent_session=None,
+    origin="user",
+    delegation_depth=0,
+    created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+)
+
+
+def _until(backend: Backend, check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        backend.sleep(0.005)
+    return value
+
+
+def test_renewal_reads_no_list_until_a_lease_is_lost(backend: Backend, tmp_path: Path) -> None:
+    """Twenty held leases renew round after round by count alone (their expiry
+    moves on, no list is read, nothing is reported lost); once another holder
+    takes one over, the count differs, the list is read, and exactly that session
+    is reported lost -- the others stay held."""
+    store = CountingStore(tmp_path / "leases.db")
+    lost: list[SessionId] = []
+    leases = Leases(store, backend, ttl=TTL, lost=lost.append)
+    try:
+        sessions = [dataclasses.replace(ROOT, id=new_session_id()) for _ in range(20)]
+        for header in sessions:
+            store.create_session(header)
+            leases.acquire(header.id)
+        first = store.get_lease(sessions[0].id)
+        assert first is not None
+        # A round may have counted while the leases were being taken (its snapshot
+        # one short: it read the list); from the second round after, none does.
+        settled = store.counts + 2
+        _until(backend, lambda: store.counts >= settled)
+        lists = store.lists
+        _until(backend, lambda: store.counts >= settled + 3)
+        assert store.lists == lists and lost == []
+        renewed = store.get_lease(sessions[0].id)
+        assert renewed is not None and renewed.expires > first.expires
+
+        victim = sessions[7].id
+        held = store.get_lease(victim)
+        assert held is not None
+        store.acquire_lease(victim, "another:1:holder", now=held.expires + 1, expires=1e12)
+        _until(backend, lambda: lost)
+        assert lost == [victim]
+        assert store.lists >= 1
+        assert not leases.holds(victim)
+        assert leases.count() == 19
+        before = store.lists
+        counted = store.counts
+        _until(backend, lambda: store.counts >= counted + 2)
+        assert store.lists == before  # the counts agree again
+    finally:
+        leases.close()
+        store.close()
