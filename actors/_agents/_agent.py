@@ -76,7 +76,6 @@ class Agent(Followups):
         self._stopped = host.backend.event()
         self._loop: Any = None  # the actor's greenlet (its own thread's, on threads)
         self._flush_on_stop = True
-        self._forgotten = False  # dispose() took it out of the registry
         self._checkpoint_on_stop = False
         self._descriptor: Any = None  # a continuable child's folded descriptor
         #: Seqs of the log's events that did not decode when it was resumed with
@@ -210,7 +209,6 @@ class Agent(Followups):
                 self._stopped.wait(timeout)
             return
         self._host.forget(self)
-        self._forgotten = True
         self._flush_on_stop = flush
         self.cancel("disposed", keep_inbox=False)
         if not wait or self._in_own_loop():
@@ -225,10 +223,12 @@ class Agent(Followups):
     def _finish_dispose(self) -> None:
         """Runs in the actor's ``on_stop``: after the last turn, before the loop exits."""
         with self._lock:
+            # dispose() marks it first and takes it out of the registry itself.
+            by_dispose = self._disposed
             self._disposed = True  # also when stopped from outside (ActorRegistry.stop_all)
             self._gate = CLOSED
         host = self._host
-        if not self._forgotten:  # stopped from outside: dispose() did not run
+        if not by_dispose:
             host.forget(self)
         _running, _inbox, turns, accepted, replayed, _reports = self._counts()
         host.counters.retire(turns, accepted, replayed)
