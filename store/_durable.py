@@ -18,6 +18,12 @@ epoch)`` is refused with ``LEASE_LOST`` (writing nothing) unless the session's
 lease is still exactly that: the loser of a lease can never write after the
 winner. ``expires`` and ``now`` are wall-clock seconds (``time.time()``) chosen by
 the caller; the store compares, it never reads a clock.
+
+**Renewal is a heartbeat.** :meth:`DurableQueues.renew_leases` records one expiry
+for the holder, not one per lease: a lease is live until the later of its own
+``expires`` (set when it was taken) and its holder's last renewal. A renewal
+costs one row however many sessions the holder has live; heartbeats that lapsed
+:data:`HOLDER_RETENTION` before a renewal are forgotten by it.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import abc
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from subagents.protocol import (
     ErrorCode,
@@ -40,6 +46,7 @@ from subagents.protocol import (
 )
 
 __all__ = [
+    "HOLDER_RETENTION",
     "Accepted",
     "DurableQueues",
     "InboxEntry",
@@ -52,6 +59,10 @@ __all__ = [
     "lease_held",
     "lease_lost",
 ]
+
+#: A renewal forgets heartbeats that lapsed this long (seconds) before it: a process
+#: that ended leaves its heartbeat, and a lapsed heartbeat keeps no lease live.
+HOLDER_RETENTION: Final = 86_400.0
 
 #: ``(holder, epoch)``: a write fenced by a lease.
 LeaseToken = tuple[str, int]
@@ -288,7 +299,8 @@ class DurableQueues(abc.ABC):
 
     @abc.abstractmethod
     def renew_leases(self, holder: str, expires: float) -> list[SessionId]:
-        """Extend every lease ``holder`` still has; returns their sessions."""
+        """Extend every lease ``holder`` still has until ``expires`` (its heartbeat:
+        see the module docstring); returns their sessions."""
 
     def renew_lease_count(self, holder: str, expires: float) -> int:
         """:meth:`renew_leases`, returning how many leases it extended: a renewal

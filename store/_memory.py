@@ -76,6 +76,7 @@ class MemoryStore(MemoryQueues, SessionStore):
     def __init__(self) -> None:
         self._lock = native_lock()
         self._sessions: dict[SessionId, _Session] = {}
+        self._holders: dict[str, float] = {}
         self._children: dict[SessionId | None, set[SessionId]] = {}
         self._closed = False
 

@@ -14,6 +14,7 @@ from subagents.protocol import Event, MessageEvent, MessageId, ReportEvent, Sess
 
 from ._base import store_closed
 from ._durable import (
+    HOLDER_RETENTION,
     Accepted,
     DurableQueues,
     InboxEntry,
@@ -113,6 +114,7 @@ class MemoryQueues(DurableQueues):
     _lock: Any
     _sessions: dict[SessionId, Any]
     _closed: bool
+    _holders: dict[str, float]  # holder -> heartbeat (its last renewal's expiry)
 
     def _get(self, session_id: SessionId) -> _Session:
         raise NotImplementedError
@@ -124,6 +126,16 @@ class MemoryQueues(DurableQueues):
         if state is None:
             state = session.queues = QueueState()
         return state
+
+    def _live(self, lease: Lease | None) -> Lease | None:
+        """``lease`` with its expiry: its own, or its holder's heartbeat when later.
+        Caller holds the lock."""
+        if lease is None or lease.holder is None:
+            return lease
+        beat = self._holders.get(lease.holder)
+        if beat is None or beat <= lease.expires:
+            return lease
+        return Lease(lease.session_id, lease.holder, lease.epoch, beat, lease.wake)
 
     def _fence(self, session_id: SessionId, state: QueueState, lease: LeaseToken | None) -> None:
         if lease is None:
@@ -232,7 +244,7 @@ class MemoryQueues(DurableQueues):
                 state = session.queues
                 if state is None or not any(not e.done for e in state.inbox.values()):
                     continue
-                lease = state.lease
+                lease = self._live(state.lease)
                 if lease is None or lease.holder is None or lease.expires <= at:
                     out.append(sid)
             return out
@@ -308,7 +320,7 @@ class MemoryQueues(DurableQueues):
         sid, at, until = check_acquire(session_id, holder, now, expires, wake)
         with self._lock:
             state = self._queues(sid)
-            held = state.lease
+            held = self._live(state.lease)
             if (
                 held is not None
                 and held.holder is not None
@@ -323,17 +335,20 @@ class MemoryQueues(DurableQueues):
 
     def renew_leases(self, holder: str, expires: float) -> list[SessionId]:
         until = check_seconds(expires, "expires")
-        renewed = []
         with self._lock:
             if self._closed:
                 raise store_closed(self)
-            for sid, session in self._sessions.items():
-                state = session.queues
-                held = state.lease if state is not None else None
-                if state is not None and held is not None and held.holder == holder:
-                    state.lease = Lease(sid, holder, held.epoch, until, held.wake)
-                    renewed.append(sid)
-        return renewed
+            beats = self._holders
+            beats[holder] = until
+            for gone in [h for h, beat in beats.items() if beat < until - HOLDER_RETENTION]:
+                del beats[gone]
+            return [
+                sid
+                for sid, session in self._sessions.items()
+                if session.queues is not None
+                and session.queues.lease is not None
+                and session.queues.lease.holder == holder
+            ]
 
     def release_lease(
         self, session_id: SessionId | str, token: LeaseToken, *, unrun: Sequence[MessageId] = ()
@@ -363,4 +378,4 @@ class MemoryQueues(DurableQueues):
                 raise store_closed(self)
             session = self._sessions.get(sid)
             state = session.queues if session is not None else None
-            return None if state is None else state.lease
+            return None if state is None else self._live(state.lease)

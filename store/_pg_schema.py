@@ -16,7 +16,8 @@ Version 1 holds the tables of SQLite's version 3 (the SQLite store's history
 before it did not exist here): ``sessions``, ``events``, ``checkpoints``,
 ``projection_cache``, ``inbox``, ``leases``, with the same columns, keys and
 indexes; ids are ``bytea`` (16 bytes), times ``bigint`` microseconds or
-``double precision`` seconds.
+``double precision`` seconds. Version 2 adds SQLite's version 4: ``holders``,
+one lease heartbeat per holder.
 
 SQL is written with ``?``/``?N`` placeholders, once for both stores;
 :func:`translate` turns it into psycopg's ``%s`` and the parameter order.
@@ -71,8 +72,18 @@ def _v0_to_v1(conn: psycopg.Connection[Any]) -> None:
         conn.execute(statement)
 
 
+def _v1_to_v2(conn: psycopg.Connection[Any]) -> None:
+    # One heartbeat per lease holder, as SQLite's version 4 (see ``_schema.py``).
+    conn.execute(
+        "CREATE TABLE holders (holder text PRIMARY KEY, expires double precision NOT NULL)"
+    )
+
+
 #: ``PG_MIGRATIONS[n]`` migrates version ``n`` to ``n + 1``; append, never edit.
-PG_MIGRATIONS: Final[tuple[Callable[[psycopg.Connection[Any]], None], ...]] = (_v0_to_v1,)
+PG_MIGRATIONS: Final[tuple[Callable[[psycopg.Connection[Any]], None], ...]] = (
+    _v0_to_v1,
+    _v1_to_v2,
+)
 #: The PostgreSQL schema version this code reads and writes.
 PG_SCHEMA_VERSION: Final = len(PG_MIGRATIONS)
 

@@ -21,6 +21,7 @@ from subagents.protocol import (
 
 from ._base import not_found
 from ._durable import DurableQueues, InboxEntry, Lease
+from ._queue_txn import EXPIRY, LEASE
 from ._validate import (
     check_message_ids,
     check_seconds,
@@ -76,7 +77,8 @@ class SqlQueueReads(DurableQueues):
         at = check_seconds(now, "now")
         rows = self._query(
             "SELECT DISTINCT i.session FROM inbox i LEFT JOIN leases l ON l.session = i.session"
-            " WHERE i.done = 0 AND (l.session IS NULL OR l.holder IS NULL OR l.expires <= ?)",
+            " LEFT JOIN holders h ON h.holder = l.holder"
+            f" WHERE i.done = 0 AND (l.session IS NULL OR l.holder IS NULL OR {EXPIRY} <= ?)",
             (at,),
         )
         return [SessionId.from_bytes(bytes(r[0])) for r in rows]
@@ -100,9 +102,7 @@ class SqlQueueReads(DurableQueues):
 
     def get_lease(self, session_id: SessionId | str) -> Lease | None:
         sid = check_session_id(session_id)
-        rows = self._query(
-            "SELECT holder, epoch, expires, wake FROM leases WHERE session = ?", (sid.to_bytes(),)
-        )
+        rows = self._query(LEASE, (sid.to_bytes(),))
         if not rows:
             return None
         holder, epoch, expires, wake = rows[0]

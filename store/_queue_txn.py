@@ -13,11 +13,31 @@ from typing import Any, ClassVar, Final, Protocol
 
 from subagents.protocol import SessionId
 
-from ._durable import Accepted, Lease, LeaseToken, Release, inbox_full, lease_held, lease_lost
+from ._durable import (
+    HOLDER_RETENTION,
+    Accepted,
+    Lease,
+    LeaseToken,
+    Release,
+    inbox_full,
+    lease_held,
+    lease_lost,
+)
 
-__all__ = ["INBOX_KEY", "AcceptOp", "QueueTxn", "SqlConn"]
+__all__ = ["EXPIRY", "INBOX_KEY", "LEASE", "AcceptOp", "QueueTxn", "SqlConn"]
 
-_LEASE: Final = "SELECT holder, epoch, expires, wake FROM leases WHERE session = ?"
+#: A lease's expiry: the later of its own (set when taken) and its holder's heartbeat
+#: (``holders``, written by every renewal), for ``leases l LEFT JOIN holders h``.
+EXPIRY: Final = "CASE WHEN h.expires > l.expires THEN h.expires ELSE l.expires END"
+#: One session's lease, its expiry as above.
+LEASE: Final = (
+    f"SELECT l.holder, l.epoch, {EXPIRY}, l.wake FROM leases l"
+    " LEFT JOIN holders h ON h.holder = l.holder WHERE l.session = ?"
+)
+_HEARTBEAT: Final = (
+    "INSERT INTO holders (holder, expires) VALUES (?, ?)"
+    " ON CONFLICT (holder) DO UPDATE SET expires = excluded.expires"
+)
 _UPSERT_LEASE: Final = (
     "INSERT INTO leases (session, holder, epoch, expires, wake) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (session) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch,"
@@ -312,7 +332,7 @@ class QueueTxn:
     ) -> Lease:
         key = session_id.to_bytes()
         self._next_seq(key, session_id)  # SESSION_NOT_FOUND for an unknown session
-        row = self.conn.execute(_LEASE, (key,)).fetchone()
+        row = self.conn.execute(LEASE, (key,)).fetchone()
         epoch = 0
         if row is not None:
             current, epoch, until, their_wake = row
@@ -328,17 +348,22 @@ class QueueTxn:
         self.conn.execute(_UPSERT_LEASE, (key, holder, lease.epoch, expires, wake))
         return lease
 
+    def heartbeat(self, holder: str, expires: float) -> None:
+        """A renewal: ``holder``'s heartbeat now runs until ``expires``, which keeps
+        every lease it has live until then; no lease row is written."""
+        conn = self.conn
+        conn.execute(_HEARTBEAT, (holder, expires))
+        conn.execute("DELETE FROM holders WHERE expires < ?", (expires - HOLDER_RETENTION,))
+
     def renew(self, holder: str, expires: float) -> list[SessionId]:
-        rows = self.conn.execute(
-            "UPDATE leases SET expires = ? WHERE holder = ? RETURNING session", (expires, holder)
-        ).fetchall()
-        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+        self.heartbeat(holder, expires)
+        rows = self.conn.execute("SELECT session FROM leases WHERE holder = ?", (holder,))
+        return [SessionId.from_bytes(bytes(r[0])) for r in rows.fetchall()]
 
     def renew_count(self, holder: str, expires: float) -> int:
-        cursor = self.conn.execute(
-            "UPDATE leases SET expires = ? WHERE holder = ?", (expires, holder)
-        )
-        return int(cursor.rowcount)
+        self.heartbeat(holder, expires)
+        found = self.conn.execute("SELECT count(*) FROM leases WHERE holder = ?", (holder,))
+        return int(found.fetchone()[0])
 
     def release(
         self, session_id: SessionId, token: LeaseToken, unrun: Sequence[bytes] = ()

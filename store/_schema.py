@@ -40,6 +40,16 @@ Version 3 (see :mod:`._durable`):
   inbox, ``n`` the acceptance order within the session, ``(session, message_id)``
   unique (deduplication), a partial index over the pending entries;
 * ``leases(session, holder, epoch, expires, wake)``: one lease per session.
+
+Version 4:
+
+* ``holders(holder, expires)``: one heartbeat per lease holder. A renewal writes
+  its holder's row alone, and a lease is live until the later of its own
+  ``expires`` (set when it is taken) and its holder's heartbeat -- so renewing a
+  million leases is one row, not a million. A process of version 3 still running
+  reads a lease by its own ``expires`` alone: during a rolling upgrade it may
+  take over a session an upgraded process holds once that lease's own expiry
+  passed; fencing keeps the loser from writing (it sees ``LEASE_LOST``).
 """
 
 from __future__ import annotations
@@ -145,8 +155,16 @@ def _v2_to_v3(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX leases_by_holder ON leases(holder)")
 
 
+def _v3_to_v4(conn: sqlite3.Connection) -> None:
+    # One heartbeat per lease holder: a renewal writes one row (see the module doc).
+    conn.execute(
+        "CREATE TABLE holders (holder TEXT PRIMARY KEY NOT NULL, expires REAL NOT NULL)"
+        " WITHOUT ROWID"
+    )
+
+
 #: ``MIGRATIONS[n]`` migrates version ``n`` to ``n + 1``; append, never edit.
-MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1, _v1_to_v2, _v2_to_v3)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1, _v1_to_v2, _v2_to_v3, _v3_to_v4)
 #: The schema version this code reads and writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
