@@ -12,13 +12,15 @@ tests below also check that the lease rows are left alone.
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import MakeEvents, MakeHeader
+from conftest import MakeEvents, MakeHeader, run_threads
 from subagents.protocol import ErrorCode, SubagentError
 from subagents.store import (
     SCHEMA_VERSION,
@@ -208,3 +210,83 @@ def test_a_postgres_schema_of_the_previous_version_keeps_its_leases(
             (_pg_schema.PG_SCHEMA_VERSION,)
         ]
         assert _raw_rows(store, "SELECT holder FROM holders") == [("new",)]
+
+
+# -- the race: a heartbeat against a takeover ---------------------------------------------
+
+
+def _renew_while_taken(a: SessionStore, b: SessionStore, session_id: Any, base: float) -> Any:
+    """A renews while B tries to take ``session_id`` over, released at one barrier:
+    B's lease, or None when B found it held."""
+    barrier = threading.Barrier(2)
+    taken: list[Any] = []
+
+    def renew() -> None:
+        barrier.wait()
+        a.renew_lease_count("A", base + 60)
+
+    def take() -> None:
+        barrier.wait()
+        try:
+            taken.append(b.acquire_lease(session_id, "B", now=base + 10, expires=base + 40))
+        except SubagentError as exc:
+            assert exc.code == ErrorCode.LEASE_HELD
+            taken.append(None)
+
+    run_threads([renew, take])
+    return taken[0]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_heartbeat_racing_a_takeover_leaves_one_writer(
+    kind: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    make_header: MakeHeader,
+    make_events: MakeEvents,
+) -> None:
+    """Issue 13 point 4, the authority rule under a race: holder A renews (its last
+    heartbeat lapsed) while holder B, on another connection, takes the session over
+    at the same moment. Whichever commits first, exactly one of the two can write
+    fenced afterwards, and A's renewal count says whether it kept the lease -- or
+    A's next count does (a count read before B's takeover committed). 40 rounds."""
+    stores: list[SessionStore] = []
+    if kind == "sqlite":
+        stores = [SqliteStore(tmp_path / "race.db"), SqliteStore(tmp_path / "race.db")]
+    else:
+        url = request.getfixturevalue("pg_url")
+        stores = [PostgresStore(url), PostgresStore(url)]
+    a, b = stores
+    outcomes: Counter[str] = Counter()
+    try:
+        for round_ in range(40):
+            h = make_header()
+            a.create_session(h)
+            base = NOW + 1000 * round_
+            mine = a.acquire_lease(h.id, "A", now=base, expires=base + 1)
+            a.renew_lease_count("A", base + 5)
+            taken = _renew_while_taken(a, b, h.id, base)
+            writers = []
+            for name, store, token in (("A", a, mine.token()), ("B", b, taken and taken.token())):
+                if token is None:
+                    continue
+                try:
+                    store.append(h.id, make_events(1), lease=token)
+                    writers.append(name)
+                except SubagentError as exc:
+                    assert exc.code == ErrorCode.LEASE_LOST
+            assert writers == (["B"] if taken is not None else ["A"])
+            lease = a.get_lease(h.id)
+            assert lease is not None and lease.holder == writers[0]
+            # A knows whether it still holds it by the next renewal's count at the latest.
+            held = a.renew_lease_count("A", base + 70)
+            assert held == (0 if taken is not None else 1)
+            if taken is not None:
+                b.release_lease(h.id, taken.token())
+            else:
+                a.release_lease(h.id, mine.token())
+            outcomes["B took it" if taken is not None else "A kept it"] += 1
+    finally:
+        for s in stores:
+            s.close()
+    assert sum(outcomes.values()) == 40
