@@ -38,6 +38,7 @@ from subagents.protocol import encode_event, new_message_id, new_session_id, tru
 from subagents.store import SqliteStore
 
 from bench._harness import Context, Row, best_of_each, compare, group, run_threads, settle
+from bench._renewal import HOLDER, UPDATE_ALL, hold_leases, renewal_rows
 
 PAYLOAD = "x" * 130
 
@@ -361,4 +362,23 @@ def durability_group(ctx: Context) -> list[Row]:
             pipelined,
         )
     )
+    rows += _renewal(ctx.tmpdir / "renewal.db", ctx.size(100_000, 500), 1 if ctx.quick else 5)
     return rows
+
+
+def _renewal(path: Path, n: int, rounds: int) -> list[Row]:
+    with SqliteStore(path) as store:
+        hold_leases(store, n)
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("pragma synchronous=FULL")
+
+            def update_all(expires: float) -> int:
+                conn.execute("begin immediate")
+                updated = conn.execute(UPDATE_ALL, (expires, HOLDER)).rowcount
+                conn.execute("commit")
+                return int(updated)
+
+            return renewal_rows(store, n, "sqlite FULL", update_all, rounds)
+        finally:
+            conn.close()

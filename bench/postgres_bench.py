@@ -31,6 +31,7 @@ from pathlib import Path
 from subagents.protocol import encode_event, new_message_id, new_session_id, trusted_message
 
 from bench._harness import Context, Row, best_of_each, group
+from bench._renewal import HOLDER, UPDATE_ALL, hold_leases, renewal_rows
 from bench.durability_bench import (
     PAYLOAD,
     accept_rate,
@@ -125,4 +126,18 @@ def postgres_group(ctx: Context) -> list[Row]:
         rows += round_trip_rows(
             "postgresql", local, remote, "follow-up across processes (NOTIFY), p50"
         )
+        rows += _renewal(url, ctx.size(20_000, 500), 1 if ctx.quick else 5)
     return rows
+
+
+def _renewal(url: str, n: int, rounds: int) -> list[Row]:
+    from subagents.store import PostgresStore
+
+    with PostgresStore(_schema(url)) as store, store.connect() as conn:
+        hold_leases(store, n)
+
+        def update_all(expires: float) -> int:
+            with conn.transaction():
+                return conn.execute(UPDATE_ALL.replace("?", "%s"), (expires, HOLDER)).rowcount
+
+        return renewal_rows(store, n, "postgresql", update_all, rounds)
