@@ -235,8 +235,9 @@ class Runtime:
         self._unwakeable: set[SessionId] = set()
         if leases is not None:
             self.mail = Mailman.started(
-                self.sessions, self.backend, leases, self.agents.get, self._orphan
-            )
+                self.sessions, self.backend, leases, self.agents.get, self._orphan,
+                self.continuation.interrupt_asked,
+            )  # fmt: skip
         self.default_providers: list[ProviderRegistration] = []
         if default_providers:
             self.default_providers.append(self.subagents.register_provider(LocalProvider(self)))

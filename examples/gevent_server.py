@@ -64,7 +64,8 @@ Scaling out: several server processes on one PostgreSQL store (or one SQLite
 file on one host) serve one tree, with no balancer in front. A follow-up that
 reaches a worker where the child's parent is not live is committed to the
 child's durable inbox and run where the tree lives (the parent's holder is woken
-by ``NOTIFY``), once, whichever worker the client asked.
+by ``NOTIFY``), once, whichever worker the client asked; an interrupt is asked of
+the worker that runs the child.
 """
 
 from __future__ import annotations
@@ -108,8 +109,13 @@ _STATUS = {
 
 
 def worker(turn: Any) -> Any:
-    """The default child model: acknowledges each message."""
-    return f"{turn.agent.label} handled {turn.content!r}"
+    """The default child model: acknowledges each message. ``{"work": seconds}``
+    (at most 60) works that long first -- until interrupted, if it is."""
+    content = turn.content
+    work = content.get("work") if isinstance(content, dict) else None
+    if isinstance(work, (int, float)) and turn.signal.wait(min(max(float(work), 0.0), 60.0)):
+        return f"{turn.agent.label} was interrupted"
+    return f"{turn.agent.label} handled {content!r}"
 
 
 class App:
@@ -260,9 +266,10 @@ class App:
         return {"message_id": message_id}
 
     def interrupt(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:
-        self._owned(client, child_id)
-        with self._agent(client, agent_id):
-            self.rt.subagents.interrupt(child_id, UserAuthority(agent_id))
+        """By the parent's address: the child's running turn is cut wherever the tree
+        is live (here, or the worker that holds it)."""
+        self._child(client, agent_id, child_id)
+        self.rt.subagents.interrupt(child_id, UserAuthority(agent_id))
         return {"interrupted": child_id}
 
     def report(self, client: str, body: dict[str, Any], agent_id: str, child_id: str) -> Any:

@@ -12,7 +12,7 @@ from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
 from ._leases import Holder, Leases
 from ._live import LiveSession
-from ._mail import Mailman, wake_holder
+from ._mail import Mailman, interrupt_ring, wake_holder
 from ._messages import UNTAKEN, plain
 from ._options import AgentOptions, recorded_model
 from ._outcome import TurnOutcome
@@ -58,6 +58,7 @@ __all__ = [
     "check_output_schema",
     "check_steer",
     "echo",
+    "interrupt_ring",
     "not_open",
     "plain",
     "recorded_model",

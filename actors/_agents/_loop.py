@@ -202,6 +202,7 @@ class TurnRunner:
         record = TurnRecord(index, clock(), d, context)
         turn = Turn(self._agent, index, d, context, session.next_seq - 1, self._lock)
         turn._record = self._record_steered
+        turn.started_at = record.at
         self.current = turn  # a reference swap; cancel() reads it under the agent's lock
         if d.redelivered is True:
             self.replayed += 1

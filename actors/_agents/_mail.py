@@ -17,12 +17,21 @@ ring for a session that is not live here -- its holder released it meanwhile,
 or another process rang about a child of a parent that lives here -- and every
 such orphan go to ``orphan``, which makes somebody activate it (see the
 runtime): accepted work runs as long as some process on the store can run it.
+
+A ring may also carry an *interrupt* (:func:`interrupt_ring`): another process
+asked to interrupt a child this runtime runs, by its parent's address. It is
+handed to ``interrupt(child, parent, asked_at)``, which decides as an interrupt
+asked here would, for the turn that was running when it was asked. Its payload
+is never a multiple of 16 bytes, so a ring of session ids is never read as one
+(and a process of an earlier version reads the two ids in it as rings: a
+harmless look at their mail).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,11 +43,22 @@ from ._agent import Agent
 from ._resume import replay
 from ._sessions import SessionService
 
-__all__ = ["Mailman", "wake_holder"]
+__all__ = ["Mailman", "interrupt_ring", "wake_holder"]
 
 logger = logging.getLogger("subagents")
 
 _ID = 16  # bytes of a session id in a ring
+#: An interrupt ring: ``b"I"``, the child's id, its parent's id, when it was asked
+#: (wall-clock seconds): 41 bytes.
+_INTERRUPT = struct.Struct(">c16s16sd")
+
+#: ``interrupt(child, parent, asked_at)``: an interrupt another process asked.
+InterruptAsked = Callable[[SessionId, SessionId, float], object]
+
+
+def interrupt_ring(child: SessionId, parent: SessionId, asked_at: float) -> bytes:
+    """The ring that asks a child's holder to interrupt it (see the module docstring)."""
+    return _INTERRUPT.pack(b"I", child.to_bytes(), parent.to_bytes(), asked_at)
 
 
 class Mailman:
@@ -54,8 +74,10 @@ class Mailman:
         holds: Callable[[SessionId], bool],
         orphan: Callable[[SessionId], object],
         period: float,
+        interrupt: InterruptAsked | None = None,
     ) -> None:
         self._sessions = sessions
+        self._interrupt = interrupt
         self._backend = backend
         self._holder = holder
         self._live = live
@@ -83,13 +105,14 @@ class Mailman:
         leases: Any,
         live: Callable[[SessionId], Agent | None],
         orphan: Callable[[SessionId], object],
+        interrupt: InterruptAsked | None = None,
     ) -> Mailman:
         """The pickup of a runtime whose sessions ``leases`` holds, wired (leases
         name its doorbell; a session with messages nobody took rings it) and
         running; it sweeps every third of the lease ttl."""
         mail = cls(
             sessions, backend, holder=leases.holder.id, live=live, holds=leases.holds,
-            orphan=orphan, period=float(leases.ttl) / 3,
+            orphan=orphan, period=float(leases.ttl) / 3, interrupt=interrupt,
         )  # fmt: skip
         leases.wake = mail.address
         sessions.on_waiting = mail.rung
@@ -120,10 +143,23 @@ class Mailman:
                     rung += self._sessions.orphans(time.time())
                 else:
                     rung = _session_ids(rings)
+                    self._interrupts(rings)
                 for sid in dict.fromkeys(rung):
                     self.pickup(sid)
             except Exception:
                 logger.exception("mail pickup failed")
+
+    def _interrupts(self, rings: list[bytes]) -> None:
+        for payload in rings:
+            if len(payload) != _INTERRUPT.size or payload[:1] != b"I":
+                continue
+            _, child, parent, asked_at = _INTERRUPT.unpack(payload)
+            if self._interrupt is None:
+                continue
+            try:
+                self._interrupt(SessionId.from_bytes(child), SessionId.from_bytes(parent), asked_at)
+            except SubagentError as exc:  # not authorized, or it left residency
+                logger.warning("an interrupt asked from another process failed: %s", exc)
 
     def pickup(self, sid: SessionId) -> None:
         """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``."""
@@ -160,6 +196,8 @@ class Mailman:
 def _session_ids(rings: list[bytes]) -> list[SessionId]:
     seen: dict[SessionId, None] = {}
     for payload in rings:
+        if len(payload) % _ID:
+            continue  # a command (an interrupt), not session ids
         for i in range(0, len(payload) - _ID + 1, _ID):
             seen[SessionId.from_bytes(payload[i : i + _ID])] = None
     return list(seen)

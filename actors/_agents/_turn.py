@@ -11,6 +11,7 @@ subagent service).
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -128,6 +129,7 @@ class Turn:
         "_usage",
         "context",
         "index",
+        "started_at",
     )
 
     def __init__(
@@ -151,6 +153,8 @@ class Turn:
         self._steer: SteerBox | None = None
         #: Logs steered messages the turn takes (set by the turn's runner).
         self._record: Callable[[list[Message]], None] | None = None
+        #: When the turn began (its ``turn/start`` time; set by the turn's runner).
+        self.started_at: _dt.datetime | None = None
 
     def _controller_locked(self) -> AbortController:
         """The turn's controller, made on first use; the caller holds ``_lock``."""

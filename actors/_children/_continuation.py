@@ -65,7 +65,7 @@ from ._provider_registry import ProviderRegistry
 from ._requests import EndCutoff, RegistryInbox, Reserve
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
-from ._types import ContinuableHandle, ContinuableStartSpec
+from ._types import ContinuableHandle, ContinuableStartSpec, UserAuthority
 from ._validate import bad, check_start_spec
 
 __all__ = ["ContinuationManager"]
@@ -274,6 +274,14 @@ class ContinuationManager(Followups):
         interrupt(
             target, authority, ask=self._ask, sessions=self._ctx.sessions, clock=self._ctx.clock
         )
+
+    def interrupt_asked(self, target: SessionId, parent: SessionId, asked_at: float) -> None:
+        """An interrupt another process asked at ``asked_at`` of a child live here, by
+        its parent's address (this runtime's mail task calls it)."""
+        interrupt(
+            target, UserAuthority(parent), ask=self._ask, sessions=self._ctx.sessions,
+            clock=self._ctx.clock, asked_at=asked_at,
+        )  # fmt: skip
 
     # -- setup contributions -------------------------------------------------------------
 

@@ -2,7 +2,11 @@
 
 ``interrupt``: the registry decides the authority (a user at the durable parent
 address, or an ancestor) and answers with the target's live agent; the caller
-cancels its turn, keeping its inbox, and logs the interrupt.
+cancels its turn, keeping its inbox, and logs the interrupt. A target live in
+another process sharing the store (a user's interrupt: an ancestor is live where
+its descendants are) is asked of its holder (:func:`forward_interrupt`), whose
+mail task runs this same function with the time it was asked: the turn running
+then is cut, one that began after it is not.
 
 ``drain_continuable_descendants``: the registry owns the cutoff (``Cutoff``
 closes admission below the given host-owned parents and answers with their
@@ -19,7 +23,7 @@ import datetime as _dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from subagents.actors._agents import Agent, AgentRegistry, SessionService
+from subagents.actors._agents import Agent, AgentRegistry, SessionService, interrupt_ring
 from subagents.actors._kernel._checks import check_timeout
 from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
 from subagents.supervision import VISIBLE, Activation
@@ -29,7 +33,7 @@ from ._requests import Cutoff, Interrupt
 from ._types import AncestorAuthority, UserAuthority
 from ._validate import bad
 
-__all__ = ["drain", "interrupt"]
+__all__ = ["drain", "forward_interrupt", "interrupt"]
 
 
 def interrupt(
@@ -39,9 +43,11 @@ def interrupt(
     ask: Callable[[Any], Any],
     sessions: SessionService,
     clock: Callable[[], _dt.datetime],
+    asked_at: float | None = None,
 ) -> None:
     """Cancel ``target``'s current turn if ``authority`` may (an absent target is an
-    accepted no-op); ``ask`` asks the registry.
+    accepted no-op); ``ask`` asks the registry. ``asked_at``: another process asked
+    at that time (wall-clock seconds) -- a turn that began later is left alone.
 
     Raises:
         SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``.
@@ -51,17 +57,50 @@ def interrupt(
         raise bad("authority is a UserAuthority or an AncestorAuthority")
     verdict = ask(Interrupt(tid, authority))
     if verdict is None:
+        if asked_at is None and isinstance(authority, UserAuthority):
+            forward_interrupt(sessions, tid, authority, clock)
         return
     agent, kind, by = verdict
     if isinstance(agent, PlacedChild):  # its host cancels the turn and logs it
         agent.interrupt(kind, by)
         return
+    if asked_at is not None and not agent.running_since(asked_at):
+        return  # the turn it meant has ended
     at = clock()  # INVALID_ARGUMENT from a bad clock before anything changed
     # Logged before the cancel: inside the turn it cuts, before that turn's end.
     event = InterruptEvent(at=at, cause="interrupted", authority=kind, by_session=by)
     with contextlib.suppress(SubagentError):  # the child left residency meanwhile
         sessions.append(agent.session, (event,))
     agent.cancel("interrupted", keep_inbox=True)
+
+
+def forward_interrupt(
+    sessions: SessionService,
+    target: SessionId,
+    authority: UserAuthority,
+    clock: Callable[[], _dt.datetime],
+) -> None:
+    """``target`` is not live here: when another runtime holds it, ring that holder
+    with the interrupt (a hint, like every ring: returns without waiting).
+
+    Raises:
+        SubagentError: ``UNAUTHORIZED`` when ``target`` is a subagent of another
+            parent than the authority's.
+    """
+    address = sessions.wake_address(target)
+    if address is None:
+        return  # live nowhere else: absent, a no-op
+    header = sessions.header(target)
+    if header is None or header.origin != "subagent":
+        return  # no child: what the registry of its holder would say too
+    try:
+        parent = SessionId(authority.parent_session_id)
+    except SubagentError:
+        parent = None
+    if header.parent_session != parent:
+        raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
+    assert parent is not None
+    sessions.ring(address, interrupt_ring(target, parent, clock().timestamp()))
 
 
 def drain(

@@ -324,7 +324,12 @@ class SubagentService:
         """Cancel a live continuable child's current turn, keeping its inbox.
 
         Returns without waiting for the child to observe it; an absent target is
-        an accepted no-op. The registry decides the authority.
+        an accepted no-op. The registry decides the authority. A child live in
+        another process sharing the store is interrupted there (a
+        ``UserAuthority``: this runtime checks the child is the parent's and asks
+        the child's lease holder through its doorbell, which cuts the turn that
+        was running when it was asked -- best effort, like every wake-up between
+        processes; see ``docs/durability.md``).
 
         Raises:
             SubagentError: ``UNAUTHORIZED`` for a wrong parent address or a stale,

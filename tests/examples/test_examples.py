@@ -276,6 +276,29 @@ def test_two_servers_on_one_postgres_store_serve_one_tree(pg_url: str) -> None:
         status, listing = b.call("GET", f"/agents/{agent}/children", client="alice")
         assert status == 200, listing
         assert [r["id"] for r in listing["rows"]] == [child]
+        assert _interrupted_elsewhere(a, b, agent, child) == "kid was interrupted"
     finally:
         stop_server(a)
         stop_server(b)
+
+
+def _interrupted_elsewhere(a: Server, b: Server, agent: str, child: str) -> Any:
+    """A long turn of ``child`` (whose tree lives in ``a``), interrupted through ``b``:
+    the client asks again until a turn ends (an interrupt that arrives before the
+    turn began cuts nothing, as for a child live where it is asked). The output of
+    that turn, which must be the interrupted one, long before its 30 s of work."""
+    path = f"/agents/{agent}/children/{child}"
+    status, got = a.call("POST", f"{path}/followup", {"content": {"work": 30}}, client="alice")
+    assert status == 200, got
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status, done = b.call("POST", f"{path}/interrupt", {}, client="alice")
+        assert (status, done) == (200, {"interrupted": child})
+        status, data = b.call("GET", f"/sessions/{child}", client="alice")
+        assert status == 200, data
+        ends = [e for e in data["events"] if e["type"] == "turn/end"]
+        if len(ends) == 12:  # the prompt's turn, ten follow-ups, then this one
+            assert ends[-1]["stop_reason"] == "cancelled", ends[-1]
+            return ends[-1]["output"]
+        time.sleep(0.05)  # polling a server over HTTP, as a client would
+    raise AssertionError("the turn was not interrupted")

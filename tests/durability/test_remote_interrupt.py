@@ -1,0 +1,164 @@
+"""An interrupt reaches a child live in another process sharing the store.
+
+``subagents.interrupt(child_id, UserAuthority(parent_id))`` in a runtime where
+the child is not live used to be a no-op (an absent target), although the child
+ran in another process on the same store -- a server worker that did not hold a
+tree could not interrupt it. Now the interrupt is asked of the child's lease
+holder through its doorbell (or ``NOTIFY`` on PostgreSQL); the holder decides
+as an interrupt asked there would, for the turn that was running when it was
+asked. Runtimes on one store in one process stand in for processes (their
+leases and doorbells are their own); ``db`` runs each test on SQLite and on
+PostgreSQL, ``backend`` on both runtimes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Block, Gate, ScriptedBehaviour
+from subagents.protocol import (
+    ErrorCode,
+    InterruptEvent,
+    SessionId,
+    SubagentError,
+    TurnEnd,
+    new_session_id,
+)
+
+
+@pytest.fixture
+def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
+    """Two strict runtimes on one store: ``a`` runs the tree, ``b`` asks."""
+    made: list[Runtime] = []
+    try:
+        made.append(Runtime(db, backend=backend))
+        # b's clock may be set back by a test (see the late-interrupt test).
+        offset = [dt.timedelta(0)]
+        made.append(Runtime(db, backend=backend, clock=lambda: dt.datetime.now(dt.UTC) + offset[0]))
+        made[1].offset = offset  # type: ignore[attr-defined]
+        yield made
+    finally:
+        for rt in reversed(made):
+            rt.close()
+
+
+def _blocked_child(rt: Runtime, gate: Gate) -> tuple[Any, SessionId]:
+    """A root and a continuable child of it whose every turn waits at ``gate``."""
+    rt.models.register("blocker", lambda _o: ScriptedBehaviour([Block(gate)]), replace=True)
+    root = rt.spawn("echo", label="root")
+    child_id, _mid = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c", model="blocker")
+    )
+    assert gate.wait_reached(10)
+    return root, child_id
+
+
+def _log(rt: Runtime, sid: SessionId) -> list[Any]:
+    assert rt.store is not None
+    rt.sessions.flush()
+    return [r.event for r in rt.store.read(sid)]
+
+
+def test_an_interrupt_reaches_a_child_live_in_another_process(pair: list[Runtime]) -> None:
+    """The turn running in ``a`` is cut (it ends ``cancelled``, the interrupt logged
+    inside it with the user's authority and the parent's address); ``b`` never
+    activates the child, which takes its next follow-up as usual."""
+    a, b = pair
+    gate = Gate()
+    root, child_id = _blocked_child(a, gate)
+    child = a.agents.get(child_id)
+    assert child is not None
+    b.subagents.interrupt(child_id, UserAuthority(root.session_id))
+    assert child.wait_idle(10)
+    assert b.agents.get(child_id) is None
+    events = _log(a, child_id)
+    (interrupt,) = [e for e in events if isinstance(e, InterruptEvent)]
+    assert (interrupt.authority, interrupt.by_session) == ("user", root.session_id)
+    assert [e.stop_reason for e in events if isinstance(e, TurnEnd)] == ["cancelled"]
+    gate.release()
+    a.subagents.followup(root, child_id, "again")  # its inbox kept: the next turn runs
+    again = a.agents.get(child_id)  # resident still, or resumed by the follow-up
+    assert again is not None and again.wait_idle(10)
+    assert [e.stop_reason for e in _log(a, child_id) if isinstance(e, TurnEnd)] == [
+        "cancelled",
+        "completed",
+    ]
+
+
+def test_a_late_interrupt_leaves_a_turn_that_began_after_it_alone(pair: list[Runtime]) -> None:
+    """Asked (by ``b``'s clock) an hour before the running turn began, the interrupt
+    means a turn that has ended: the holder cuts nothing and logs nothing."""
+    a, b = pair
+    gate = Gate()
+    root, child_id = _blocked_child(a, gate)
+    b.offset[0] = -dt.timedelta(hours=1)  # type: ignore[attr-defined]
+    b.subagents.interrupt(child_id, UserAuthority(root.session_id))
+    # The ring is handled by a's mail task; a second one, asked now, orders after it.
+    b.offset[0] = dt.timedelta(0)  # type: ignore[attr-defined]
+    child = a.agents.get(child_id)
+    assert child is not None
+    b.subagents.interrupt(child_id, UserAuthority(root.session_id))
+    assert child.wait_idle(10)
+    events = _log(a, child_id)
+    assert len([e for e in events if isinstance(e, InterruptEvent)]) == 1  # the second's
+    assert [e.stop_reason for e in events if isinstance(e, TurnEnd)] == ["cancelled"]
+
+
+def test_a_remote_interrupt_by_another_parent_is_refused(pair: list[Runtime]) -> None:
+    """``UNAUTHORIZED`` in the asking process, as for a child live there, and nothing
+    reaches the child; an unknown or unheld session is an accepted no-op."""
+    a, b = pair
+    gate = Gate()
+    root, child_id = _blocked_child(a, gate)
+    stranger = a.spawn("echo", label="stranger")
+    with pytest.raises(SubagentError) as err:
+        b.subagents.interrupt(child_id, UserAuthority(stranger.session_id))
+    assert err.value.code == ErrorCode.UNAUTHORIZED
+    with pytest.raises(SubagentError) as err:
+        b.subagents.interrupt(child_id, UserAuthority("not an id"))
+    assert err.value.code == ErrorCode.UNAUTHORIZED
+    b.subagents.interrupt(new_session_id(), UserAuthority(root.session_id))  # absent
+    b.subagents.interrupt(root.session_id, UserAuthority(root.session_id))  # not a child
+    child = a.agents.get(child_id)
+    assert child is not None and child.running_turn == 0
+    gate.release()
+    assert child.wait_idle(10)
+    events = _log(a, child_id)
+    assert not [e for e in events if isinstance(e, InterruptEvent)]
+    assert [e.stop_reason for e in events if isinstance(e, TurnEnd)] == ["completed"]
+
+
+def test_an_interrupt_reaches_a_child_in_another_real_process(backend: Backend, db: str) -> None:
+    """The same across a real process boundary: a worker holds the tree, this
+    process (which never held it) interrupts its child's running turn."""
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("interrupt_worker.py")), db, backend.name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        root, child = worker.stdout.readline().split()
+        with Runtime(db, backend=backend) as rt:
+            rt.subagents.interrupt(child, UserAuthority(root))
+            assert rt.agents.get(child) is None
+        assert worker.stdout.readline().split() == ["cancelled", root]
+        worker.stdin.close()
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()
+        for pipe in (worker.stdin, worker.stdout, worker.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
