@@ -150,14 +150,15 @@ class Mailman:
                 logger.exception("mail pickup failed")
 
     def _interrupts(self, rings: list[bytes]) -> None:
+        handle = self._interrupt
+        if handle is None:
+            return
         for payload in rings:
             if len(payload) != _INTERRUPT.size or payload[:1] != b"I":
                 continue
             _, child, parent, asked_at = _INTERRUPT.unpack(payload)
-            if self._interrupt is None:
-                continue
             try:
-                self._interrupt(SessionId.from_bytes(child), SessionId.from_bytes(parent), asked_at)
+                handle(SessionId.from_bytes(child), SessionId.from_bytes(parent), asked_at)
             except SubagentError as exc:  # not authorized, or it left residency
                 logger.warning("an interrupt asked from another process failed: %s", exc)
 
