@@ -44,7 +44,7 @@ from ._host import AgentHost
 from ._inbox import CLOSED
 from ._live import LiveSession
 from ._loop import TurnRunner
-from ._messages import OWN
+from ._messages import OWN, Deliver
 from ._options import AgentOptions
 
 __all__ = ["Agent"]
@@ -286,6 +286,8 @@ class Agent(Followups):
 class _AgentActor:
     """The agent's actor behaviour; built into an actor class per backend."""
 
+    actor_inbox: Any  # the backend actor's (ThreadActor's or GeventActor's): a deque
+
     def __init__(self, agent: Agent) -> None:
         super().__init__()
         self._agent = agent
@@ -297,7 +299,15 @@ class _AgentActor:
         # Our own messages first: pykka's dispatch tests four of its own types
         # before it reaches on_receive (kernel/_pykka.py lists this override).
         if type(message) in OWN:
-            self._agent._handle(message)
+            agent = self._agent
+            agent._handle(message)
+            if type(message) is Deliver:
+                # The turns queued right behind it run here, in order, without a
+                # pass through pykka's loop each (no stop, call or other message is
+                # taken out of turn: the run ends at the first that is not a turn).
+                queued = self.actor_inbox.queued
+                while queued and type(queued[0]) is Deliver:
+                    agent._handle(queued.popleft())
             return None
         return super()._handle_receive(message)  # type: ignore[misc]
 

@@ -176,31 +176,33 @@ class _Inbox:
     """
 
     # Slots: about 200 bytes less per idle actor than a __dict__.
-    __slots__ = ("_hub", "_items", "_waiter", "_wake_pending")
+    __slots__ = ("_hub", "_waiter", "_wake_pending", "queued")
 
     def __init__(self) -> None:
-        self._items: collections.deque[Envelope[Any]] = collections.deque()
+        #: The envelopes not yet taken, oldest first. Producers append; the one
+        #: consumer may also pop from the left itself (an agent's run of turns).
+        self.queued: collections.deque[Envelope[Any]] = collections.deque()
         self._waiter: Any = None
         self._hub: Any = None
         self._wake_pending = False
 
     def put(self, envelope: Envelope[Any], /) -> None:
-        self._items.append(envelope)
+        self.queued.append(envelope)
         if self._waiter is not None and not self._wake_pending:
             self._wake_pending = True
             call_in_hub(self._hub, self._wake)
 
     def get(self) -> Envelope[Any]:
-        items = self._items
+        items = self.queued
         while not items:
             self._park()
         return items.popleft()
 
     def empty(self) -> bool:
-        return not self._items
+        return not self.queued
 
     def qsize(self) -> int:
-        return len(self._items)
+        return len(self.queued)
 
     def _park(self) -> None:
         hub = self._hub
@@ -208,7 +210,7 @@ class _Inbox:
             hub = self._hub = gevent.get_hub()
         self._waiter = getcurrent()
         try:
-            if not self._items:
+            if not self.queued:
                 hub.switch()
         finally:
             self._waiter = None

@@ -37,17 +37,19 @@ class _ThreadInbox:
     the consumer's next acquire, so it is released at most once per parking.
     """
 
-    __slots__ = ("_guard", "_items", "_sleeping", "_wake")
+    __slots__ = ("_guard", "_sleeping", "_wake", "queued")
 
     def __init__(self) -> None:
-        self._items: collections.deque[Envelope[Any]] = collections.deque()
+        #: The envelopes not yet taken, oldest first. Producers append; the one
+        #: consumer may also pop from the left itself (an agent's run of turns).
+        self.queued: collections.deque[Envelope[Any]] = collections.deque()
         self._sleeping = False
         self._guard = threading.Lock()
         self._wake = threading.Lock()
         self._wake.acquire()
 
     def put(self, envelope: Envelope[Any], /) -> None:
-        self._items.append(envelope)
+        self.queued.append(envelope)
         if self._sleeping:
             with self._guard:
                 if self._sleeping:
@@ -55,7 +57,7 @@ class _ThreadInbox:
                     self._wake.release()
 
     def get(self) -> Envelope[Any]:
-        items = self._items
+        items = self.queued
         while True:
             if items:
                 return items.popleft()  # the only consumer: non-empty stays non-empty
@@ -66,10 +68,10 @@ class _ThreadInbox:
             self._wake.acquire()
 
     def empty(self) -> bool:
-        return not self._items
+        return not self.queued
 
     def qsize(self) -> int:
-        return len(self._items)
+        return len(self.queued)
 
 
 class ThreadActor(pykka.ThreadingActor):

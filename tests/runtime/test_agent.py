@@ -15,6 +15,7 @@ from subagents.protocol import (
     SubagentError,
     TurnEnd,
     TurnStart,
+    new_message_id,
 )
 
 
@@ -248,3 +249,42 @@ def test_wait_idle_wakes_on_quiescence_not_on_a_turn_end(rt: Runtime) -> None:
             assert waiter.join(10)
         assert results == [True, True, True]
         assert agent.idle
+
+
+def test_a_run_of_queued_turns_never_overtakes_another_message(rt: Runtime) -> None:
+    """Issue 20 point 2 (no pass through pykka's loop per turn): the turns queued
+    behind a turn run in one pass of the agent's loop, but never ahead of a message
+    of another kind queued between them. A quiet report queued between two
+    follow-ups is context of the second's turn, not the first's; a call queued
+    between runs after the turns before it and before those after it; a
+    Twenty rounds, on both backends."""
+    seen: list[tuple[Any, ...]] = []
+    gates: list[Gate] = []
+
+    def behaviour(turn: Any) -> None:
+        if turn.content == "hold":
+            gates[-1].pass_through(turn.signal)
+        seen.append(("turn", turn.content, tuple(m.content for m in turn.context)))
+
+    agent = rt.spawn(behaviour)
+    for _ in range(20):
+        seen.clear()
+        gates.append(Gate())
+        agent.followup("hold")
+        assert gates[-1].wait_reached(10)
+        agent.followup("a")
+        agent.inject_quiet("q", None, new_message_id())
+        agent.followup("b")
+        agent.call_in_loop(lambda: seen.append(("call",)))
+        agent.followup("c")
+        agent.followup("d")
+        gates[-1].release()
+        assert agent.wait_idle(10)
+        assert seen == [
+            ("turn", "hold", ()),
+            ("turn", "a", ()),
+            ("turn", "b", ("q",)),
+            ("call",),
+            ("turn", "c", ()),
+            ("turn", "d", ()),
+        ]
