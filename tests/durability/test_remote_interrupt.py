@@ -34,28 +34,45 @@ from subagents.protocol import (
 )
 
 
+class SetBackClock:
+    """The system's UTC clock, minus ``back`` (a test sets it back)."""
+
+    def __init__(self) -> None:
+        self.back = dt.timedelta(0)
+
+    def __call__(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC) - self.back
+
+
 @pytest.fixture
-def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
-    """Two strict runtimes on one store: ``a`` runs the tree, ``b`` asks."""
+def b_clock() -> SetBackClock:
+    return SetBackClock()
+
+
+@pytest.fixture
+def pair(backend: Backend, db: str, b_clock: SetBackClock) -> Iterator[list[Runtime]]:
+    """Two strict runtimes on one store: ``a`` runs the tree, ``b`` (on ``b_clock``)
+    asks."""
     made: list[Runtime] = []
     try:
         made.append(Runtime(db, backend=backend))
-        # b's clock may be set back by a test (see the late-interrupt test).
-        offset = [dt.timedelta(0)]
-        made.append(Runtime(db, backend=backend, clock=lambda: dt.datetime.now(dt.UTC) + offset[0]))
-        made[1].offset = offset  # type: ignore[attr-defined]
+        made.append(Runtime(db, backend=backend, clock=b_clock))
         yield made
     finally:
         for rt in reversed(made):
             rt.close()
 
 
-def _blocked_child(rt: Runtime, gate: Gate) -> tuple[Any, SessionId]:
-    """A root and a continuable child of it whose every turn waits at ``gate``."""
-    rt.models.register("blocker", lambda _o: ScriptedBehaviour([Block(gate)]), replace=True)
-    root = rt.spawn("echo", label="root")
+def _blocked_child(
+    rt: Runtime, gate: Gate, root: Any = None, model: str = "blocker"
+) -> tuple[Any, SessionId]:
+    """A root (made unless given) and a continuable child of it whose every turn
+    waits at ``gate`` -- its first turn has reached the gate when this returns."""
+    rt.models.register(model, lambda _o: ScriptedBehaviour([Block(gate)]), replace=True)
+    if root is None:
+        root = rt.spawn("echo", label="root")
     child_id, _mid = rt.subagents.start_continuable(
-        ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c", model="blocker")
+        ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c", model=model)
     )
     assert gate.wait_reached(10)
     return root, child_id
@@ -93,23 +110,31 @@ def test_an_interrupt_reaches_a_child_live_in_another_process(pair: list[Runtime
     ]
 
 
-def test_a_late_interrupt_leaves_a_turn_that_began_after_it_alone(pair: list[Runtime]) -> None:
+def test_a_late_interrupt_leaves_a_turn_that_began_after_it_alone(
+    pair: list[Runtime], b_clock: SetBackClock
+) -> None:
     """Asked (by ``b``'s clock) an hour before the running turn began, the interrupt
-    means a turn that has ended: the holder cuts nothing and logs nothing."""
+    means a turn that has ended: the holder cuts nothing and logs nothing. A second
+    interrupt, asked now of another child, shows when the first was handled (the
+    holder's mail task takes rings in order)."""
     a, b = pair
-    gate = Gate()
-    root, child_id = _blocked_child(a, gate)
-    b.offset[0] = -dt.timedelta(hours=1)  # type: ignore[attr-defined]
-    b.subagents.interrupt(child_id, UserAuthority(root.session_id))
-    # The ring is handled by a's mail task; a second one, asked now, orders after it.
-    b.offset[0] = dt.timedelta(0)  # type: ignore[attr-defined]
-    child = a.agents.get(child_id)
-    assert child is not None
-    b.subagents.interrupt(child_id, UserAuthority(root.session_id))
-    assert child.wait_idle(10)
-    events = _log(a, child_id)
-    assert len([e for e in events if isinstance(e, InterruptEvent)]) == 1  # the second's
-    assert [e.stop_reason for e in events if isinstance(e, TurnEnd)] == ["cancelled"]
+    late_gate, marker_gate = Gate(), Gate()
+    root, late = _blocked_child(a, late_gate)
+    _, marker = _blocked_child(a, marker_gate, root, "marker")
+    marker_agent, late_agent = a.agents.get(marker), a.agents.get(late)
+    assert marker_agent is not None and late_agent is not None
+    b_clock.back = dt.timedelta(hours=1)
+    b.subagents.interrupt(late, UserAuthority(root.session_id))
+    b_clock.back = dt.timedelta(0)
+    b.subagents.interrupt(marker, UserAuthority(root.session_id))
+    assert marker_agent.wait_idle(10)  # cut: the late ring was handled before
+    assert late_agent.running_turn == 0
+    late_gate.release()
+    assert late_agent.wait_idle(10)
+    events = _log(a, late)
+    assert not [e for e in events if isinstance(e, InterruptEvent)]
+    assert [e.stop_reason for e in events if isinstance(e, TurnEnd)] == ["completed"]
+    assert [e.stop_reason for e in _log(a, marker) if isinstance(e, TurnEnd)] == ["cancelled"]
 
 
 def test_a_remote_interrupt_by_another_parent_is_refused(pair: list[Runtime]) -> None:
