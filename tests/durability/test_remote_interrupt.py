@@ -102,8 +102,8 @@ def test_an_interrupt_reaches_a_child_live_in_another_process(pair: list[Runtime
     assert [e.stop_reason for e in events if isinstance(e, TurnEnd)] == ["cancelled"]
     gate.release()
     a.subagents.followup(root, child_id, "again")  # its inbox kept: the next turn runs
-    again = a.agents.get(child_id)  # resident still, or resumed by the follow-up
-    assert again is not None and again.wait_idle(10)
+    again = a.agents.get(child_id)  # None: its turn ran, it settled already
+    assert again is None or again.wait_idle(10)
     assert [e.stop_reason for e in _log(a, child_id) if isinstance(e, TurnEnd)] == [
         "cancelled",
         "completed",
