@@ -305,8 +305,8 @@ class DurableQueues(abc.ABC):
     def renew_lease_count(self, holder: str, expires: float) -> int:
         """:meth:`renew_leases`, returning how many leases it extended: a renewal
         loop that knows how many it holds reads the list only when a count differs
-        (the SQL stores then read no row: 100,000 leases renew several times
-        faster). This default counts :meth:`renew_leases`' list."""
+        (the SQL stores then count their index instead of returning a row a lease).
+        This default counts :meth:`renew_leases`' list."""
         return len(self.renew_leases(holder, expires))
 
     @abc.abstractmethod

@@ -161,6 +161,8 @@ class Mailman:
                 handle(SessionId.from_bytes(child), SessionId.from_bytes(parent), asked_at)
             except SubagentError as exc:  # not authorized, or it left residency
                 logger.warning("an interrupt asked from another process failed: %s", exc)
+            except Exception:  # the batch's pickups still run
+                logger.exception("an interrupt asked from another process failed")
 
     def pickup(self, sid: SessionId) -> None:
         """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``."""

@@ -98,14 +98,19 @@ def _server(store: PostgresStore) -> str:
     return store.url.rsplit("schema=", 1)[0].rstrip("?&")
 
 
+def _raw_rows_at(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    """``sql`` read from the SQLite file at ``path``, on a connection of its own."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
 def _raw_rows(store: SessionStore, sql: str) -> list[tuple[Any, ...]]:
     """``sql`` read past the store, on a connection of its own."""
     if isinstance(store, SqliteStore):
-        conn = sqlite3.connect(store.path)
-        try:
-            return conn.execute(sql).fetchall()
-        finally:
-            conn.close()
+        return _raw_rows_at(Path(store.path), sql)
     assert isinstance(store, PostgresStore)
     with psycopg.connect(_server(store), autocommit=True) as pg:
         pg.execute(f'SET search_path TO "{store.schema}"')
@@ -177,14 +182,6 @@ def test_an_sqlite_file_of_the_previous_version_keeps_its_leases(
         _held(store, h.id, by="old", at=NOW + 80)
     assert _raw_rows_at(path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     assert _raw_rows_at(path, "SELECT holder FROM holders") == [("new",)]
-
-
-def _raw_rows_at(path: Path, sql: str) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_a_postgres_schema_of_the_previous_version_keeps_its_leases(
