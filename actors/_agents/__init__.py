@@ -18,7 +18,7 @@ from ._options import AgentOptions, recorded_model
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
-from ._resume import Restored, replay
+from ._resume import Restored, replay, stored_options
 from ._sessions import SessionService
 from ._spawn import spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
@@ -65,6 +65,7 @@ __all__ = [
     "replay",
     "runtime_statistics",
     "spawn_agent",
+    "stored_options",
     "validate_output",
     "wait_all_idle",
     "wake_holder",

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from subagents.actors._kernel import ring
-from subagents.protocol import Event, MessageId, SessionId, SubagentError
+from subagents.protocol import Event, MessageId, SessionHeader, SessionId, SubagentError
 from subagents.store import Accepted, InboxEntry, Listener, SessionStore
 
 from ._live import LiveSession
@@ -100,6 +100,29 @@ class Acceptance:
             store.retract, session_id, message_id, epoch=None if token is None else token[1]
         )
         return done
+
+    def create_unheld(self, header: SessionHeader, events: Sequence[Event], prompt: Event) -> None:
+        """Commit a new session with ``prompt`` in its inbox and no lease: nobody
+        holds it, and whoever activates it (rung, or a holder's sweep) runs the
+        prompt. Strict durability only.
+
+        Raises:
+            SubagentError: ``SESSION_EXISTS``, or the store's error (nothing created).
+        """
+        store = self.persistence
+        assert store is not None
+        assert self.strict
+        self._call(store.create_session, header, events, inbox=[prompt])
+
+    def withdraw_unheld(self, session_id: SessionId, message_id: MessageId) -> bool:
+        """Undo :meth:`create_unheld` while nobody has taken its prompt: the prompt is
+        retracted and the session deleted (True); False when it was taken already."""
+        store = self.persistence
+        assert store is not None
+        if not self.retract(session_id, message_id):
+            return False
+        self._call(store.delete_session, session_id)
+        return True
 
     def pending(self, session_id: SessionId) -> list[InboxEntry]:
         """The session's accepted messages not yet done, in acceptance order.

@@ -31,6 +31,7 @@ from subagents.protocol import (
     ErrorCode,
     Event,
     MessageEvent,
+    SessionHeader,
     SessionId,
     SubagentError,
     TurnEnd,
@@ -45,8 +46,9 @@ from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._host import AgentHost
 from ._options import AgentOptions
+from ._sessions import SessionService
 
-__all__ = ["CUT_SHORT", "DAMAGED_POLICIES", "Restored", "replay", "restore"]
+__all__ = ["CUT_SHORT", "DAMAGED_POLICIES", "Restored", "replay", "restore", "stored_options"]
 
 logger = logging.getLogger("subagents")
 
@@ -112,9 +114,7 @@ def restore(
                 seq=exc.seq,
             ) from exc
         events = [r.event for r in records]
-        fold = _fold(state, events)
-        if fold.verdict == "absent" and header.origin == "subagent" and state is None:
-            fold = DescriptorFold(verdict="corrupt", reason="its descriptor is missing")
+        fold = _fold(header, state, events)
         if options is None:
             options = options_from_fold(fold, sid, behaviour, events)
         built: Behaviour = (
@@ -205,6 +205,21 @@ def _open_turn(events: list[Event]) -> int | None:
     return started
 
 
+def stored_options(sessions: SessionService, sid: SessionId) -> tuple[SessionHeader, AgentOptions]:
+    """A persisted session's header, and the options a resume would rebuild it with,
+    read without activating it (no lease taken): what a start by the parent's id
+    needs of a parent live in another process.
+
+    Raises:
+        SubagentError: ``SESSION_NOT_FOUND``, ``CORRUPT_RECORD``,
+            ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``
+            (it records no model).
+    """
+    header, _next_seq, state, records = sessions.load_state(sid)
+    events = [r.event for r in records]
+    return header, options_from_fold(_fold(header, state, events), sid, None, events)
+
+
 def options_from_fold(
     fold: Any, sid: SessionId, behaviour: Any, events: Sequence[Event] = ()
 ) -> AgentOptions:
@@ -251,10 +266,15 @@ def options_from_fold(
     )
 
 
-def _fold(state: dict[str, Any] | None, events: list[Event]) -> DescriptorFold:
-    """Fold the descriptor from a checkpoint plus the events after it (last wins)."""
+def _fold(
+    header: SessionHeader, state: dict[str, Any] | None, events: list[Event]
+) -> DescriptorFold:
+    """Fold the descriptor from a checkpoint plus the events after it (last wins); a
+    subagent session with none at all is corrupt."""
     fold = try_fold_subagent_descriptor(events)
     if fold.verdict != "absent" or state is None or state.get("descriptor") is None:
+        if fold.verdict == "absent" and header.origin == "subagent" and state is None:
+            return DescriptorFold(verdict="corrupt", reason="its descriptor is missing")
         return fold
     try:
         return DescriptorFold(

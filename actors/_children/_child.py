@@ -29,7 +29,14 @@ from subagents.protocol import (
     delegation_depth_of,
 )
 
-__all__ = ["ChildContext", "child_options", "completed_history", "create_child"]
+__all__ = [
+    "ChildContext",
+    "StoredParent",
+    "child_header",
+    "child_options",
+    "completed_history",
+    "create_child",
+]
 
 
 class ChildContext(Protocol):
@@ -51,8 +58,22 @@ class ChildContext(Protocol):
     def telemetry(self) -> Telemetry | None: ...
 
 
+class StoredParent:
+    """A parent read from the store rather than live here (it runs in another
+    process): what a child's options and delegation depth derive from, as for a
+    live parent -- its options as a resume would rebuild them."""
+
+    __slots__ = ("header_delegation_depth", "options", "session_id", "subagent_depth")
+
+    def __init__(self, session_id: SessionId, header: SessionHeader, options: AgentOptions) -> None:
+        self.session_id = session_id
+        self.header_delegation_depth = header.delegation_depth
+        self.options = options
+        self.subagent_depth = options.subagent_depth
+
+
 def child_options(
-    parent: Agent,
+    parent: Agent | StoredParent,
     *,
     model: str | None,
     persona: str | None,
@@ -94,16 +115,36 @@ def child_options(
     return options, depth
 
 
-def completed_history(sessions: SessionService, parent: Agent) -> tuple[Event, ...]:
+def completed_history(sessions: SessionService, parent: Agent | SessionId) -> tuple[Event, ...]:
     """The parent's log through its last ``turn/end`` (what a fork child sees), without
-    the parent's ``agent/options`` (the child's options are its own)."""
-    events = [
-        r.event
-        for r in sessions.read(parent.session_id)
-        if not isinstance(r.event, AgentOptionsEvent)
-    ]
+    the parent's ``agent/options`` (the child's options are its own). ``parent``:
+    the agent, or the id of one live in another process (its stored log)."""
+    sid = parent if isinstance(parent, SessionId) else parent.session_id
+    events = [r.event for r in sessions.read(sid) if not isinstance(r.event, AgentOptionsEvent)]
     last_end = max((i for i, e in enumerate(events) if isinstance(e, TurnEnd)), default=-1)
     return tuple(events[: last_end + 1])
+
+
+def child_header(
+    ctx: ChildContext,
+    parent_id: SessionId,
+    child_id: SessionId,
+    label: str | None,
+    depth: int,
+    seed_len: int,
+    max_inbox: int | None,
+) -> SessionHeader:
+    """A new child's session header (``seed_len``: where a fork seed ends)."""
+    return SessionHeader(
+        id=child_id,
+        parent_session=parent_id,
+        origin="subagent",
+        delegation_depth=depth,
+        created_at=ctx.clock(),
+        label=label,
+        seed_len=seed_len,
+        max_inbox=max_inbox,
+    )
 
 
 def create_child(
@@ -130,16 +171,7 @@ def create_child(
     Raises:
         SubagentError: ``MODEL_NOT_FOUND``, ``SESSION_EXISTS``.
     """
-    header = SessionHeader(
-        id=child_id,
-        parent_session=parent.session_id,
-        origin="subagent",
-        delegation_depth=depth,
-        created_at=ctx.clock(),
-        label=label,
-        seed_len=len(seed),
-        max_inbox=max_inbox,
-    )
+    header = child_header(ctx, parent.session_id, child_id, label, depth, len(seed), max_inbox)
     return ctx.agents.create(
         header=header,
         options=options,

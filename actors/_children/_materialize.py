@@ -179,6 +179,7 @@ class Materializer:
         ``placement``: the child runs on a host (:mod:`._placed`): its session is
         made here and released, and its Activation's agent is a stand-in."""
         parent = spec.parent
+        assert isinstance(parent, Agent)  # a start by id is created unheld instead
         signal = spec.signal or AbortSignal.never()
         agent: Agent | None = None
         try:

@@ -23,6 +23,7 @@ from subagents.protocol import (
     ErrorCode,
     Event,
     OneShotDescriptor,
+    SessionId,
     SubagentError,
     descriptor_event,
     new_session_id,
@@ -53,13 +54,16 @@ class LocalProvider:
     def _step(self, step: str) -> None:
         """A named point of the start sequence (tests inject faults here)."""
 
-    def _seed(self, parent: Agent) -> tuple[Event, ...]:
+    def _seed(self, parent: Agent | SessionId) -> tuple[Event, ...]:
         return ()
 
     def prepare_continuable(self, request: ContinuableStartSpec) -> ContinuableCreateSpec:
         """Data for a continuable child: the seed of its log (empty here, the
-        parent's completed history for ``fork``). The manager does the rest."""
-        seed = self._seed(request.parent)
+        parent's completed history for ``fork``). The manager does the rest.
+        ``request.parent`` is the parent's id when the parent lives in another
+        process (a start by its id): ``fork`` then reads its stored history."""
+        parent = request.parent
+        seed = self._seed(parent if isinstance(parent, Agent) else SessionId(parent))
         return ContinuableCreateSpec(seed=seed or None)
 
     def start(self, request: SubagentStartRequest, descriptor: OneShotDescriptor) -> SubagentRun:
@@ -133,7 +137,7 @@ class ForkProvider(LocalProvider):
     def __init__(self, runtime: ChildContext, name: str = "fork") -> None:
         super().__init__(runtime, name)
 
-    def _seed(self, parent: Agent) -> tuple[Event, ...]:
+    def _seed(self, parent: Agent | SessionId) -> tuple[Event, ...]:
         return completed_history(self._runtime.sessions, parent)
 
 

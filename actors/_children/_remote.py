@@ -20,6 +20,7 @@ a direct subagent of ``parent_id``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from subagents.actors._agents import (
@@ -29,6 +30,7 @@ from subagents.actors._agents import (
     Steered,
     check_steer,
     not_open,
+    stored_options,
 )
 from subagents.protocol import (
     ErrorCode,
@@ -42,9 +44,12 @@ from subagents.protocol import (
     trusted_message,
 )
 
+from ._child import StoredParent
 from ._continuation import ContinuationManager
+from ._types import ContinuableHandle, ContinuableStartSpec
+from ._validate import check_start_spec
 
-__all__ = ["adopt", "followup_by_id", "steer_by_id", "wake_child"]
+__all__ = ["adopt", "followup_by_id", "start_by_id", "start_child", "steer_by_id", "wake_child"]
 
 #: How far up a chain of inactive parents a wake goes (a bound, not a tuning knob).
 _MAX_CHAIN = 64
@@ -96,6 +101,71 @@ def followup_by_id(
             sessions.retract(child_id, mid)
             raise
     return mid
+
+
+def start_child(
+    sessions: SessionService, continuation: ContinuationManager, spec: ContinuableStartSpec
+) -> ContinuableHandle:
+    """``start_continuable``: by the parent agent, or by its id (:func:`start_by_id`)."""
+    if isinstance(spec, ContinuableStartSpec) and not isinstance(spec.parent, Agent):
+        check_start_spec(spec)
+        return start_by_id(continuation.require_agents(), sessions, continuation, spec)
+    return continuation.start_continuable(spec)
+
+
+def start_by_id(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    spec: ContinuableStartSpec,
+) -> ContinuableHandle:
+    """A continuable start whose ``spec.parent`` is the parent's id (see
+    :meth:`SubagentService.start_continuable`).
+
+    * The parent is live here: the ordinary start.
+    * Otherwise, under strict durability, the child's session and prompt are
+      committed here, unheld, and whoever can run it is woken as for a follow-up by
+      id (:func:`wake_child`): the parent's holder, which activates the child on
+      the parent's behalf (its sweep finds the child if the ring is lost), or --
+      nobody holds the parent -- the parent resumed here. Returns once committed,
+      as a start does.
+    * On a memory store or under relaxed durability the parent is resumed here
+      first (nothing can be committed for another process to run).
+
+    Raises:
+        SubagentError: ``SESSION_NOT_FOUND`` (no such parent), ``INVALID_ARGUMENT``,
+            those of a start, and those of resuming the parent; nothing is created
+            then.
+    """
+    assert not isinstance(spec.parent, Agent)
+    parent_id = SessionId(spec.parent)
+    parent = agents.get(parent_id)
+    if parent is None and sessions.strict and sessions.leases is not None:
+        return _start_unheld(agents, sessions, continuation, spec, parent_id)
+    if parent is None:
+        parent = _resume(agents, parent_id)
+    return continuation.start_continuable(dataclasses.replace(spec, parent=parent))
+
+
+def _start_unheld(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    spec: ContinuableStartSpec,
+    parent_id: SessionId,
+) -> ContinuableHandle:
+    header, options = stored_options(sessions, parent_id)
+    handle, created = continuation.start_unheld(spec, StoredParent(parent_id, header, options))
+    if created:
+        try:
+            wake_child(agents, sessions, continuation, handle.child_id, parent_id)
+        except SubagentError:
+            # Nobody can run it (nobody holds the parent and it cannot be resumed
+            # here: a model not registered here, a damaged log): an error means
+            # nothing was created.
+            sessions.withdraw_unheld(handle.child_id, handle.message_id)
+            raise
+    return handle
 
 
 def wake_child(

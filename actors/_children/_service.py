@@ -38,6 +38,7 @@ from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._oneshot import start_oneshot
 from ._provider_registry import ProviderRegistration, ProviderRegistry
+from ._remote import start_child
 from ._reports import ReportReceipt, report_from, report_receipt
 from ._sending import send_followup
 from ._setup import SetupRegistration
@@ -211,23 +212,32 @@ class SubagentService:
         parent returns the same handle and starts nothing new, across processes
         and restarts (the child's id is derived from the two).
 
+        ``spec.parent`` may be the parent's session id instead of the agent: the
+        caller vouches for it (as :class:`UserAuthority` does), and the child is
+        started wherever the parent lives -- here; in the process holding it, on a
+        strict durable store (the child and its prompt are committed here, and
+        that process activates it); else the parent is resumed here first.
+
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``PROVIDER_NOT_FOUND``,
                 ``CONTINUABLE_UNSUPPORTED``, ``DESCRIPTOR_INVALID`` (no label),
                 ``UNAUTHORIZED`` (parent not live), ``ADMISSION_CLOSED`` (drained),
-                ``CANCELLED``, ``MODEL_NOT_FOUND``, ``DEPTH_EXCEEDED``.
+                ``CANCELLED``, ``MODEL_NOT_FOUND``, ``DEPTH_EXCEEDED``; by id,
+                ``SESSION_NOT_FOUND`` (no such parent) and those of resuming it.
         """
         self._check_thread()
         tel = self._ctx.telemetry
         if tel is None:
-            return self._continuation.start_continuable(spec)
-        attrs = {"parent_session_id": spec.parent.session_id, "provider": spec.provider}
+            return start_child(self._ctx.sessions, self._continuation, spec)
+        parent = spec.parent
+        parent_id = parent.session_id if isinstance(parent, Agent) else SessionId(parent)
+        attrs = {"parent_session_id": parent_id, "provider": spec.provider}
         return traced(tel, "subagents.start", attrs, lambda: self._start_traced(tel, spec))
 
     def _start_traced(self, tel: Telemetry, spec: ContinuableStartSpec) -> ContinuableHandle:
         if isinstance(spec.source, MessageSource):  # else the parent's, stamped already
             spec = dataclasses.replace(spec, source=tel.stamp(spec.source))
-        return self._continuation.start_continuable(spec)
+        return start_child(self._ctx.sessions, self._continuation, spec)
 
     @overload
     def followup(

@@ -82,9 +82,13 @@ class ContinuableStartSpec:
     a follow-up finding that many messages accepted and not done raises
     ``INBOX_FULL``. It is recorded in the child's session, so it holds for every
     process and every later activation.
+
+    ``parent`` is the live parent agent, or its session id: a start by id, from a
+    process where the parent may not be live (a server worker that does not hold
+    the tree; see ``SubagentService.start_continuable``).
     """
 
-    parent: Agent
+    parent: Agent | SessionId | str
     provider: str
     prompt: Any
     label: str

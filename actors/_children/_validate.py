@@ -7,7 +7,14 @@ from typing import Any
 
 from subagents.actors._agents import Agent, check_output_schema
 from subagents.actors._kernel import AbortSignal, check_max_inbox
-from subagents.protocol import ErrorCode, MessageId, SubagentError, check_name, check_value
+from subagents.protocol import (
+    ErrorCode,
+    MessageId,
+    SessionId,
+    SubagentError,
+    check_name,
+    check_value,
+)
 
 from ._types import ContinuableStartSpec, SubagentStartRequest
 
@@ -60,8 +67,10 @@ def check_start_spec(spec: Any) -> None:
     """A ``ContinuableStartSpec``."""
     if not isinstance(spec, ContinuableStartSpec):
         raise bad(f"start_continuable takes a ContinuableStartSpec, got {type(spec).__name__}")
-    if not isinstance(spec.parent, Agent):
-        raise bad("spec.parent must be an Agent")
+    if isinstance(spec.parent, str):  # a start by the parent's id
+        SessionId(spec.parent)  # INVALID_ARGUMENT unless a session id
+    elif not isinstance(spec.parent, Agent):
+        raise bad("spec.parent must be an Agent or a session id")
     if type(spec.provider) is not str:
         raise bad("spec.provider must be a provider name")
     if type(spec.label) is not str or not spec.label.strip():

@@ -3,14 +3,19 @@
 ``Noted`` is a thread-safe list of ``(runtime, content, redelivered)`` tuples; its
 ``wait_for`` blocks cooperatively on both backends (an ``AbortController``'s
 signal, which a gevent hub can wake), so a test waits for a turn another
-runtime's task runs without sleeping.
+runtime's task runs without sleeping. ``worker`` starts a worker process with
+pipes, and ``reap`` makes sure it is gone.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from subagents.actors import AbortController, Runtime
@@ -70,3 +75,23 @@ class Noted:
             return on_turn
 
         rt.models.register("note", factory, replace=True)
+
+
+@contextmanager
+def worker(script: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """Run ``script`` (a file beside this module) with ``args`` and text pipes on
+    stdin, stdout and stderr; on leaving, kill it unless it exited, and close its
+    pipes."""
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name(script)), *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()

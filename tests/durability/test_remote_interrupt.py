@@ -14,13 +14,11 @@ PostgreSQL, ``backend`` on both runtimes.
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from durability_kit import worker
 from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
@@ -164,26 +162,12 @@ def test_a_remote_interrupt_by_another_parent_is_refused(pair: list[Runtime]) ->
 def test_an_interrupt_reaches_a_child_in_another_real_process(backend: Backend, db: str) -> None:
     """The same across a real process boundary: a worker holds the tree, this
     process (which never held it) interrupts its child's running turn."""
-    worker = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("interrupt_worker.py")), db, backend.name],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert worker.stdout is not None and worker.stdin is not None
-        root, child = worker.stdout.readline().split()
+    with worker("interrupt_worker.py", db, backend.name) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        root, child = proc.stdout.readline().split()
         with Runtime(db, backend=backend) as rt:
             rt.subagents.interrupt(child, UserAuthority(root))
             assert rt.agents.get(child) is None
-        assert worker.stdout.readline().split() == ["cancelled", root]
-        worker.stdin.close()
-        assert worker.wait(30) == 0
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-        worker.wait()
-        for pipe in (worker.stdin, worker.stdout, worker.stderr):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
+        assert proc.stdout.readline().split() == ["cancelled", root]
+        proc.stdin.close()
+        assert proc.wait(30) == 0

@@ -1,0 +1,299 @@
+"""A continuable child started by the parent's *id* from a process that does not hold it.
+
+``start_continuable(ContinuableStartSpec(parent=parent_id, ...))`` is what a
+server worker calls when a request to start a child reaches it while another
+worker holds the tree; it used to be ``LEASE_HELD`` (409 in the example server).
+Now the child's session, descriptor and prompt are committed by the caller,
+unheld, and the parent's holder is rung: it activates the child on the parent's
+behalf and runs the prompt. Runtimes on one store in one process stand in for
+processes (their leases and doorbells are their own); ``db`` runs each test on
+SQLite and on PostgreSQL, ``backend`` on both runtimes. R-CONT-1, R-CONT-3,
+R-CONT-9 (idempotent start), R-DESC-3.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from durability_kit import Noted, worker
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import (
+    ErrorCode,
+    MessageSource,
+    SessionId,
+    SubagentError,
+    TurnEnd,
+    new_message_id,
+    new_session_id,
+)
+
+
+def ran(noted: Noted, content: Any) -> list[str]:
+    """The runtimes that ran the turn of ``content``, in order."""
+    return [name for name, c, _ in noted.items() if c == content]
+
+
+def runs(noted: Noted, content: Any, expected: list[str]) -> bool:
+    """Wait (cooperatively) until the runtimes that ran ``content`` are ``expected``."""
+    return noted.wait_for(lambda items: [n for n, c, _ in items if c == content] == expected)
+
+
+@pytest.fixture
+def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
+    """Two strict runtimes on one store: ``a`` holds the tree, ``b`` starts children."""
+    made: list[Runtime] = []
+    try:
+        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
+        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
+        yield made
+    finally:
+        for rt in reversed(made):
+            rt.close()
+
+
+def _spec(parent: Any, prompt: Any = "hello", **kw: Any) -> ContinuableStartSpec:
+    return ContinuableStartSpec(
+        parent=parent, provider=kw.pop("provider", "local"), prompt=prompt, label="c",
+        model="note",
+        **kw,
+    )  # fmt: skip
+
+
+def _until(rt: Runtime, done: Any, timeout: float = 10.0) -> bool:
+    """Poll ``done()`` with a deadline, sleeping on ``rt``'s backend (its greenlets run)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        rt.backend.sleep(0.005)
+    return True
+
+
+def _turn_ends(rt: Runtime, sid: SessionId) -> list[str]:
+    assert rt.store is not None
+    rt.sessions.flush()
+    return [r.event.stop_reason for r in rt.store.read(sid) if isinstance(r.event, TurnEnd)]
+
+
+def test_a_start_by_id_runs_where_the_parent_lives(pair: list[Runtime]) -> None:
+    """``b`` returns the handle once the child and its prompt are committed; ``a``, which
+    holds the parent, activates the child and runs the prompt there, once. The child
+    is the parent's: its header, ``list_children`` in either runtime, and a follow-up
+    from the parent in ``a`` reaches it."""
+    a, b = pair
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    root = a.spawn("note", label="root")
+    child_id, message_id = b.subagents.start_continuable(_spec(root.session_id))
+    assert b.store is not None
+    header = b.store.header(child_id)
+    assert header is not None and header.parent_session == root.session_id
+    assert [e.message_id for e in b.store.pending(child_id)] == [message_id]
+    assert runs(noted, "hello", ["a"])
+    assert b.agents.get(child_id) is None
+    for rt in (a, b):
+        assert [r.id for r in rt.subagents.list_children(root.session_id).rows] == [child_id]
+    assert _until(a, lambda: _turn_ends(a, child_id) == ["completed"])
+    a.subagents.followup(root, child_id, "again")
+    assert runs(noted, "again", ["a"])
+    assert ran(noted, "hello") == ["a"]
+
+
+def test_a_start_by_id_is_idempotent_across_processes(pair: list[Runtime]) -> None:
+    """The same ``message_id`` from ``b`` twice and from ``a`` (by the agent) once: one
+    child, one handle, the prompt run once. R-CONT-9."""
+    a, b = pair
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    root = a.spawn("note", label="root")
+    mid = new_message_id()
+    first = b.subagents.start_continuable(_spec(root.session_id, "once", message_id=mid))
+    again = b.subagents.start_continuable(_spec(str(root.session_id), "once", message_id=mid))
+    here = a.subagents.start_continuable(_spec(root, "once", message_id=mid))
+    assert first == again == here
+    assert first.message_id == mid
+    assert _until(a, lambda: _turn_ends(a, first.child_id) == ["completed"])
+    assert [r.id for r in b.subagents.list_children(root.session_id).rows] == [first.child_id]
+    assert ran(noted, "once") == ["a"]
+
+
+def test_a_start_by_id_where_the_parent_is_live_here_is_the_ordinary_start(
+    pair: list[Runtime],
+) -> None:
+    """By id in the runtime that holds the parent: the child is resident at once,
+    exactly as when started by the agent (source: the parent)."""
+    a, _b = pair
+    noted = Noted()
+    noted.register(a, "a")
+    root = a.spawn("note", label="root")
+    child_id, _mid = a.subagents.start_continuable(_spec(root.session_id, "local"))
+    assert runs(noted, "local", ["a"])
+    assert _turn_ends(a, child_id) == ["completed"]
+    assert a.store is not None
+    (record,) = [r for r in a.store.read(child_id) if r.event.type == "message"]
+    assert record.event.source == MessageSource(kind="parent", session_id=root.session_id)
+
+
+def test_a_start_by_id_where_nobody_holds_the_parent_resumes_it_here(
+    pair: list[Runtime],
+) -> None:
+    """Nobody holds the parent (``a``, which made it, closed): ``b`` resumes it from
+    its recorded model and starts the child there, as a follow-up by id does."""
+    a, b = pair
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    root = a.spawn("note", label="root")
+    root_id = root.session_id
+    a.close()
+    child_id, _mid = b.subagents.start_continuable(_spec(root_id, "resumed"))
+    assert runs(noted, "resumed", ["b"])
+    assert b.agents.get(root_id) is not None
+    assert _until(b, lambda: _turn_ends(b, child_id) == ["completed"])
+
+
+def test_a_lost_ring_is_made_up_by_the_holders_sweep(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The doorbell is a hint: with ``b``'s rings dropped, ``a``'s next sweep (every
+    ``lease_ttl / 3``) finds the unheld child with its prompt waiting and runs it."""
+    with (
+        Runtime(db, backend=backend, lease_ttl=0.6) as a,
+        Runtime(db, backend=backend, lease_ttl=0.6) as b,
+    ):
+        noted = Noted()
+        noted.register(a, "a")
+        noted.register(b, "b")
+        root = a.spawn("note", label="root")
+        rung: list[bytes] = []
+        monkeypatch.setattr(b.sessions, "ring", lambda _address, payload: rung.append(payload))
+        child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, "swept"))
+        assert rung == [child_id.to_bytes()]  # rung once, and lost
+        assert runs(noted, "swept", ["a"])
+
+
+def test_a_start_by_id_racing_the_parents_release_runs_once(pair: list[Runtime]) -> None:
+    """Race, 20 rounds: ``b`` starts a child by id while ``a`` lets the parent go.
+    Whichever way it falls -- ``a`` rung while it still holds the parent, or the
+    parent resumed in ``b`` -- the start returns, the prompt runs exactly once, and
+    the parent has exactly that child."""
+    a, b = pair
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    for i in range(20):
+        root = a.spawn("note", label=f"root{i}")
+        releasing = a.backend.spawn(root.dispose)
+        child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, f"race{i}"))
+        releasing.join(10)
+        ends = lambda c=child_id: _turn_ends(b, c) == ["completed"]  # noqa: E731
+        assert _until(b, ends), i
+        assert len(ran(noted, f"race{i}")) == 1, (i, ran(noted, f"race{i}"))
+        rows = b.subagents.list_children(root.session_id).rows
+        assert [r.id for r in rows] == [child_id]
+        holder = b.agents.get(root.session_id)
+        if holder is not None:  # resumed in b: let it go for the next round
+            holder.dispose()
+    assert sorted(c for _, c, _ in noted.items()) == sorted(f"race{i}" for i in range(20))
+
+
+def _sessions(rt: Runtime) -> list[SessionId]:
+    assert rt.store is not None
+    return sorted(h.id for h in rt.store.all_headers())
+
+
+def test_bad_starts_by_id_create_nothing(pair: list[Runtime], backend: Backend, db: str) -> None:
+    """Refused before anything is created, whatever holds the parent: a malformed id
+    (``INVALID_ARGUMENT``), an unknown parent (``SESSION_NOT_FOUND``), an unknown
+    provider or model, no label (``DESCRIPTOR_INVALID``), a depth past the runtime's
+    ceiling (``DEPTH_EXCEEDED``), an aborted signal (``CANCELLED``)."""
+    from subagents.actors import AbortController
+
+    a, b = pair
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    root = a.spawn("note", label="root")
+    before = _sessions(b)
+    aborted = AbortController()
+    aborted.abort()
+    cases: list[tuple[Any, str]] = [
+        (_spec("not an id"), ErrorCode.INVALID_ARGUMENT),
+        (_spec(42), ErrorCode.INVALID_ARGUMENT),
+        (_spec(new_session_id()), ErrorCode.SESSION_NOT_FOUND),
+        (_spec(root.session_id, provider="nowhere"), ErrorCode.PROVIDER_NOT_FOUND),
+        (
+            ContinuableStartSpec(
+                parent=root.session_id, provider="local", prompt="p", label="c", model="absent"
+            ),
+            ErrorCode.MODEL_NOT_FOUND,
+        ),
+        (
+            ContinuableStartSpec(parent=root.session_id, provider="local", prompt="p", label=" "),
+            ErrorCode.DESCRIPTOR_INVALID,
+        ),
+        (_spec(root.session_id, signal=aborted.signal), ErrorCode.CANCELLED),
+    ]
+    for spec, code in cases:
+        with pytest.raises(SubagentError) as err:
+            b.subagents.start_continuable(spec)
+        assert err.value.code == code, (spec, err.value)
+    mid_child, _ = a.subagents.start_continuable(_spec(root, "first"))
+    assert _until(a, lambda: _turn_ends(a, mid_child) == ["completed"])
+    before = _sessions(b)
+    with Runtime(db, backend=backend, max_delegation_depth=1) as shallow:
+        noted.register(shallow, "shallow")
+        with pytest.raises(SubagentError) as err:  # the ceiling of the runtime starting it
+            shallow.subagents.start_continuable(_spec(mid_child))
+        assert err.value.code == ErrorCode.DEPTH_EXCEEDED
+    assert _sessions(b) == before
+    assert noted.contents() == ["first"]
+
+
+def test_a_start_nobody_can_run_is_withdrawn(pair: list[Runtime]) -> None:
+    """Nobody holds the parent (``a``, which made it, closed) and ``b`` cannot resume
+    it (its model was registered in ``a`` only): the start raises that error, and
+    neither the child nor its prompt remains."""
+    a, b = pair
+    noted = Noted()
+    noted.register(b, "b")
+    a.models.register("root-only", lambda _o: lambda turn: None)
+    root = a.spawn("root-only", label="root")
+    a.close()
+    before = _sessions(b)
+    with pytest.raises(SubagentError) as err:
+        b.subagents.start_continuable(_spec(root.session_id))
+    assert err.value.code == ErrorCode.MODEL_NOT_FOUND
+    assert _sessions(b) == before
+    assert not noted.items()
+
+
+def test_a_start_by_id_reaches_a_parent_in_another_real_process(
+    backend: Backend, db: str, tmp_path: Path
+) -> None:
+    """The same across a real process boundary: a worker holds the root; this process
+    (which never held it) starts a child by the root's id; the worker runs its prompt
+    (the turn writes the worker's pid)."""
+    marks = tmp_path / "marks"
+    with worker("start_worker.py", db, backend.name, str(marks)) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        root = proc.stdout.readline().strip()
+        assert root, proc.stderr.read() if proc.stderr else ""
+        with Runtime(db, backend=backend) as rt:
+            rt.models.register("pid", lambda _o: lambda turn: None)  # never runs here
+            child_id, _mid = rt.subagents.start_continuable(
+                ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c",
+                                     model="pid")
+            )  # fmt: skip
+            assert _until(rt, marks.exists, 30)
+            assert rt.agents.get(child_id) is None
+        assert marks.read_text().split() == [str(proc.pid), child_id]
+        proc.stdin.close()
+        assert proc.wait(30) == 0
