@@ -22,7 +22,7 @@ GET      /agents                                     this client's top-level age
 POST     /agents/{id}/messages                       ``{content, message_id?}`` to the agent
                                                      itself -> ``{message_id}``
 POST     /agents/{id}/children                       start a continuable child
-                                                     ``{prompt, label, model?}``
+                                                     ``{prompt, label, model?, message_id?}``
 POST     /agents/{id}/children/{child}/followup      ``{content, message_id?}`` -> ``{message_id}``
 POST     /agents/{id}/children/{child}/interrupt     interrupt the child's current turn
 POST     /agents/{id}/children/{child}/report        the child reports ``{content, delivery?,
@@ -61,17 +61,17 @@ server -- or a second worker on the same files -- serves every session it
 created.
 
 Scaling out: several server processes on one PostgreSQL store (or one SQLite
-file on one host) serve one tree, with no balancer in front. A follow-up that
-reaches a worker where the child's parent is not live is committed to the
-child's durable inbox and run where the tree lives (the parent's holder is woken
-by ``NOTIFY``), once, whichever worker the client asked; an interrupt is asked of
-the worker that runs the child.
+file on one host) serve one tree, with no balancer in front. A follow-up or a
+child's start that reaches a worker where the parent is not live is committed
+there (the message to the child's durable inbox; a new child with its prompt)
+and run where the tree lives (the parent's holder is woken by ``NOTIFY``), once,
+whichever worker the client asked; an interrupt is asked of the worker that
+runs the child.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
 import signal
 import sys
@@ -92,7 +92,7 @@ from gevent_server_http import (
     respond,
 )
 from gevent_server_state import IdleAgents, Owners
-from subagents.actors import Agent, ContinuableStartSpec, Runtime, SubagentEvent, UserAuthority
+from subagents.actors import ContinuableStartSpec, Runtime, SubagentEvent, UserAuthority
 from subagents.protocol import ErrorCode, SessionId, SubagentError, event_to_wire
 
 _STATUS = {
@@ -187,22 +187,6 @@ class App:
         if header is None or header.parent_session != agent_id:
             raise HttpError(404, ErrorCode.SESSION_NOT_FOUND, f"no child {child_id} of {agent_id}")
 
-    @contextlib.contextmanager
-    def _agent(self, client: str, agent_id: str) -> Iterator[Agent]:
-        """The live top-level agent, held for the request: resumed when it is not
-        (disposed while idle, or after a restart)."""
-        self._owned(client, agent_id)
-        with self.idle.using(agent_id):
-            agent = self.rt.agents.get(agent_id)
-            if agent is None:
-                try:
-                    agent = self.rt.agents.resume(agent_id)
-                except SubagentError as exc:
-                    agent = self.rt.agents.get(agent_id)  # resumed by a concurrent request
-                    if exc.code != ErrorCode.SESSION_EXISTS or agent is None:
-                        raise
-            yield agent
-
     @staticmethod
     def _content(body: dict[str, Any]) -> Any:
         if "content" not in body:
@@ -242,14 +226,18 @@ class App:
         return {"message_id": message_id}
 
     def start_child(self, client: str, body: dict[str, Any], agent_id: str) -> Any:
-        with self._agent(client, agent_id) as agent:
-            spec = ContinuableStartSpec(
-                parent=agent,
-                provider="local",
-                prompt=body.get("prompt", ""),
-                label=body.get("label", "child"),
-                model=body.get("model", "worker"),
-            )
+        """By the parent's id: started wherever the tree is live (here, or the worker
+        that holds it; resumed here if nowhere)."""
+        self._owned(client, agent_id)
+        spec = ContinuableStartSpec(
+            parent=SessionId(agent_id),
+            provider="local",
+            prompt=body.get("prompt", ""),
+            label=body.get("label", "child"),
+            model=body.get("model", "worker"),
+            message_id=self._message_id(body),
+        )
+        with self.idle.using(agent_id):
             child_id, message_id = self.rt.subagents.start_continuable(spec)
         self.owners.add(child_id, client, root=False)
         return {"child_id": child_id, "message_id": message_id}

@@ -13,6 +13,7 @@ R-CONT-9 (idempotent start), R-DESC-3.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,17 +44,27 @@ def runs(noted: Noted, content: Any, expected: list[str]) -> bool:
     return noted.wait_for(lambda items: [n for n, c, _ in items if c == content] == expected)
 
 
-@pytest.fixture
-def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
-    """Two strict runtimes on one store: ``a`` holds the tree, ``b`` starts children."""
+def _two(backend: Backend, db: str, lease_ttl: float) -> Iterator[list[Runtime]]:
     made: list[Runtime] = []
     try:
-        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
-        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
+        made.append(Runtime(db, backend=backend, lease_ttl=lease_ttl))
+        made.append(Runtime(db, backend=backend, lease_ttl=lease_ttl))
         yield made
     finally:
         for rt in reversed(made):
             rt.close()
+
+
+@pytest.fixture
+def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
+    """Two strict runtimes on one store: ``a`` holds the tree, ``b`` starts children."""
+    yield from _two(backend, db, 3.0)
+
+
+@pytest.fixture
+def swept(backend: Backend, db: str) -> Iterator[list[Runtime]]:
+    """The same, sweeping for unheld work every 0.2 s (``lease_ttl / 3``)."""
+    yield from _two(backend, db, 0.6)
 
 
 def _spec(parent: Any, prompt: Any = "hello", **kw: Any) -> ContinuableStartSpec:
@@ -160,23 +171,20 @@ def test_a_start_by_id_where_nobody_holds_the_parent_resumes_it_here(
 
 
 def test_a_lost_ring_is_made_up_by_the_holders_sweep(
-    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+    swept: list[Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The doorbell is a hint: with ``b``'s rings dropped, ``a``'s next sweep (every
     ``lease_ttl / 3``) finds the unheld child with its prompt waiting and runs it."""
-    with (
-        Runtime(db, backend=backend, lease_ttl=0.6) as a,
-        Runtime(db, backend=backend, lease_ttl=0.6) as b,
-    ):
-        noted = Noted()
-        noted.register(a, "a")
-        noted.register(b, "b")
-        root = a.spawn("note", label="root")
-        rung: list[bytes] = []
-        monkeypatch.setattr(b.sessions, "ring", lambda _address, payload: rung.append(payload))
-        child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, "swept"))
-        assert rung == [child_id.to_bytes()]  # rung once, and lost
-        assert runs(noted, "swept", ["a"])
+    a, b = swept
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    root = a.spawn("note", label="root")
+    rung: list[bytes] = []
+    monkeypatch.setattr(b.sessions, "ring", lambda _address, payload: rung.append(payload))
+    child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, "swept"))
+    assert rung == [child_id.to_bytes()]  # rung once, and lost
+    assert runs(noted, "swept", ["a"])
 
 
 def test_a_start_by_id_racing_the_parents_release_runs_once(pair: list[Runtime]) -> None:
@@ -297,3 +305,32 @@ def test_a_start_by_id_reaches_a_parent_in_another_real_process(
         assert marks.read_text().split() == [str(proc.pid), child_id]
         proc.stdin.close()
         assert proc.wait(30) == 0
+
+
+def test_a_start_by_id_below_a_drained_parent_waits_for_the_tree(
+    swept: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """R-DRAIN-1 across processes: ``a`` drained the parent's descendants, so its
+    holder refuses to activate a child ``b`` started by id; the start was committed
+    (it returned), so the prompt waits in the child's inbox -- unrun -- until the
+    tree is live again: ``a`` closes, ``b`` resumes the parent, and ``b``'s sweep
+    runs it, once."""
+    caplog.set_level(logging.WARNING, logger="subagents")
+    a, b = swept
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    root = a.spawn("note", label="root")
+    a.subagents.drain_continuable_descendants([root])
+    child_id, message_id = b.subagents.start_continuable(_spec(root.session_id, "later"))
+    refused = lambda: any(  # noqa: E731
+        "could not wake" in r.getMessage() and str(child_id) in r.getMessage()
+        for r in caplog.records
+    )
+    assert _until(a, refused)
+    assert b.store is not None
+    assert [e.message_id for e in b.store.pending(child_id)] == [message_id]
+    assert not noted.items()
+    a.close()
+    b.agents.resume(root.session_id)
+    assert runs(noted, "later", ["b"])

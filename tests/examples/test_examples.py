@@ -277,9 +277,33 @@ def test_two_servers_on_one_postgres_store_serve_one_tree(pg_url: str) -> None:
         assert status == 200, listing
         assert [r["id"] for r in listing["rows"]] == [child]
         assert _interrupted_elsewhere(a, b, agent, child) == "kid was interrupted"
+        other = _started_elsewhere(a, b, agent)
+        status, listing = a.call("GET", f"/agents/{agent}/children", client="alice")
+        assert sorted(r["id"] for r in listing["rows"]) == sorted([child, other])
     finally:
         stop_server(a)
         stop_server(b)
+
+
+def _started_elsewhere(a: Server, b: Server, agent: str) -> str:
+    """A child of ``agent`` (whose tree lives in ``a``) started through ``b`` -- it was
+    409 ``LEASE_HELD`` before starts by the parent's id -- and retried through ``a``
+    with the same ``message_id``: one child, whose prompt runs once. Its id."""
+    body = {"prompt": "hello", "label": "second", "message_id": f"{99:032x}"}
+    status, kid = b.call("POST", f"/agents/{agent}/children", body, client="alice")
+    assert status == 200, kid
+    status, again = a.call("POST", f"/agents/{agent}/children", body, client="alice")
+    assert (status, again) == (200, kid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # polling a server over HTTP, as a client would
+        status, data = a.call("GET", f"/sessions/{kid['child_id']}", client="alice")
+        assert status == 200, data
+        ends = [e for e in data["events"] if e["type"] == "turn/end"]
+        if ends:
+            assert [e["stop_reason"] for e in ends] == ["completed"]
+            return str(kid["child_id"])
+        time.sleep(0.05)
+    raise AssertionError("the child started through the other server did not run")
 
 
 def _interrupted_elsewhere(a: Server, b: Server, agent: str, child: str) -> Any:
