@@ -32,6 +32,7 @@ from subagents.protocol import (
     new_message_id,
     new_session_id,
 )
+from subagents.store import MemoryStore
 
 
 def ran(noted: Noted, content: Any) -> list[str]:
@@ -334,3 +335,25 @@ def test_a_start_by_id_below_a_drained_parent_waits_for_the_tree(
     a.close()
     b.agents.resume(root.session_id)
     assert runs(noted, "later", ["b"])
+
+
+@pytest.mark.parametrize("where", ["memory", "relaxed"])
+def test_a_start_by_id_where_nothing_is_committed_for_others_resumes_the_parent(
+    backend: Backend, tmp_path: Path, where: str
+) -> None:
+    """On a memory store, or under relaxed durability, nothing is committed for
+    another process to run: a start by id resumes the parent here (from its
+    recorded model) and starts the child below it, as by the agent. R-CONT-1."""
+    store: Any = MemoryStore() if where == "memory" else str(tmp_path / "relaxed.db")
+    with Runtime(store, backend=backend, durability="strict" if where == "memory" else where) as rt:
+        noted = Noted()
+        noted.register(rt, "here")
+        root = rt.spawn("note", label="root")
+        root_id = root.session_id
+        root.dispose()
+        assert rt.agents.get(root_id) is None
+        child_id, _mid = rt.subagents.start_continuable(_spec(root_id, "kept"))
+        assert rt.agents.get(root_id) is not None  # resumed for the start
+        assert runs(noted, "kept", ["here"])
+        rows = rt.subagents.list_children(root_id).rows
+        assert [r.id for r in rows] == [child_id]
