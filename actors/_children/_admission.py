@@ -24,6 +24,10 @@ Messages it takes (``ask`` unless noted):
   re-checks the exact live direct parent, installs the agent, delivers the first
   message and then the waiting ones, in one span with no wait in between.
 * ``Abandon(activation)`` -- a materialization rolled back.
+* ``Hold(child_id)`` -- keep a resident child from settling while a child below
+  it is woken (an admission of its own); answers the Activation, or None when
+  the child is not resident. ``Publish(..., hold=True)`` holds in the same step.
+  ``Unhold(activation)`` (``tell``) ends it.
 * ``Cutoff(parents)`` -- a drain: close admission below exact live parents.
 * ``EndCutoff(parent)`` (``tell``) -- a drained parent left.
 * ``Interrupt(target, authority)`` -- decide interrupt authority.
@@ -81,11 +85,13 @@ from ._requests import (
     Admit,
     Cutoff,
     EndCutoff,
+    Hold,
     Interrupt,
     Publish,
     RegistryInbox,
     Request,
     Reserve,
+    Unhold,
     Withdraw,
 )
 
@@ -144,6 +150,10 @@ class Registry(Authority, NoticeLoop):
             return self._publish(message)
         if kind is Abandon:
             return self._abandon(message.activation)
+        if kind is Hold:
+            return self._hold(message.child_id)
+        if kind is Unhold:
+            return self._unhold(message.activation)
         if kind is Withdraw:
             return self._withdraw(message.request)
         if kind is Cutoff:
@@ -327,11 +337,24 @@ class Registry(Authority, NoticeLoop):
                 request.reply.set_exception(exc)
         if closed:
             agent.close_admission()
+        if m.hold:
+            act.admissions += 1  # before it may settle: see Hold
         act.phase = after  # published: readers may take the fast path from here
         self._end_admission(act, published=True)
         # Its first turn may have ended before the phase said it could settle.
         self._supervisor.quiescent(act)
         return act
+
+    def _hold(self, child_id: SessionId) -> Activation | None:
+        act = self.index.get(child_id)
+        if act is None or act.phase not in VISIBLE:
+            return None
+        act.admissions += 1
+        return act
+
+    def _unhold(self, act: Activation) -> None:
+        act.admissions -= 1
+        self._supervisor.quiescent(act)
 
     def _abandon(self, act: Activation) -> None:
         if act.phase is not Phase.RESERVED:

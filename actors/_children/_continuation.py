@@ -27,11 +27,11 @@ import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentRegistry
+from subagents.actors._agents import Agent, AgentRegistry, wake_holder
 from subagents.actors._kernel import (
     AbortSignal,
     Alarm,
@@ -62,11 +62,11 @@ from ._child import ChildContext, StoredParent, child_header, child_options
 from ._control import drain, interrupt
 from ._events import EventBus
 from ._followups import Followups
-from ._intake import start_child_id, wake_parent_holder
+from ._intake import start_child_id
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._placement import PlacementLookup, placement_of, release_placed
 from ._provider_registry import ProviderRegistry
-from ._requests import EndCutoff, RegistryInbox, Reserve
+from ._requests import EndCutoff, RegistryInbox, Reserve, Unhold
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
 from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec, UserAuthority
@@ -77,6 +77,10 @@ __all__ = ["ContinuationManager"]
 logger = logging.getLogger("subagents")
 
 _NEVER = AbortSignal.never()
+
+#: How often a wake of a settled parent for its child is tried while the parent
+#: keeps leaving residency (it settles at once when idle).
+_HOLD_TRIES = 5
 
 
 def _err(code: str, message: str) -> SubagentError:
@@ -322,23 +326,42 @@ class ContinuationManager(Followups):
                 if exc.code != ErrorCode.SESSION_EXISTS:  # another process created it
                     raise
 
-    def wake(self, child_id: SessionId, parent_id: SessionId | None) -> None:
-        """Run what waits in a continuable child's durable inbox: resume it on behalf of
-        its parent when the parent is live here, else ring the parent's holder (the
-        child lives where its parent does). Errors are logged: the messages stay
-        accepted, for the child's next activation."""
+    def wake_chain(self, chain: Sequence[SessionId]) -> None:
+        """Run what waits in ``chain[-1]``'s durable inbox below ``chain[0]``, live
+        here, through the settled sessions between (each a child of the one
+        before): each is woken held -- kept from settling, though idle -- until the
+        last is woken, which then keeps it resident as its owner. Errors are logged:
+        the messages stay accepted, and the holders' sweeps look again."""
         agents = self.require_agents()
-        parent = agents.get(parent_id) if parent_id is not None else None
-        if parent is None or not agents.is_live(parent):
-            if parent_id is not None:
-                wake_parent_holder(self._ctx.sessions, parent_id, child_id)
-            return
+        held: list[Activation] = []
         try:
-            self._materializer.wake(child_id, parent, agents)
+            for i in range(1, len(chain)):
+                parent = agents.get(chain[i - 1])
+                if parent is None or not agents.is_live(parent):
+                    logger.warning("could not wake %s: %s left", chain[-1], chain[i - 1])
+                    return
+                act = self._wake_held(chain[i], parent, agents, last=i == len(chain) - 1)
+                if act is not None:
+                    held.append(act)
         except SubagentError as exc:
-            if exc.code == ErrorCode.LEASE_HELD:
-                return  # another process took it: it runs what waits
-            logger.warning("could not wake %s for what waits in its inbox: %s", child_id, exc)
+            if exc.code == ErrorCode.LEASE_HELD:  # another process has it: it runs the rest
+                wake_holder(self._ctx.sessions, exc, chain[-1])
+            else:
+                logger.warning("could not wake %s for what waits in its inbox: %s", chain[-1], exc)
+        finally:
+            for act in held:
+                self._registry.tell(Unhold(act))
+
+    def _wake_held(
+        self, child_id: SessionId, parent: Agent, agents: AgentRegistry, *, last: bool
+    ) -> Activation | None:
+        """Wake ``child_id`` below ``parent``; unless ``last``, held (a few tries: it
+        may be leaving residency just then)."""
+        for _ in range(_HOLD_TRIES):
+            act = self._materializer.wake(child_id, parent, agents, hold=not last)
+            if last or act is not None:
+                return act
+        raise _err(ErrorCode.UNAUTHORIZED, f"{child_id} kept leaving residency")
 
     # -- interrupt ---------------------------------------------------------------------
 

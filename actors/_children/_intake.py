@@ -47,7 +47,6 @@ __all__ = [
     "accept_resident",
     "kept",
     "start_child_id",
-    "wake_parent_holder",
 ]
 
 logger = logging.getLogger("subagents")
@@ -182,11 +181,6 @@ def kept(
     except SubagentError:
         logger.warning("could not retract %s from %s", message_id, target, exc_info=True)
         return False
-
-
-def wake_parent_holder(sessions: SessionService, parent_id: SessionId, child_id: SessionId) -> None:
-    """Ring the doorbell of the process holding ``parent_id`` about ``child_id``."""
-    sessions.ring(sessions.wake_address(parent_id), child_id.to_bytes())
 
 
 def _retract(

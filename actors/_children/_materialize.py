@@ -49,7 +49,7 @@ from ._announce import Announcer
 from ._child import ChildContext, create_child
 from ._placed import PlacedChild, Placement
 from ._placement import PlacementLookup
-from ._requests import Abandon, Admit, Delivery, Publish, Request, Withdraw
+from ._requests import Abandon, Admit, Delivery, Hold, Publish, Request, Withdraw
 from ._setup import SetupRegistry
 from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec
 
@@ -135,10 +135,11 @@ class Materializer:
         delivery: Delivery | None,
         descriptor: ContinuableDescriptor,
         replay: Sequence[InboxEntry] = (),
+        hold: bool = False,
     ) -> None:
         """The final admission, then the epoch's ``subagent/start``; a child published
-        below a cutoff is drained at once."""
-        self._ask(Publish(act, agent, delivery, descriptor, replay))
+        below a cutoff is drained at once. ``hold``: published held (see ``Hold``)."""
+        self._ask(Publish(act, agent, delivery, descriptor, replay, hold))
         try:
             if act.drained:
                 agent.cancel("drained", keep_inbox=False)
@@ -233,20 +234,29 @@ class Materializer:
         placement: Placement,
         delivery: Delivery | None,
         descriptor: ContinuableDescriptor,
+        hold: bool = False,
     ) -> PlacedChild:
         """Publish ``act`` with a :class:`PlacedChild` as its agent (not started)."""
         child = PlacedChild(header, placement, self._backend)
         self.attach(act, child)
-        self.publish(act, child, delivery, descriptor)
+        self.publish(act, child, delivery, descriptor, hold=hold)
         return child
 
-    def wake(self, child_id: SessionId, parent: Agent, agents: AgentRegistry) -> None:
+    def wake(
+        self, child_id: SessionId, parent: Agent, agents: AgentRegistry, *, hold: bool = False
+    ) -> Activation | None:
         """Cold-resume ``child_id`` for what waits in its durable inbox, on behalf of
         its live ``parent``: no message of the caller's own (``LEASE_HELD``:
-        another process holds it, and runs what waits)."""
+        another process holds it, and runs what waits). ``hold``: the child is
+        woken for a child below it, and kept from settling until the caller's
+        ``Unhold`` -- its held Activation is returned (None: it was leaving
+        residency just then; wake it again)."""
         act = self.route(Request(child_id, parent, None), _NEVER)
         if act is not None:
-            self.resume(act, agents, None, _NEVER)
+            self.resume(act, agents, None, _NEVER, hold=hold)
+            return act if hold else None
+        held: Activation | None = self._ask(Hold(child_id)) if hold else None
+        return held
 
     def resume(
         self,
@@ -254,16 +264,18 @@ class Materializer:
         agents: AgentRegistry,
         delivery: Delivery | None,
         signal: AbortSignal,
+        *,
+        hold: bool = False,
     ) -> None:
         """Cold-resume ``act``'s child from its persisted session and publish it,
         delivering what its inbox still holds first, then ``delivery`` (None: a
         wake, for what the inbox holds). A placed child is published as a stand-in
-        and run by a host."""
+        and run by a host. ``hold``: published held (see :meth:`wake`)."""
         placed = self._placed.of(act.child_id)
         if placed is not None:
             placement, descriptor, header = placed
             try:
-                child = self._publish_placed(act, header, placement, delivery, descriptor)
+                child = self._publish_placed(act, header, placement, delivery, descriptor, hold)
             except BaseException:
                 self.rollback(act, None, None)
                 raise
@@ -276,7 +288,7 @@ class Materializer:
             agent = restored.agent
             self.attach(act, agent)
             signal.raise_if_aborted()
-            self.publish(act, agent, delivery, agent._descriptor, restored.pending)
+            self.publish(act, agent, delivery, agent._descriptor, restored.pending, hold)
         except BaseException:
             if restored is not None:
                 if delivery is not None and delivery.committed:

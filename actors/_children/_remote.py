@@ -31,6 +31,7 @@ from subagents.actors._agents import (
     check_steer,
     not_open,
     stored_options,
+    wake_holder,
 )
 from subagents.protocol import (
     ErrorCode,
@@ -51,7 +52,7 @@ from ._validate import check_start_spec
 
 __all__ = ["adopt", "followup_by_id", "start_by_id", "start_child", "steer_by_id", "wake_child"]
 
-#: How far up a chain of inactive parents a wake goes (a bound, not a tuning knob).
+#: How far up a chain of settled parents a wake climbs (a bound, not a tuning knob).
 _MAX_CHAIN = 64
 
 
@@ -174,32 +175,50 @@ def wake_child(
     continuation: ContinuationManager,
     child_id: SessionId,
     parent_id: SessionId,
-    depth: int = 0,
 ) -> None:
     """Messages wait in a continuable child's durable inbox: wake whoever can run
-    them -- the child's holder, else its parent's, else (nobody holds the parent)
-    the parent resumed here, itself woken through its own parent when it is a
-    subagent. A committed message is never lost by a failure here: it runs at the
-    child's next activation, and the holders' sweeps look again."""
+    them -- the child's holder; else, climbing from its parent through settled
+    subagent sessions, the first ancestor live here (the chain below it is woken
+    here, :meth:`ContinuationManager.wake_chain`) or held by another process
+    (rung about the child: it wakes the chain there); else the top-level agent is
+    resumed here first. A committed message is never lost by a failure here: it
+    runs at the child's next activation, and the holders' sweeps look again.
+
+    Raises:
+        SubagentError: resuming the top-level agent failed (not ``LEASE_HELD``).
+    """
     child_holder = sessions.wake_address(child_id)
     if child_holder is not None:  # live in another process: its pickup takes it
         sessions.ring(child_holder, child_id.to_bytes())
         return
-    parent = agents.get(parent_id)
-    if parent is None and sessions.wake_address(parent_id) is None and depth < _MAX_CHAIN:
-        header = sessions.header(parent_id)
+    chain = [child_id]
+    sid = parent_id
+    for _ in range(_MAX_CHAIN):
+        chain.append(sid)
+        if agents.get(sid) is not None:
+            break  # live here: wake the chain below it
+        holder = sessions.wake_address(sid)
+        if holder is not None:  # live in another process: it wakes the chain there
+            sessions.ring(holder, child_id.to_bytes())
+            return
+        header = sessions.header(sid)
+        if header is None:
+            return  # no such parent: nothing can run it
+        if header.origin == "subagent" and header.parent_session is not None:
+            sid = header.parent_session
+            continue
         try:
-            if header is not None and header.origin == "subagent":
-                if header.parent_session is not None:
-                    wake_child(
-                        agents, sessions, continuation, parent_id, header.parent_session, depth + 1
-                    )
-            elif header is not None:
-                _resume(agents, parent_id)
+            _resume(agents, sid)
         except SubagentError as exc:
             if exc.code != ErrorCode.LEASE_HELD:
                 raise
-    continuation.wake(child_id, parent_id)  # here, or it rings the parent's holder
+            wake_holder(sessions, exc, child_id)  # resumed elsewhere meanwhile
+            return
+        break
+    else:
+        return
+    chain.reverse()
+    continuation.wake_chain(chain)
 
 
 def adopt(

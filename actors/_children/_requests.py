@@ -3,8 +3,8 @@
 Messages (see :mod:`._admission` for what the registry does with each):
 ``Reserve``, ``Admit`` (carrying a :class:`Request`, whose reply settles later),
 ``Withdraw``, ``Publish`` (carrying the first :class:`Delivery`), ``Abandon``,
-``Cutoff``, ``EndCutoff``, ``Interrupt``; and the supervisor's notices through a
-:class:`RegistryInbox`.
+``Hold``, ``Unhold``, ``Cutoff``, ``EndCutoff``, ``Interrupt``; and the
+supervisor's notices through a :class:`RegistryInbox`.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ __all__ = [
     "Cutoff",
     "Delivery",
     "EndCutoff",
+    "Hold",
     "Interrupt",
     "Publish",
     "RegistryInbox",
     "Request",
     "Reserve",
+    "Unhold",
     "Withdraw",
 ]
 
@@ -94,7 +96,9 @@ class Withdraw:
 
 
 class Publish:
-    __slots__ = ("activation", "agent", "delivery", "descriptor", "replay")
+    """``hold``: published held, as by :class:`Hold` in the same step."""
+
+    __slots__ = ("activation", "agent", "delivery", "descriptor", "hold", "replay")
 
     def __init__(
         self,
@@ -103,12 +107,31 @@ class Publish:
         delivery: Delivery | None,
         descriptor: ContinuableDescriptor,
         replay: Sequence[InboxEntry] = (),
+        hold: bool = False,
     ) -> None:
         self.activation = activation
         self.agent = agent
         self.delivery = delivery
         self.descriptor = descriptor
         self.replay = replay  # pending inbox messages of a resumed child, first
+        self.hold = hold
+
+
+class Hold:
+    """Keep a resident child from settling while a child below it is woken (an
+    admission of its own, ended by :class:`Unhold`)."""
+
+    __slots__ = ("child_id",)
+
+    def __init__(self, child_id: SessionId) -> None:
+        self.child_id = child_id
+
+
+class Unhold:
+    __slots__ = ("activation",)
+
+    def __init__(self, activation: Activation) -> None:
+        self.activation = activation
 
 
 class Abandon:

@@ -1,0 +1,121 @@
+"""Waking a grandchild through a settled parent: the chain stays up until it is woken.
+
+A message for a continuable child whose parent is itself a *settled* subagent
+(the tree's top is live; the levels between are not) is run by waking the chain
+down from the live ancestor. A parent woken only for its child has nothing of
+its own to do and settles at once; it used to settle before the child below it
+was reserved ("the parent is leaving residency"), so the message waited for
+ever. Now each level is woken *held* (kept from settling by an admission of its
+own) until the last is woken, which then keeps it resident as its owner.
+``db`` runs each test on SQLite and on PostgreSQL, ``backend`` on both runtimes;
+``a`` holds the tree, ``b`` is another process on the same store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from durability_kit import Noted
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import SessionId
+
+
+@pytest.fixture
+def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
+    made: list[Runtime] = []
+    try:
+        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
+        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
+        yield made
+    finally:
+        for rt in reversed(made):
+            rt.close()
+
+
+def _register(rt: Runtime, noted: Noted, name: str) -> None:
+    """``note`` notes its turns; ``tree`` does too, and its ``spawn`` turn starts a
+    continuable child (model ``note``) whose prompt is ``g``."""
+    noted.register(rt, name)
+
+    def factory(_options: Any) -> Any:
+        def on_turn(turn: Any) -> None:
+            noted.add((name, turn.content, turn.redelivered))
+            if turn.content == "spawn":
+                turn.subagents.start_continuable("local", "g", label="g", model="note")
+
+        return on_turn
+
+    rt.models.register("tree", factory, replace=True)
+
+
+def _until(rt: Runtime, done: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        rt.backend.sleep(0.005)
+    return True
+
+
+def _settled(rt: Runtime, *ids: SessionId) -> bool:
+    return all(rt.agents.get(sid) is None for sid in ids)
+
+
+def _runs(noted: Noted, content: Any) -> list[str]:
+    assert noted.wait_for(lambda items: any(c == content for _, c, _ in items))
+    return [n for n, c, _ in noted.items() if c == content]
+
+
+@pytest.fixture
+def tree(pair: list[Runtime]) -> tuple[Runtime, Runtime, Noted, SessionId, SessionId, SessionId]:
+    """``root`` live in ``a``; its child ``p`` and grandchild ``g`` settled."""
+    a, b = pair
+    noted = Noted()
+    _register(a, noted, "a")
+    _register(b, noted, "b")
+    root = a.spawn("note", label="root")
+    p, _mid = a.subagents.start_continuable(
+        ContinuableStartSpec(parent=root, provider="local", prompt="spawn", label="p", model="tree")
+    )
+    assert _runs(noted, "g") == ["a"]
+    (g,) = [r.id for r in a.subagents.list_children(p).rows]
+    assert _until(a, lambda: _settled(a, p, g))
+    return a, b, noted, root.session_id, p, g
+
+
+def test_a_follow_up_by_id_reaches_a_grandchild_below_a_settled_parent(
+    tree: tuple[Runtime, Runtime, Noted, SessionId, SessionId, SessionId],
+) -> None:
+    """Race, 20 rounds, from the tree's own runtime and from another one in turn:
+    each follow-up to the settled grandchild by its settled parent's id runs once,
+    in ``a`` (where the tree lives); then the chain settles again, child first."""
+    a, b, noted, _root, p, g = tree
+    for i in range(20):
+        (a, b)[i % 2].subagents.followup(p, g, f"m{i}")
+        assert _runs(noted, f"m{i}") == ["a"], i
+        assert _until(a, lambda: _settled(a, p, g)), i
+    assert [c for _, c, _ in noted.items()].count("m7") == 1
+
+
+def test_a_start_by_id_below_a_settled_subagent_parent_runs(
+    tree: tuple[Runtime, Runtime, Noted, SessionId, SessionId, SessionId],
+) -> None:
+    """``b`` starts children of the settled ``p`` by its id, 10 rounds: each prompt
+    runs once, in ``a``, below ``p`` (its lineage woken held, then settling)."""
+    a, b, noted, _root, p, g = tree
+    started = []
+    for i in range(10):
+        child, _mid = b.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=p, provider="local", prompt=f"s{i}", label="s", model="note"
+            )
+        )
+        started.append(child)
+        assert _runs(noted, f"s{i}") == ["a"], i
+        assert _until(a, lambda c=child: _settled(a, p, c)), i
+    rows = a.subagents.list_children(p).rows
+    assert sorted(r.id for r in rows) == sorted([g, *started])
