@@ -3,8 +3,9 @@
 ``Noted`` is a thread-safe list of ``(runtime, content, redelivered)`` tuples; its
 ``wait_for`` blocks cooperatively on both backends (an ``AbortController``'s
 signal, which a gevent hub can wake), so a test waits for a turn another
-runtime's task runs without sleeping. ``worker`` starts a worker process with
-pipes, and ``reap`` makes sure it is gone.
+runtime's task runs without sleeping. ``worker`` runs a worker process with
+pipes (killed and reaped on leaving), ``until`` polls a condition only the
+store can say, and ``two_runtimes`` makes a pair of runtimes on one store.
 """
 
 from __future__ import annotations
@@ -95,3 +96,28 @@ def worker(script: str, *args: str) -> Iterator[subprocess.Popen[str]]:
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None and not pipe.closed:
                 pipe.close()
+
+
+def until(rt: Runtime, done: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``done()`` with a deadline, sleeping on ``rt``'s backend (its greenlets
+    run meanwhile): for conditions only the store can say (another process's
+    writes), where no event reaches this process."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        rt.backend.sleep(0.005)
+    return True
+
+
+def two_runtimes(backend: Any, db: str, lease_ttl: float) -> Iterator[list[Runtime]]:
+    """Two strict runtimes on one store (for a fixture: ``yield from``), closed
+    after, the second first."""
+    made: list[Runtime] = []
+    try:
+        made.append(Runtime(db, backend=backend, lease_ttl=lease_ttl))
+        made.append(Runtime(db, backend=backend, lease_ttl=lease_ttl))
+        yield made
+    finally:
+        for rt in reversed(made):
+            rt.close()

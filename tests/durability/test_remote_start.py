@@ -14,13 +14,12 @@ R-CONT-9 (idempotent start), R-DESC-3.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_kit import Noted, worker
+from durability_kit import Noted, two_runtimes, until, worker
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import (
@@ -45,27 +44,16 @@ def runs(noted: Noted, content: Any, expected: list[str]) -> bool:
     return noted.wait_for(lambda items: [n for n, c, _ in items if c == content] == expected)
 
 
-def _two(backend: Backend, db: str, lease_ttl: float) -> Iterator[list[Runtime]]:
-    made: list[Runtime] = []
-    try:
-        made.append(Runtime(db, backend=backend, lease_ttl=lease_ttl))
-        made.append(Runtime(db, backend=backend, lease_ttl=lease_ttl))
-        yield made
-    finally:
-        for rt in reversed(made):
-            rt.close()
-
-
 @pytest.fixture
 def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
     """Two strict runtimes on one store: ``a`` holds the tree, ``b`` starts children."""
-    yield from _two(backend, db, 3.0)
+    yield from two_runtimes(backend, db, 3.0)
 
 
 @pytest.fixture
 def swept(backend: Backend, db: str) -> Iterator[list[Runtime]]:
     """The same, sweeping for unheld work every 0.2 s (``lease_ttl / 3``)."""
-    yield from _two(backend, db, 0.6)
+    yield from two_runtimes(backend, db, 0.6)
 
 
 def _spec(parent: Any, prompt: Any = "hello", **kw: Any) -> ContinuableStartSpec:
@@ -74,16 +62,6 @@ def _spec(parent: Any, prompt: Any = "hello", **kw: Any) -> ContinuableStartSpec
         model="note",
         **kw,
     )  # fmt: skip
-
-
-def _until(rt: Runtime, done: Any, timeout: float = 10.0) -> bool:
-    """Poll ``done()`` with a deadline, sleeping on ``rt``'s backend (its greenlets run)."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        rt.backend.sleep(0.005)
-    return True
 
 
 def _turn_ends(rt: Runtime, sid: SessionId) -> list[str]:
@@ -111,7 +89,7 @@ def test_a_start_by_id_runs_where_the_parent_lives(pair: list[Runtime]) -> None:
     assert b.agents.get(child_id) is None
     for rt in (a, b):
         assert [r.id for r in rt.subagents.list_children(root.session_id).rows] == [child_id]
-    assert _until(a, lambda: _turn_ends(a, child_id) == ["completed"])
+    assert until(a, lambda: _turn_ends(a, child_id) == ["completed"])
     a.subagents.followup(root, child_id, "again")
     assert runs(noted, "again", ["a"])
     assert ran(noted, "hello") == ["a"]
@@ -131,7 +109,7 @@ def test_a_start_by_id_is_idempotent_across_processes(pair: list[Runtime]) -> No
     here = a.subagents.start_continuable(_spec(root, "once", message_id=mid))
     assert first == again == here
     assert first.message_id == mid
-    assert _until(a, lambda: _turn_ends(a, first.child_id) == ["completed"])
+    assert until(a, lambda: _turn_ends(a, first.child_id) == ["completed"])
     assert [r.id for r in b.subagents.list_children(root.session_id).rows] == [first.child_id]
     assert ran(noted, "once") == ["a"]
 
@@ -168,7 +146,7 @@ def test_a_start_by_id_where_nobody_holds_the_parent_resumes_it_here(
     child_id, _mid = b.subagents.start_continuable(_spec(root_id, "resumed"))
     assert runs(noted, "resumed", ["b"])
     assert b.agents.get(root_id) is not None
-    assert _until(b, lambda: _turn_ends(b, child_id) == ["completed"])
+    assert until(b, lambda: _turn_ends(b, child_id) == ["completed"])
 
 
 def test_a_lost_ring_is_made_up_by_the_holders_sweep(
@@ -203,7 +181,7 @@ def test_a_start_by_id_racing_the_parents_release_runs_once(pair: list[Runtime])
         child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, f"race{i}"))
         releasing.join(10)
         ends = lambda c=child_id: _turn_ends(b, c) == ["completed"]  # noqa: E731
-        assert _until(b, ends), i
+        assert until(b, ends), i
         assert len(ran(noted, f"race{i}")) == 1, (i, ran(noted, f"race{i}"))
         rows = b.subagents.list_children(root.session_id).rows
         assert [r.id for r in rows] == [child_id]
@@ -255,7 +233,7 @@ def test_bad_starts_by_id_create_nothing(pair: list[Runtime], backend: Backend, 
             b.subagents.start_continuable(spec)
         assert err.value.code == code, (spec, err.value)
     mid_child, _ = a.subagents.start_continuable(_spec(root, "first"))
-    assert _until(a, lambda: _turn_ends(a, mid_child) == ["completed"])
+    assert until(a, lambda: _turn_ends(a, mid_child) == ["completed"])
     before = _sessions(b)
     with Runtime(db, backend=backend, max_delegation_depth=1) as shallow:
         noted.register(shallow, "shallow")
@@ -301,7 +279,7 @@ def test_a_start_by_id_reaches_a_parent_in_another_real_process(
                 ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c",
                                      model="pid")
             )  # fmt: skip
-            assert _until(rt, marks.exists, 30)
+            assert until(rt, marks.exists, 30)
             assert rt.agents.get(child_id) is None
         assert marks.read_text().split() == [str(proc.pid), child_id]
         proc.stdin.close()
@@ -328,7 +306,7 @@ def test_a_start_by_id_below_a_drained_parent_waits_for_the_tree(
         "could not wake" in r.getMessage() and str(child_id) in r.getMessage()
         for r in caplog.records
     )
-    assert _until(a, refused)
+    assert until(a, refused)
     assert b.store is not None
     assert [e.message_id for e in b.store.pending(child_id)] == [message_id]
     assert not noted.items()

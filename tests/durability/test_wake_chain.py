@@ -13,12 +13,11 @@ own) until the last is woken, which then keeps it resident as its owner.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from durability_kit import Noted
+from durability_kit import Noted, two_runtimes, until
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
@@ -26,14 +25,7 @@ from subagents.protocol import SessionId
 
 @pytest.fixture
 def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
-    made: list[Runtime] = []
-    try:
-        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
-        made.append(Runtime(db, backend=backend, lease_ttl=3.0))
-        yield made
-    finally:
-        for rt in reversed(made):
-            rt.close()
+    yield from two_runtimes(backend, db, 3.0)
 
 
 def _register(rt: Runtime, noted: Noted, name: str) -> None:
@@ -50,15 +42,6 @@ def _register(rt: Runtime, noted: Noted, name: str) -> None:
         return on_turn
 
     rt.models.register("tree", factory, replace=True)
-
-
-def _until(rt: Runtime, done: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        rt.backend.sleep(0.005)
-    return True
 
 
 def _settled(rt: Runtime, *ids: SessionId) -> bool:
@@ -83,7 +66,7 @@ def tree(pair: list[Runtime]) -> tuple[Runtime, Runtime, Noted, SessionId, Sessi
     )
     assert _runs(noted, "g") == ["a"]
     (g,) = [r.id for r in a.subagents.list_children(p).rows]
-    assert _until(a, lambda: _settled(a, p, g))
+    assert until(a, lambda: _settled(a, p, g))
     return a, b, noted, root.session_id, p, g
 
 
@@ -97,7 +80,7 @@ def test_a_follow_up_by_id_reaches_a_grandchild_below_a_settled_parent(
     for i in range(20):
         (a, b)[i % 2].subagents.followup(p, g, f"m{i}")
         assert _runs(noted, f"m{i}") == ["a"], i
-        assert _until(a, lambda: _settled(a, p, g)), i
+        assert until(a, lambda: _settled(a, p, g)), i
     assert [c for _, c, _ in noted.items()].count("m7") == 1
 
 
@@ -116,6 +99,6 @@ def test_a_start_by_id_below_a_settled_subagent_parent_runs(
         )
         started.append(child)
         assert _runs(noted, f"s{i}") == ["a"], i
-        assert _until(a, lambda c=child: _settled(a, p, c)), i
+        assert until(a, lambda c=child: _settled(a, p, c)), i
     rows = a.subagents.list_children(p).rows
     assert sorted(r.id for r in rows) == sorted([g, *started])
