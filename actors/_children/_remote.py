@@ -187,10 +187,11 @@ def wake_child(
     Raises:
         SubagentError: resuming the top-level agent failed (not ``LEASE_HELD``).
     """
+    # A holder's doorbell nobody answers (its process died, on this host) counts as
+    # no holder: the lease of a dead holder here is taken over at once.
     child_holder = sessions.wake_address(child_id)
-    if child_holder is not None:  # live in another process: its pickup takes it
-        sessions.ring(child_holder, child_id.to_bytes())
-        return
+    if child_holder is not None and sessions.ring(child_holder, child_id.to_bytes()):
+        return  # live in another process: its pickup takes it
     chain = [child_id]
     sid = parent_id
     for _ in range(_MAX_CHAIN):
@@ -198,9 +199,8 @@ def wake_child(
         if agents.get(sid) is not None:
             break  # live here: wake the chain below it
         holder = sessions.wake_address(sid)
-        if holder is not None:  # live in another process: it wakes the chain there
-            sessions.ring(holder, child_id.to_bytes())
-            return
+        if holder is not None and sessions.ring(holder, child_id.to_bytes()):
+            return  # live in another process: it wakes the chain there
         header = sessions.header(sid)
         if header is None:
             return  # no such parent: nothing can run it

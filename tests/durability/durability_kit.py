@@ -64,8 +64,8 @@ class Noted:
                 with self._lock:
                     self._probes.remove(wake)
 
-    def register(self, rt: Runtime, name: str) -> None:
-        """Register the ``note`` model on ``rt``: its turns note
+    def register(self, rt: Runtime, name: str, model: str = "note") -> None:
+        """Register the ``note`` model (or ``model``) on ``rt``: its turns note
         ``(name, content, redelivered)``."""
 
         def factory(_options: Any) -> Any:
@@ -75,7 +75,7 @@ class Noted:
 
             return on_turn
 
-        rt.models.register("note", factory, replace=True)
+        rt.models.register(model, factory, replace=True)
 
 
 @contextmanager

@@ -1,12 +1,16 @@
-"""A worker process of ``test_remote_start.py``: it holds a root, another starts its child.
+"""A worker process of ``test_remote_start.py``: it holds a tree another process reaches.
 
 Usage::
 
-    python start_worker.py DB BACKEND MARKS
+    python start_worker.py DB BACKEND MARKS MODE TTL
 
-Spawns a root (model ``echo``) and prints its id. The ``pid`` model writes this
-process's pid and its session's id to MARKS when its turn runs: the child the
-other process starts by the root's id runs here. Waits for its stdin to close.
+Opens a strict runtime (``lease_ttl=TTL``) and spawns a root (model ``echo``).
+``MODE`` ``root``: prints the root's id. ``blocked``: also starts a continuable
+child of model ``block``, whose turns here never end, and once its first turn
+runs prints ``ROOT CHILD`` -- the test then kills this process, holding both.
+The ``pid`` model writes this process's pid and its session's id to MARKS when
+its turn runs: a child the other process starts by the root's id runs here.
+Waits for its stdin to close.
 """
 
 from __future__ import annotations
@@ -15,11 +19,11 @@ import os
 import sys
 from typing import Any
 
-from subagents.actors import Runtime
+from subagents.actors import ContinuableStartSpec, Runtime
 
 
-def main(db: str, backend: str, marks: str) -> int:
-    with Runtime(db, backend=backend) as rt:
+def main(db: str, backend: str, marks: str, mode: str, ttl: str) -> int:
+    with Runtime(db, backend=backend, lease_ttl=float(ttl)) as rt:
 
         def pid(_options: Any) -> Any:
             def on_turn(turn: Any) -> None:
@@ -30,9 +34,27 @@ def main(db: str, backend: str, marks: str) -> int:
 
             return on_turn
 
+        running = rt.backend.event()
+
+        def block(_options: Any) -> Any:
+            def on_turn(turn: Any) -> None:
+                running.set()
+                turn.signal.wait(3600)
+
+            return on_turn
+
         rt.models.register("pid", pid)
+        rt.models.register("block", block)
         root = rt.spawn("echo", label="root")
-        print(root.session_id, flush=True)
+        if mode == "blocked":
+            child, _mid = rt.subagents.start_continuable(
+                ContinuableStartSpec(parent=root, provider="local", prompt="first", label="c",
+                                     model="block")
+            )  # fmt: skip
+            assert running.wait(30)
+            print(root.session_id, child, flush=True)
+        else:
+            print(root.session_id, flush=True)
         if backend == "gevent":  # the hub must run while this waits for stdin
             import gevent.os
 
@@ -44,4 +66,4 @@ def main(db: str, backend: str, marks: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+    sys.exit(main(*sys.argv[1:6]))

@@ -160,7 +160,8 @@ def test_a_lost_ring_is_made_up_by_the_holders_sweep(
     noted.register(b, "b")
     root = a.spawn("note", label="root")
     rung: list[bytes] = []
-    monkeypatch.setattr(b.sessions, "ring", lambda _address, payload: rung.append(payload))
+    # Sent, and lost on the way (a datagram the receiver dropped: sendto succeeded).
+    monkeypatch.setattr(b.sessions, "ring", lambda _address, p: rung.append(p) or True)
     child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, "swept"))
     assert rung == [child_id.to_bytes()]  # rung once, and lost
     assert runs(noted, "swept", ["a"])
@@ -269,7 +270,7 @@ def test_a_start_by_id_reaches_a_parent_in_another_real_process(
     (which never held it) starts a child by the root's id; the worker runs its prompt
     (the turn writes the worker's pid)."""
     marks = tmp_path / "marks"
-    with worker("start_worker.py", db, backend.name, str(marks)) as proc:
+    with worker("start_worker.py", db, backend.name, str(marks), "root", "30") as proc:
         assert proc.stdout is not None and proc.stdin is not None
         root = proc.stdout.readline().strip()
         assert root, proc.stderr.read() if proc.stderr else ""
@@ -335,3 +336,31 @@ def test_a_start_by_id_where_nothing_is_committed_for_others_resumes_the_parent(
         assert runs(noted, "kept", ["here"])
         rows = rt.subagents.list_children(root_id).rows
         assert [r.id for r in rows] == [child_id]
+
+
+def test_a_follow_up_by_id_after_the_trees_holder_was_killed_runs_at_once(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A worker holding a tree -- its child in a turn -- is SIGKILLed; its leases
+    would live for an hour. A follow-up by the root's id from this process finds
+    the holders' doorbells gone (nobody there, on this host), takes the tree over
+    at once, replays the cut-short turn (``redelivered``), then runs the
+    follow-up. SQLite only: on PostgreSQL a ring is a ``NOTIFY``, which cannot tell
+    that nobody listens; there the leases' expiry hands the tree over
+    (``test_multiprocess.py``)."""
+    db = str(tmp_path / "s.db")
+    with worker(
+        "start_worker.py", db, backend.name, str(tmp_path / "m"), "blocked", "3600"
+    ) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert len(line) == 2, proc.stderr.read() if proc.stderr else ""
+        root, child = line
+        proc.kill()
+        proc.wait()
+        with Runtime(db, backend=backend, lease_ttl=3600) as rt:
+            noted = Noted()
+            noted.register(rt, "here", "block")
+            rt.subagents.followup(root, child, "next")
+            assert noted.wait_for(lambda items: len(items) == 2)
+            assert noted.items() == [("here", "first", True), ("here", "next", False)]
