@@ -141,6 +141,8 @@ def start_by_id(
     assert not isinstance(spec.parent, Agent)
     parent_id = SessionId(spec.parent)
     parent = agents.get(parent_id)
+    if parent is not None and not agents.is_live(parent):
+        parent = None  # leaving: started as where it is not live
     if parent is None and sessions.strict and sessions.leases is not None:
         return _start_unheld(agents, sessions, continuation, spec, parent_id)
     if parent is None:

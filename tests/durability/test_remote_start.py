@@ -95,6 +95,31 @@ def test_a_start_by_id_runs_where_the_parent_lives(pair: list[Runtime]) -> None:
     assert ran(noted, "hello") == ["a"]
 
 
+def test_a_fork_started_by_id_is_seeded_with_the_parents_stored_history(
+    pair: list[Runtime],
+) -> None:
+    """``provider="fork"`` by id: ``b`` seeds the child with the parent's completed
+    history as stored (its turn's message and ``turn/end``), then ``a`` runs it."""
+    a, b = pair
+    noted = Noted()
+    noted.register(a, "a")
+    noted.register(b, "b")
+    root = a.spawn("note", label="root")
+    root.followup("before")
+    assert runs(noted, "before", ["a"])
+    assert until(a, lambda: _turn_ends(a, root.session_id) == ["completed"])
+    child_id, _mid = b.subagents.start_continuable(
+        _spec(root.session_id, "forked", provider="fork")
+    )
+    assert runs(noted, "forked", ["a"])
+    assert b.store is not None
+    header = b.store.header(child_id)
+    assert header is not None and header.seed_len > 0
+    seed = [r.event for r in b.store.read(child_id)][: header.seed_len]
+    assert [e.content for e in seed if e.type == "message"] == ["before"]
+    assert isinstance(seed[-1], TurnEnd)
+
+
 def test_a_start_by_id_is_idempotent_across_processes(pair: list[Runtime]) -> None:
     """The same ``message_id`` from ``b`` twice and from ``a`` (by the agent) once: one
     child, one handle, the prompt run once. R-CONT-9."""
