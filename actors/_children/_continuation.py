@@ -130,6 +130,7 @@ class ContinuationManager(Followups):
         )  # fmt: skip
         #: Children placed here by parents in other processes (:mod:`._hosted`).
         self.hosted: dict[SessionId, Agent] = {}
+        self._failed_wakes: set[SessionId] = set()  # warned of, not woken since
 
     @property
     def keep_warm_seconds(self) -> float:
@@ -330,27 +331,41 @@ class ContinuationManager(Followups):
         """Run what waits in ``chain[-1]``'s durable inbox below ``chain[0]``, live
         here, through the settled sessions between (each a child of the one
         before): each is woken held -- kept from settling, though idle -- until the
-        last is woken, which then keeps it resident as its owner. Errors are logged:
-        the messages stay accepted, and the holders' sweeps look again."""
+        last is woken, which then keeps it resident as its owner. Errors are logged
+        (a warning the first time for a child, until it is woken): the messages
+        stay accepted, and the holders' sweeps look again."""
         agents = self.require_agents()
         held: list[Activation] = []
+        target = chain[-1]
         try:
             for i in range(1, len(chain)):
                 parent = agents.get(chain[i - 1])
                 if parent is None or not agents.is_live(parent):
-                    logger.warning("could not wake %s: %s left", chain[-1], chain[i - 1])
+                    self._unwoken(target, f"{chain[i - 1]} left")
                     return
                 act = self._wake_held(chain[i], parent, agents, last=i == len(chain) - 1)
                 if act is not None:
                     held.append(act)
+            self._failed_wakes.discard(target)
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_HELD:  # another process has it: it runs the rest
-                wake_holder(self._ctx.sessions, exc, chain[-1])
+                wake_holder(self._ctx.sessions, exc, target)
             else:
-                logger.warning("could not wake %s for what waits in its inbox: %s", chain[-1], exc)
+                self._unwoken(target, str(exc))
         finally:
             for act in held:
                 self._registry.tell(Unhold(act))
+
+    def _unwoken(self, child_id: SessionId, why: str) -> None:
+        # Said once per child: a sweep asks again every ttl/3 while, say, its tree
+        # is drained.
+        if child_id in self._failed_wakes:
+            logger.debug("still cannot wake %s: %s", child_id, why)
+            return
+        if len(self._failed_wakes) > 10_000:
+            self._failed_wakes.clear()
+        self._failed_wakes.add(child_id)
+        logger.warning("could not wake %s for what waits in its inbox: %s", child_id, why)
 
     def _wake_held(
         self, child_id: SessionId, parent: Agent, agents: AgentRegistry, *, last: bool

@@ -319,8 +319,8 @@ def test_a_start_by_id_below_a_drained_parent_waits_for_the_tree(
     holder refuses to activate a child ``b`` started by id; the start was committed
     (it returned), so the prompt waits in the child's inbox -- unrun -- until the
     tree is live again: ``a`` closes, ``b`` resumes the parent, and ``b``'s sweep
-    runs it, once."""
-    caplog.set_level(logging.WARNING, logger="subagents")
+    runs it, once. ``a``'s sweeps ask again, and warn of it once."""
+    caplog.set_level(logging.DEBUG, logger="subagents")
     a, b = swept
     noted = Noted()
     noted.register(a, "a")
@@ -333,6 +333,17 @@ def test_a_start_by_id_below_a_drained_parent_waits_for_the_tree(
         for r in caplog.records
     )
     assert until(a, refused)
+    again = lambda: any(  # noqa: E731
+        "still cannot wake" in r.getMessage() and str(child_id) in r.getMessage()
+        for r in caplog.records
+    )
+    assert until(a, again)  # a's next sweep asked again ...
+    said = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and str(child_id) in r.getMessage()
+    ]
+    assert len(said) == 1  # ... and said so once
     assert b.store is not None
     assert [e.message_id for e in b.store.pending(child_id)] == [message_id]
     assert not noted.items()
