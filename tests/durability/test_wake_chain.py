@@ -102,3 +102,40 @@ def test_a_start_by_id_below_a_settled_subagent_parent_runs(
         assert until(a, lambda c=child: _settled(a, p, c)), i
     rows = a.subagents.list_children(p).rows
     assert sorted(r.id for r in rows) == sorted([g, *started])
+
+
+def test_concurrent_wakes_of_siblings_below_a_settled_parent_leave_no_hold(
+    pair: list[Runtime],
+) -> None:
+    """Race, 10 rounds: two settled siblings below the settled ``p`` are followed up
+    by id at once (two tasks of ``a``'s backend), so two chains wake ``p`` together
+    -- one publishes it held, the other holds it resident, or waits behind its
+    release. Each message runs once, and then ``p`` settles after its children:
+    no hold is left behind (a leaked one would keep ``p`` resident for ever)."""
+    a, _b = pair
+    noted = Noted()
+    _register(a, noted, "a")
+    root = a.spawn("note", label="root")
+    p, _mid = a.subagents.start_continuable(
+        ContinuableStartSpec(parent=root, provider="local", prompt="spawn", label="p", model="tree")
+    )
+    assert _runs_once(noted, "g")
+    a.subagents.followup(root, p, "spawn")  # a second child of p
+    assert noted.wait_for(lambda items: [c for _, c, _ in items].count("g") == 2)
+    kids = [r.id for r in a.subagents.list_children(p).rows]
+    assert len(kids) == 2
+    assert until(a, lambda: _settled(a, p, *kids))
+    for i in range(10):
+        tasks = [
+            a.backend.spawn(a.subagents.followup, p, kid, f"r{i}-{k}") for k, kid in enumerate(kids)
+        ]
+        for task in tasks:
+            assert task.join(10)
+            assert task.exception is None
+        for k in range(2):
+            assert _runs_once(noted, f"r{i}-{k}"), (i, k)
+        assert until(a, lambda: _settled(a, p, *kids)), i
+
+
+def _runs_once(noted: Noted, content: Any) -> bool:
+    return _runs(noted, content) == ["a"]
