@@ -188,7 +188,7 @@ def test_a_lost_ring_is_made_up_by_the_holders_sweep(
     # Sent, and lost on the way (a datagram the receiver dropped: sendto succeeded).
     monkeypatch.setattr(b.sessions, "ring", lambda _address, p: rung.append(p) or True)
     child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, "swept"))
-    assert rung == [child_id.to_bytes()]  # rung once, and lost
+    assert rung and set(rung) == {child_id.to_bytes()}  # rung (b's sweeps may ring again), lost
     assert runs(noted, "swept", ["a"])
 
 
