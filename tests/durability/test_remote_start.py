@@ -150,7 +150,7 @@ def test_a_start_by_id_where_the_parent_is_live_here_is_the_ordinary_start(
     root = a.spawn("note", label="root")
     child_id, _mid = a.subagents.start_continuable(_spec(root.session_id, "local"))
     assert runs(noted, "local", ["a"])
-    assert _turn_ends(a, child_id) == ["completed"]
+    assert until(a, lambda: _turn_ends(a, child_id) == ["completed"])
     assert a.store is not None
     (record,) = [r for r in a.store.read(child_id) if r.event.type == "message"]
     assert record.event.source == MessageSource(kind="parent", session_id=root.session_id)
