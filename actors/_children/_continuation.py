@@ -24,7 +24,6 @@ a materialization is admitted, built in the caller's thread, and published there
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -42,34 +41,30 @@ from subagents.actors._kernel import (
     actor_class,
 )
 from subagents.protocol import (
-    ContinuableDescriptor,
     ErrorCode,
     MessageId,
-    MessageSource,
     SessionId,
     SubagentError,
-    descriptor_event,
     new_message_id,
     new_session_id,
-    snapshot_subagent_descriptor,
-    trusted_message,
 )
 from subagents.supervision import VISIBLE, Activation, Supervisor, SupervisorInbox
 
 from ._admission import Registry
 from ._announce import Announcer
-from ._child import ChildContext, StoredParent, child_header, child_options
+from ._child import ChildContext, StoredParent
 from ._control import drain, interrupt
 from ._events import EventBus
 from ._followups import Followups
 from ._intake import start_child_id
 from ._materialize import ADMISSION_TIMEOUT, Materializer
-from ._placement import PlacementLookup, placement_of, release_placed
+from ._placement import PlacementLookup, release_placed
 from ._provider_registry import ProviderRegistry
 from ._requests import EndCutoff, RegistryInbox, Reserve, Unhold
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
-from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec, UserAuthority
+from ._start import Prepared, create_unheld, prepare_start
+from ._types import ContinuableHandle, ContinuableStartSpec, UserAuthority
 from ._validate import bad, check_start_spec
 
 __all__ = ["ContinuationManager"]
@@ -179,130 +174,31 @@ class ContinuationManager(Followups):
         if not isinstance(parent, Agent):
             raise bad("spec.parent must be an Agent here (a start by id: SubagentService)")
         agents = self.require_agents()
-        signal = spec.signal or _NEVER
-        prepare, placement, options, depth, descriptor = self._prepared(spec, parent, agents)
+        p = prepare_start(self._ctx, self._providers, spec, parent, agents)
         if spec.message_id is None:
             act: Activation = self._ask(Reserve(new_session_id(), parent))
             return self._materializer.create(
-                act, self._ctx, spec, prepare, options, depth, descriptor, new_message_id(),
-                placement,
+                act, self._ctx, spec, p.prepare, p.options, p.depth, p.descriptor,
+                new_message_id(), p.placement,
             )  # fmt: skip
-        return self._start_once(spec, prepare, options, depth, descriptor, signal, placement)
+        return self._start_once(spec, p)
 
     def start_unheld(
         self, spec: ContinuableStartSpec, parent: StoredParent
     ) -> tuple[ContinuableHandle, bool]:
-        """A start by the parent's id where the parent is live in another process:
-        the child's session, descriptor and prompt are committed here, unheld (no
-        lease, no Activation); whoever holds the parent activates it. Returns the
-        handle and whether this call created the child (False: ``spec.message_id``
-        named one that exists). The caller wakes the parent's holder.
+        """A start by the parent's id where the parent is not live here (see
+        :func:`._start.create_unheld`): the child is committed unheld; the caller
+        wakes whoever can run it."""
+        p = prepare_start(self._ctx, self._providers, spec, parent, None)
+        return create_unheld(self._ctx, spec, parent, p)
 
-        Raises:
-            SubagentError: as :meth:`start_continuable`, and ``CONTINUABLE_UNSUPPORTED``
-                for a provider that places its children on hosts (start those where
-                the parent is live).
-        """
-        ctx = self._ctx
-        prepare, placement, _options, depth, descriptor = self._prepared(spec, parent, None)
-        if placement is not None:
-            raise _err(
-                ErrorCode.CONTINUABLE_UNSUPPORTED,
-                f"provider {spec.provider!r} places its children: start them where the"
-                " parent is live",
-            )
-        if spec.message_id is None:
-            mid, child_id = new_message_id(), new_session_id()
-        else:
-            mid = MessageId(spec.message_id)
-            child_id = start_child_id(parent.session_id, mid)
-            if ctx.sessions.header(child_id) is not None:
-                return ContinuableHandle(child_id, mid), False
-        create = prepare(dataclasses.replace(spec, parent=parent.session_id))
-        if not isinstance(create, ContinuableCreateSpec):
-            raise _err(ErrorCode.INTERNAL, f"prepare_continuable returned {type(create).__name__}")
-        seed = tuple(create.seed or ())
-        source = spec.source
-        if not isinstance(source, MessageSource):
-            source = MessageSource(kind="parent", session_id=parent.session_id)
-            if ctx.telemetry is not None:
-                source = ctx.telemetry.stamp(source)
-        max_inbox = spec.max_inbox if spec.max_inbox is not None else ctx.max_inbox
-        header = child_header(ctx, parent.session_id, child_id, spec.label, depth, len(seed),
-                              max_inbox)  # fmt: skip
-        (spec.signal or _NEVER).raise_if_aborted()
-        try:
-            ctx.sessions.create_unheld(
-                header,
-                (*seed, descriptor_event(descriptor)),
-                trusted_message(mid, spec.prompt, source),
-            )
-        except SubagentError as exc:
-            if exc.code != ErrorCode.SESSION_EXISTS or spec.message_id is None:
-                raise
-            return ContinuableHandle(child_id, mid), False
-        return ContinuableHandle(child_id, mid), True
-
-    def _prepared(
-        self, spec: ContinuableStartSpec, parent: Agent | StoredParent, agents: AgentRegistry | None
-    ) -> tuple[Any, Any, Any, int, ContinuableDescriptor]:
-        """A start's checks in order, and what it creates the child from: the
-        provider's ``prepare_continuable``, its placement, the child's options,
-        depth and descriptor. ``agents``: the parent must be live there."""
-        ctx = self._ctx
-        signal = spec.signal or _NEVER
-        if ctx.sessions.persistence is None:
-            raise _err(
-                ErrorCode.PERSISTENCE_UNAVAILABLE, "start_continuable needs session persistence"
-            )
-        provider = self._providers.require(spec.provider)
-        prepare = getattr(provider, "prepare_continuable", None)
-        if not callable(prepare):
-            raise _err(
-                ErrorCode.CONTINUABLE_UNSUPPORTED,
-                f"provider {spec.provider!r} cannot create continuable children",
-            )
-        placement = placement_of(provider, ctx.sessions)
-        if agents is not None and not agents.is_live(parent):
-            raise _err(ErrorCode.UNAUTHORIZED, "the parent is not a live agent")
-        signal.raise_if_aborted()
-        options, depth = child_options(
-            parent,
-            model=spec.model,
-            persona=spec.persona,
-            tool_filter=spec.tool_filter,
-            max_depth=None,
-            ceiling=ctx.max_delegation_depth,
-        )
-        ctx.models.require(options.model)
-        descriptor = snapshot_subagent_descriptor(
-            ContinuableDescriptor(
-                provider=provider.name,
-                label=spec.label,
-                agent_provider=options.provider,
-                model=options.model,
-                persona=options.persona,
-                tool_filter=options.tool_filter,
-            )
-        )
-        assert isinstance(descriptor, ContinuableDescriptor)
-        return prepare, placement, options, depth, descriptor
-
-    def _start_once(
-        self,
-        spec: ContinuableStartSpec,
-        prepare: Any,
-        options: Any,
-        depth: int,
-        descriptor: ContinuableDescriptor,
-        signal: AbortSignal,
-        placement: Any,
-    ) -> ContinuableHandle:
+    def _start_once(self, spec: ContinuableStartSpec, p: Prepared) -> ContinuableHandle:
         """An idempotent start: the child's id derives from the parent's and the
         message's, so a repeated start finds it (here, or in the store)."""
         assert spec.message_id is not None
         assert isinstance(spec.parent, Agent)
         parent = spec.parent
+        signal = spec.signal or _NEVER
         mid = MessageId(spec.message_id)
         child_id = start_child_id(parent.session_id, mid)
         sessions = self._ctx.sessions
@@ -321,8 +217,9 @@ class ContinuationManager(Followups):
                 continue
             try:
                 return self._materializer.create(
-                    act, self._ctx, spec, prepare, options, depth, descriptor, mid, placement
-                )
+                    act, self._ctx, spec, p.prepare, p.options, p.depth, p.descriptor, mid,
+                    p.placement,
+                )  # fmt: skip
             except SubagentError as exc:
                 if exc.code != ErrorCode.SESSION_EXISTS:  # another process created it
                     raise
