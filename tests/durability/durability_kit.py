@@ -44,6 +44,16 @@ class Noted:
     def contents(self) -> list[Any]:
         return [c for _, c, _ in self.items()]
 
+    def ran(self, content: Any) -> list[str]:
+        """The runtimes that ran the turn of ``content`` so far, in order."""
+        return [name for name, c, _ in self.items() if c == content]
+
+    def runs(self, content: Any, expected: list[str], timeout: float = 10.0) -> bool:
+        """Wait until the runtimes that ran ``content`` are ``expected``."""
+        return self.wait_for(
+            lambda items: [n for n, c, _ in items if c == content] == expected, timeout
+        )
+
     def wait_for(
         self, predicate: Callable[[list[tuple[str, Any, bool]]], bool], timeout: float = 10.0
     ) -> bool:

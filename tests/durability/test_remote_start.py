@@ -34,16 +34,6 @@ from subagents.protocol import (
 from subagents.store import MemoryStore
 
 
-def ran(noted: Noted, content: Any) -> list[str]:
-    """The runtimes that ran the turn of ``content``, in order."""
-    return [name for name, c, _ in noted.items() if c == content]
-
-
-def runs(noted: Noted, content: Any, expected: list[str]) -> bool:
-    """Wait (cooperatively) until the runtimes that ran ``content`` are ``expected``."""
-    return noted.wait_for(lambda items: [n for n, c, _ in items if c == content] == expected)
-
-
 @pytest.fixture
 def pair(backend: Backend, db: str) -> Iterator[list[Runtime]]:
     """Two strict runtimes on one store: ``a`` holds the tree, ``b`` starts children."""
@@ -85,14 +75,14 @@ def test_a_start_by_id_runs_where_the_parent_lives(pair: list[Runtime]) -> None:
     header = b.store.header(child_id)
     assert header is not None and header.parent_session == root.session_id
     assert b.store.find_accepted(message_id) == [(child_id, 1)]  # pending, or run by now
-    assert runs(noted, "hello", ["a"])
+    assert noted.runs("hello", ["a"])
     assert b.agents.get(child_id) is None
     for rt in (a, b):
         assert [r.id for r in rt.subagents.list_children(root.session_id).rows] == [child_id]
     assert until(a, lambda: _turn_ends(a, child_id) == ["completed"])
     a.subagents.followup(root, child_id, "again")
-    assert runs(noted, "again", ["a"])
-    assert ran(noted, "hello") == ["a"]
+    assert noted.runs("again", ["a"])
+    assert noted.ran("hello") == ["a"]
 
 
 def test_a_fork_started_by_id_is_seeded_with_the_parents_stored_history(
@@ -106,12 +96,12 @@ def test_a_fork_started_by_id_is_seeded_with_the_parents_stored_history(
     noted.register(b, "b")
     root = a.spawn("note", label="root")
     root.followup("before")
-    assert runs(noted, "before", ["a"])
+    assert noted.runs("before", ["a"])
     assert until(a, lambda: _turn_ends(a, root.session_id) == ["completed"])
     child_id, _mid = b.subagents.start_continuable(
         _spec(root.session_id, "forked", provider="fork")
     )
-    assert runs(noted, "forked", ["a"])
+    assert noted.runs("forked", ["a"])
     assert b.store is not None
     header = b.store.header(child_id)
     assert header is not None and header.seed_len > 0
@@ -136,7 +126,7 @@ def test_a_start_by_id_is_idempotent_across_processes(pair: list[Runtime]) -> No
     assert first.message_id == mid
     assert until(a, lambda: _turn_ends(a, first.child_id) == ["completed"])
     assert [r.id for r in b.subagents.list_children(root.session_id).rows] == [first.child_id]
-    assert ran(noted, "once") == ["a"]
+    assert noted.ran("once") == ["a"]
 
 
 def test_a_start_by_id_where_the_parent_is_live_here_is_the_ordinary_start(
@@ -149,7 +139,7 @@ def test_a_start_by_id_where_the_parent_is_live_here_is_the_ordinary_start(
     noted.register(a, "a")
     root = a.spawn("note", label="root")
     child_id, _mid = a.subagents.start_continuable(_spec(root.session_id, "local"))
-    assert runs(noted, "local", ["a"])
+    assert noted.runs("local", ["a"])
     assert until(a, lambda: _turn_ends(a, child_id) == ["completed"])
     assert a.store is not None
     (record,) = [r for r in a.store.read(child_id) if r.event.type == "message"]
@@ -169,7 +159,7 @@ def test_a_start_by_id_where_nobody_holds_the_parent_resumes_it_here(
     root_id = root.session_id
     a.close()
     child_id, _mid = b.subagents.start_continuable(_spec(root_id, "resumed"))
-    assert runs(noted, "resumed", ["b"])
+    assert noted.runs("resumed", ["b"])
     assert b.agents.get(root_id) is not None
     assert until(b, lambda: _turn_ends(b, child_id) == ["completed"])
 
@@ -189,7 +179,7 @@ def test_a_lost_ring_is_made_up_by_the_holders_sweep(
     monkeypatch.setattr(b.sessions, "ring", lambda _address, p: rung.append(p) or True)
     child_id, _mid = b.subagents.start_continuable(_spec(root.session_id, "swept"))
     assert rung and set(rung) == {child_id.to_bytes()}  # rung (b's sweeps may ring again), lost
-    assert runs(noted, "swept", ["a"])
+    assert noted.runs("swept", ["a"])
 
 
 def test_a_start_by_id_racing_the_parents_release_runs_once(pair: list[Runtime]) -> None:
@@ -208,7 +198,7 @@ def test_a_start_by_id_racing_the_parents_release_runs_once(pair: list[Runtime])
         releasing.join(10)
         ends = lambda c=child_id: _turn_ends(b, c) == ["completed"]  # noqa: E731
         assert until(b, ends), i
-        assert len(ran(noted, f"race{i}")) == 1, (i, ran(noted, f"race{i}"))
+        assert len(noted.ran(f"race{i}")) == 1, (i, noted.ran(f"race{i}"))
         rows = b.subagents.list_children(root.session_id).rows
         assert [r.id for r in rows] == [child_id]
         holder = b.agents.get(root.session_id)
@@ -349,7 +339,7 @@ def test_a_start_by_id_below_a_drained_parent_waits_for_the_tree(
     assert not noted.items()
     a.close()
     b.agents.resume(root.session_id)
-    assert runs(noted, "later", ["b"])
+    assert noted.runs("later", ["b"])
 
 
 @pytest.mark.parametrize("where", ["memory", "relaxed"])
@@ -369,7 +359,7 @@ def test_a_start_by_id_where_nothing_is_committed_for_others_resumes_the_parent(
         assert rt.agents.get(root_id) is None
         child_id, _mid = rt.subagents.start_continuable(_spec(root_id, "kept"))
         assert rt.agents.get(root_id) is not None  # resumed for the start
-        assert runs(noted, "kept", ["here"])
+        assert noted.runs("kept", ["here"])
         rows = rt.subagents.list_children(root_id).rows
         assert [r.id for r in rows] == [child_id]
 

@@ -48,11 +48,6 @@ def _settled(rt: Runtime, *ids: SessionId) -> bool:
     return all(rt.agents.get(sid) is None for sid in ids)
 
 
-def _runs(noted: Noted, content: Any) -> list[str]:
-    assert noted.wait_for(lambda items: any(c == content for _, c, _ in items))
-    return [n for n, c, _ in noted.items() if c == content]
-
-
 @pytest.fixture
 def tree(pair: list[Runtime]) -> tuple[Runtime, Runtime, Noted, SessionId, SessionId, SessionId]:
     """``root`` live in ``a``; its child ``p`` and grandchild ``g`` settled."""
@@ -64,7 +59,7 @@ def tree(pair: list[Runtime]) -> tuple[Runtime, Runtime, Noted, SessionId, Sessi
     p, _mid = a.subagents.start_continuable(
         ContinuableStartSpec(parent=root, provider="local", prompt="spawn", label="p", model="tree")
     )
-    assert _runs(noted, "g") == ["a"]
+    assert noted.runs("g", ["a"])
     (g,) = [r.id for r in a.subagents.list_children(p).rows]
     assert until(a, lambda: _settled(a, p, g))
     return a, b, noted, root.session_id, p, g
@@ -79,7 +74,7 @@ def test_a_follow_up_by_id_reaches_a_grandchild_below_a_settled_parent(
     a, b, noted, _root, p, g = tree
     for i in range(20):
         (a, b)[i % 2].subagents.followup(p, g, f"m{i}")
-        assert _runs(noted, f"m{i}") == ["a"], i
+        assert noted.runs(f"m{i}", ["a"]), i
         assert until(a, lambda: _settled(a, p, g)), i
     assert [c for _, c, _ in noted.items()].count("m7") == 1
 
@@ -98,7 +93,7 @@ def test_a_start_by_id_below_a_settled_subagent_parent_runs(
             )
         )
         started.append(child)
-        assert _runs(noted, f"s{i}") == ["a"], i
+        assert noted.runs(f"s{i}", ["a"]), i
         assert until(a, lambda c=child: _settled(a, p, c)), i
     rows = a.subagents.list_children(p).rows
     assert sorted(r.id for r in rows) == sorted([g, *started])
@@ -119,7 +114,7 @@ def test_concurrent_wakes_of_siblings_below_a_settled_parent_leave_no_hold(
     p, _mid = a.subagents.start_continuable(
         ContinuableStartSpec(parent=root, provider="local", prompt="spawn", label="p", model="tree")
     )
-    assert _runs_once(noted, "g")
+    assert noted.runs("g", ["a"])
     a.subagents.followup(root, p, "spawn")  # a second child of p
     assert noted.wait_for(lambda items: [c for _, c, _ in items].count("g") == 2)
     kids = [r.id for r in a.subagents.list_children(p).rows]
@@ -133,9 +128,5 @@ def test_concurrent_wakes_of_siblings_below_a_settled_parent_leave_no_hold(
             assert task.join(10)
             assert task.exception is None
         for k in range(2):
-            assert _runs_once(noted, f"r{i}-{k}"), (i, k)
+            assert noted.runs(f"r{i}-{k}", ["a"]), (i, k)
         assert until(a, lambda: _settled(a, p, *kids)), i
-
-
-def _runs_once(noted: Noted, content: Any) -> bool:
-    return _runs(noted, content) == ["a"]
