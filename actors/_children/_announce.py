@@ -8,6 +8,13 @@ the supervisor has released it. A child can settle before its publisher gets to
 announce the start; then the end waits for the start and is announced right
 after it, by the publisher. Either way the epoch's ``released`` latch is set once
 its end was announced, so a drain that returns has announced its whole forest.
+
+Successive epochs of one child are announced in order too: a cold resume can
+publish the next epoch while the previous one's end still waits in the
+dispatcher (behind a slow listener, or while a listener of that very end resumes
+the child). Then the new start is posted to the dispatcher behind that end
+instead of being announced by the publisher -- it is announced late rather than
+out of order, and an end listener that resumes its child cannot wait on itself.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from subagents.actors._kernel import Telemetry
+from subagents.actors._kernel import DispatchBox, Telemetry
 from subagents.protocol import SessionId
 from subagents.supervision import Activation
 
@@ -33,11 +40,20 @@ class Announcer:
     def __init__(
         self,
         emit: Callable[[SubagentEvent, SessionId | None], object],
+        dispatch: DispatchBox,
         telemetry: Telemetry | None = None,
     ) -> None:
         self._emit = emit
+        self._dispatch = dispatch
         self._telemetry = telemetry
         self._lock = threading.Lock()  # held for a flag, never across a call out
+        # Epochs released whose end is not announced yet, by child: present only
+        # between a release and its end's announcement (a drain's worth at most).
+        self._ending: dict[SessionId, Activation] = {}
+        # Bound once: a drain queues one a child (young garbage that outlives
+        # collections while the dispatcher is busy).
+        self._end_later = self.end
+        self._start_later = self._start
 
     def start(self, act: Activation) -> None:
         """Announce ``subagent/start`` (the publisher, after publication); when
@@ -49,6 +65,21 @@ class Announcer:
                 {"child_id": act.child_id, "parent_session_id": act.parent_session,
                  "run_id": act.run_id, "provider": act.provider},
             )  # fmt: skip
+        with self._lock:
+            behind = act.child_id in self._ending
+        if behind:  # the previous epoch's end is queued: announce after it
+            self._dispatch.call(self._start_later, act)
+        else:
+            self._start(act)
+
+    def post_end(self, act: Activation) -> None:
+        """Queue ``subagent/end`` in the dispatcher (the registry, on release, before
+        anyone can publish the child's next epoch)."""
+        with self._lock:
+            self._ending[act.child_id] = act
+        self._dispatch.call(self._end_later, act)
+
+    def _start(self, act: Activation) -> None:
         try:
             self._emit(self._event(act, "subagent/start", None), act.parent_session)
         finally:
@@ -71,6 +102,9 @@ class Announcer:
         try:
             self._emit(self._event(act, "subagent/end", stop), act.parent_session)
         finally:
+            with self._lock:
+                if self._ending.get(act.child_id) is act:
+                    del self._ending[act.child_id]
             if act.span is not None:
                 Telemetry.end(act.span, stop)
             act.released.set()

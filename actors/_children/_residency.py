@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from subagents.actors._kernel import Alarm, DispatchBox
+from subagents.actors._kernel import Alarm
 from subagents.supervision import Activation
 
 from ._announce import Announcer
@@ -30,18 +30,15 @@ class ResidencyHooks:
     def __init__(
         self,
         registry: RegistryInbox,
-        dispatch: DispatchBox,
         alarm: Alarm,
         announcer: Announcer,
         keep_warm: float,
     ) -> None:
         self._registry = registry
-        self._dispatch = dispatch
         self._alarm = alarm
         # Bound once: a drain queues one of each a child, held while the registry
         # and the dispatcher are busy (young garbage that outlives collections).
-        self._end = announcer.end
-        self._announce = self._announce_end
+        self._announce = announcer.post_end
         self.keep_warm = keep_warm
         self.closing = False
 
@@ -56,9 +53,6 @@ class ResidencyHooks:
         # then has the end announced (by the dispatcher, after everything posted to
         # it before), and only then drops it from its parent's owned set.
         self._registry.released(activation, self._announce)
-
-    def _announce_end(self, activation: Activation) -> None:
-        self._dispatch.call(self._end, activation)
 
     def warm_until(self, activation: Activation) -> float | None:
         if self.keep_warm <= 0 or self.closing:

@@ -4,9 +4,9 @@ Lifecycle listeners are user code. Run inside the registry or the supervisor, a
 listener that blocks would stall admission or release; run by whoever changed the
 state, ``subagent/start`` of an epoch could race its own ``subagent/end``. So the
 owners only *post* callbacks here, after their state change, and this one actor
-runs them one at a time in posting order: an epoch's start is posted when the
-registry publishes it and its end when the supervisor releases it, hence start
-always comes first, and a slow listener delays only other announcements.
+runs them one at a time in posting order: an epoch's end is posted when the
+registry learns of its release (after its start, see ``_children/_announce.py``),
+and a slow listener delays only other announcements.
 
 A callback that raises is logged and the next one runs. The mailbox also takes
 plain callables to ``ask`` (barriers).

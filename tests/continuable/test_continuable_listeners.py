@@ -12,8 +12,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
 from continuable_kit import Kit, spawn
 from subagents.actors import SubagentEvent
+from subagents.protocol import SessionId
 
 
 def _busy_elsewhere(kit: Kit, label: str) -> None:
@@ -57,6 +59,46 @@ def test_a_blocking_end_listener_stalls_no_admission(kit: Kit) -> None:
     stuck.release()
     kit.wait_settled("first", epochs=1)
     kit.wait_settled("second", epochs=2)
+    # The resumed epoch's start waited for the previous epoch's end (R-EVT-2).
+    assert [e.type for e in kit.events_of("second")] == ["subagent/start", "subagent/end"] * 2
+
+
+@pytest.mark.parametrize("rounds", [8])
+def test_an_end_listener_that_resumes_its_child_hears_the_next_start_after(
+    kit: Kit, rounds: int
+) -> None:
+    """R-EVT-2, L-11: a ``subagent/end`` listener follows its child up, which
+    cold-resumes it while that very end is still being announced. The next epoch's
+    start is announced after the end (not inside it, and without waiting on it),
+    every round; the listener's own call returns."""
+    rt = kit.rt
+    root = kit.root()
+    order: list[tuple[str, str]] = []
+    sent: list[str] = []
+    lock = threading.Lock()
+
+    def listener(event: SubagentEvent) -> None:
+        with lock:
+            order.append((event.type, event.run_id))
+            again = event.type == "subagent/end" and len(sent) < rounds
+            if again:
+                sent.append(f"again-{len(sent)}")
+                text = sent[-1]
+        if again:
+            rt.subagents.followup(root, SessionId(event.child_id), text)
+            with lock:
+                order.append(("followup-returned", text))
+
+    rt.subagents.subscribe(listener, scope=root)
+    kit.start(root, "hi", label="kid")
+    kit.wait_settled("kid", epochs=rounds + 1)
+    kinds = [kind for kind, _ in order if kind.startswith("subagent/")]
+    assert kinds == ["subagent/start", "subagent/end"] * (rounds + 1)
+    # Each start comes only once the end that resumed it, and its listeners, returned.
+    for i, (kind, _) in enumerate(order):
+        if kind == "subagent/start" and i > 0:
+            assert order[i - 1][0] == "followup-returned", order
+    assert kit.contents("kid") == ["hi", *sent]
 
 
 def test_a_raising_listener_changes_nothing(kit: Kit) -> None:

@@ -6,6 +6,7 @@ R-CONT-1..11, R-CAP-7..10, R-EVT-5, R-EVT-7.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import pytest
@@ -379,12 +380,15 @@ def test_concurrent_admissions_never_make_two_activations(kitp: Kit, rounds: int
     registry._register = register  # type: ignore[method-assign]
     open_epochs: list[int] = [0]
 
+    counting = threading.Lock()  # a start and an end may be heard on two threads
+
     def count(event: Any) -> None:
         if event.child_id != str(child_id):
             return
-        open_epochs[0] += 1 if event.type == "subagent/start" else -1
-        if open_epochs[0] > 1:
-            overlap.append("two epochs open")
+        with counting:
+            open_epochs[0] += 1 if event.type == "subagent/start" else -1
+            if open_epochs[0] > 1:
+                overlap.append("two epochs open")
 
     rt.subagents.subscribe(count)
     accepted: list[Any] = [first]
