@@ -83,7 +83,12 @@ def settle(rt: Runtime, probe: LifecycleProbe, *children: SessionId) -> None:
     def ended(events: Sequence[Any]) -> bool:
         starts = Counter(e.child_id for e in events if e.type == "subagent/start")
         ends = Counter(e.child_id for e in events if e.type == "subagent/end")
-        return all(ends[c] and ends[c] == starts[c] for c in wanted)
+        # A follow-up racing settlement reopens a child after its end; the live set
+        # is left before an epoch's end is heard, so the last end makes both hold.
+        return all(
+            ends[c] and ends[c] == starts[c] and rt.sessions.live(SessionId(c)) is None
+            for c in wanted
+        )
 
     assert probe.wait_for(ended), f"children did not settle: {probe.events}"
     for child in children:

@@ -418,7 +418,16 @@ class Kit:
         def settled(evs: list[SubagentEvent]) -> bool:
             starts = sum(e.type == "subagent/start" and e.child_id == sid for e in evs)
             ends = sum(e.type == "subagent/end" and e.child_id == sid for e in evs)
-            return starts == ends and (epochs is None or starts == epochs)
+            # A follow-up that raced settlement can reopen the child: its start is
+            # announced only after the previous end left the dispatcher, so "starts ==
+            # ends" alone can hold for an instant between two epochs.  The activation
+            # index is dropped before an epoch's end is announced, so the final end
+            # makes both hold.
+            return (
+                starts == ends
+                and (epochs is None or starts == epochs)
+                and self.rt.continuation.activation(sid) is None
+            )
 
         assert self.probe.wait_for(settled, timeout), f"{cid} did not settle: {self.probe.events}"
         assert self.rt.continuation.activation(sid) is None
