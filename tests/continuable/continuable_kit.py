@@ -414,10 +414,18 @@ class Kit:
     def wait_settled(self, cid: str, epochs: int | None = None, timeout: float = 10.0) -> None:
         """Wait until every epoch of ``cid`` emitted ``subagent/end`` (and ``epochs`` began)."""
         sid = str(self.sid(cid))
+        counts = {"subagent/start": 0, "subagent/end": 0}
+        seen = 0
 
         def settled(evs: list[SubagentEvent]) -> bool:
-            starts = sum(e.type == "subagent/start" and e.child_id == sid for e in evs)
-            ends = sum(e.type == "subagent/end" and e.child_id == sid for e in evs)
+            # Counted incrementally (the list only grows): the stress tests wait on a
+            # thousand children whose events number in the tens of thousands.
+            nonlocal seen
+            for e in evs[seen:]:
+                if e.child_id == sid and e.type in counts:
+                    counts[e.type] += 1
+            seen = len(evs)
+            starts, ends = counts["subagent/start"], counts["subagent/end"]
             # A follow-up that raced settlement can reopen the child: its start is
             # announced only after the previous end left the dispatcher, so "starts ==
             # ends" alone can hold for an instant between two epochs.  The activation
