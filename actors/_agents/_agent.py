@@ -59,6 +59,10 @@ class Agent(Followups):
     (children) or ``runtime.agents``. All methods are thread-safe.
     """
 
+    # Made on first use by parent_source (a class default: one attribute read a
+    # follow-up, and no MessageSource for an agent that never follows up).
+    _parent_source_cache: MessageSource | None = None
+
     def __init__(
         self,
         host: AgentHost,
@@ -136,10 +140,11 @@ class Agent(Followups):
     def parent_source(self) -> MessageSource:
         """The source of messages this agent sends its children (built once; when
         the runtime traces, carrying the current span's context)."""
-        source = self.__dict__.get("_parent_source_cache")
+        source = self._parent_source_cache
         if source is None:
-            source = MessageSource(kind="parent", session_id=self.session_id)
-            self.__dict__["_parent_source_cache"] = source
+            source = self._parent_source_cache = MessageSource(
+                kind="parent", session_id=self._session.header.id
+            )
         tel = self._host.telemetry
         return source if tel is None else tel.stamp(source)
 

@@ -183,7 +183,12 @@ class Inbox:
             self._inflight += 1
             n = self._accepted
         flag = UNTAKEN if untaken else False
-        self._put(Deliver(n, message_id, content, source, "message", (), None, flag))
+        # _put, inline: once a follow-up.
+        ref = self._ref
+        if ref.actor_stopped.is_set():
+            self._settle_one()
+            raise self._disposed_error()
+        ref.actor_inbox.put(Deliver(n, message_id, content, source, "message", (), None, flag))
         return True
 
     def inject_quiet(

@@ -101,5 +101,5 @@ def plain(value: Any) -> bool:
         # lone surrogate, which UTF-8 -- and so the log -- cannot.
         return len(value) < 65536 and value.isascii()
     if kind is int:
-        return bool(-(2**63) <= value < 2**64)
+        return -(2**63) <= value < 2**64  # type: ignore[no-any-return]
     return kind in _SCALARS

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from subagents.actors._kernel._backend import Backend, TaskHandle
 from subagents.actors._kernel._future import Waiter
@@ -106,11 +106,10 @@ class Writer:
             return False
         try:
             # A compact-aware store takes the record's slots as they are.
+            # (No typing.cast: it is a call, once a turn.)
             self._append_owned(
                 session_id,
-                cast("Sequence[Event]", events)
-                if self._compact
-                else materialise(first_seq, events),
+                events if self._compact else materialise(first_seq, events),  # type: ignore[arg-type]
             )
         except Exception as exc:
             logger.error("persisting session %s failed: %s", session_id, exc)

@@ -107,6 +107,32 @@ class Followups:
             sessions.unclaim(cid, mid)
             raise
 
+    def followup_plain(self, parent: Agent, child_id: Any, content: Any) -> MessageId:
+        """:meth:`followup` with no ``source``, ``signal``, ``message_id`` or steering,
+        from a live :class:`Agent`, on a runtime that does not trace: the common
+        case. A resident child under relaxed durability admits it with no
+        :class:`Delivery` built; anything else takes :meth:`_followup`'s paths."""
+        cid = child_id if type(child_id) is SessionId else SessionId(child_id)
+        if not plain(content):
+            check_value(content)
+        src = parent.parent_source
+        mid = new_message_id()
+        act = self._index.get(cid)
+        if act is not None and act.phase is Phase.RESIDENT and not self._ctx.sessions.strict:
+            agent = act.agent
+            header = agent.header
+            if (  # _authorize, inline: once a follow-up
+                header.origin != "subagent"
+                or header.parent_session != parent.session_id
+                or not self._ctx.agents.is_live(parent)
+            ):
+                raise _unauthorized_followup()
+            if agent.admit_followup(content, src, mid, False, header.max_inbox):
+                return mid
+        return self._followup(
+            self.require_agents(), parent, cid, Delivery(content, src, mid), _NEVER
+        )
+
     def _followup(
         self,
         agents: AgentRegistry,
@@ -115,18 +141,13 @@ class Followups:
         delivery: Delivery,
         signal: AbortSignal,
     ) -> MessageId:
-        # The resident fast path: the registry's index and phase route it, the
-        # child's gate admits it.
+        # The resident path: the registry's index and phase route it, the
+        # child's gate admits it (followup_plain is this path's common case).
         act = self._index.get(cid)
         if act is not None and act.phase is Phase.RESIDENT:
             agent = act.agent
             header = agent.header
-            if (
-                header.origin != "subagent"
-                or header.parent_session != parent.session_id
-                or not agents.is_live(parent)
-            ):
-                raise _unauthorized_followup()
+            _authorize(parent, header, agents.is_live)
             sessions = self._ctx.sessions
             if not sessions.strict:
                 mid = delivery.message_id

@@ -314,14 +314,20 @@ class SubagentService:
                 (:class:`~subagents.protocol.InboxFullError`).
         """
         self._check_thread()
-        tel = self._ctx.telemetry
-        lean = tel is None and type(wait_for_room) is float and wait_for_room == 0.0
-        if lean and type(parent) is Agent:  # the common case, straight through
+        ctx = self._ctx
+        tel = ctx.telemetry
+        if (
+            type(parent) is Agent
+            and tel is None
+            and wait_for_room == 0.0
+            and type(wait_for_room) is float
+        ):  # the common cases, straight through
+            if source is None and signal is None and message_id is None and steer is False:
+                return self._continuation.followup_plain(parent, child_id, content)
             return self._continuation.followup(
                 parent, child_id, content, source=source, signal=signal,
                 message_id=message_id, steer=steer,
             )  # fmt: skip
-        ctx = self._ctx
         return send_followup(
             ctx.agents, ctx.sessions, self._continuation, tel, parent, child_id, content,
             source=source, signal=signal, message_id=message_id, steer=steer,
