@@ -188,7 +188,8 @@ class Inbox:
         if ref.actor_stopped.is_set():
             self._settle_one()
             raise self._disposed_error()
-        ref.actor_inbox.put(Deliver(n, message_id, content, source, "message", (), None, flag))
+        message: Any = Deliver(n, message_id, content, source, "message", (), None, flag)
+        ref.actor_inbox.put(message)  # our own messages are their own envelopes
         return True
 
     def inject_quiet(

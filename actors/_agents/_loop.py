@@ -200,9 +200,9 @@ class TurnRunner:
         # The turn's events, as one record: built when a reader asks (see
         # protocol.TurnRecord); the system clock is read once a turn.
         record = TurnRecord(index, clock(), d, context)
-        turn = Turn(self._agent, index, d, context, session.next_seq - 1, self._lock)
-        turn._record = self._record_steered
-        turn.started_at = record.at
+        turn = Turn(
+            self._agent, index, d, context, session.next_seq - 1, self._lock, self, record.at
+        )
         self.current = turn  # a reference swap; cancel() reads it under the agent's lock
         if d.redelivered is True:
             self.replayed += 1
@@ -281,7 +281,7 @@ class TurnRunner:
             d.on_end = None  # the log keeps the envelope: not its observer
             notify(on_end, TurnOutcome(index, stop, output, structured, error))
 
-    def _record_steered(self, messages: list[Message]) -> None:
+    def record_steered(self, messages: list[Message]) -> None:
         """Log messages the running turn took from steering, inside the turn."""
         events = [trusted_message(m.message_id, m.content, m.source) for m in messages]
         self._host.sessions.append(self._session, events, defer=True)  # stored with turn/end

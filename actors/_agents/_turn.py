@@ -124,7 +124,7 @@ class Turn:
         "_delivered",
         "_history_through",
         "_lock",
-        "_record",
+        "_runner",
         "_steer",
         "_usage",
         "context",
@@ -140,6 +140,8 @@ class Turn:
         context: tuple[Message, ...],
         history_through: int,
         lock: Any,
+        runner: Any = None,
+        started_at: _dt.datetime | None = None,
     ) -> None:
         self._agent = agent
         self.index = index
@@ -151,10 +153,11 @@ class Turn:
         self._usage: dict[str, int] | None = None
         #: Messages steered into this turn (made by the first steer, under ``_lock``).
         self._steer: SteerBox | None = None
-        #: Logs steered messages the turn takes (set by the turn's runner).
-        self._record: Callable[[list[Message]], None] | None = None
-        #: When the turn began (its ``turn/start`` time; set by the turn's runner).
-        self.started_at: _dt.datetime | None = None
+        #: The turn's runner: logs the steered messages the turn takes
+        #: (``record_steered``); None outside a runner (nothing to log).
+        self._runner = runner
+        #: When the turn began (its ``turn/start`` time).
+        self.started_at = started_at
 
     def _controller_locked(self) -> AbortController:
         """The turn's controller, made on first use; the caller holds ``_lock``."""
@@ -247,8 +250,8 @@ class Turn:
             return ()
         with self._lock:
             fresh = box.take()
-        if fresh and self._record is not None:
-            self._record(fresh)
+        if fresh and self._runner is not None:
+            self._runner.record_steered(fresh)
         return tuple(fresh)
 
     @property
