@@ -111,7 +111,7 @@ class Followups:
         """:meth:`followup` with no ``source``, ``signal``, ``message_id`` or steering,
         from a live :class:`Agent`, on a runtime that does not trace: the common
         case. A resident child under relaxed durability admits it with no
-        :class:`Delivery` built; anything else takes :meth:`_followup`'s paths."""
+        :class:`Delivery` built; anything else takes the general path."""
         cid = child_id if type(child_id) is SessionId else SessionId(child_id)
         if not plain(content):
             check_value(content)
