@@ -17,23 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Literal, overload
 
 from subagents.actors._agents import (
     Agent,
-    AgentRegistry,
-    SessionService,
     Steered,
 )
-from subagents.actors._catalog import Catalog, Listing, ProjectionRegistry
-from subagents.actors._kernel import AbortSignal, Backend, Telemetry, traced
+from subagents.actors._kernel import AbortSignal, Telemetry, traced
 from subagents.protocol import (
     MessageId,
     MessageSource,
     SessionId,
 )
 
-from ._child_stats import ChildStatistics, child_statistics
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._oneshot import start_oneshot
@@ -41,6 +37,7 @@ from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._remote import start_child
 from ._reports import ReportReceipt, report_from, report_receipt
 from ._sending import send_followup
+from ._service_reads import CatalogReads, ServiceContext
 from ._setup import SetupRegistration
 from ._types import (
     AncestorAuthority,
@@ -51,27 +48,11 @@ from ._types import (
     SubagentStartRequest,
     UserAuthority,
 )
-from ._validate import bad
 
 __all__ = ["ServiceContext", "SubagentService"]
 
 
-class ServiceContext(Protocol):
-    """The mount points the service reads per operation (a ``Runtime`` is one)."""
-
-    @property
-    def agents(self) -> AgentRegistry: ...
-    @property
-    def sessions(self) -> SessionService: ...
-    @property
-    def session_projections(self) -> ProjectionRegistry | None: ...
-    @property
-    def backend(self) -> Backend: ...
-    @property
-    def telemetry(self) -> Telemetry | None: ...
-
-
-class SubagentService:
+class SubagentService(CatalogReads):
     """The seed's ``ctx.subagents`` (``runtime.subagents``)."""
 
     def __init__(
@@ -88,63 +69,7 @@ class SubagentService:
         self._events = events
         self._continuation = continuation
         self._check_thread = check_thread
-        self._catalog_for: tuple[Any, Any, Catalog] | None = None
-
-    def _catalog(self, signal: Any) -> Catalog:
-        """The runtime's one catalog, for its mounted session store and projections."""
-        if signal is not None and not isinstance(signal, AbortSignal):
-            raise bad("signal must be an AbortSignal")
-        ctx = self._ctx
-        sessions: SessionService | None = getattr(ctx, "sessions", None)
-        projections = ctx.session_projections
-        cached = self._catalog_for
-        if cached is None or cached[0] is not sessions or cached[1] is not projections:
-            catalog = Catalog(
-                sessions,
-                sessions.persistence if sessions is not None else None,
-                projections,
-                ctx.backend,
-                live_store_mounted=sessions is not None,
-            )
-            self._catalog_for = cached = (sessions, projections, catalog)
-        return cached[2]
-
-    # -- the durable catalog -----------------------------------------------------------
-
-    def list_children(
-        self, parent_session_id: SessionId | str, signal: AbortSignal | None = None
-    ) -> Listing:
-        """Direct session-backed subagents of a session, without loading them.
-
-        Rows carry ``id``, ``mode``, ``label``, ``activity`` (``running`` /
-        ``inactive``), ``has_children`` and ``created_at``, ordered by creation then
-        id; ``diagnostics`` name children that are ``corrupt`` or ``unavailable``.
-
-        Raises:
-            SubagentError: ``CANCELLED``, ``SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE``,
-                ``SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE``, ``INVALID_ARGUMENT``.
-        """
-        self._check_thread()
-        return self._catalog(signal).list_children(parent_session_id, signal)
-
-    def statistics(self, child_id: SessionId | str) -> ChildStatistics:
-        """A continuable child as this runtime sees it (see :class:`ChildStatistics`).
-
-        Raises:
-            SubagentError: ``INVALID_ARGUMENT``, ``SESSION_NOT_FOUND``.
-        """
-        return child_statistics(self._continuation, self._ctx.sessions, child_id)
-
-    def list_descendants(
-        self, root_session_id: SessionId | str, signal: AbortSignal | None = None
-    ) -> Listing:
-        """The root's complete session tree in stable pre-order (adds ``parent_id``, ``depth``).
-
-        Raises:
-            SubagentError: as :meth:`list_children`.
-        """
-        self._check_thread()
-        return self._catalog(signal).list_descendants(root_session_id, signal)
+        self._catalog_for = None  # (sessions, projections, the Catalog for them)
 
     # -- provider registry ---------------------------------------------------------------
 
