@@ -340,6 +340,9 @@ class Kit:
         self.script = Script()
         rt.models.register("cmd", self.script.factory)
         self.probe = LifecycleProbe(rt)
+        # Starts and ends per child, indexed once for every wait (see _epoch_counts).
+        self._epoch_counts: dict[str, list[int]] = {}
+        self._indexed = 0
 
     def close(self) -> None:
         self.script.release_all()
@@ -414,18 +417,9 @@ class Kit:
     def wait_settled(self, cid: str, epochs: int | None = None, timeout: float = 10.0) -> None:
         """Wait until every epoch of ``cid`` emitted ``subagent/end`` (and ``epochs`` began)."""
         sid = str(self.sid(cid))
-        counts = {"subagent/start": 0, "subagent/end": 0}
-        seen = 0
 
         def settled(evs: list[SubagentEvent]) -> bool:
-            # Counted incrementally (the list only grows): the stress tests wait on a
-            # thousand children whose events number in the tens of thousands.
-            nonlocal seen
-            for e in evs[seen:]:
-                if e.child_id == sid and e.type in counts:
-                    counts[e.type] += 1
-            seen = len(evs)
-            starts, ends = counts["subagent/start"], counts["subagent/end"]
+            starts, ends = self._epoch_counts_of(evs, sid)
             # A follow-up that raced settlement can reopen the child: its start is
             # announced only after the previous end left the dispatcher, so "starts ==
             # ends" alone can hold for an instant between two epochs.  The activation
@@ -439,6 +433,23 @@ class Kit:
 
         assert self.probe.wait_for(settled, timeout), f"{cid} did not settle: {self.probe.events}"
         assert self.rt.continuation.activation(sid) is None
+
+    def _epoch_counts_of(self, evs: list[SubagentEvent], sid: str) -> tuple[int, int]:
+        """``sid``'s starts and ends among ``evs`` (the probe's events; called under
+        its lock, so one caller at a time). Indexed incrementally for every child at
+        once (the list only grows): the stress tests wait on a thousand children in
+        turn, whose events number in the tens of thousands."""
+        counts = self._epoch_counts
+        for e in evs[self._indexed :]:
+            kind = 0 if e.type == "subagent/start" else 1 if e.type == "subagent/end" else -1
+            if kind >= 0:
+                pair = counts.get(e.child_id)
+                if pair is None:
+                    pair = counts[e.child_id] = [0, 0]
+                pair[kind] += 1
+        self._indexed = len(evs)
+        pair = counts.get(sid, [0, 0])
+        return pair[0], pair[1]
 
     def barrier(self) -> None:
         """Wait until the registry, supervisor and dispatcher handled what was sent so far."""
