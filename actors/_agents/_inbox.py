@@ -183,13 +183,7 @@ class Inbox:
             self._inflight += 1
             n = self._accepted
         flag = UNTAKEN if untaken else False
-        # _put, inline: once a follow-up.
-        ref = self._ref
-        if ref.actor_stopped.is_set():
-            self._settle_one()
-            raise self._disposed_error()
-        message: Any = Deliver(n, message_id, content, source, "message", (), None, flag)
-        ref.actor_inbox.put(message)  # our own messages are their own envelopes
+        self._put(Deliver(n, message_id, content, source, "message", (), None, flag))
         return True
 
     def inject_quiet(

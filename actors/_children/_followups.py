@@ -121,12 +121,7 @@ class Followups:
         if act is not None and act.phase is Phase.RESIDENT and not self._ctx.sessions.strict:
             agent = act.agent
             header = agent.header
-            if (  # _authorize, inline: once a follow-up
-                header.origin != "subagent"
-                or header.parent_session != parent.session_id
-                or not self._ctx.agents.is_live(parent)
-            ):
-                raise _unauthorized_followup()
+            _authorize(parent, header, self._ctx.agents.is_live)
             if agent.admit_followup(content, src, mid, False, header.max_inbox):
                 return mid
         return self._followup(

@@ -69,7 +69,6 @@ class SubagentService(CatalogReads):
         self._events = events
         self._continuation = continuation
         self._check_thread = check_thread
-        self._catalog_for = None  # (sessions, projections, the Catalog for them)
 
     # -- provider registry ---------------------------------------------------------------
 

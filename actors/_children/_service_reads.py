@@ -43,7 +43,8 @@ class CatalogReads:
     _ctx: ServiceContext
     _continuation: ContinuationManager
     _check_thread: Callable[[], None]
-    _catalog_for: tuple[Any, Any, Catalog] | None
+    # (sessions, projections, the Catalog for them): made by the first read.
+    _catalog_for: tuple[Any, Any, Catalog] | None = None
 
     def _catalog(self, signal: Any) -> Catalog:
         """The runtime's one catalog, for its mounted session store and projections."""

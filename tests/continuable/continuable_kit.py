@@ -340,7 +340,7 @@ class Kit:
         self.script = Script()
         rt.models.register("cmd", self.script.factory)
         self.probe = LifecycleProbe(rt)
-        # Starts and ends per child, indexed once for every wait (see _epoch_counts).
+        # Starts and ends per child, indexed once for every wait (see _epoch_counts_of).
         self._epoch_counts: dict[str, list[int]] = {}
         self._indexed = 0
 
