@@ -156,6 +156,32 @@ class SessionStore(DurableQueues):
             SubagentError: ``SESSION_NOT_FOUND``.
         """
 
+    def read_many(
+        self, session_ids: Iterable[SessionId | str]
+    ) -> dict[SessionId, list[LogRecord] | CorruptRecordError]:
+        """Each given session's whole log, for a reader of many sessions at once
+        (``subagents tree``): a session with a row that does not decode maps to that
+        row's :class:`CorruptRecordError` (as :meth:`read` raises it), and the other
+        logs still read; an id that names no stored session is absent.
+
+        The default reads the logs one by one; the SQL stores read a chunk of
+        sessions per statement.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for an argument that is no list of
+                session ids; a storage error of the whole read.
+        """
+        logs: dict[SessionId, list[LogRecord] | CorruptRecordError] = {}
+        for sid in check_session_ids(session_ids):
+            try:
+                logs[sid] = self.read(sid)
+            except CorruptRecordError as exc:
+                logs[sid] = exc
+            except SubagentError as exc:
+                if exc.code != ErrorCode.SESSION_NOT_FOUND:
+                    raise
+        return logs
+
     @abc.abstractmethod
     def scan(
         self, session_id: SessionId | str, from_seq: int = 0

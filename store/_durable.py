@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -44,6 +44,8 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
 )
+
+from ._validate import check_session_ids
 
 __all__ = [
     "HOLDER_RETENTION",
@@ -214,6 +216,36 @@ class DurableQueues(abc.ABC):
             SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row
                 (without ``damaged``).
         """
+
+    def pending_many(
+        self,
+        session_ids: Iterable[SessionId | str],
+        *,
+        damaged: dict[SessionId, list[int]] | None = None,
+    ) -> dict[SessionId, list[InboxEntry]]:
+        """:meth:`pending` of each given session, for a reader of many (``subagents
+        tree``); an id that names no stored session is absent.
+
+        A row that does not decode raises, unless ``damaged`` is a dict: its place is
+        appended to ``damaged[session_id]`` (a list made on first use) and the row
+        skipped, as with :meth:`pending`. The default asks :meth:`pending` of each
+        session; the SQL stores read a chunk of sessions per statement.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for an argument that is no list of
+                session ids; ``CorruptRecordError`` for a bad row (without ``damaged``).
+        """
+        entries: dict[SessionId, list[InboxEntry]] = {}
+        for sid in check_session_ids(session_ids):
+            places: list[int] | None = None if damaged is None else []
+            try:
+                entries[sid] = self.pending(sid, damaged=places)
+            except SubagentError as exc:
+                if exc.code != ErrorCode.SESSION_NOT_FOUND:
+                    raise
+            if places:
+                damaged[sid] = places  # type: ignore[index]
+        return entries
 
     @abc.abstractmethod
     def complete(

@@ -6,6 +6,7 @@ in SQL both dialects run (see :mod:`._reads`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from subagents.protocol import (
@@ -38,6 +39,9 @@ class SqlQueueReads(DurableQueues):
     _committer: Any
     _limits: Limits
 
+    #: Rows of a table a session at a time (:meth:`SqlReads._each_session`).
+    _each_session: Callable[..., Iterator[tuple[SessionId, Iterator[Any]]]]
+
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
@@ -57,21 +61,55 @@ class SqlQueueReads(DurableQueues):
         )
         if not rows or not rows[0][0]:
             raise not_found(sid)
-        entries = []
+        entries: list[InboxEntry] = []
         for _exists, n, body, epoch in rows:
-            if n is None:
-                continue
-            try:
-                event = decode_event(bytes(body), limits=self._limits)
-                if not isinstance(event, (MessageEvent, ReportEvent)):
-                    raise DecodeError(f"not a message: {event.type!r}")
-            except DecodeError as exc:
-                if damaged is None:
-                    raise _corrupt_entry(sid, n, exc) from exc
-                damaged.append(int(n))
-                continue
-            entries.append(InboxEntry(int(n), event, None if epoch is None else int(epoch)))
+            if n is not None:
+                self._entry(sid, entries, n, body, epoch, damaged)
         return entries
+
+    def pending_many(
+        self,
+        session_ids: Iterable[SessionId | str],
+        *,
+        damaged: dict[SessionId, list[int]] | None = None,
+    ) -> dict[SessionId, list[InboxEntry]]:
+        found: dict[SessionId, list[InboxEntry]] = {}
+        runs = self._each_session(session_ids, "t.n, t.body, t.epoch", "inbox", "t.n", "t.done = 0")
+        for sid, group in runs:
+            entries: list[InboxEntry] = []
+            found[sid] = entries
+            places = None if damaged is None else damaged.setdefault(sid, [])
+            for _key, n, body, epoch in group:
+                if n is not None:  # None: a session with an empty inbox
+                    self._entry(sid, entries, n, body, epoch, places)
+        if damaged is not None:  # only the sessions with damage keep their list
+            for sid in [s for s, p in damaged.items() if not p]:
+                del damaged[sid]
+        return found
+
+    def _entry(
+        self,
+        sid: SessionId,
+        entries: list[InboxEntry],
+        n: Any,
+        body: Any,
+        epoch: Any,
+        damaged: list[int] | None,
+    ) -> None:
+        """Decode one inbox row onto ``entries``; a bad one raises, or is named in
+        ``damaged`` and skipped."""
+        try:
+            if not isinstance(body, (bytes, bytearray, memoryview)):
+                raise DecodeError(f"an inbox body is bytes, got {type(body).__name__}")
+            event = decode_event(bytes(body), limits=self._limits)
+            if not isinstance(event, (MessageEvent, ReportEvent)):
+                raise DecodeError(f"not a message: {event.type!r}")
+        except DecodeError as exc:
+            if damaged is None:
+                raise _corrupt_entry(sid, n, exc) from exc
+            damaged.append(int(n))
+            return
+        entries.append(InboxEntry(int(n), event, None if epoch is None else int(epoch)))
 
     def orphans(self, now: float) -> list[SessionId]:
         at = check_seconds(now, "now")

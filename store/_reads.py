@@ -15,6 +15,8 @@ skipped (derived data).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
@@ -91,6 +93,25 @@ class SqlReads:
             return []
         decode = self._decode
         return [decode(sid, seq, body) for seq, body in rows]
+
+    def read_many(
+        self, session_ids: Iterable[SessionId | str]
+    ) -> dict[SessionId, list[LogRecord] | CorruptRecordError]:
+        logs: dict[SessionId, list[LogRecord] | CorruptRecordError] = {}
+        decode = self._decode
+        runs = self._each_session(session_ids, "t.seq, t.body", "events", "t.seq")
+        for sid, group in runs:
+            records: list[LogRecord] = []
+            logs[sid] = records
+            for _key, seq, body in group:
+                if seq is None:  # a session with no event
+                    break
+                try:
+                    records.append(decode(sid, seq, body))
+                except CorruptRecordError as exc:
+                    logs[sid] = exc
+                    break
+        return logs
 
     def scan(
         self, session_id: SessionId | str, from_seq: int = 0
@@ -340,6 +361,29 @@ class SqlReads:
             name,
         )
         return self._projection_rows(rows)
+
+    def _each_session(
+        self,
+        session_ids: Iterable[SessionId | str],
+        columns: str,
+        table: str,
+        order: str,
+        only: str = "",
+    ) -> Iterator[tuple[SessionId, Iterator[Any]]]:
+        """``columns`` of ``table``'s rows (aliased ``t``; ``only``: a condition on
+        them) of each given stored session, a session at a time, each run ordered by
+        ``order``: ``(session id, rows)``, a row being ``(key, *columns)``; a
+        session with no such row has one row of NULLs. Chunks of sessions per
+        statement; unknown ids are absent."""
+        keys = [s.to_bytes() for s in check_session_ids(session_ids)]
+        rows = self._query_in(
+            f"SELECT s.id, {columns} FROM sessions AS s"
+            f" LEFT JOIN {table} AS t ON t.session = s.id{only and ' AND ' + only}"
+            f" WHERE s.id IN ({{}}) ORDER BY s.id, {order}",
+            keys,
+        )
+        for key, group in itertools.groupby(rows, key=operator.itemgetter(0)):
+            yield self._session_id(bytes(key)), group
 
     def _query_in(self, sql: str, keys: list[bytes], *params: Any) -> list[Any]:
         """Rows of ``sql`` (whose ``{}`` is an ``IN`` list, after ``params``) for every

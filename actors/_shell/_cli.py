@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -50,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="subagents", description="Durable agent trees on pykka actors."
     )
-    parser.add_argument("--version", action="version", version=f"subagents {_version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
@@ -281,8 +280,24 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``, its distribution read only when asked (argparse's own
+    ``version`` action takes the string when the parser is built, for every
+    command)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.update(nargs=0, default=argparse.SUPPRESS)
+        super().__init__(option_strings, argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> None:
+        print(f"subagents {_version()}")  # on stdout, as argparse's own action
+        parser.exit()
+
+
 def _version() -> str:
     """The installed distribution's version (``unknown`` when run from a bare tree)."""
+    import importlib.metadata  # here: 50 ms of every command's start, for --version only
+
     try:
         return importlib.metadata.version("subagents")
     except importlib.metadata.PackageNotFoundError:

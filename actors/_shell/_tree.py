@@ -49,12 +49,15 @@ from subagents.actors._catalog import (
 from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
 from subagents.store import SessionStore, StoredKey
 
-from ._outline import Outline
 from ._output import dumps
+from ._tree_text import active_text, entry_outline, state_text
 
 __all__ = ["collect_trees", "run_tree", "watch_tree"]
 
 Key = SessionId | StoredKey
+
+#: Sessions whose logs and inboxes are read ahead together (a few statements).
+_WINDOW = 500
 
 
 @dataclass(slots=True)
@@ -86,11 +89,27 @@ class _Trees:
         self.scanned = store.scan_headers()
         self.woods: Forest = forest(self.scanned)
         self.listings: dict[SessionId, Listing] = {}
+        # The logs and inboxes of the trees being shown, read a window of
+        # sessions at a time (a statement per session was most of the command).
+        self.logs: dict[SessionId, Any] = {}
+        self.inboxes: dict[SessionId, list[Any]] = {}
+        self.damaged: dict[SessionId, list[int]] = {}
 
     def list_all(self, keys: list[Key]) -> None:
         """List every tree of ``keys`` from the one header scan (see ``entry``)."""
         roots = [k for k in keys if isinstance(k, SessionId)]
         self.listings = self.catalog.list_descendants_many(roots, scanned=self.scanned)
+
+    def prefetch(self, keys: list[Key]) -> None:
+        """Read the logs and inboxes of ``keys`` (a window of the trees shown) in a
+        few statements. Where the database itself is damaged each session is read
+        alone, as without this, so that the damage stays with its own sessions."""
+        sids = [k for k in keys if isinstance(k, SessionId)]
+        self.logs, self.inboxes, self.damaged = {}, {}, {}
+        with contextlib.suppress(SubagentError):
+            self.logs = self.store.read_many(sids)
+        with contextlib.suppress(SubagentError):
+            self.inboxes = self.store.pending_many(sids, damaged=self.damaged)
 
     def fold(
         self, sid: Key, diags: list[dict[str, Any]], *, identity: bool = False
@@ -101,7 +120,11 @@ class _Trees:
         if not isinstance(sid, SessionId):
             return {}
         try:
-            records = self.store.read(sid)
+            records = self.logs.get(sid)
+            if records is None:  # not read ahead
+                records = self.store.read(sid)
+            elif isinstance(records, SubagentError):
+                raise records
             units = self.all_units if identity else self.facts_units
             return units.fold((r.seq, r.event) for r in records)
         except SubagentError as exc:
@@ -129,13 +152,15 @@ class _Trees:
         how many of them are children's reports."""
         if not isinstance(sid, SessionId):
             return 0, 0
-        damaged: list[int] = []
-        try:
-            pending = self.store.pending(sid, damaged=damaged)
-        except SubagentError as exc:
-            if exc.code == ErrorCode.CORRUPT_RECORD:
-                diags.append(self.diag(sid, str(exc)))
-            return 0, 0
+        pending = self.inboxes.get(sid)
+        damaged = self.damaged.get(sid, [])
+        if pending is None:  # not read ahead
+            try:
+                pending = self.store.pending(sid, damaged=damaged)
+            except SubagentError as exc:
+                if exc.code == ErrorCode.CORRUPT_RECORD:
+                    diags.append(self.diag(sid, str(exc)))
+                return 0, 0
         for n in damaged:  # counted: accepted, if unreadable
             diags.append(self.diag(sid, f"inbox entry {n} does not decode"))
         reports = sum(isinstance(e.event, ReportEvent) for e in pending)
@@ -227,7 +252,7 @@ class _Trees:
             name = "(not in the database)"
         title = f"{name}  {key}"
         if known:
-            title += f"  {_state_text({**state.to_json(), 'inbox': inbox})}  {_ms(seconds)}"
+            title += f"  {state_text({**state.to_json(), 'inbox': inbox})}  {active_text(seconds)}"
         if reason is not None:
             title += "  -- detached: " + (
                 "its parent is missing" if reason == "missing-parent" else "parent links loop"
@@ -317,71 +342,27 @@ def _collect(
         spinner.update(f"reading {len(wanted)} trees")
     trees.list_all([key for key, _ in wanted])
     entries: list[_Entry] = []
-    for n, (key, detached) in enumerate(wanted, 1):
-        if spinner is not None:
-            spinner.update(f"listing tree {n}/{len(wanted)} ({key})")
-        entries.append(trees.entry(key, detached))
+    start = 0
+    while start < len(wanted):
+        # A window of whole trees of about _WINDOW sessions, read ahead together.
+        end, keys = start, list[Key]()
+        while end < len(wanted) and (end == start or len(keys) < _WINDOW):
+            key = wanted[end][0]
+            listing = trees.listings.get(key) if isinstance(key, SessionId) else None
+            keys += [key, *(r.id for r in (listing.rows if listing else ()))]
+            end += 1
+        trees.prefetch(keys)
+        for n in range(start, end):
+            key, detached = wanted[n]
+            if spinner is not None:
+                spinner.update(f"listing tree {n + 1}/{len(wanted)} ({key})")
+            entries.append(trees.entry(key, detached))
+        start = end
     return entries, trees
 
 
 def _text(entries: list[_Entry], trees: _Trees) -> str:
-    return "\n".join(_render(entry, trees.woods).render() for entry in entries)
-
-
-def _render(entry: _Entry, woods: Forest) -> Outline:
-    top = Outline(entry.title)
-    data = entry.data
-    nodes: dict[str, Outline] = {data["id"]: top}
-    pending: dict[str, list[dict[str, Any]]] = {}
-    for diag in data["diagnostics"]:
-        pending.setdefault(diag["id"], []).append(diag)
-
-    def line(diag: dict[str, Any]) -> str:
-        return f"[{diag['kind']}] {diag['id']}: {diag['detail']}"
-
-    def node(key: str | None, seen: frozenset[str] = frozenset()) -> Outline:
-        """The node of ``key``; a broken session without a row is its diagnostic line."""
-        if key is None:
-            return top
-        found = nodes.get(key)
-        if found is not None:
-            return found
-        own = pending.get(key)
-        if not own or key in seen:
-            return top
-        parent = node(own[0]["parent_id"], seen | {key})
-        found = nodes[key] = parent.add(line(own.pop(0)))
-        return found
-
-    for row in data["descendants"]:
-        text = (
-            f"{row['label'] or '(unlabelled)'}  {row['mode']}  {_state_text(row)}"
-            f"  {_ms(row['active_seconds'])}  {row['id']}"
-        )
-        nodes[row["id"]] = node(row["parent_id"]).add(text)
-    # A session's diagnostics hang below its node (the first one is the node of a
-    # session that has no row).
-    for key, diags in pending.items():
-        if diags:
-            target = node(key)
-            while diags:
-                target.add(line(diags.pop(0)))
-    return top
+    return "\n".join(entry_outline(e.title, e.data).render() for e in entries)
 
 
 _NO_STATE = {"state": None, "last_activity": None, "last_turn": None}
-
-
-def _state_text(data: dict[str, Any]) -> str:
-    """``settled, last active 2026-01-01 10:00:00Z`` (seconds, UTC)."""
-    at = data["last_activity"]
-    waiting = data.get("inbox") or 0
-    inbox = f", {waiting} in the inbox" if waiting else ""
-    if at is None:
-        return f"{data['state']}{inbox}"
-    when = dt.datetime.fromisoformat(at).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    return f"{data['state']}, last active {when}{inbox}"
-
-
-def _ms(seconds: float | None) -> str:
-    return "active ?" if seconds is None else f"active {seconds * 1000:.1f} ms"

@@ -266,3 +266,61 @@ def test_state_fold(events: list[str], state: str) -> None:
         first = out[0].message_id
         out[1] = TurnStart(turn=0, at=T0, message_ids=(first,))
     assert _fold(out) == state
+
+
+def test_many_trees_are_read_a_window_at_a_time(tmp_path: Path, capsys) -> None:
+    """``tree`` reads the logs and inboxes of about 500 sessions per statement (a
+    tree is never split): over 1,400 sessions in several windows, and one tree of
+    601 bigger than a window, every session shows its own log and inbox."""
+    db = str(tmp_path / "many.db")
+    headers: list[SessionHeader] = []
+
+    def header(parent: SessionHeader | None, i: int) -> SessionHeader:
+        h = SessionHeader(
+            id=new_session_id(),
+            parent_session=None if parent is None else parent.id,
+            origin="user" if parent is None else "subagent",
+            delegation_depth=0 if parent is None else parent.delegation_depth + 1,
+            created_at=T0 + dt.timedelta(seconds=i),
+        )
+        headers.append(h)
+        return h
+
+    big = header(None, 0)
+    for i in range(600):
+        header(big, i)
+    for i in range(700):
+        header(header(None, i), i)
+    queued = {h.id: 1 + i % 3 for i, h in enumerate(headers) if i % 7 == 3}
+    logged = {h.id: i for i, h in enumerate(headers) if i % 5 == 1}
+    with SqliteStore(db) as store:
+        kid = ContinuableDescriptor(
+            provider="local", label="c", agent_provider="local", model="echo"
+        )
+        store.write_many(
+            [("create", h, [descriptor_event(kid)] if h.parent_session else []) for h in headers]
+        )
+        for sid, n in queued.items():
+            store.accept(
+                sid, [MessageEvent(message_id=new_message_id(), content=k) for k in range(n)]
+            )
+        for sid, i in logged.items():
+            mid = new_message_id()
+            at = T0 + dt.timedelta(hours=1, seconds=i)
+            store.append(
+                sid,
+                [
+                    TurnStart(turn=0, at=at, message_ids=(mid,)),
+                    MessageEvent(message_id=mid, content=i),
+                    TurnEnd(turn=0, at=at, stop_reason="completed"),
+                ],
+            )
+    data = _tree_json(capsys, db)
+    assert set(data) == {str(h.id) for h in headers}
+    for h in headers:
+        row = data[str(h.id)]
+        assert row["inbox"] == queued.get(h.id, 0), h.id
+        assert row["state"] == ("waiting" if h.id in queued else "settled"), h.id
+        if h.id in logged:
+            at = T0 + dt.timedelta(hours=1, seconds=logged[h.id])
+            assert row["last_activity"] == at.isoformat(), h.id

@@ -538,6 +538,42 @@ def test_get_projections_of_reads_the_given_sessions_only(
         assert info.value.code == ErrorCode.INVALID_ARGUMENT
 
 
+def test_read_many_and_pending_many_read_the_given_sessions(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """``read_many`` / ``pending_many``: what ``read`` / ``pending`` give, for each of
+    many sessions (in chunks past 500 on the SQL stores), an unknown id absent; an
+    empty log and an empty inbox are empty lists; bad arguments are INVALID_ARGUMENT."""
+    headers = [make_header() for _ in range(1100)]
+    store.write_many([("create", h, []) for h in headers])
+    with_log = headers[::3]
+    for i, h in enumerate(with_log):
+        store.append(h.id, make_events(1 + i % 3, str(i)))
+    with_mail = headers[1::5]
+    for i, h in enumerate(with_mail):
+        store.accept(h.id, make_events(1 + i % 2, f"m{i}"))
+    unknown = new_session_id()
+    asked = [h.id for h in reversed(headers[:1050])] + [unknown, headers[0].id]
+    logs = store.read_many(asked)
+    assert set(logs) == {h.id for h in headers[:1050]}
+    assert all(logs[h.id] == store.read(h.id) for h in headers[:1050:5])
+    assert logs[headers[1].id] == []
+    assert len(logs[headers[3].id]) == 2  # type: ignore[arg-type]
+    inboxes = store.pending_many(asked)
+    assert set(inboxes) == set(logs)
+    assert all(inboxes[h.id] == store.pending(h.id) for h in headers[:1050:5])
+    assert inboxes[headers[0].id] == [] and len(inboxes[headers[6].id]) == 2
+    damaged: dict[Any, list[int]] = {}
+    assert store.pending_many(asked, damaged=damaged) == inboxes
+    assert damaged == {}
+    assert store.read_many([]) == {} and store.pending_many([]) == {}
+    for bad in (headers[0].id, [7], None):
+        for method in (store.read_many, store.pending_many):
+            with pytest.raises(SubagentError) as info:
+                method(bad)  # type: ignore[operator]
+            assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
 def test_sole_root(store: SessionStore, make_header: MakeHeader) -> None:
     """``sole_root()``: the id of the only session stored with no parent, else None
     (none or several); children do not count (the SQL stores: a listing of that

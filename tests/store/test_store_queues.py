@@ -23,6 +23,7 @@ from subagents.protocol import (
     MessageEvent,
     MessageId,
     ReportEvent,
+    SessionId,
     SubagentError,
     TurnEnd,
     TurnStart,
@@ -450,6 +451,15 @@ def test_a_corrupt_inbox_row_can_be_skipped_and_named(
         assert damaged == [2, 3]
         with pytest.raises(CorruptRecordError):
             store.pending(h.id)  # still there, still named without damaged=
+        other = make_header()
+        store.create_session(other, inbox=[MessageEvent(message_id=new_message_id(), content=1)])
+        places: dict[SessionId, list[int]] = {}
+        many = store.pending_many([h.id, other.id], damaged=places)
+        assert many == {h.id: entries, other.id: store.pending(other.id)}
+        assert places == {h.id: [2, 3]}  # a session with no damage has no list
+        with pytest.raises(CorruptRecordError) as err:
+            store.pending_many([other.id, h.id])
+        assert err.value.session_id == h.id
 
 
 def test_deleting_a_session_deletes_its_inbox_and_lease(

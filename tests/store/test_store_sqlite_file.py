@@ -308,6 +308,10 @@ def test_corrupt_row_is_named_and_the_rest_stays_readable(
         assert exc_info.value.seq == 3
         assert [r.event for r in store.read(good.id)] == events
         assert store.last_seq(bad.id) == 3
+        logs = store.read_many([bad.id, good.id])  # one bad log does not hide another
+        err = logs[bad.id]
+        assert isinstance(err, CorruptRecordError) and (err.session_id, err.seq) == (bad.id, 1)
+        assert logs[good.id] == store.read(good.id)
         assert store.append(bad.id, make_events(1)) == [4]  # the log goes on
 
 

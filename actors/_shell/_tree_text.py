@@ -1,0 +1,68 @@
+"""The text form of ``subagents tree``'s entries (their ``--json`` data as lines)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ._outline import Outline
+
+__all__ = ["active_text", "entry_outline", "state_text"]
+
+
+def entry_outline(title: str, data: dict[str, Any]) -> Outline:
+    """One tree entry of ``subagents tree`` as text: its title, each descendant's
+    line below its parent, each diagnostic below the session it names."""
+    top = Outline(title)
+    nodes: dict[str, Outline] = {data["id"]: top}
+    pending: dict[str, list[dict[str, Any]]] = {}
+    for diag in data["diagnostics"]:
+        pending.setdefault(diag["id"], []).append(diag)
+
+    def line(diag: dict[str, Any]) -> str:
+        return f"[{diag['kind']}] {diag['id']}: {diag['detail']}"
+
+    def node(key: str | None, seen: frozenset[str] = frozenset()) -> Outline:
+        """The node of ``key``; a broken session without a row is its diagnostic line."""
+        if key is None:
+            return top
+        found = nodes.get(key)
+        if found is not None:
+            return found
+        own = pending.get(key)
+        if not own or key in seen:
+            return top
+        parent = node(own[0]["parent_id"], seen | {key})
+        found = nodes[key] = parent.add(line(own.pop(0)))
+        return found
+
+    for row in data["descendants"]:
+        text = (
+            f"{row['label'] or '(unlabelled)'}  {row['mode']}  {state_text(row)}"
+            f"  {active_text(row['active_seconds'])}  {row['id']}"
+        )
+        nodes[row["id"]] = node(row["parent_id"]).add(text)
+    # A session's diagnostics hang below its node (the first one is the node of a
+    # session that has no row).
+    for key, diags in pending.items():
+        if diags:
+            target = node(key)
+            while diags:
+                target.add(line(diags.pop(0)))
+    return top
+
+
+def state_text(data: dict[str, Any]) -> str:
+    """``settled, last active 2026-01-01 10:00:00Z`` (seconds, UTC)."""
+    at = data["last_activity"]
+    waiting = data.get("inbox") or 0
+    inbox = f", {waiting} in the inbox" if waiting else ""
+    if at is None:
+        return f"{data['state']}{inbox}"
+    when = dt.datetime.fromisoformat(at).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"{data['state']}, last active {when}{inbox}"
+
+
+def active_text(seconds: float | None) -> str:
+    """``active 12.5 ms`` (``active ?`` when unknown)."""
+    return "active ?" if seconds is None else f"active {seconds * 1000:.1f} ms"
