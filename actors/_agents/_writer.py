@@ -214,6 +214,8 @@ class Writer:
                 self._on_waiting(sid)
 
     def wait(self, ticket: int, timeout: float | None) -> bool:
+        if self._committed >= ticket:  # it only grows: true once is true for good
+            return True  # (every inline write; a settle's flush, 10,000 in a drain)
         waiter = Waiter()  # woken from the writer's thread, which may not be ours
         with self._lock:
             if self._committed >= ticket:

@@ -34,9 +34,13 @@ from ._exit import close_at_exit, closed, deliver_interrupt, install_sigint
 from ._future import ResultFuture, Waiter
 from ._gate import Gate, Latch
 from ._gevent import GeventActor, GeventFuture, native_get_ident
+from ._refindex import install as _install_ref_index
 from ._signal import AbortController, AbortSignal
 from ._telemetry import Telemetry, stamp, telemetry_for, traced
 from ._threadinbox import ThreadActor
+
+# pykka's registry of running actors, with constant-time removal (see _refindex).
+_install_ref_index()
 
 __all__ = [
     "GEVENT",

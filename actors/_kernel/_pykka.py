@@ -24,6 +24,10 @@ What we rely on, and why:
 * the envelope protocol of the loop: an inbox item has ``message`` and
   ``reply_to`` -- the agent puts its own messages into its inbox as their own
   envelopes, saving an allocation per follow-up.
+* ``ActorRegistry._actor_refs`` (and its lock, ``_actor_refs_lock``) -- the
+  registry's list of running actors' refs, swapped at import for an index with
+  constant-time removal (:mod:`._refindex`): pykka removes a stopped actor's ref
+  by two linear scans, quadratic over a drain or close of thousands of actors.
 * typing only: ``pykka._envelope.Envelope``, ``pykka._actor.ActorInbox``,
   ``pykka._future.GetHookFunc``, ``pykka._types.OptExcInfo``.
 """
@@ -37,6 +41,7 @@ from pykka.messages import _ActorStop
 __all__ = [
     "ENVELOPE_FIELDS",
     "PRIVATE_ATTRIBUTES",
+    "REGISTRY_ATTRIBUTES",
     "RUNTIME_HOOKS",
     "STOP",
     "TYPING_NAMES",
@@ -56,6 +61,9 @@ PRIVATE_ATTRIBUTES: Final = (
     ("Actor", "_handle_receive"),
     ("Future", "_get_hook"),
 )
+
+#: ``ActorRegistry``'s class attributes behind :func:`._refindex.install`.
+REGISTRY_ATTRIBUTES: Final = ("_actor_refs", "_actor_refs_lock")
 
 #: Attributes every inbox item must have for pykka's loop (and for our own messages).
 ENVELOPE_FIELDS: Final = ("message", "reply_to")

@@ -15,6 +15,7 @@ from typing import Any
 import pykka
 import pytest
 from subagents.actors._kernel import _pykka
+from subagents.actors._kernel._refindex import RefIndex
 
 OWNERS = {"Actor": pykka.Actor, "Future": pykka.Future}
 
@@ -80,3 +81,71 @@ def test_the_stop_message_stops_an_actor_after_what_it_accepted(backend: Any) ->
 def test_the_version_is_inside_the_pin() -> None:
     version = importlib.metadata.version("pykka")
     assert version.split(".")[0] == "4", version
+
+
+@pytest.mark.parametrize("name", _pykka.REGISTRY_ATTRIBUTES)
+def test_the_registry_attributes_exist(name: str) -> None:
+    assert hasattr(pykka.ActorRegistry, name)
+
+
+def test_the_registry_keeps_its_meaning_over_the_index(backend: Any) -> None:
+    """The registry's refs are a ``RefIndex`` once the runtime is imported, and every
+    registry call means what it meant: start order, lookups by class, name and
+    urn, an actor gone once stopped, ``stop_all`` newest first."""
+    assert isinstance(pykka.ActorRegistry._actor_refs, RefIndex)
+    stopped: list[int] = []
+
+    class Numbered(backend.actor_class):  # type: ignore[misc,name-defined]
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.n = n
+
+        def on_stop(self) -> None:
+            stopped.append(self.n)
+
+    refs = [Numbered.start(n) for n in range(5)]
+    assert pykka.ActorRegistry.get_all() == refs
+    assert pykka.ActorRegistry.get_by_class(Numbered) == refs
+    assert pykka.ActorRegistry.get_by_class_name("Numbered") == refs
+    assert pykka.ActorRegistry.get_by_urn(refs[2].actor_urn) is refs[2]
+    refs[2].stop()
+    assert pykka.ActorRegistry.get_all() == refs[:2] + refs[3:]
+    assert pykka.ActorRegistry.get_by_urn(refs[2].actor_urn) is None
+    pykka.ActorRegistry.stop_all()
+    assert stopped == [2, 4, 3, 1, 0]
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_removing_a_ref_compares_it_with_no_other() -> None:
+    """Unregistering costs the same however many actors run: no ref is compared
+    with the others (pykka's own list compares it with every ref before it, twice),
+    and a ref listed twice is removed once at a time, as from a list."""
+
+    class Ref:
+        compared = 0
+
+        def __eq__(self, other: object) -> bool:
+            Ref.compared += 1
+            return self is other
+
+        __hash__ = object.__hash__
+
+    refs = [Ref() for _ in range(2000)]
+    index = RefIndex(refs)
+    for ref in reversed(refs):  # newest first: the far end of the list
+        assert ref in index
+        index.remove(ref)
+    assert Ref.compared == 0 and len(index) == 0
+    listed = [Ref() for _ in range(1000)]
+    for ref in reversed(listed):
+        assert ref in listed
+        listed.remove(ref)
+    assert Ref.compared > 100_000  # what the list costs: the test can tell them apart
+    one, other = Ref(), Ref()
+    index = RefIndex([one, other, one])
+    assert list(index) == [one, one, other] and len(index) == 3 and index[:] == list(index)
+    index.remove(one)
+    assert list(index) == [one, other]
+    index.remove(one)
+    with pytest.raises(ValueError):
+        index.remove(one)
