@@ -22,6 +22,7 @@ from typing import Any, Final
 from . import _fields as field
 from ._codec import check_shape, pack_shaped, packb, unpackb
 from ._errors import DecodeError, EncodeError, ErrorCode, SubagentError
+from ._hot_read import HOT_READ
 from ._hot_wire import HOT_WIRE
 from ._limits import DEFAULT_LIMITS, Limits
 from ._vocabulary import (
@@ -298,6 +299,17 @@ def event_from_wire(wire: Any) -> Event:
     type_name = wire.get("type")
     if type(type_name) is not str:
         raise DecodeError("an event needs a str 'type'")
+    hot = HOT_READ.get(type_name)
+    if hot is not None:  # a turn's events: read inline (see _hot_read)
+        event = hot(wire)
+        if event is not None:
+            return event
+    return table_event(type_name, wire)
+
+
+def table_event(type_name: str, wire: dict[str, Any]) -> Event:
+    """:func:`event_from_wire` of a map of type ``type_name`` by the checker table
+    alone: every rule and its message."""
     cls = EVENT_TYPES.get(type_name)
     if cls is None:
         return UnknownEvent(
