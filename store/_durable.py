@@ -243,8 +243,8 @@ class DurableQueues(abc.ABC):
             except SubagentError as exc:
                 if exc.code != ErrorCode.SESSION_NOT_FOUND:
                     raise
-            if places:
-                damaged[sid] = places  # type: ignore[index]
+            if damaged is not None and places:
+                damaged[sid] = places
         return entries
 
     @abc.abstractmethod

@@ -78,13 +78,12 @@ class SqlQueueReads(DurableQueues):
         for sid, group in runs:
             entries: list[InboxEntry] = []
             found[sid] = entries
-            places = None if damaged is None else damaged.setdefault(sid, [])
+            places: list[int] | None = None if damaged is None else []
             for _key, n, body, epoch in group:
                 if n is not None:  # None: a session with an empty inbox
                     self._entry(sid, entries, n, body, epoch, places)
-        if damaged is not None:  # only the sessions with damage keep their list
-            for sid in [s for s, p in damaged.items() if not p]:
-                del damaged[sid]
+            if damaged is not None and places:  # only a session with damage gets a list
+                damaged[sid] = places
         return found
 
     def _entry(

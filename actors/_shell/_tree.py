@@ -102,8 +102,9 @@ class _Trees:
 
     def prefetch(self, keys: list[Key]) -> None:
         """Read the logs and inboxes of ``keys`` (a window of the trees shown) in a
-        few statements. Where the database itself is damaged each session is read
-        alone, as without this, so that the damage stays with its own sessions."""
+        few statements. Where a read of many fails (the database itself damaged),
+        each session is read alone instead, so that the damage stays with its own
+        sessions and any other failure is met as it was before."""
         sids = [k for k in keys if isinstance(k, SessionId)]
         self.logs, self.inboxes, self.damaged = {}, {}, {}
         with contextlib.suppress(SubagentError):
