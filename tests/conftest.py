@@ -20,7 +20,7 @@ store, the CLI, examples) keep their bytecode in a cache of the tests' own under
 the system's temporary directory (``PYTHONPYCACHEPREFIX``), even where the
 environment sets ``PYTHONDONTWRITEBYTECODE``: otherwise each of them compiles the
 package from source again (about 0.1 s a process; a crash-replay and CLI subset
-ran 140 s before, 109 s after with the cache cold, as in CI). Nothing is written
+ran 140 s before, 100-109 s after with the cache cold, as in CI). Nothing is written
 next to the sources.
 
 This file imports only the runtime module it owns (``subagents.actors._kernel._backend``).
