@@ -23,6 +23,10 @@ package from source again (about 0.1 s a process; a crash-replay and CLI subset
 ran 140 s before, 100-109 s after with the cache cold, as in CI). Nothing is written
 next to the sources.
 
+``pytest`` runs in test workers (``pytest-xdist``, ``pyproject.toml``): a
+worker sends its reports as UTF-8, so strings in them are made encodable first
+(a turn that failed with a lone surrogate in its exception logs one).
+
 This file imports only the runtime module it owns (``subagents.actors._kernel._backend``).
 """
 
@@ -166,6 +170,34 @@ def run_in() -> Callable[..., Any]:
         return box.get("value")
 
     return run
+
+
+# -- reports across processes ------------------------------------------------------
+
+
+def _utf8_safe(value: Any) -> Any:
+    """``value`` with every string made encodable as UTF-8 (a lone surrogate
+    escaped as ``\\udXXX``), through lists, tuples and dicts."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {k: _utf8_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_utf8_safe(v) for v in value)
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: Any) -> Generator[None, Any, Any]:
+    # A test worker (``pytest -n``) sends its reports as UTF-8: a test whose
+    # captured log holds a lone surrogate (a turn that failed with one in its
+    # exception) would otherwise end the worker with an encoding error.
+    data = yield
+    return _utf8_safe(data)
 
 
 # -- the leak guard ---------------------------------------------------------------

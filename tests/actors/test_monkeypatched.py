@@ -59,8 +59,10 @@ os._exit(code)
 @pytest.mark.skipif(gevent.monkey.is_module_patched("threading"), reason="already the patched pass")
 def test_suite_passes_monkey_patched() -> None:
     env = dict(os.environ, SUBAGENTS_MONKEYPATCHED_RUN="1", PYTHONFAULTHANDLER="1")
+    # "-n 0": in this process, which gevent patched, not in test workers of their own.
+    args = ["-q", "-p", "no:cacheprovider", "-n", "0", "-x", *PATCHED_SUITE]
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, "-q", "-p", "no:cacheprovider", "-x", *PATCHED_SUITE],
+        [sys.executable, "-c", CHILD, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
