@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from subagents.actors import Runtime
 from subagents.actors._catalog import ProjectionRegistry, session_state, session_state_unit
 from subagents.actors._kernel._backend import Backend
 from subagents.actors._shell._cli import main
+from subagents.actors._shell._tree_text import state_text, utc_seconds
 from subagents.actors.testing import Block, Fail, Gate, Reply, ScriptedBehaviour
 from subagents.protocol import (
     ContinuableDescriptor,
@@ -324,3 +327,28 @@ def test_many_trees_are_read_a_window_at_a_time(tmp_path: Path, capsys) -> None:
         if h.id in logged:
             at = T0 + dt.timedelta(hours=1, seconds=logged[h.id])
             assert row["last_activity"] == at.isoformat(), h.id
+
+
+@given(
+    when=st.datetimes(
+        min_value=dt.datetime(1, 1, 1),
+        max_value=dt.datetime(9999, 12, 30),
+        timezones=st.just(dt.UTC),
+    )
+    | st.datetimes(
+        min_value=dt.datetime(2, 1, 1),
+        max_value=dt.datetime(9999, 12, 30),
+        timezones=st.builds(
+            dt.timezone,
+            st.timedeltas(min_value=dt.timedelta(hours=-23), max_value=dt.timedelta(hours=23)),
+        ),
+    )
+)
+def test_last_activity_text_is_its_utc_second(when: dt.datetime) -> None:
+    """Issue 17 point 2: the text form shows last activity as its UTC second, cut
+    (``2026-01-01 10:00:00Z``), whether the stored text is UTC (cut from the string)
+    or carries another offset (converted)."""
+    expected = when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    assert utc_seconds(when.isoformat()) == expected
+    data = {"state": "waiting", "last_activity": when.isoformat()}
+    assert state_text(data) == f"waiting, last active {expected}"
