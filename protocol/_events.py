@@ -22,7 +22,7 @@ from typing import Any, Final
 from . import _fields as field
 from ._codec import check_shape, pack_shaped, packb, unpackb
 from ._errors import DecodeError, EncodeError, ErrorCode, SubagentError
-from ._hot_read import HOT_READ
+from ._hot_read import HOT_READ, hot_header
 from ._hot_wire import HOT_WIRE
 from ._limits import DEFAULT_LIMITS, Limits
 from ._vocabulary import (
@@ -359,6 +359,13 @@ def header_to_wire(header: SessionHeader) -> dict[str, Any]:
 def header_from_wire(wire: Any) -> SessionHeader:
     if not isinstance(wire, dict):
         raise DecodeError(f"a session header is a map, got {type(wire).__name__}")
+    header = hot_header(wire)  # the common case, read inline (see _hot_read)
+    return header if header is not None else table_header(wire)
+
+
+def table_header(wire: dict[str, Any]) -> SessionHeader:
+    """:func:`header_from_wire` of a map by the checker table alone: every rule and
+    its message."""
     header: SessionHeader = _build(SessionHeader, _HEADER_CHECKERS, wire)
     return header
 

@@ -12,6 +12,9 @@ accepts it or raises its precise :class:`~._errors.DecodeError`: the rules and
 their messages live there once, and here only the test that nothing needs
 saying. Keys the table does not know are ignored, as it ignores them.
 
+:func:`hot_header` does the same for a session header (a listing and
+``subagents tree`` read one per session).
+
 ``tests/protocol/test_protocol_hot_read.py`` checks the two paths agree on every
 map hypothesis makes, valid or not.
 """
@@ -24,22 +27,26 @@ from typing import Any, Final
 
 from ._ids import MessageId, SessionId
 from ._time import storable_datetime
-from ._trusted import trusted_message, trusted_source, trusted_turn_end, trusted_turn_start
-from ._vocabulary import SOURCE_KINDS, STOP_REASONS, Event
+from ._trusted import (
+    trusted_header,
+    trusted_message,
+    trusted_source,
+    trusted_turn_end,
+    trusted_turn_start,
+)
+from ._vocabulary import ORIGINS, SOURCE_KINDS, STOP_REASONS, Event, SessionHeader
 
-__all__ = ["HOT_READ"]
+__all__ = ["HOT_READ", "hot_header"]
 
 _UTC = _dt.UTC
 _datetime = _dt.datetime
 _STOPS: Final = frozenset(STOP_REASONS)
+_ABSENT: Final = object()
 
 
 def _at(wire: dict[str, Any]) -> Any:
     """The map's ``at`` when it is a storable datetime, else None."""
-    at = wire.get("at")
-    if type(at) is _datetime and (at.tzinfo is _UTC or storable_datetime(at)):
-        return at
-    return None
+    return _at_of(wire.get("at"))
 
 
 def _turn(wire: dict[str, Any]) -> Any:
@@ -99,3 +106,38 @@ HOT_READ: Final[dict[Any, Callable[[dict[str, Any]], Event | None]]] = {
     "turn/start": _turn_start,
     "turn/end": _turn_end,
 }
+
+
+def hot_header(wire: dict[str, Any]) -> SessionHeader | None:
+    """The header of a map whose fields pass the table's checks, else None (the
+    table's path: it accepts the map or words its refusal)."""
+    sid = wire.get("id")
+    parent = wire.get("parent_session", _ABSENT)  # required, if nil
+    origin = wire.get("origin")
+    depth = wire.get("delegation_depth")
+    created = _at_of(wire.get("created_at"))
+    label = wire.get("label")
+    seed_len = wire.get("seed_len", 0)
+    max_inbox = wire.get("max_inbox")
+    if (
+        type(sid) is not SessionId
+        or (parent is not None and type(parent) is not SessionId)
+        or type(origin) is not str
+        or origin not in ORIGINS
+        or type(depth) is not int
+        or depth < 0
+        or created is None
+        or (label is not None and type(label) is not str)
+        or type(seed_len) is not int
+        or seed_len < 0
+        or (max_inbox is not None and (type(max_inbox) is not int or max_inbox < 1))
+    ):
+        return None
+    return trusted_header(sid, parent, origin, depth, created, label, seed_len, max_inbox)
+
+
+def _at_of(at: Any) -> Any:
+    """``at`` when it is a storable datetime, else None."""
+    if type(at) is _datetime and (at.tzinfo is _UTC or storable_datetime(at)):
+        return at
+    return None

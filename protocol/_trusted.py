@@ -1,22 +1,32 @@
-"""Trusted constructors of the three events a turn appends, and of a decoded source."""
+"""Trusted constructors of the three events a turn appends, and of a decoded source
+and session header."""
 
 from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 from typing import Any
 
 from ._ids import MessageId
-from ._vocabulary import Event, MessageEvent, MessageSource, TurnEnd, TurnStart
+from ._vocabulary import Event, MessageEvent, MessageSource, SessionHeader, TurnEnd, TurnStart
 
-__all__ = ["trusted_message", "trusted_source", "trusted_turn_end", "trusted_turn_start"]
+__all__ = [
+    "trusted_header",
+    "trusted_message",
+    "trusted_source",
+    "trusted_turn_end",
+    "trusted_turn_start",
+]
 
 ## A frozen dataclass __init__ sets each field through object.__setattr__ (about
 # 0.15 us a field). The turn loop builds three events per turn from values it
-# made itself, so it uses these positional constructors, which store through the
-# slot descriptors directly: ~0.5 us less per turn. They skip nothing but the
-# keyword handling -- the values are the same, and equality, hashing, repr and
-# encoding see an ordinary instance. Everyone else uses the dataclass constructors.
+# made itself, and the decoder a turn's events and a session header from values
+# it checked, so they use these positional constructors, which store through the
+# slot descriptors directly: ~0.5 us less per turn, 6.6 -> 2.9 us a header read.
+# They skip nothing but the keyword handling -- the values are the same, and
+# equality, hashing, repr and encoding see an ordinary instance. Everyone else
+# uses the dataclass constructors.
 
 _new = object.__new__
 
@@ -29,6 +39,8 @@ _TS = _slot_setters(TurnStart, "turn", "at", "message_ids", "redelivered")
 _ME = _slot_setters(MessageEvent, "message_id", "content", "source")
 _TE = _slot_setters(TurnEnd, "turn", "at", "stop_reason", "output", "structured", "error", "usage")
 _MS = _slot_setters(MessageSource, "kind", "session_id", "trace")  # type: ignore[arg-type]
+#: A header's setters in field order (``trusted_header``'s parameters).
+_SH = _slot_setters(SessionHeader, *(f.name for f in fields(SessionHeader)))  # type: ignore[arg-type]
 
 
 def trusted_source(kind: str, session_id: Any, trace: str | None) -> MessageSource:
@@ -81,3 +93,28 @@ def trusted_turn_end(
     set_error(ev, error)
     set_usage(ev, usage)
     return ev
+
+
+def trusted_header(
+    id: Any,
+    parent_session: Any,
+    origin: str,
+    delegation_depth: int,
+    created_at: _dt.datetime,
+    label: str | None,
+    seed_len: int,
+    max_inbox: int | None,
+) -> SessionHeader:
+    """A :class:`SessionHeader` of checked values (the decoder's: a listing or
+    ``subagents tree`` reads one per session)."""
+    header = _new(SessionHeader)
+    set_id, set_parent, set_origin, set_depth, set_created, set_label, set_seed, set_max = _SH
+    set_id(header, id)
+    set_parent(header, parent_session)
+    set_origin(header, origin)
+    set_depth(header, delegation_depth)
+    set_created(header, created_at)
+    set_label(header, label)
+    set_seed(header, seed_len)
+    set_max(header, max_inbox)
+    return header

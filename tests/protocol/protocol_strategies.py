@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 from subagents.protocol import (
     EVENT_TYPES,
     AgentOptionsEvent,
+    DecodeError,
     Event,
     InterruptEvent,
     MessageEvent,
@@ -196,3 +198,22 @@ def _key(mapping: dict[Any, Any], key: Any) -> Any:
         if k == key:
             return k
     raise KeyError(key)
+
+
+def assert_same_reading(
+    inline: Callable[[Any], Any], table: Callable[[Any], Any], wire: dict[str, Any]
+) -> None:
+    """``inline(wire)`` and ``table(wire)`` read the same value (of the same types
+    all the way down), or both refuse it with the same :class:`DecodeError` text."""
+    seen = []
+    for read in (inline, table):
+        try:
+            seen.append(("read", read(wire)))
+        except DecodeError as exc:
+            seen.append(("refused", str(exc)))
+    (inline_kind, inline_value), (table_kind, table_value) = seen
+    assert inline_kind == table_kind, (wire, seen)
+    if inline_kind == "refused":
+        assert inline_value == table_value, (wire, seen)
+    else:
+        assert strict_eq(inline_value, table_value), (wire, seen)
