@@ -15,8 +15,8 @@ saying. Keys the table does not know are ignored, as it ignores them.
 :func:`hot_header` does the same for a session header (a listing and
 ``subagents tree`` read one per session).
 
-``tests/protocol/test_protocol_hot_read.py`` checks the two paths agree on every
-map hypothesis makes, valid or not.
+``tests/protocol/test_protocol_hot_read.py`` (and ``test_protocol_hot_header.py``)
+check the two paths agree on every map hypothesis makes, valid or not.
 """
 
 from __future__ import annotations

@@ -217,3 +217,18 @@ def assert_same_reading(
         assert inline_value == table_value, (wire, seen)
     else:
         assert strict_eq(inline_value, table_value), (wire, seen)
+
+
+#: A change's value that drops the field (see :func:`changed`).
+DROPPED: Any = object()
+
+
+def changed(wire: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """``wire`` with ``change`` applied in place: each field set to its value, or
+    dropped where the value is :data:`DROPPED`."""
+    for name, value in change.items():
+        if value is DROPPED:
+            wire.pop(name, None)
+        else:
+            wire[name] = value
+    return wire

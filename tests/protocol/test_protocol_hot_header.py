@@ -15,7 +15,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from protocol_strategies import (
+    DROPPED,
     assert_same_reading,
+    changed,
     message_ids,
     session_ids,
     strict_eq,
@@ -53,7 +55,6 @@ spoils = st.one_of(
     st.datetimes(timezones=st.just(dt.timezone(dt.timedelta(hours=5)))),
 )
 _FIELDS = tuple(f.name for f in dataclasses.fields(SessionHeader))
-_DROPPED = object()
 
 
 @st.composite
@@ -63,11 +64,7 @@ def header_maps(draw: st.DrawFn) -> dict[str, Any]:
     wire: dict[str, Any] = unpackb(encode_header(draw(valid_headers)))
     count = draw(st.integers(0, 2))
     for name in set(draw(st.lists(st.sampled_from(_FIELDS), min_size=count, max_size=count))):
-        value = draw(st.one_of(st.just(_DROPPED), spoils))
-        if value is _DROPPED:
-            wire.pop(name, None)
-        else:
-            wire[name] = value
+        changed(wire, {name: draw(st.one_of(st.just(DROPPED), spoils))})
     if draw(st.booleans()):
         wire["extra"] = draw(spoils)
     return wire
@@ -100,9 +97,9 @@ def test_each_check_of_the_inline_header_reader() -> None:
     )
     for change in (
         {"id": str(header.id)},
-        {"id": _DROPPED},
+        {"id": DROPPED},
         {"parent_session": None},
-        {"parent_session": _DROPPED},
+        {"parent_session": DROPPED},
         {"parent_session": "x"},
         {"origin": "agent"},
         {"origin": 1},
@@ -112,23 +109,17 @@ def test_each_check_of_the_inline_header_reader() -> None:
         {"created_at": at.astimezone(dt.timezone(dt.timedelta(hours=5)))},
         {"created_at": "2026-01-01"},
         {"label": None},
-        {"label": _DROPPED},
+        {"label": DROPPED},
         {"label": 5},
-        {"seed_len": _DROPPED},
+        {"seed_len": DROPPED},
         {"seed_len": -1},
         {"seed_len": 1.0},
         {"max_inbox": None},
-        {"max_inbox": _DROPPED},
+        {"max_inbox": DROPPED},
         {"max_inbox": 0},
         {"max_inbox": False},
     ):
-        wire = unpackb(encode_header(header))
-        for name, value in change.items():
-            if value is _DROPPED:
-                del wire[name]
-            else:
-                wire[name] = value
-        _assert_agree(wire)
+        _assert_agree(changed(unpackb(encode_header(header)), change))
 
 
 def test_an_ordinary_header_takes_the_inline_path() -> None:
