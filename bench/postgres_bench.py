@@ -61,7 +61,8 @@ def _server(ctx: Context) -> Iterator[str | None]:
     finally:
         sys.path.pop(0)
     try:
-        cluster = pgcluster.start()  # its own directory: the server user must reach it
+        # Its own directory (the server user must reach it), watched: a killed run leaves none.
+        cluster = pgcluster.start(owner_pid=os.getpid())
     except RuntimeError as exc:
         ctx.log(f"postgres: no server ({exc}); rows skipped")
         yield None

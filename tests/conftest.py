@@ -523,7 +523,8 @@ def _throwaway_cluster() -> Iterator[Any]:
     import pgcluster
 
     try:
-        cluster = pgcluster.start()
+        # Watched: a worker killed on a timeout still leaves no server running.
+        cluster = pgcluster.start(owner_pid=os.getpid())
     except RuntimeError as exc:
         if os.environ.get("SUBAGENTS_REQUIRE_POSTGRES"):
             raise

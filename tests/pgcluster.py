@@ -4,20 +4,26 @@
 free loopback port (trust authentication, nothing listening beyond 127.0.0.1),
 and returns a :class:`Cluster` whose ``url`` a store opens. PostgreSQL refuses to
 run as root: as root, every server command runs as the ``postgres`` system user
-(``su``) in a directory that user owns. ``stop()`` stops the server (``-m
+(``su``) in a directory that user owns. ``destroy()`` stops the server (``-m
 immediate``) and removes the directory; ``restart()`` stops and starts it on the
 same port (a server restart in the middle of a test).
+
+``start(owner_pid=PID)`` also leaves a watcher behind: a detached process that
+destroys the cluster when process PID ends without doing so itself (a test worker
+killed by SIGKILL or ended by ``os._exit`` on a timeout runs no cleanup).
 
 From a shell (``.ci/run``)::
 
     python tests/pgcluster.py start DIR   # prints the url; DIR must not exist
     python tests/pgcluster.py stop DIR
+    python tests/pgcluster.py watch PID DIR   # what start(owner_pid=PID) runs
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import select
 import shlex
 import shutil
 import socket
@@ -94,8 +100,9 @@ class Cluster:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def start(base: str | os.PathLike[str] | None = None) -> Cluster:
+def start(base: str | os.PathLike[str] | None = None, *, owner_pid: int | None = None) -> Cluster:
     """Create and start a cluster in ``base`` (a new temporary directory by default).
+    With ``owner_pid``, a watcher destroys it once that process has ended.
 
     Raises:
         RuntimeError: no PostgreSQL server on this machine, or it failed to start.
@@ -116,11 +123,40 @@ def start(base: str | os.PathLike[str] | None = None) -> Cluster:
     if done.returncode != 0:
         raise RuntimeError(f"initdb failed: {done.stdout}{done.stderr}")
     (path / "port").write_text(str(cluster.port))
+    if owner_pid is not None:
+        # Before the server starts: an owner killed from here on leaves nothing.
+        subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "watch", str(owner_pid), str(path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
     cluster.start()
     return cluster
 
 
+def _wait_for_exit(pid: int) -> None:
+    """Block until process ``pid`` has ended (a pidfd: no polling while it lives)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def _destroy(base: Path) -> None:
+    bin_dir = bindir()
+    if bin_dir is not None and (base / "port").exists():
+        Cluster(base, int((base / "port").read_text()), bin_dir).destroy()
+
+
 def _main(argv: list[str]) -> int:
+    if argv[:1] == ["watch"] and len(argv) == 3:
+        _wait_for_exit(int(argv[1]))
+        _destroy(Path(argv[2]))  # gone already when the owner cleaned up itself
+        return 0
     if len(argv) != 2 or argv[0] not in ("start", "stop"):
         print(__doc__, file=sys.stderr)
         return 2
@@ -128,9 +164,7 @@ def _main(argv: list[str]) -> int:
     if argv[0] == "start":
         print(start(base).url)
         return 0
-    bin_dir = bindir()
-    if bin_dir is not None and (base / "port").exists():
-        Cluster(base, int((base / "port").read_text()), bin_dir).destroy()
+    _destroy(base)
     return 0
 
 
