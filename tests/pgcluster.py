@@ -125,10 +125,12 @@ def start(base: str | os.PathLike[str] | None = None, *, owner_pid: int | None =
     (path / "port").write_text(str(cluster.port))
     if owner_pid is not None:
         # Before the server starts: an owner killed from here on leaves nothing.
-        subprocess.Popen(
+        # The command forks the watcher off and returns: nothing of ours stays a
+        # child (a Popen collected while its process runs is a ResourceWarning).
+        subprocess.run(
             [sys.executable, os.path.abspath(__file__), "watch", str(owner_pid), str(path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, check=True, timeout=60,
         )  # fmt: skip
     cluster.start()
     return cluster
@@ -154,6 +156,8 @@ def _destroy(base: Path) -> None:
 
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["watch"] and len(argv) == 3:
+        if os.fork():
+            return 0
         _wait_for_exit(int(argv[1]))
         _destroy(Path(argv[2]))  # gone already when the owner cleaned up itself
         return 0
