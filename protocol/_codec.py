@@ -290,11 +290,24 @@ def _unpack_small(data: bytes | bytearray, limits: Limits) -> Any:
         raise DecodeError("trailing data after the frame") from None
     except Exception as exc:  # incomplete input, bad format, unhashable key...
         raise DecodeError(f"malformed or truncated frame: {exc!r}"[:300]) from exc
-    # Each level of nesting takes at least one byte: a frame no longer than
-    # max_depth cannot nest deeper than it.
-    if size > limits.max_depth and (type(obj) is dict or type(obj) is list):
+    # Each level of nesting takes a container header byte of its own, and ids (the
+    # only ext values) nest nothing: a frame with at most max_depth bytes that
+    # could be such a header cannot nest deeper. Counting them is one C pass
+    # (0.3 us for a 144-byte header), walking the decoded value 4.8 us.
+    if (
+        size > limits.max_depth
+        and (type(obj) is dict or type(obj) is list)
+        and len(data.translate(None, _NOT_CONTAINER_TAG)) > limits.max_depth
+    ):
         check_depth(obj, limits.max_depth)
     return obj
+
+
+# Every byte value but msgpack's container headers: fixmap, fixarray, array 16/32
+# and map 16/32.
+_NOT_CONTAINER_TAG: Final = bytes(
+    b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF)
+)
 
 
 _DEFAULTS_COVER_SMALL: Final = (
