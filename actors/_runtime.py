@@ -362,10 +362,19 @@ class Runtime:
         store. Idempotent.
 
         Raises:
-            SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent (before
-                anything changed: call it from the runtime's own thread).
+            SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent, or
+                from one of this runtime's turns, which it would wait for (before
+                anything changed: call it from the runtime's own thread, outside
+                its agents).
         """
         self._check_thread()
+        agent = self.agents.running_here()
+        if agent is not None:
+            raise SubagentError(
+                f"close() from a turn of {agent.session_id} would wait for that turn:"
+                " close the runtime from outside its agents",
+                code=ErrorCode.WRONG_THREAD,
+            )
         with self._close_lock:
             if self._closed:
                 return

@@ -197,6 +197,11 @@ class Agent(Followups):
     ) -> None:
         """Cancel everything, stop the actor, unregister, release the session.
 
+        The running turn is cancelled and every queued message is discarded: the
+        behaviour never sees it, and the log keeps it as a turn that ended
+        ``cancelled`` with error ``discarded unrun`` (``Runtime.close()`` keeps
+        queued messages for the next activation instead).
+
         Idempotent; a concurrent second call waits for the first to finish.
         Called from the agent's own turn, or with ``wait=False``, it does not wait
         for the actor: the release completes in the actor's ``on_stop``.

@@ -326,12 +326,13 @@ class Inbox:
         """Abort the running turn's signal; returns without waiting.
 
         With ``keep_inbox=True`` queued messages still run later, in order; with
-        ``False`` every message accepted before this call is skipped. Work claimed
-        into the interrupted turn is not requeued either way. Skipped messages
-        leave the durable inbox too, unless ``keep_accepted=True`` (the runtime is
-        closing): then they -- and the message of a turn this cancels -- stay
-        accepted and run at the session's next activation (the cancelled turn's
-        as a redelivery).
+        ``False`` every message accepted before this call is skipped: logged as a
+        turn that ended ``cancelled`` unrun (a quiet report waits for the next
+        turn instead). Work claimed into the interrupted turn is not requeued
+        either way. Skipped messages leave the durable inbox too, unless
+        ``keep_accepted=True`` (the runtime is closing): then they -- and the
+        message of a turn this cancels -- stay accepted and run at the session's
+        next activation (the cancelled turn's as a redelivery).
         """
         with self._lock:
             turn = self._turns.current

@@ -125,32 +125,29 @@ class TurnRunner:
     def discard(self, message: Any) -> None:
         """A message accepted before a cancel without ``keep_inbox``: never run.
 
-        Under strict durability it leaves the durable inbox as it is skipped
-        (write-behind, one group commit for a discarded backlog) -- unless the
-        runtime is closing: then it stays, given back to nobody with the lease,
-        and runs at the session's next activation.
+        A message is logged all the same, as a turn that ended ``cancelled``
+        without running its behaviour (error ``discarded unrun``), with the events
+        it carries (a child's descriptor): every accepted id stays in the log and a
+        child whose prompt was discarded keeps its identity. A quiet report is not
+        a turn: it waits for the next one as usual. Under strict durability the
+        message leaves the durable inbox with that record -- unless the runtime is
+        closing: then nothing is recorded and it stays, given back to nobody with
+        the lease, to run at the session's next activation.
         """
-        sessions = self._host.sessions
-        if sessions.strict and type(message) is not Call:
-            if self.keep_accepted:
-                session = self._session
-                if session.unrun is None:
-                    session.unrun = []
-                session.unrun.append(message.message_id)
-            else:
-                self._complete_discarded(message)
-        if type(message) is Deliver and message.on_end is not None:
-            notify(message.on_end, TurnOutcome(-1, "cancelled", None, None, "discarded unrun"))
-
-    def _complete_discarded(self, message: Any) -> None:
-        try:
-            self._host.sessions.append(self._session, (), done=(message.message_id,))
-        except SubagentError:
-            logger.warning(
-                "could not complete discarded message %s of %s",
-                message.message_id,
-                self._session.id,
-            )
+        kind = type(message)
+        if kind is Call:
+            return
+        if self.keep_accepted and self._host.sessions.strict:
+            session = self._session
+            if session.unrun is None:
+                session.unrun = []
+            session.unrun.append(message.message_id)
+            if kind is Deliver and message.on_end is not None:
+                notify(message.on_end, TurnOutcome(-1, "cancelled", None, None, DISCARDED))
+        elif kind is Deliver:
+            self.run_turn(message, DISCARDED)
+        else:
+            self.handle(message)
 
     def pending_context(self) -> list[list[Any]]:
         """Quiet reports no turn has seen yet, as checkpoint data."""
@@ -182,7 +179,9 @@ class TurnRunner:
             logger.warning("could not record %s taken: %s", d.message_id, exc)
         return True
 
-    def run_turn(self, d: Deliver) -> None:
+    def run_turn(self, d: Deliver, unrun: str | None = None) -> None:
+        """Run ``d`` as the next turn; with ``unrun`` (why), record it as a turn
+        that ended ``cancelled`` without calling the behaviour."""
         if d.redelivered == UNTAKEN and not self._take(d):
             if d.on_end is not None:
                 notify(d.on_end, TurnOutcome(-1, "cancelled", None, None, "not ours to run"))
@@ -218,8 +217,11 @@ class TurnRunner:
         started = time.perf_counter()
         try:
             sessions.begin_turn(session, record)
-            output = self._behaviour.on_turn(turn)
-            stop = "cancelled" if turn.cancelled else "completed"
+            if unrun is None:
+                output = self._behaviour.on_turn(turn)
+                stop = "cancelled" if turn.cancelled else "completed"
+            else:
+                stop, error = "cancelled", unrun
         except SubagentError as exc:
             if exc.code == ErrorCode.CANCELLED or turn.cancelled:
                 stop = "cancelled"
@@ -232,12 +234,13 @@ class TurnRunner:
         record.elapsed = elapsed = time.perf_counter() - started
         if traced is not None:
             Telemetry.leave_turn(traced)
-        times = self.times
-        if len(times) < WINDOW:
-            times.append(elapsed)
-        else:
-            times[self.turns_ended % WINDOW] = elapsed
-        host.counters.times.append(elapsed)
+        if unrun is None:  # a turn that never ran has no time to count
+            times = self.times
+            if len(times) < WINDOW:
+                times.append(elapsed)
+            else:
+                times[self.turns_ended % WINDOW] = elapsed
+            host.counters.times.append(elapsed)
         self.current = None
         self.ended = turn
         self.turns_ended += 1
@@ -285,6 +288,9 @@ class TurnRunner:
         """Log messages the running turn took from steering, inside the turn."""
         events = [trusted_message(m.message_id, m.content, m.source) for m in messages]
         self._host.sessions.append(self._session, events, defer=True)  # stored with turn/end
+
+
+DISCARDED = "discarded unrun"
 
 
 def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:

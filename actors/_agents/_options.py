@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from subagents.protocol import Event, RecordedOptions, agent_options_event
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    RecordedOptions,
+    SubagentError,
+    agent_options_event,
+    check_name,
+)
 
 __all__ = ["AgentOptions", "recorded_model"]
 
@@ -20,6 +27,10 @@ class AgentOptions:
     delegation depth, never lower it. ``depth_cap`` is the absolute delegation cap
     this agent and its descendants live under (set by a one-shot ``max_depth``).
     ``extensions`` is merge-extensible and never persisted.
+
+    Checked when built: a value the log or the depth rules cannot use raises
+    ``SubagentError`` ``INVALID_ARGUMENT`` here, not in a later turn or write. A
+    ``tool_filter`` given as a list is kept as a tuple.
     """
 
     model: str = "echo"
@@ -29,6 +40,41 @@ class AgentOptions:
     subagent_depth: int | None = None
     depth_cap: int | None = None
     extensions: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("model", "provider"):
+            value = getattr(self, name)
+            if type(value) is not str or not value:
+                raise _invalid(f"{name} must be a non-empty str, got {type(value).__name__}")
+            check_name(value, name)
+        check_name(self.persona, "persona")
+        tools: Any = self.tool_filter  # the annotation is what it must be, not what it is
+        if tools is not None:
+            if isinstance(tools, list):
+                tools = tuple(tools)
+                object.__setattr__(self, "tool_filter", tools)
+            if not isinstance(tools, tuple):
+                raise _invalid("tool_filter must be a tuple of tool names, or None")
+            for tool in tools:
+                check_name(tool, "a tool_filter name")
+                if tool is None:
+                    raise _invalid("tool_filter must not hold None")
+        for name in ("subagent_depth", "depth_cap"):
+            depth = getattr(self, name)
+            if depth is not None and (
+                type(depth) is not int or not 0 <= depth <= _MAX_DEPTH  # not a bool either
+            ):
+                shown = depth if type(depth) is int else type(depth).__name__
+                raise _invalid(f"{name} must be an int in [0, 2**63 - 1] or None, got {shown}")
+        if not isinstance(self.extensions, Mapping):
+            raise _invalid("extensions must be a mapping")
+
+
+_MAX_DEPTH = 2**63 - 1  # what a session header's delegation depth can hold
+
+
+def _invalid(message: str) -> SubagentError:
+    return SubagentError(message, code=ErrorCode.INVALID_ARGUMENT)
 
 
 def recorded_model(

@@ -128,12 +128,21 @@ class AgentRegistry:
 
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``SESSION_NOT_FOUND``,
-                ``SESSION_EXISTS`` (already live), ``LEASE_HELD`` (live in another
-                process), ``CORRUPT_RECORD``, ``DESCRIPTOR_CORRUPT`` /
+                ``UNAUTHORIZED`` for a subagent's session (a continuable child is
+                resumed through its parent, by a follow-up), ``SESSION_EXISTS``
+                (already live), ``LEASE_HELD`` (live in another process),
+                ``CORRUPT_RECORD``, ``DESCRIPTOR_CORRUPT`` /
                 ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``.
         """
+        sid = _as_session_id(session_id)
+        try:
+            header = self._host.sessions.header(sid)
+        except SubagentError:
+            header = None  # the restore says what is wrong with it
+        if header is not None and header.parent_session is not None:
+            raise _a_subagent(sid)
         restored = self._restore(
-            session_id,
+            sid,
             behaviour=behaviour,
             options=options,
             output_schema=output_schema,
@@ -304,16 +313,15 @@ class AgentRegistry:
         mid = new_message_id() if message_id is None else MessageId(message_id)
         agent = self.get(sid)
         if agent is not None:
+            if agent.parent_session is not None:  # resident or not, the same answer
+                raise _a_subagent(sid)
             return agent.followup(content, source=source, message_id=mid)
         sessions = self._host.sessions
         header = sessions.header(sid)
         if header is None:
             raise SubagentError(f"no session {sid}", code=ErrorCode.SESSION_NOT_FOUND)
         if header.parent_session is not None:
-            raise SubagentError(
-                f"session {sid} is a subagent: follow it up through its parent",
-                code=ErrorCode.UNAUTHORIZED,
-            )
+            raise _a_subagent(sid)
         if not sessions.strict or sessions.leases is None:
             try:
                 agent = self.resume(sid)
@@ -342,3 +350,16 @@ class AgentRegistry:
         """Every live agent."""
         with self._lock:
             return list(self._agents.values())
+
+    def running_here(self) -> Agent | None:
+        """The live agent whose actor is running the caller (a turn, an idle
+        listener), else None: a call that waits for every agent must not come
+        from one of them."""
+        return next((a for a in self.list() if a._in_own_loop()), None)
+
+
+def _a_subagent(sid: SessionId) -> SubagentError:
+    return SubagentError(
+        f"session {sid} is a subagent: follow it up through its parent",
+        code=ErrorCode.UNAUTHORIZED,
+    )

@@ -374,8 +374,11 @@ class SessionService(Acceptance, SessionReads):
         """Wait until every write submitted so far is committed to persistence.
 
         Raises:
-            SubagentError: the write failure of ``session_id``, or ``TIMEOUT``.
+            SubagentError: the write failure of ``session_id``, ``TIMEOUT``, or
+                ``INVALID_ARGUMENT`` (a bad id or timeout).
         """
+        if session_id is not None:
+            session_id = SessionId(session_id)
         timeout = check_timeout(timeout)
         if self._writer is None:
             return

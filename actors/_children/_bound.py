@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from subagents.actors._catalog import Listing
 from subagents.actors._kernel import AbortSignal
+from subagents.actors._kernel._checks import check_timeout
 from subagents.protocol import MessageId, SessionId
 
 from ._types import (
@@ -62,7 +63,13 @@ class BoundSubagents:
         timeout: float | None = None,
         **fields: Any,
     ) -> RunResult:
-        """Start a one-shot child, wait for its result, dispose it, return the result."""
+        """Start a one-shot child, wait for its result, dispose it, return the result.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for a bad ``timeout`` (before any
+                child is started), ``TIMEOUT``, and the errors of ``start``.
+        """
+        timeout = check_timeout(timeout)
         run = self.start(provider, prompt, signal=signal, **fields)
         try:
             return run.result.get(timeout=timeout)

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._backend import GEVENT, current_backend
+from ._checks import check_timeout
 from ._gevent import native_get_ident
 
 __all__ = ["ResultFuture", "Waiter"]
@@ -86,7 +87,13 @@ class ResultFuture(Generic[T]):
         self._run_callback(fn)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until settled or ``timeout``; True when settled."""
+        """Block until settled or ``timeout``; True when settled.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for a timeout that is not ``None``
+                or seconds >= 0 (on either backend).
+        """
+        timeout = check_timeout(timeout)
         if self._value is not _PENDING:
             return True
         event = _waiter()

@@ -61,6 +61,8 @@ def _inspect(rt: Runtime, header: SessionHeader) -> _Node:
         state = "idle"
     elif ends and ends[-1].stop_reason == "cancelled":
         state = "cancelled"
+    elif mode == "one-shot" and ends:
+        state = "ended"  # as `subagents tree` says: it takes no more work
     else:
         state = "settled"
     messages = sum(isinstance(e, (MessageEvent, ReportEvent)) for e in events)
@@ -72,6 +74,7 @@ _STYLE = {
     "waiting": "yellow",
     "idle": "cyan",
     "settled": "dim",
+    "ended": "dim",
     "cancelled": "red",
 }
 

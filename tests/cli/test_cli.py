@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +26,8 @@ def test_demo_builds_then_resumes(tmp_path: Path, backend: Backend, capsys) -> N
     for label in ("researcher-A", "researcher-B", "writer", "fact-checker", "lookup", "sketch-0"):
         assert label in first
     assert "cancelled" in first  # the interrupted researcher and the drained sketches
+    # A finished one-shot is `ended`, in the words of `subagents tree` and the README.
+    assert re.search(r"lookup\s.*one-shot\s.*ended", first), first
     assert main(["demo", "--db", db, "--backend", backend.name]) == 0
     second = capsys.readouterr().out
     assert "resuming it" in second

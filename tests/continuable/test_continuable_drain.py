@@ -11,7 +11,7 @@ import pytest
 from continuable_kit import Kit, spawn
 from subagents.actors import AbortSignal, AgentOptions, ContinuableStartSpec, SubagentStartRequest
 from subagents.actors._children._admission import Registry
-from subagents.protocol import ErrorCode, SubagentError
+from subagents.protocol import ErrorCode, SubagentDescriptorEvent, SubagentError, TurnEnd
 
 
 def _chain(kit: Kit, slow: str | None = None, root_label: str = "root") -> Any:
@@ -120,7 +120,12 @@ def test_drain_awaits_materializations_admitted_before_the_cutoff(
     if outcome == "publishes":
         assert [e.type for e in kit.events_of(child_id)] == ["subagent/start", "subagent/end"]
         assert rt.continuation.activation(child_id) is None and rt.agents.get(child_id) is None
-        assert kit.started_ids(child_id) == []  # accepted, then discarded by the drain
+        # Accepted, then discarded by the drain: logged as a turn that never ran,
+        # beside the descriptor that gives the child its identity.
+        assert len(kit.started_ids(child_id)) == 1
+        ends = [(e.stop_reason, e.error) for e in kit.log(child_id) if isinstance(e, TurnEnd)]
+        assert ends == [("cancelled", "discarded unrun")]
+        assert any(isinstance(e, SubagentDescriptorEvent) for e in kit.log(child_id))
     assert rt.continuation.activations() == []
     assert not [t for t in kit.script.turns if t.content == "never runs"]
 

@@ -11,11 +11,19 @@ their own); ``test_multiprocess.py`` runs real ones.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from durability_kit import Noted
-from subagents.actors import AgentOptions, ContinuableStartSpec, Runtime
+from subagents.actors import (
+    AbortSignal,
+    AgentOptions,
+    ContinuableStartSpec,
+    Runtime,
+    SubagentStartRequest,
+)
 from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate, LifecycleProbe, wait_quiescent
 from subagents.protocol import (
     AgentOptionsEvent,
     ErrorCode,
@@ -236,3 +244,56 @@ def test_send_refuses_what_it_must_and_accepts_nothing(runtimes: list[Runtime], 
         b.agents.send(root.session_id, "x", source="me")  # type: ignore[arg-type]
     assert err.value.code == ErrorCode.INVALID_ARGUMENT
     assert _pending(db, root.session_id) == []
+
+
+def test_a_subagent_is_neither_resumed_nor_sent_to_directly(
+    runtimes: list[Runtime], backend: Backend
+) -> None:
+    """Issue 13 point 7, R-FUP-1: ``agents.resume`` and ``agents.send`` refuse a
+    subagent's session with ``UNAUTHORIZED`` whether the child is resident,
+    settled, or a one-shot that ended -- the same answer whatever its residency.
+    A resumed continuable child would be an Agent outside the continuation
+    manager: its parent could no longer reach it, and whoever held the handle
+    could give it turns. The parent's follow-up still reaches it afterwards."""
+    a, _ = runtimes
+    held = Gate("held")
+
+    def child(turn: Any) -> Any:
+        if turn.content == "hold":
+            held.pass_through(turn.signal)
+        return turn.content
+
+    a.models.register("child", lambda _o: child)
+    root = a.spawn("note")
+    probe = LifecycleProbe(a)
+    kid = a.subagents.start_continuable(
+        ContinuableStartSpec(
+            parent=root, prompt="hold", label="kid", model="child", provider="local"
+        )
+    ).child_id
+    assert held.wait_reached(10)
+    for call in (lambda: a.agents.send(kid, "x"), lambda: a.agents.resume(kid)):
+        with pytest.raises(SubagentError) as err:
+            call()
+        assert err.value.code == ErrorCode.UNAUTHORIZED  # resident
+    held.release()
+    assert probe.wait_for(lambda events: [e.type for e in events][-1:] == ["subagent/end"])
+    assert a.agents.get(kid) is None
+    for call in (lambda: a.agents.send(kid, "x"), lambda: a.agents.resume(kid)):
+        with pytest.raises(SubagentError) as err:
+            call()
+        assert err.value.code == ErrorCode.UNAUTHORIZED  # settled
+    assert a.agents.get(kid) is None
+    a.subagents.followup(root, kid, "again")
+    assert wait_quiescent(a, 10)
+    a.sessions.flush()
+    ran = [r.event.output for r in a.sessions.read(kid) if isinstance(r.event, TurnEnd)]
+    assert ran == ["hold", "again"]
+    run = a.subagents.start(
+        "local", SubagentStartRequest(parent=root, prompt="once", signal=AbortSignal.never())
+    )
+    run.result.get(10)
+    run.dispose()
+    with pytest.raises(SubagentError) as err:
+        a.agents.resume(run.id)
+    assert err.value.code == ErrorCode.UNAUTHORIZED  # a one-shot that ended

@@ -87,9 +87,18 @@ def test_cancel_keep_inbox_runs_queued_later_and_does_not_requeue(rt: Runtime) -
 
 
 def test_cancel_without_inbox_discards_queued(rt: Runtime) -> None:
-    """cancel(keep_inbox=False) skips every message accepted before it."""
+    """cancel(keep_inbox=False) skips every message accepted before it: the
+    behaviour never sees one, and the log keeps each as a turn that ended
+    cancelled unrun (every accepted id stays in the log)."""
     gate = Gate()
-    rt.models.register("w", lambda _o: ScriptedBehaviour(per_turn=[[Block(gate)]]))
+    seen: list[Any] = []
+    scripted = ScriptedBehaviour(per_turn=[[Block(gate)]])
+
+    def behaviour(turn: Any) -> Any:
+        seen.append(turn.content)
+        return scripted.on_turn(turn)
+
+    rt.models.register("w", lambda _o: behaviour)
     agent = rt.spawn("w")
     agent.followup("a")
     assert gate.wait_reached(10)
@@ -99,10 +108,12 @@ def test_cancel_without_inbox_discards_queued(rt: Runtime) -> None:
     agent.followup("after")
     assert agent.wait_idle(10)
     ends = _turn_ends(rt, agent)
-    assert [(e.stop_reason, e.output) for e in ends] == [
-        ("cancelled", None),
-        ("completed", "after"),
+    assert [(e.stop_reason, e.output, e.error) for e in ends] == [
+        ("cancelled", None, None),
+        ("cancelled", None, "discarded unrun"),
+        ("completed", "after", None),
     ]
+    assert seen == ["a", "after"]
 
 
 def test_cancel_race_many_times(rt: Runtime) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from subagents.actors import Runtime
+from subagents.actors import AbortSignal, AgentOptions, Runtime, SubagentStartRequest
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, SubagentError
 
@@ -76,6 +76,67 @@ def test_drain_takes_agents(backend: Backend, parents: Any) -> None:
 )
 def test_runtime_arguments(backend: Backend, kwargs: dict[str, Any]) -> None:
     assert _code(Runtime, backend=backend, **kwargs) == ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"model": 3},
+        {"model": ""},
+        {"provider": None},
+        {"persona": 7},
+        {"tool_filter": "shell"},
+        {"tool_filter": ["shell", 1]},
+        {"subagent_depth": -1},
+        {"subagent_depth": "x"},
+        {"subagent_depth": 2**63},
+        {"depth_cap": "x"},
+        {"depth_cap": -1},
+        {"depth_cap": True},
+        {"extensions": 3},
+    ],
+    ids=repr,
+)
+def test_agent_options_refuse_what_no_agent_could_use(kwargs: dict[str, Any]) -> None:
+    """R-ERR: bad options are ``INVALID_ARGUMENT`` when built, not a raw
+    ``TypeError`` in a later turn's delegation or a session the store refuses to
+    write after the agent accepted messages."""
+    assert _code(AgentOptions, **kwargs) == ErrorCode.INVALID_ARGUMENT
+
+
+def test_agent_options_keep_a_tool_list_as_a_tuple(backend: Backend) -> None:
+    options = AgentOptions(tool_filter=["read", "write"], depth_cap=2, subagent_depth=0)
+    assert options.tool_filter == ("read", "write")
+    with Runtime(backend=backend) as rt:
+        assert rt.spawn("echo", options=options).options.tool_filter == ("read", "write")
+
+
+def test_ids_and_timeouts_of_reads_and_waits_are_checked(backend: Backend) -> None:
+    """A bad session id to ``sessions.flush``, a bad timeout to a run's result or
+    to ``delegate`` (inside a turn, before any child starts): ``INVALID_ARGUMENT``
+    on both backends alike."""
+    with Runtime(backend=backend) as rt:
+        assert _code(rt.sessions.flush, "abc") == ErrorCode.INVALID_ARGUMENT
+        assert _code(rt.sessions.flush, 3) == ErrorCode.INVALID_ARGUMENT
+        codes: list[str] = []
+
+        def boss(turn: Any) -> Any:
+            codes.append(_code(turn.subagents.delegate, "local", "x", timeout=-1))
+            return len(rt.agents.list())
+
+        agent = rt.spawn(boss)
+        agent.followup("go")
+        assert agent.wait_idle(10)
+        assert codes == [ErrorCode.INVALID_ARGUMENT]
+        (end,) = rt.sessions.turn_ends(agent.session_id)
+        assert end.output == 1  # no child was started
+        run = rt.subagents.start(
+            "local", SubagentStartRequest(parent=agent, prompt="p", signal=AbortSignal.never())
+        )
+        for bad in BAD_TIMEOUTS:
+            assert _code(run.result.get, bad) == ErrorCode.INVALID_ARGUMENT
+            assert _code(run.result.wait, bad) == ErrorCode.INVALID_ARGUMENT
+        run.dispose()
 
 
 @pytest.mark.backend_specific

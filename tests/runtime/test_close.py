@@ -15,7 +15,7 @@ import pytest
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
-from subagents.protocol import SubagentError
+from subagents.protocol import ErrorCode, SubagentError
 from subagents.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(60)
@@ -75,3 +75,27 @@ def test_close_disposes_children_before_parents_with_siblings_together(backend: 
     rt.close()
     assert sorted(order[:10]) == kids
     assert order[10:] == ["parent"]
+
+
+def test_close_from_a_turn_refuses_and_changes_nothing(backend: Backend) -> None:
+    """``close()`` called from one of the runtime's own turns would wait for that
+    turn (on threads it hung for a minute): it raises ``WRONG_THREAD`` at once,
+    the turn goes on, and a close from outside then works as usual."""
+    rt = Runtime(MemoryStore(), backend=backend)
+    caught: list[Any] = []
+
+    def closer(turn: Any) -> Any:
+        try:
+            rt.close()
+        except SubagentError as exc:
+            caught.append(exc.code)
+        return "still here"
+
+    agent = rt.spawn(closer)
+    agent.followup("close, please")
+    assert agent.wait_idle(10)
+    assert caught == [ErrorCode.WRONG_THREAD]
+    (end,) = rt.sessions.turn_ends(agent.session_id)
+    assert (end.stop_reason, end.output) == ("completed", "still here")
+    rt.close()
+    assert agent.disposed_now()
