@@ -297,3 +297,29 @@ def test_a_subagent_is_neither_resumed_nor_sent_to_directly(
     with pytest.raises(SubagentError) as err:
         a.agents.resume(run.id)
     assert err.value.code == ErrorCode.UNAUTHORIZED  # a one-shot that ended
+
+
+def test_resume_and_send_race_a_child_settling_and_always_refuse(runtimes: list[Runtime]) -> None:
+    """The race of the test above: each follow-up wakes the child, which runs one
+    turn and settles while ``resume`` and ``send`` are called at it -- whatever
+    state each call meets (resident, settling, settled), the answer is
+    ``UNAUTHORIZED`` (never ``SESSION_EXISTS`` or ``AGENT_DISPOSED``), and every
+    follow-up of the parent runs exactly once."""
+    a, _ = runtimes
+    root = a.spawn("note")
+    kid = a.subagents.start_continuable(
+        ContinuableStartSpec(parent=root, prompt=0, label="kid", model="echo", provider="local")
+    ).child_id
+    sent = [a.subagents.followup(root, kid, i) for i in range(1, 60)]
+    codes = set()
+    for i in range(60, 120):
+        sent.append(a.subagents.followup(root, kid, i))
+        for call in (a.agents.resume, lambda sid: a.agents.send(sid, "x")):
+            with pytest.raises(SubagentError) as err:
+                call(kid)
+            codes.add(err.value.code)
+    assert codes == {ErrorCode.UNAUTHORIZED}
+    assert wait_quiescent(a, 30)
+    a.sessions.flush()
+    ran = [r.event.output for r in a.sessions.read(kid) if isinstance(r.event, TurnEnd)]
+    assert ran == list(range(120))
