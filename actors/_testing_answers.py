@@ -52,6 +52,8 @@ class Answer:
     omit_ids: bool = False
     split_utf8: bool = False
     stall: bool = False
+    raw: bytes | None = None
+    cut_stream: bool = False
 
     @property
     def finish_reason(self) -> str:

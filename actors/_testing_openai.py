@@ -16,6 +16,10 @@ the wire format of the real API:
 * errors: an HTTP status with an ``{"error": {...}}`` body (and headers such as
   ``retry-after-ms``), or an error event mid-stream (``stream_error_after``);
 * ``omit_ids``: responses without ``id``, ``created`` and ``model``;
+* ``raw``: these bytes as the body instead (status 200 and ``headers``), streamed
+  or not -- an answer that cannot be read; ``cut_stream``: a stream that ends after
+  the answer's deltas, with no finish reason and no ``[DONE]`` (a broken-off
+  connection);
 * ``stall``: the answer waits until :meth:`FakeOpenAI.release` or the client
   hangs up (counted in ``disconnects``: how a test sees a request aborted).
 
@@ -216,6 +220,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
+    def _send_raw(self, data: bytes, headers: Mapping[str, str] | None) -> None:
+        self.send_response(200)
+        extra = dict(headers or {})
+        self.send_header("Content-Type", extra.pop("Content-Type", "application/json"))
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in extra.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
     def _refuse(self, status: int, message: str, kind: str, headers: Any = None) -> None:
         error = {"message": message, "type": kind, "param": None, "code": None}
         self._send_json(status, {"error": error}, headers)
@@ -258,7 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "rate_limit_exceeded" if answer.status == 429 else "server_error"
             self._refuse(answer.status, answer.error or "scripted error", kind, answer.headers)
             return
-        if body.get("stream"):
+        if answer.raw is not None:
+            self._send_raw(answer.raw, answer.headers)
+        elif body.get("stream"):
             self._stream(body, answer)
         else:
             self._send_json(200, self._completion(body, answer), answer.headers)
@@ -322,9 +339,10 @@ class _Handler(BaseHTTPRequestHandler):
                 {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
             )
         finish = {"index": 0, "delta": {}, "finish_reason": answer.finish_reason}
-        events.append({**head, "choices": [finish]})
+        if not answer.cut_stream:
+            events.append({**head, "choices": [finish]})
         options = body.get("stream_options") or {}
-        if options.get("include_usage"):
+        if options.get("include_usage") and not answer.cut_stream:
             usage = answer.usage or {
                 "prompt_tokens": 10,
                 "completion_tokens": 5,
@@ -344,5 +362,6 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._chunk(data)
         else:
-            self._chunk(b"data: [DONE]\n\n")
+            if not answer.cut_stream:
+                self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")

@@ -4,8 +4,9 @@ Without steering every accepted message is its own FIFO turn. With
 ``followup(..., steer=True)`` a message that arrives while a turn runs is handed
 to *that* turn instead: the behaviour sees it at its next safe point -- where it
 calls :meth:`~._turn.Turn.steering`, between model calls -- and the message is
-recorded in the session log inside the turn (after the turn's own message), so a
-replay sees the same turn content.
+recorded in the session log inside the turn (after the turn's own message), so
+the history of later turns shows it there. A turn a crash cut short runs again
+without it; the steered message, still accepted, runs after it as its own turn.
 
 The outcome is reported (:class:`Steered`): ``steered`` (handed to the open turn)
 or ``queued`` (no turn was open: it runs as a turn of its own, as a plain

@@ -265,11 +265,13 @@ class Turn:
 
         Non-negative integer counters are summed by name, nested blocks
         (``prompt_tokens_details``) flattened as ``prompt_tokens_details.cached_tokens``;
-        anything else is ignored, so a provider's extra fields never fail the turn.
+        anything else is ignored, so a provider's extra fields never fail the turn:
+        a name UTF-8 cannot encode, a counter past what the log stores (2**64 - 1;
+        a sum stops there).
         """
         usage = self._usage if self._usage is not None else {}
         for name, value in _counters(counts, ""):
-            usage[name] = usage.get(name, 0) + value
+            usage[name] = min(usage.get(name, 0) + value, _MAX_COUNT)
         self._usage = usage
 
     @property
@@ -281,14 +283,27 @@ class Turn:
         return self._agent.host.bind(self._agent, self)
 
 
+_MAX_COUNT = 2**64 - 1  # the largest int the log's msgpack holds
+
+
+def _storable_name(name: str) -> bool:
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _counters(counts: Any, prefix: str) -> list[tuple[str, int]]:
     if not isinstance(counts, Mapping):
         return []
     found: list[tuple[str, int]] = []
     for name, value in counts.items():
-        if type(name) is not str:
+        if type(name) is not str or not _storable_name(name):
             continue
-        if type(value) is int and value >= 0:
+        if type(value) is int and 0 <= value <= _MAX_COUNT:
             found.append((prefix + name, value))
         elif isinstance(value, Mapping) and not prefix:
             found.extend(_counters(value, f"{name}."))

@@ -20,12 +20,18 @@ model reads; only the turn's own cancellation propagates, ending the turn.
 Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a
 follow-up (source ``child``, the run's id), which starts a later turn. The runs
-belong to the agent's live epoch: disposing the agent cancels them, and settled
-runs are disposed at the next call of the dispatcher for that agent.
+belong to the agent's live epoch: settled runs are disposed at the next call of
+the dispatcher for that agent, and disposing the agent cancels the others and
+disposes each once it has settled (nothing of them stays live). A continuable
+child's epoch ends when it settles: a background run it started and did not see
+the end of is cancelled then, and its result is not delivered (a limitation:
+keep such a child warm, ``Runtime(keep_warm=...)``, or delegate in the
+foreground).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -55,9 +61,10 @@ def _refusal(code: str, message: str) -> dict[str, Any]:
 class _Background:
     """One agent's background runs (see the module docstring)."""
 
-    __slots__ = ("controller", "runs")
+    __slots__ = ("backend", "controller", "runs")
 
-    def __init__(self) -> None:
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
         self.controller = AbortController()
         self.runs: dict[str, SubagentRun] = {}
 
@@ -318,7 +325,7 @@ class ToolDispatcher:
             state = self._background.get(agent.session_id)
             if state is not None:
                 return state
-            state = self._background[agent.session_id] = _Background()
+            state = self._background[agent.session_id] = _Background(agent.host.backend)
         add = getattr(agent, "add_dispose_listener", None)
         if add is not None:
             add(lambda _agent: self._forget(agent.session_id, state))
@@ -328,7 +335,13 @@ class ToolDispatcher:
         with self._lock:
             if self._background.get(session_id) is state:
                 del self._background[session_id]
+            runs = list(state.runs.values())
+            state.runs.clear()
         state.controller.abort("the agent that started it was disposed")
+        # Each one, once its cancellation settled it, is disposed in a task of its
+        # own: this runs in the agent's stop, which must not wait for another actor.
+        for run in runs:
+            run.result.add_done_callback(functools.partial(_dispose_later, state.backend, run))
 
     def background(self, turn: Turn) -> tuple[str, ...]:
         """Ids of the background runs of this turn's agent not yet disposed."""
@@ -346,7 +359,15 @@ class ToolDispatcher:
             done = [rid for rid, run in state.runs.items() if run.result.done()]
             runs = [state.runs.pop(rid) for rid in done]
         for run in runs:
-            try:
-                run.dispose()
-            except SubagentError as exc:
-                logger.warning("disposing background run %s failed: %s", run.id, exc)
+            _dispose_quietly(run)
+
+
+def _dispose_later(backend: Any, run: SubagentRun, _future: object) -> None:
+    backend.spawn(_dispose_quietly, run, name="background-run-dispose")
+
+
+def _dispose_quietly(run: SubagentRun) -> None:
+    try:
+        run.dispose()
+    except SubagentError as exc:
+        logger.warning("disposing background run %s failed: %s", run.id, exc)

@@ -208,7 +208,7 @@ class ChatSession:
                 kind = response.headers.get("content-type", "")
                 if body.get("stream") and kind.startswith("text/event-stream"):
                     return self._read_stream(response)
-                return completion_from_response(decode_json(response.read().decode(), "answer"))
+                return completion_from_response(decode_json(response.read(), "answer"))
         except httpx.TimeoutException as exc:
             if self._signal.aborted:
                 raise self._cancelled() from None
@@ -220,6 +220,10 @@ class ChatSession:
             if self._signal.aborted:
                 raise self._cancelled() from None
             raise _Retry(ModelError(f"cannot reach the model API: {exc}"[:300]), None) from None
+        except httpx.HTTPError as exc:  # a body its encoding cannot undo, too many redirects
+            if self._signal.aborted:
+                raise self._cancelled() from None
+            raise ModelError(f"the model API's answer cannot be read: {exc!r}"[:300]) from None
 
     def _read_stream(self, response: httpx.Response) -> Completion:
         decoder = SSEDecoder()
@@ -240,8 +244,10 @@ class ChatSession:
                 acc.add(chunk)
         if self._signal.aborted:
             raise self._cancelled()
-        if done:
-            return acc.completion()
-        if acc.chunks == 0:
+        if acc.chunks == 0 and not done:
             raise ModelError("the model's stream ended before any chunk")
-        return acc.completion()
+        answer = acc.completion()
+        if not done and answer.finish_reason is None:
+            # Neither [DONE] nor a finish reason: the connection broke off mid-answer.
+            raise ModelError("the model's stream broke off before its answer ended")
+        return answer

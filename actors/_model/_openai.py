@@ -154,7 +154,6 @@ class OpenAIChat:
                     turn.add_usage(answer.usage)
                 if not answer.tool_calls:
                     return answer.content if answer.content is not None else ""
-                assert dispatcher is not None or not answer.tool_calls
                 messages.append(answer.message())
                 messages.extend(self._run_calls(turn, answer))
                 # A safe point: messages steered into the turn join the conversation.

@@ -15,7 +15,10 @@ __all__ = ["SUBAGENT_TOOLS", "ModelTool", "tool_definition"]
 
 _ID: Final = {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "an agent's id"}
 _TEXT: Final = {"type": "string", "minLength": 1, "maxLength": 100_000}
-_NAME: Final = {"type": "string", "minLength": 1, "maxLength": 256}
+# The descriptor's rule for a label, model, provider or tool name: non-blank, at
+# most 200 characters (protocol's MAX_LABEL_LEN; a test keeps the two equal), so a
+# call the schema lets through is not refused by the start after it.
+_NAME: Final = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "\\S"}
 _CHILD_FIELDS: Final = {
     "provider": {**_NAME, "description": "where the child runs (default: local)"},
     "model": {**_NAME, "description": "the child's model (default: your own)"},

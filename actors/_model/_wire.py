@@ -142,7 +142,7 @@ def completion_from_response(raw: Any) -> Completion:
     if not isinstance(message, Mapping):
         raise ModelError("the model's answer has no choices[0].message")
     calls = []
-    for i, call in enumerate(message.get("tool_calls") or ()):
+    for i, call in enumerate(_calls_of(message)):
         fn = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(fn, Mapping):
             raise ModelError("a tool call of the model's answer has no function")
@@ -161,6 +161,16 @@ def completion_from_response(raw: Any) -> Completion:
         choice.get("finish_reason") if choice is not None else None,
         usage if isinstance(usage, Mapping) else None,
     )
+
+
+def _calls_of(message: Mapping[str, Any]) -> list[Any]:
+    """A message's (or delta's) ``tool_calls``: absent, null, or a list."""
+    calls = message.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise ModelError(f"the model's tool_calls is not a list: {type(calls).__name__}")
+    return calls
 
 
 @dataclass
@@ -202,7 +212,7 @@ class ChunkAccumulator:
             text = delta.get("content")
             if isinstance(text, str):
                 self._content.append(text)
-            for call in delta.get("tool_calls") or ():
+            for call in _calls_of(delta):
                 if not isinstance(call, Mapping):
                     continue
                 index = call.get("index", 0)
@@ -281,11 +291,14 @@ class SSEDecoder:
             self._event = value
 
 
-def decode_json(text: str, what: str) -> Any:
-    """``json.loads`` with a :class:`ModelError` for text that is not JSON."""
+def decode_json(text: str | bytes, what: str) -> Any:
+    """``json.loads`` with a :class:`ModelError` for what is not JSON: bytes that
+    are not UTF-8, bad syntax, or nesting deeper than the parser recurses."""
     try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise ModelError(f"the model's {what} is not JSON: {text[:200]!r}") from None
 
 

@@ -260,6 +260,10 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
             "--interval takes seconds > 0, --port 0..65535, --token a non-empty string",
             code=ErrorCode.INVALID_ARGUMENT,
         )
+    if args.root is not None:
+        # A malformed ROOT is refused as `tree` refuses it; a well-formed one the
+        # store does not hold yet is served as an error until it appears.
+        SessionId(args.root)
     with _open_existing(args.db) as store:
         feed = TreeFeed(store, args.db, args.root, interval)
         try:
@@ -304,10 +308,26 @@ def _version() -> str:
         return "unknown"
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, options and positionals in any order: argparse alone takes
+    an optional ROOT before the options that follow it and then refuses the ROOT
+    after them (``tree DB --json ROOT``); the command's own parser takes them
+    intermixed."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(argv)
+    if not extra or args.command is None:
+        return parser.parse_args(argv)  # as usual: argparse's own error, exit 2
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    rest = argv[argv.index(args.command) + 1 :]
+    namespace = argparse.Namespace(command=args.command)
+    command: argparse.ArgumentParser = commands.choices[args.command]
+    return command.parse_intermixed_args(rest, namespace)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subagents`` command (a bare ``subagents`` prints help)."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return 0

@@ -61,7 +61,7 @@ class TreeFeed:
             trees: Any = collect_trees(self._store, self._db, self._root)
             error = None
         except SubagentError as exc:  # the store went away: say so, keep serving
-            trees, error = [], f"[{exc.code}] {exc}"
+            trees, error = [], str(exc)  # "[CODE] message"
         # Strict JSON on one line (an event's data), rendered as ``tree --json`` does.
         frame = json.dumps(
             jsonable({"db": self._db, "trees": trees, "error": error}),

@@ -208,6 +208,13 @@ def test_tree_prints_the_catalog(tmp_path: Path, capsys) -> None:
     only = json.loads(capsys.readouterr().out)
     assert [r["label"] for r in only] == ["side-project"]
     assert len(only[0]["descendants"]) == 3
+    # Options before ROOT too (argparse alone refused it: "unrecognized arguments").
+    assert main(["tree", db, "--json", roots["side-project"]["id"]]) == 0
+    assert json.loads(capsys.readouterr().out) == only
+    with pytest.raises(SystemExit) as exited:
+        main(["tree", db, "--json", roots["side-project"]["id"], "extra"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: extra" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "random"])

@@ -134,14 +134,37 @@ def test_the_event_stream_sends_a_frame_when_the_trees_change(
             server.stop()
 
 
+def test_a_root_not_in_the_store_is_served_as_one_error(tmp_path: Path, backend: Backend) -> None:
+    """A well-formed ROOT the store does not hold (yet): the frame says so once,
+    ``[CODE] message`` like every other error line, and lists no tree."""
+    db = str(tmp_path / "s.db")
+    with Runtime(db, backend=backend) as rt:
+        rt.spawn("echo", label="other")
+    server = _Server(db, "ab" * 16, "--interval", "0.05")
+    try:
+        status, body = server.get("/tree.json")
+        frame = json.loads(body)
+        assert status == 200 and frame["trees"] == []
+        assert frame["error"].startswith("[SESSION_NOT_FOUND] "), frame["error"]
+        assert frame["error"].count("SESSION_NOT_FOUND") == 1
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize(
     "args",
-    [["--interval", "0"], ["--interval", "inf"], ["--port", "70000"], ["--token", ""]],
+    [
+        ["--interval", "0"],
+        ["--interval", "inf"],
+        ["--port", "70000"],
+        ["--token", ""],
+        ["nothex"],  # a ROOT that is no session id, refused as `tree` refuses it
+    ],
 )
 def test_bad_serve_arguments(
     tmp_path: Path, backend: Backend, args: list[str], capsys: Any
 ) -> None:
-    """Bad intervals, ports or tokens: one line, exit 2, nothing served."""
+    """Bad intervals, ports, tokens or roots: one line, exit 2, nothing served."""
     db = str(tmp_path / "s.db")
     with Runtime(db, backend=backend):
         pass

@@ -21,7 +21,13 @@ from subagents.actors import (
     Turn,
 )
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour, wait_quiescent
-from subagents.protocol import ErrorCode, MessageSource, SubagentError
+from subagents.protocol import (
+    ErrorCode,
+    MessageSource,
+    SubagentError,
+    snapshot_subagent_descriptor,
+)
+from subagents.protocol._descriptor import MAX_LABEL_LEN
 
 Calls = list[tuple[str, Any]]
 
@@ -69,6 +75,36 @@ def test_definitions_are_valid_json_schema_function_tools() -> None:
         jsonschema.Draft202012Validator.check_schema(tool.parameters)
         assert tool.parameters["type"] == "object"
         assert tool.description
+
+
+@pytest.mark.parametrize("tool", ["delegate", "start_agent"])
+def test_a_name_the_schema_takes_is_one_the_descriptor_takes(tool: str) -> None:
+    """A label, model or provider the schema lets through must not be refused by
+    the start's descriptor (a 201-character label was: the schema said 256)."""
+    schema = SUBAGENT_TOOLS[tool].parameters
+    validator = jsonschema.Draft202012Validator(schema)
+
+    def descriptor_takes(field: str, value: str) -> bool:
+        record: dict[str, Any] = {
+            "mode": "continuable",
+            "provider": "local",
+            "label": "l",
+            "agent_options": {"provider": "local", "model": "m"},
+        }
+        if field == "label":
+            record["label"] = value
+        else:
+            record["agent_options"] = {**record["agent_options"], field: value}
+        try:
+            snapshot_subagent_descriptor(record)
+        except SubagentError:
+            return False
+        return True
+
+    for field in ("label", "model", "provider"):
+        for value in ("x", "L" * MAX_LABEL_LEN, "L" * (MAX_LABEL_LEN + 1), "   ", ""):
+            call = {"prompt": "p", "label": "l", field: value}
+            assert validator.is_valid(call) == descriptor_takes(field, value), (field, value)
 
 
 def test_filter_and_parent_decide_what_an_agent_sees(rt: Runtime) -> None:
@@ -223,6 +259,36 @@ def test_delegate_in_the_background_delivers_its_result_as_a_message(rt: Runtime
     # Settled runs are disposed on the dispatcher's next call for the agent.
     _run(rt, agent, [("list_agents", {})], seen)
     assert seen[-1][0]["agents"][0]["id"] == started["id"]
+
+
+def test_a_settled_continuable_child_leaves_no_background_run_live(rt: Runtime) -> None:
+    """A continuable child that delegates in the background and then settles ends
+    its epoch: the run is cancelled (the documented limitation) and its agent is
+    disposed -- it stayed live, listed as running, until the runtime closed."""
+    dispatcher = ToolDispatcher()
+    gate = Gate("background child")
+    rt.models.register("slow", lambda _o: ScriptedBehaviour([Block(gate)]))
+    started: list[Any] = []
+
+    def kid(turn: Turn) -> Any:
+        call = {"prompt": "p", "model": "slow", "background": True}
+        started.append(dispatcher.dispatch(turn, "delegate", call))
+        return "asked"
+
+    rt.models.register("kid", lambda _o: kid)
+    host = rt.spawn("echo", label="host")
+    rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=host, provider="local", prompt="go", label="kid", model="kid")
+    )
+    assert gate.wait_reached(10)
+    (run,) = started
+    one_shot = rt.agents.get(run["id"])
+    assert one_shot is not None
+    assert one_shot.wait_disposed(20)  # cancelled when the kid settled, then disposed
+    assert wait_quiescent(rt, 10)
+    assert [a.label for a in rt.agents.list()] == ["host"]
+    (end,) = rt.sessions.turn_ends(run["id"])
+    assert end.stop_reason == "cancelled"
 
 
 def test_start_agent_send_message_interrupt_and_list(rt: Runtime) -> None:
