@@ -62,6 +62,8 @@ class Agent(Followups):
     # Made on first use by parent_source (a class default: one attribute read a
     # follow-up, and no MessageSource for an agent that never follows up).
     _parent_source_cache: MessageSource | None = None
+    # Made on first use by add_cancel_listener: most agents never have one.
+    _cancel_listeners: list[Callable[[Any], object]] | None = None
 
     def __init__(
         self,
@@ -181,6 +183,32 @@ class Agent(Followups):
         )
 
     # -- admission -------------------------------------------------------------------
+
+    # -- cancellation ---------------------------------------------------------------
+
+    def cancel(
+        self, cause: Any = None, *, keep_inbox: bool = True, keep_accepted: bool = False
+    ) -> None:
+        """Abort the running turn's signal; returns without waiting (see
+        :meth:`Inbox.cancel`). A cancel without ``keep_inbox`` -- dispose, a
+        drain, the runtime closing -- also calls the cancel listeners, with
+        ``cause``: work the agent started beyond its turns (background runs)
+        ends with it."""
+        super().cancel(cause, keep_inbox=keep_inbox, keep_accepted=keep_accepted)
+        listeners = self._cancel_listeners
+        if not keep_inbox and listeners:
+            for fn in list(listeners):
+                try:
+                    fn(cause)
+                except Exception:
+                    logger.exception("cancel listener %r raised", fn)
+
+    def add_cancel_listener(self, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(cause)`` at each cancel without ``keep_inbox`` (in the caller's
+        context, after the turn's signal was aborted)."""
+        if self._cancel_listeners is None:
+            self._cancel_listeners = []
+        self._cancel_listeners.append(fn)
 
     # -- disposal ----------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from subagents.actors._catalog import Listing
@@ -101,6 +102,15 @@ class BoundSubagents:
     def interrupt(self, child_id: SessionId | str) -> None:
         """Interrupt a continuable descendant's current turn (as its ancestor)."""
         self._service.interrupt(child_id, AncestorAuthority(self._agent))
+
+    def hold_residency(self) -> Callable[[], None] | None:
+        """Keep this agent resident, if it is a resident continuable child, until
+        the returned release is called: for work it started that outlives its
+        turns (a background run whose result comes back as a message). None for
+        any other agent. Release it once that work ended, and when the agent is
+        cancelled without ``keep_inbox`` (``Agent.add_cancel_listener``): a drain
+        waits for the release."""
+        return self._service.hold_residency(self._agent)
 
     def list_children(self, *, signal: AbortSignal | None = None) -> Listing:
         """This agent's direct session-backed children (``SubagentService.list_children``).

@@ -26,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pykka
@@ -60,7 +61,7 @@ from ._intake import start_child_id
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._placement import PlacementLookup, release_placed
 from ._provider_registry import ProviderRegistry
-from ._requests import EndCutoff, RegistryInbox, Reserve, Unhold
+from ._requests import EndCutoff, Hold, RegistryInbox, Reserve, Unhold
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
 from ._start import Prepared, create_unheld, prepare_start
@@ -142,6 +143,29 @@ class ContinuationManager(Followups):
                 ErrorCode.AGENT_REGISTRY_UNAVAILABLE, "continuable children need the agent registry"
             )
         return agents
+
+    def hold(self, agent: Agent) -> Callable[[], None] | None:
+        """Keep ``agent``'s Activation resident -- it neither settles nor is
+        released -- until the returned release is called (once; later calls do
+        nothing): what a continuable child's background work needs to outlive its
+        turns. None when ``agent`` is not the agent of a resident continuable child
+        (a top-level agent, say). A drain still cancels the agent: whoever holds
+        must release once that cancel ended its work (``add_cancel_listener``)."""
+        if self.activation(agent.session_id) is None:
+            return None
+        act: Activation | None = self._ask(Hold(agent.session_id))
+        if act is None:
+            return None
+        if act.agent is not agent:  # another epoch's: not ours to keep
+            self._registry.tell(Unhold(act))
+            return None
+        released = threading.Lock()
+
+        def release() -> None:
+            if released.acquire(blocking=False):
+                self._registry.tell(Unhold(act))
+
+        return release
 
     # -- reading -----------------------------------------------------------------------
 

@@ -258,6 +258,11 @@ class SubagentService(CatalogReads):
             wait_for_room=wait_for_room,
         )  # fmt: skip
 
+    def hold_residency(self, agent: Agent) -> Callable[[], None] | None:
+        """Keep ``agent`` resident until the returned release (None: it is not a
+        resident continuable child); see ``BoundSubagents.hold_residency``."""
+        return self._continuation.hold(agent)
+
     def interrupt(
         self, target_session_id: SessionId | str, authority: UserAuthority | AncestorAuthority
     ) -> None:

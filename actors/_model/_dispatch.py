@@ -19,14 +19,14 @@ model reads; only the turn's own cancellation propagates, ending the turn.
 
 Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a
-follow-up (source ``child``, the run's id), which starts a later turn. The runs
-belong to the agent's live epoch: settled runs are disposed at the next call of
-the dispatcher for that agent, and disposing the agent cancels the others and
-disposes each once it has settled (nothing of them stays live). A continuable
-child's epoch ends when it settles: a background run it started and did not see
-the end of is cancelled then, and its result is not delivered (a limitation:
-keep such a child warm, ``Runtime(keep_warm=...)``, or delegate in the
-foreground).
+follow-up (source ``child``, the run's id), which starts a later turn. Settled
+runs are disposed at the next call of the dispatcher for that agent. A
+continuable child stays resident while it has runs not yet disposed
+(``hold_residency``): it does not settle between the turn that started a run and
+the turn its result starts. A cancel without ``keep_inbox`` -- dispose, a drain,
+the runtime closing, ``cancel(keep_inbox=False)`` -- cancels the agent's runs,
+delivers no result of theirs, disposes each once it has settled, and only then
+lets the agent go (a drain releases children first).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from typing import Any, Final
 import jsonschema
 from subagents.actors._agents import Turn
 from subagents.actors._catalog import Listing
-from subagents.actors._children import SubagentRun
 from subagents.actors._kernel import AbortController
 from subagents.protocol import ErrorCode, MessageSource, SessionId, SubagentError, error_text
 
+from ._background import Background, Countdown, dispose_later, dispose_quietly
 from ._schemas import SUBAGENT_TOOLS, ModelTool, tool_definition
 
 __all__ = ["ToolDispatcher"]
@@ -56,17 +56,6 @@ _UNKNOWN_TOOL: Final = "INVALID_ARGUMENT"
 
 def _refusal(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message[:2000]}}
-
-
-class _Background:
-    """One agent's background runs (see the module docstring)."""
-
-    __slots__ = ("backend", "controller", "runs")
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.controller = AbortController()
-        self.runs: dict[str, SubagentRun] = {}
 
 
 class ToolDispatcher:
@@ -126,7 +115,7 @@ class ToolDispatcher:
             self._validators[name] = cls(tool.parameters)
         self.delegate_timeout = delegate_timeout
         self._lock = threading.Lock()
-        self._background: dict[SessionId, _Background] = {}
+        self._background: dict[SessionId, Background] = {}
         self._handlers: dict[str, Callable[..., Any]] = {
             "delegate": self._delegate,
             "start_agent": self._start_agent,
@@ -249,7 +238,16 @@ class ToolDispatcher:
                 **({"structured": result.structured} if result.structured is not None else {}),
             }
         state = self._background_of(turn)
-        run = subs.start(provider, prompt, signal=state.controller.signal, **fields)
+        if state.release is None:  # held before the run starts: no settling in between
+            release = subs.hold_residency()
+            if release is not None and not self._keep_hold(state, release):
+                release()  # a parallel call held first
+        controller = state.controller
+        try:
+            run = subs.start(provider, prompt, signal=controller.signal, **fields)
+        except BaseException:
+            self._release_if_idle(state)
+            raise
         with self._lock:
             state.runs[str(run.id)] = run
         agent = turn.agent
@@ -266,8 +264,8 @@ class ToolDispatcher:
                 }
             except Exception as exc:
                 content = {"delegate_result": {"id": str(run.id), "error": error_text(exc)}}
-            if agent.disposed:
-                return
+            if agent.disposed or controller.signal.aborted:
+                return  # cancelled with the agent's work: nobody waits for it
             try:
                 agent.followup(content, source=MessageSource(kind="child", session_id=run.id))
             except SubagentError as exc:
@@ -319,29 +317,57 @@ class ToolDispatcher:
 
     # -- background runs --------------------------------------------------------------
 
-    def _background_of(self, turn: Turn) -> _Background:
+    def _background_of(self, turn: Turn) -> Background:
         agent = turn.agent
         with self._lock:
             state = self._background.get(agent.session_id)
             if state is not None:
                 return state
-            state = self._background[agent.session_id] = _Background(agent.host.backend)
+            state = self._background[agent.session_id] = Background(agent.host.backend)
         add = getattr(agent, "add_dispose_listener", None)
         if add is not None:
             add(lambda _agent: self._forget(agent.session_id, state))
+        on_cancel = getattr(agent, "add_cancel_listener", None)
+        if on_cancel is not None:
+            on_cancel(lambda cause: self._cancel_all(state, cause))
         return state
 
-    def _forget(self, session_id: SessionId, state: _Background) -> None:
+    def _forget(self, session_id: SessionId, state: Background) -> None:
         with self._lock:
             if self._background.get(session_id) is state:
                 del self._background[session_id]
+        self._cancel_all(state, "the agent that started it was disposed")
+
+    def _cancel_all(self, state: Background, cause: Any) -> None:
+        """Cancel every run of ``state``; dispose each once it has settled, and end
+        the residency hold after the last (children first)."""
+        with self._lock:
             runs = list(state.runs.values())
             state.runs.clear()
-        state.controller.abort("the agent that started it was disposed")
-        # Each one, once its cancellation settled it, is disposed in a task of its
-        # own: this runs in the agent's stop, which must not wait for another actor.
+            controller, state.controller = state.controller, AbortController()
+            release, state.release = state.release, None
+        controller.abort(cause if cause is not None else "cancelled")
+        # Each one is disposed in a task of its own: this runs in a cancel or in
+        # the agent's stop, which must not wait for another actor.
+        countdown = Countdown(len(runs), release)
         for run in runs:
-            run.result.add_done_callback(functools.partial(_dispose_later, state.backend, run))
+            run.result.add_done_callback(
+                functools.partial(dispose_later, state.backend, run, countdown)
+            )
+
+    def _keep_hold(self, state: Background, release: Callable[[], None]) -> bool:
+        with self._lock:
+            if state.release is not None:
+                return False
+            state.release = release
+            return True
+
+    def _release_if_idle(self, state: Background) -> None:
+        with self._lock:
+            if state.runs or state.release is None:
+                return
+            release, state.release = state.release, None
+        release()
 
     def background(self, turn: Turn) -> tuple[str, ...]:
         """Ids of the background runs of this turn's agent not yet disposed."""
@@ -359,15 +385,5 @@ class ToolDispatcher:
             done = [rid for rid, run in state.runs.items() if run.result.done()]
             runs = [state.runs.pop(rid) for rid in done]
         for run in runs:
-            _dispose_quietly(run)
-
-
-def _dispose_later(backend: Any, run: SubagentRun, _future: object) -> None:
-    backend.spawn(_dispose_quietly, run, name="background-run-dispose")
-
-
-def _dispose_quietly(run: SubagentRun) -> None:
-    try:
-        run.dispose()
-    except SubagentError as exc:
-        logger.warning("disposing background run %s failed: %s", run.id, exc)
+            dispose_quietly(run)
+        self._release_if_idle(state)  # the last one's result came: the agent may settle

@@ -261,18 +261,23 @@ def test_delegate_in_the_background_delivers_its_result_as_a_message(rt: Runtime
     assert seen[-1][0]["agents"][0]["id"] == started["id"]
 
 
-def test_a_settled_continuable_child_leaves_no_background_run_live(rt: Runtime) -> None:
-    """A continuable child that delegates in the background and then settles ends
-    its epoch: the run is cancelled (the documented limitation) and its agent is
-    disposed -- it stayed live, listed as running, until the runtime closed."""
+def _background_kid(rt: Runtime) -> tuple[Any, Gate, list[Any], list[Any]]:
+    """A host and its continuable child ``kid`` whose first turn delegates to the
+    gated ``slow`` model in the background; the kid's later turns record what they
+    were given. Returns the host, the gate, the run the kid started, and its turns."""
     dispatcher = ToolDispatcher()
     gate = Gate("background child")
     rt.models.register("slow", lambda _o: ScriptedBehaviour([Block(gate)]))
     started: list[Any] = []
+    contents: list[Any] = []
 
     def kid(turn: Turn) -> Any:
-        call = {"prompt": "p", "model": "slow", "background": True}
-        started.append(dispatcher.dispatch(turn, "delegate", call))
+        contents.append(turn.content)
+        if turn.index == 0:
+            call = {"prompt": "p", "model": "slow", "background": True}
+            started.append(dispatcher.dispatch(turn, "delegate", call))
+        else:
+            dispatcher.dispose_settled(turn)
         return "asked"
 
     rt.models.register("kid", lambda _o: kid)
@@ -281,14 +286,80 @@ def test_a_settled_continuable_child_leaves_no_background_run_live(rt: Runtime) 
         ContinuableStartSpec(parent=host, provider="local", prompt="go", label="kid", model="kid")
     )
     assert gate.wait_reached(10)
+    return host, gate, started, contents
+
+
+def test_a_continuable_child_stays_resident_for_its_background_result(rt: Runtime) -> None:
+    """R-RES (waiting while it owns an undisposed child): a continuable child that
+    delegates in the background does not settle when its turn ends -- it would
+    cancel the run -- but waits, resident, for the result, which starts its next
+    turn; then the run is disposed and the child settles. (It settled at once, the
+    run was cancelled and its agent stayed live until the runtime closed.)"""
+    host, gate, started, contents = _background_kid(rt)
+    (run,) = started
+    kid = rt.agents.get(rt.subagents.list_children(host.session_id).rows[0].id)
+    assert kid is not None and kid.wait_idle(10)
+    assert rt.continuation.activation(kid.session_id) is not None  # held, not settled
+    gate.release()
+    assert wait_quiescent(rt, 20)
+    result = contents[1]["delegate_result"]
+    assert (result["id"], result["stop_reason"]) == (run["id"], "completed")
+    assert kid.wait_disposed(20)  # settled once the result was taken
+    assert [a.label for a in rt.agents.list()] == ["host"]
+
+
+def test_a_quick_background_result_always_reaches_its_continuable_child(rt: Runtime) -> None:
+    """The race behind the test above, many times: a background run that ends at
+    once races the child's settling after the turn that started it. Every result
+    is delivered as the child's next turn, every run is disposed, and every child
+    settles (without the hold, a run that lost the race was cancelled)."""
+    dispatcher = ToolDispatcher()
+    delivered: list[Any] = []
+
+    def kid(turn: Turn) -> Any:
+        if turn.index == 0:
+            dispatcher.dispatch(
+                turn, "delegate", {"prompt": "p", "model": "echo", "background": True}
+            )
+        else:
+            delivered.append(turn.content["delegate_result"]["stop_reason"])
+            dispatcher.dispose_settled(turn)
+        return None
+
+    rt.models.register("kid", lambda _o: kid)
+    host = rt.spawn("echo", label="host")
+    kids = [
+        rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=host, provider="local", prompt="go", label=f"kid{i}", model="kid"
+            )
+        ).child_id
+        for i in range(30)
+    ]
+    assert wait_quiescent(rt, 30)
+    for kid_id in kids:  # settling follows idleness
+        agent = rt.agents.get(kid_id)
+        assert agent is None or agent.wait_disposed(20)
+    assert delivered == ["completed"] * 30
+    assert [a.label for a in rt.agents.list()] == ["host"]
+    assert rt.continuation.activations() == []
+
+
+def test_a_drain_cancels_a_held_child_s_background_run(rt: Runtime) -> None:
+    """R-DRAIN-4/5: draining the host of a child that waits for a background run
+    does not wait for the run: the drain's cancel cancels it, no result is
+    delivered, the run's agent is disposed, then the child is released."""
+    host, _gate, started, contents = _background_kid(rt)
     (run,) = started
     one_shot = rt.agents.get(run["id"])
     assert one_shot is not None
-    assert one_shot.wait_disposed(20)  # cancelled when the kid settled, then disposed
-    assert wait_quiescent(rt, 10)
-    assert [a.label for a in rt.agents.list()] == ["host"]
+    rt.subagents.drain_continuable_descendants([host], timeout=20)
+    assert one_shot.wait_disposed(20)
     (end,) = rt.sessions.turn_ends(run["id"])
     assert end.stop_reason == "cancelled"
+    assert contents == ["go"]  # no result was delivered
+    assert wait_quiescent(rt, 10)
+    assert [a.label for a in rt.agents.list()] == ["host"]
 
 
 def test_start_agent_send_message_interrupt_and_list(rt: Runtime) -> None:
