@@ -228,7 +228,8 @@ class Agent(Followups):
         The running turn is cancelled and every queued message is discarded: the
         behaviour never sees it, and the log keeps it as a turn that ended
         ``cancelled`` with error ``discarded unrun`` (``Runtime.close()`` keeps
-        queued messages for the next activation instead).
+        queued messages for the next activation instead, under strict
+        durability).
 
         Idempotent; a concurrent second call waits for the first to finish.
         Called from the agent's own turn, or with ``wait=False``, it does not wait
