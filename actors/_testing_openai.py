@@ -210,19 +210,12 @@ class _Handler(BaseHTTPRequestHandler):
     # -- responses ------------------------------------------------------------------
 
     def _send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
+        self._send_body(status, json.dumps(payload).encode(), headers)
 
-    def _send_raw(self, data: bytes, headers: Mapping[str, str] | None) -> None:
-        self.send_response(200)
+    def _send_body(self, status: int, data: bytes, headers: Mapping[str, str] | None) -> None:
+        """``data`` as the body; a ``Content-Type`` in ``headers`` replaces JSON's."""
         extra = dict(headers or {})
+        self.send_response(status)
         self.send_header("Content-Type", extra.pop("Content-Type", "application/json"))
         self.send_header("Content-Length", str(len(data)))
         for k, v in extra.items():
@@ -274,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(answer.status, answer.error or "scripted error", kind, answer.headers)
             return
         if answer.raw is not None:
-            self._send_raw(answer.raw, answer.headers)
+            self._send_body(200, answer.raw, answer.headers)
         elif body.get("stream"):
             self._stream(body, answer)
         else:

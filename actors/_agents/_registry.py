@@ -141,13 +141,13 @@ class AgentRegistry:
             header = None  # the restore says what is wrong with it
         if header is not None and header.parent_session is not None:
             raise _a_subagent(sid)
-        restored = self._restore(
-            sid,
-            behaviour=behaviour,
-            options=options,
-            output_schema=output_schema,
-            damaged=damaged,
+        return self._resume_top(
+            sid, behaviour=behaviour, options=options, output_schema=output_schema, damaged=damaged
         )
+
+    def _resume_top(self, sid: SessionId, **kwargs: Any) -> Agent:
+        """``resume`` of a session the caller read the header of: a top-level one."""
+        restored = self._restore(sid, **kwargs)
         replay(restored.agent, restored.pending)
         return restored.agent
 
@@ -324,7 +324,7 @@ class AgentRegistry:
             raise _a_subagent(sid)
         if not sessions.strict or sessions.leases is None:
             try:
-                agent = self.resume(sid)
+                agent = self._resume_top(sid)
             except SubagentError as exc:
                 if exc.code != ErrorCode.SESSION_EXISTS or (agent := self.get(sid)) is None:
                     raise
@@ -334,7 +334,7 @@ class AgentRegistry:
         if accepted.duplicate:
             return mid
         try:
-            self.resume(sid)  # its replay runs the message
+            self._resume_top(sid)  # its replay runs the message
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_HELD:
                 wake_holder(sessions, exc, sid)

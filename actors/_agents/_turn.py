@@ -25,6 +25,8 @@ from subagents.protocol import (
     SessionHeader,
     SessionId,
     SubagentDescriptorEvent,
+    SubagentError,
+    check_name,
 )
 
 from ._host import AgentHost
@@ -287,11 +289,9 @@ _MAX_COUNT = 2**64 - 1  # the largest int the log's msgpack holds
 
 
 def _storable_name(name: str) -> bool:
-    if name.isascii():
-        return True
     try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
+        check_name(name, "a usage counter's name")  # the log's rule for a name
+    except SubagentError:
         return False
     return True
 
