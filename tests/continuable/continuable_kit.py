@@ -431,7 +431,17 @@ class Kit:
                 and self.rt.continuation.activation(sid) is None
             )
 
-        assert self.probe.wait_for(settled, timeout), f"{cid} did not settle: {self.probe.events}"
+        # An epoch can open, run and leave the index before the dispatcher has
+        # delivered its ``subagent/start``: the counts then still read "settled"
+        # from the epoch before. Once the dispatcher has handled everything posted
+        # so far, a start it had queued is counted and the wait goes on.
+        while True:
+            assert self.probe.wait_for(settled, timeout), (
+                f"{cid} did not settle: {self.probe.events}"
+            )
+            self.barrier()
+            if self.probe.wait_for(settled, 0):
+                break
         assert self.rt.continuation.activation(sid) is None
 
     def _epoch_counts_of(self, evs: list[SubagentEvent], sid: str) -> tuple[int, int]:
