@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -308,12 +309,20 @@ def _version() -> str:
         return "unknown"
 
 
+_SESSION_ID = re.compile(r"[0-9a-f]{32}")
+
+
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, options and positionals in any order: argparse alone takes
     an optional ROOT before the options that follow it and then refuses the ROOT
     after them (``tree DB --json ROOT``); the command's own parser takes them
     intermixed."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    for i, word in enumerate(argv[:-1]):
+        # ``--watch`` takes an optional SECONDS: a session id after it is the ROOT
+        # (no interval is 32 hex digits; some session ids read as numbers).
+        if word == "--watch" and _SESSION_ID.fullmatch(argv[i + 1]):
+            argv[i] = "--watch=1"
     args, extra = parser.parse_known_args(argv)
     if not extra or args.command is None:
         return parser.parse_args(argv)  # as usual: argparse's own error, exit 2

@@ -60,6 +60,27 @@ def test_bad_watch_arguments(
     assert "INVALID_ARGUMENT" in capsys.readouterr().err
 
 
+def test_a_session_id_after_watch_is_the_root(
+    tmp_path: Path, backend: Backend, capsys: Any
+) -> None:
+    """``tree DB --watch ROOT``: ``--watch`` takes an optional SECONDS, and a session
+    id after it is the ROOT (it was read as the seconds: "invalid float value"),
+    even one made of decimal digits only, which reads as a number."""
+    db = str(tmp_path / "w.db")
+    with Runtime(db, backend=backend) as rt:
+        root = rt.spawn("echo", label="first").session_id
+        rt.spawn("echo", label="second")
+    capsys.readouterr()
+    assert main(["tree", db, "--watch", root, "--count", "1"]) == 0
+    frame = _frames(capsys.readouterr().out)[0]
+    assert "first" in frame and "second" not in frame
+    digits = "1" * 32  # a well-formed id no session has: the tree's own error
+    assert main(["tree", db, "--count", "1", "--watch", digits]) == 2
+    assert f"[SESSION_NOT_FOUND] {db}: no session {digits}" in capsys.readouterr().err
+    assert main(["tree", db, "--watch", "0.01", root, "--count", "1"]) == 0
+    assert "second" not in capsys.readouterr().out
+
+
 def test_a_watcher_sees_a_child_appear_and_change_state(
     tmp_path: Path, backend: Backend, start_os_thread: Callable[..., Any]
 ) -> None:
