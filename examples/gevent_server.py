@@ -32,7 +32,8 @@ GET      /agents/{id}/children                       ``list_children``
 GET      /agents/{id}/descendants                    ``list_descendants``
 GET      /sessions/{id}                              the session's events
 GET      /events?limit=N                             streams ``subagent/start|end`` as JSON lines
-GET      /stats                                      live agents, idle disposals
+                                                     (a ``heartbeat`` line when quiet)
+GET      /stats                                      live agents, idle disposals, open streams
 =======  ==========================================  ===================================
 
 Bodies are read by ``Content-Length`` or chunked (at most 1 MB, else 413) and
@@ -129,8 +130,11 @@ class App:
         *,
         idle_timeout: float = 30.0,
         max_live: int = 1000,
+        heartbeat: float = 15.0,
     ) -> None:
         self.rt = runtime
+        self.heartbeat = heartbeat
+        self.streams = 0  # /events streams open (each holds a subscription)
         self.token = token
         self.owners = owners if owners is not None else Owners(None)
         self.idle = IdleAgents(runtime, idle_timeout=idle_timeout, max_live=max_live)
@@ -308,6 +312,7 @@ class App:
             "disposed_idle": self.idle.disposed,
             "idle_timeout": self.idle.idle_timeout,
             "max_live": self.idle.max_live,
+            "event_streams": self.streams,
         }
 
     def events(
@@ -335,13 +340,21 @@ class App:
 
         def stream() -> Iterator[bytes]:
             sent = 0
+            self.streams += 1
             try:
                 yield b'{"type": "subscribed"}\n'
                 while limit is None or sent < limit:
-                    event = queue.get()
+                    try:
+                        event = queue.get(timeout=self.heartbeat)
+                    except gevent.queue.Empty:
+                        # A client that went away is noticed only by a write that
+                        # fails: without one, a quiet stream kept its subscription.
+                        yield b'{"type": "heartbeat"}\n'
+                        continue
                     yield (dumps({k: getattr(event, k) for k in event.__slots__}) + "\n").encode()
                     sent += 1
             finally:
+                self.streams -= 1
                 subscription.dispose()
 
         return stream()
@@ -367,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1000,
         help="dispose the least recently used idle agents beyond this many (default: %(default)s)",
     )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=15.0,
+        help="an /events stream with nothing to say writes a heartbeat line this often, "
+        "so a client gone away is noticed (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     store: Any = args.db
     if args.db.startswith(("postgresql://", "postgres://")):
@@ -377,7 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         owners = Owners(f"{args.db}.owners")
     with Runtime(store, backend="gevent") as rt:
-        app = App(rt, args.token, owners, idle_timeout=args.idle_timeout, max_live=args.max_live)
+        app = App(
+            rt,
+            args.token,
+            owners,
+            idle_timeout=args.idle_timeout,
+            max_live=args.max_live,
+            heartbeat=args.heartbeat,
+        )
         server = NoDelayServer((args.host, args.port), app, log=None, error_log=None)
         stop = gevent.event.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -31,6 +31,7 @@ from subagents.protocol import (
 
 from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
+from ._claims import SessionClaims
 from ._host import AgentHost
 from ._live import LiveSession
 from ._mail import wake_holder
@@ -57,9 +58,9 @@ class AgentRegistry:
         self._models = models
         self._lock = threading.Lock()
         self._agents: dict[SessionId, Agent] = {}
-        # Left the registry and still disposing, by id: each leaves as its disposal
-        # ends, so a disposed agent is freed at once, not kept for a later sweep.
-        self._stopping: dict[int, Agent] = {}
+        # One activation of a session at a time here, and none while its previous
+        # agent is still disposing (it holds the lease until its release).
+        self._claims = SessionClaims(self._host, self._lock, self._agents)
 
     def create(
         self,
@@ -87,22 +88,23 @@ class AgentRegistry:
             if behaviour is not None
             else self._models.create(options.model, options)
         )
-        with self._lock:
-            if header.id in self._agents:
-                raise SubagentError(
-                    f"an agent for {header.id} is live", code=ErrorCode.SESSION_EXISTS
-                )
-        sessions = self._host.sessions
-        next_turn = sum(1 for e in seed if isinstance(e, TurnStart))
-        agent = self._start(
-            sessions.open(header, seed, inbox=inbox, now=now),
-            built,
-            options,
-            next_turn,
-            output_schema,
-            sessions.discard,
-        )
-        self._register(agent)
+        sid = header.id
+        if self._claims.claim(sid, wait=False) is not None:
+            raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
+        try:
+            sessions = self._host.sessions
+            next_turn = sum(1 for e in seed if isinstance(e, TurnStart))
+            agent = self._start(
+                sessions.open(header, seed, inbox=inbox, now=now),
+                built,
+                options,
+                next_turn,
+                output_schema,
+                sessions.discard,
+            )
+            self._register(agent)
+        finally:
+            self._claims.unclaim(sid)
         return agent
 
     def resume(
@@ -126,11 +128,17 @@ class AgentRegistry:
         them): how a user reaches the children of a parent whose log was damaged.
         The default refuses with ``CORRUPT_RECORD``.
 
+        One activation of a session at a time here: a resume, send or follow-up
+        activating the same session meanwhile is waited for, and so is the
+        disposal of its previous agent (``dispose(wait=False)`` releases the
+        session later), up to 30 seconds each.
+
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``SESSION_NOT_FOUND``,
                 ``UNAUTHORIZED`` for a subagent's session (a continuable child is
                 resumed through its parent, by a follow-up), ``SESSION_EXISTS``
-                (already live), ``LEASE_HELD`` (live in another process),
+                (already live, or resumed here meanwhile; still being activated or
+                disposed after those 30 seconds), ``LEASE_HELD`` (live in another process),
                 ``CORRUPT_RECORD``, ``DESCRIPTOR_CORRUPT`` /
                 ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``.
         """
@@ -146,17 +154,26 @@ class AgentRegistry:
         )
 
     def _resume_top(self, sid: SessionId, **kwargs: Any) -> Agent:
-        """``resume`` of a session the caller read the header of: a top-level one."""
-        restored = self._restore(sid, **kwargs)
-        replay(restored.agent, restored.pending)
+        """``resume`` of a session the caller read the header of: a top-level one.
+        A concurrent activation here is waited for (see :mod:`._claims`)."""
+        self._claim(sid, wait=True)
+        try:
+            restored = self._restore(sid, **kwargs)
+            # Replayed before the claim ends: a caller that waited on it and follows
+            # up the agent it finds queues behind what was accepted before.
+            replay(restored.agent, restored.pending)
+        finally:
+            self._claims.unclaim(sid)
         return restored.agent
 
-    def _restore(self, session_id: SessionId | str, **kwargs: Any) -> Restored:
-        sid = _as_session_id(session_id)
-        if self.get(sid) is not None:
+    def _claim(self, sid: SessionId, *, wait: bool) -> None:
+        if self._claims.claim(sid, wait=wait) is not None:
             raise SubagentError(
                 f"an agent for {sid} is already live", code=ErrorCode.SESSION_EXISTS
             )
+
+    def _restore(self, sid: SessionId, **kwargs: Any) -> Restored:
+        """Restore and register ``sid``'s agent (the caller holds its claim)."""
         restored = restore(self._host, self._models, sid, start=self._start, **kwargs)
         try:
             self._register(restored.agent)
@@ -198,7 +215,12 @@ class AgentRegistry:
                 ``LEASE_HELD``, or ``UNAUTHORIZED`` when the session is not a
                 continuable child.
         """
-        restored = self._restore(session_id)
+        # In the registry actor: a concurrent activation is refused, not waited for.
+        self._claim(session_id, wait=False)
+        try:
+            restored = self._restore(session_id)
+        finally:
+            self._claims.unclaim(session_id)
         agent = restored.agent
         if not isinstance(agent._descriptor, ContinuableDescriptor):
             restored.give_back()
@@ -222,12 +244,11 @@ class AgentRegistry:
                 del self._agents[agent.session_id]
                 # Disposing, perhaps without anyone waiting (a child settling): the
                 # runtime's close waits for its release before closing the store.
-                self._stopping[id(agent)] = agent
+                self._claims.left(agent)
 
     def _released(self, agent: Agent) -> None:
         """``agent`` finished disposing: nothing waits for it any more."""
-        with self._lock:
-            self._stopping.pop(id(agent), None)
+        self._claims.released(agent)
 
     def dispose_by_depth(self, agents: list[Agent], timeout: float) -> None:
         """Dispose ``agents`` child-first: the deepest delegation depth first, its
@@ -255,7 +276,7 @@ class AgentRegistry:
         session released); False when one had not after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            stopping = list(self._stopping.values())
+            stopping = list(self._claims.stopping.values())
         return all(a.wait_disposed(max(0.0, deadline - time.monotonic())) for a in stopping)
 
     def get(self, session_id: SessionId | str) -> Agent | None:

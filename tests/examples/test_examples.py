@@ -167,6 +167,36 @@ def test_event_stream(server: Server) -> None:
     assert {e["child_id"] for e in lines} == {child["child_id"]}
 
 
+def test_an_event_stream_whose_client_left_is_closed(tmp_path: Path) -> None:
+    """A client that leaves a quiet ``/events`` stream: the next heartbeat's write
+    fails and the stream's subscription goes (without one it stayed until an event
+    for that client came, so a quiet server piled them up)."""
+    server = start_server(tmp_path / "s.db", "--heartbeat", "0.05")
+    try:
+        conns = []
+        for i in range(5):
+            conn = server.connect()
+            conn.request(
+                "GET",
+                "/events",
+                headers={"Authorization": f"Bearer {TOKEN}", "X-Client-Id": f"c{i}"},
+            )
+            response = conn.getresponse()
+            assert json.loads(response.readline())["type"] == "subscribed"
+            assert json.loads(response.readline())["type"] == "heartbeat"
+            conns.append((conn, response))
+        assert server.call("GET", "/stats")[1]["event_streams"] == 5
+        for conn, response in conns:
+            response.close()
+            conn.close()
+        deadline = time.monotonic() + 30  # the server's own heartbeats notice it
+        while server.call("GET", "/stats")[1]["event_streams"]:
+            assert time.monotonic() < deadline, "streams of clients gone are still open"
+            time.sleep(0.05)
+    finally:
+        stop_server(server)
+
+
 def test_server_binds_loopback_by_default() -> None:
     source = (EXAMPLES / "gevent_server.py").read_text()
     assert 'default="127.0.0.1"' in source
