@@ -184,7 +184,13 @@ class Acceptance:
 
     def wake_address(self, session_id: SessionId) -> str | None:
         """The doorbell of the runtime holding ``session_id``'s lease when that is
-        another runtime; None when nobody else does (or the store cannot say)."""
+        another live runtime; None when nobody else does (or the store cannot say).
+
+        A lease that expired, or whose holder is a process of this host that has
+        ended, has no live holder: a ring to it is not an answer. (A host's
+        doorbell to a dead process fails; a store's ``NOTIFY`` succeeds with
+        nobody listening, so on PostgreSQL such a lease was taken for a live
+        holder and what waited for it never ran.)"""
         store = self.persistence
         leases = self.leases
         if store is None or leases is None:
@@ -194,6 +200,8 @@ class Acceptance:
         except SubagentError:
             return None
         if lease is None or lease.holder in (None, leases.holder.id):
+            return None
+        if lease.expires <= leases.now() or leases.holder.dead(lease.holder):
             return None
         wake: str | None = lease.wake
         return wake

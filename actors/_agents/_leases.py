@@ -104,6 +104,10 @@ class Leases:
             return self._backend.run_blocking(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 
+    def now(self) -> float:
+        """The clock leases expire by (wall-clock seconds)."""
+        return self._clock()
+
     def new(self, session_id: SessionId) -> tuple[str, float, str | None]:
         """The lease a session is created with (epoch 1); it is held from now on."""
         self._hold(session_id, 1)

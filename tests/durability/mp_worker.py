@@ -5,6 +5,7 @@ Usage::
     python mp_worker.py send DB SESSION NAME COUNT TOTAL MARKS BACKEND TTL
     python mp_worker.py hold DB SESSION - - - MARKS BACKEND TTL
     python mp_worker.py accept DB SESSION - COUNT - MARKS BACKEND TTL
+    python mp_worker.py tree DB - - COUNT - MARKS BACKEND TTL
 
 ``send``: sends COUNT messages ``NAME-i`` to SESSION with ``agents.send``,
 printing each id it was given, then waits until the session's log has TOTAL
@@ -13,6 +14,11 @@ completed turns (whichever process runs them) and closes.
 ``accept``: resumes SESSION, whose first turn (``first``) then never ends, and
 follows it up with ``m0`` .. ``m{COUNT-1}`` (accepted, queued behind it); prints
 ``ready`` and waits to be killed.
+
+``tree``: spawns a top-level ``mark`` agent and a continuable child of it
+(model ``stuck``) whose first turn, its prompt ``m0``, never ends; follows the
+child up with ``m1`` .. ``m{COUNT}`` by the parent; prints ``ready PARENT CHILD``
+and waits to be killed.
 
 With ``SUBAGENTS_TEST_HOST`` set, the worker's lease holder names that host
 instead of this one (a second machine, for the PostgreSQL tests).
@@ -33,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-from subagents.actors import Runtime
+from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.protocol import SessionId, SubagentError, TurnEnd
 
 
@@ -76,11 +82,24 @@ def _fake_host() -> None:
 def main(argv: list[str]) -> int:
     _fake_host()
     mode, db, session, name, count, total, marks, backend, ttl = argv
-    sid = SessionId(session)
+    sid = SessionId(session) if session != "-" else None
     rt = Runtime(db, backend=backend, lease_ttl=float(ttl))
     try:
         register(rt, name, marks)
-        if mode == "send":
+        if mode == "tree":
+            stuck = lambda _o: lambda turn: turn.signal.wait(3600)  # noqa: E731
+            rt.models.register("stuck", stuck, replace=True)
+            lead = rt.spawn("mark", label="lead")
+            spec = ContinuableStartSpec(
+                parent=lead, provider="local", prompt="m0", label="kid", model="stuck"
+            )
+            child, _ = rt.subagents.start_continuable(spec)
+            for i in range(1, int(count) + 1):
+                rt.subagents.followup(lead, child, f"m{i}")
+            print(f"ready {lead.session_id} {child}", flush=True)
+            lead.wait_disposed(3600)  # killed before
+        elif mode == "send":
+            assert sid is not None
             for i in range(int(count)):
                 print(rt.agents.send(sid, f"{name}-{i}"), flush=True)
             deadline = time.monotonic() + 60
@@ -90,6 +109,7 @@ def main(argv: list[str]) -> int:
                     return 3
                 rt.backend.sleep(0.05)  # polling a store other processes write
         elif mode == "accept":
+            assert sid is not None
             stuck = lambda _o: lambda turn: turn.signal.wait(3600)  # noqa: E731
             rt.models.register("mark", stuck, replace=True)
             agent = rt.agents.resume(sid)
@@ -99,6 +119,7 @@ def main(argv: list[str]) -> int:
             print("ready", flush=True)
             agent.wait_disposed(3600)  # killed before
         else:
+            assert sid is not None
             agent = rt.agents.resume(sid)
             print("held", flush=True)
             if not agent.wait_disposed(60):

@@ -204,6 +204,40 @@ def test_a_killed_holder_is_taken_over_after_expiry_and_its_messages_replay(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("asked", [True, False], ids=["followed-up", "swept"])
+def test_a_killed_holders_continuable_child_runs_what_it_accepted(
+    backend: Backend, db: str, tmp_path: Path, asked: bool
+) -> None:
+    """A holder SIGKILLed while its continuable child's turn runs, with follow-ups
+    queued behind it. Another runtime on this host -- followed up by the parent's
+    id, or asked nothing (its sweep) -- activates the tree and the child runs
+    every accepted message once, in order. On PostgreSQL the dead holder's
+    ``NOTIFY`` channel was taken for a live holder (a notify succeeds with nobody
+    listening), so the child never ran again."""
+    count = 3
+    victim = _worker("tree", db, "-", "-", str(count), "-", str(tmp_path / "m"), *_env(backend))
+    try:
+        assert victim.stdout is not None
+        ready, lead_id, child_id = victim.stdout.readline().split()
+        assert ready == "ready"
+    finally:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate()
+    noted = Noted()
+    with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
+        noted.register(rt, "new")
+        rt.models.register("stuck", rt.models.require("note"), replace=True)
+        rt.models.register("mark", rt.models.require("note"), replace=True)
+        expected = [f"m{i}" for i in range(count + 1)]
+        if asked:
+            rt.subagents.followup(SessionId(lead_id), SessionId(child_id), "after")
+            expected.append("after")
+        assert noted.wait_for(lambda items: len(items) >= len(expected), timeout=30), noted.items()
+        assert rt.wait_idle(10)
+        assert noted.contents() == expected
+
+
+@pytest.mark.slow
 def test_a_holder_on_another_host_is_taken_over_only_after_its_lease_expires(
     backend: Backend, pg_url: str, tmp_path: Path
 ) -> None:
