@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -35,7 +36,7 @@ from typing import Any
 
 try:
     import ray
-    from ray.exceptions import RayActorError, RayTaskError
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("subagents.actors.ray needs Ray: pip install 'subagents[ray]'") from exc
 
@@ -153,9 +154,20 @@ class RayPlacement:
             host died on another machine (on this machine a dead holder is seen at
             once).
         options: more ``ray.remote`` options for the host actors.
+        start_timeout: seconds the constructor waits for every host to start
+            (its runtime open, ``setup`` run).
+        call_timeout: seconds a call that acts on a child where it is hosted
+            (cancel, interrupt, settle, release) waits for its host; a host that
+            does not answer by then is treated as gone (its lease expires), so a
+            drain or a close never waits on it for ever. A run waits for the
+            child's turns, however long they take.
 
     Raises:
-        SubagentError: ``INVALID_ARGUMENT`` for a bad pool size or options.
+        SubagentError: ``INVALID_ARGUMENT`` for a bad pool size or options, or a
+            host that failed to start (``setup`` raised, the store did not open);
+            ``TIMEOUT`` when the hosts had not started after ``start_timeout``
+            seconds (a cluster without the resources they ask for). The hosts
+            started are stopped again.
     """
 
     capabilities = frozenset({"depth_limit", "tool_filter", "persona"})
@@ -173,13 +185,12 @@ class RayPlacement:
         max_restarts: int = -1,
         lease_ttl: float = 30.0,
         options: Mapping[str, Any] | None = None,
+        start_timeout: float = 120.0,
+        call_timeout: float = 30.0,
     ) -> None:
-        if type(hosts) is not int or hosts < 1:
-            raise SubagentError("hosts is an int >= 1", code=ErrorCode.INVALID_ARGUMENT)
-        if type(store) is not str:
-            raise SubagentError(
-                "store is a path or a postgresql:// URL", code=ErrorCode.INVALID_ARGUMENT
-            )
+        _check_arguments(store, hosts, name, num_cpus, resources, max_restarts, lease_ttl, options)
+        _seconds(start_timeout, "start_timeout")
+        self._call_timeout = _seconds(call_timeout, "call_timeout")
         self.name = name
         self.placement = self  # this provider places its children (see _placed)
         remote_options: dict[str, Any] = {
@@ -190,10 +201,16 @@ class RayPlacement:
         }
         if resources:
             remote_options["resources"] = dict(resources)
-        actor: Any = ray.remote(_RayHost).options(**remote_options)
+        try:
+            actor: Any = ray.remote(_RayHost).options(**remote_options)
+        except (TypeError, ValueError) as exc:  # Ray's own checks of the options
+            raise SubagentError(
+                f"bad Ray options for the hosts: {exc}"[:500], code=ErrorCode.INVALID_ARGUMENT
+            ) from None
         self._hosts: list[Any] = [
             actor.remote(store, setup, lease_ttl=lease_ttl) for _ in range(hosts)
         ]
+        self._started(start_timeout, remote_options)
         self._lock = threading.Lock()
         self._where: dict[SessionId, int] = {}
         self._next = itertools.cycle(range(hosts))
@@ -275,6 +292,28 @@ class RayPlacement:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _started(self, timeout: float, remote_options: Mapping[str, Any]) -> None:
+        """Wait until every host started; stop them all and raise if one did not."""
+        error: SubagentError
+        try:
+            ray.get([h.pid.remote() for h in self._hosts], timeout=timeout)
+            return
+        except GetTimeoutError:
+            asked = {k: remote_options[k] for k in ("num_cpus", "resources") if k in remote_options}
+            error = SubagentError(
+                f"the hosts of {self.name!r} had not started after {timeout} s: does the"
+                f" cluster have what each asks for ({asked})?",
+                code=ErrorCode.TIMEOUT,
+            )
+        except RayActorError as exc:
+            error = SubagentError(
+                f"a host of {self.name!r} failed to start: {exc}"[:2000],
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
+        for h in self._hosts:
+            ray.kill(h, no_restart=True)
+        raise error
+
     def _host_for(self, child_id: SessionId) -> int:
         with self._lock:
             i = self._where.get(child_id)
@@ -288,18 +327,19 @@ class RayPlacement:
         i = self._where.get(child_id)
         if i is None:
             return None
+        ref = getattr(self._hosts[i], method).remote(str(child_id), *args)
         try:
-            return self._get(getattr(self._hosts[i], method).remote(str(child_id), *args))
-        except RayActorError as exc:
+            return self._get(ref, self._call_timeout)
+        except (RayActorError, GetTimeoutError) as exc:
             logger.warning(
                 "host %d of %s is gone (%s of %s): %s", i, self.name, method, child_id, exc
             )
             return None
 
     @staticmethod
-    def _get(ref: Any) -> Any:
+    def _get(ref: Any, timeout: float | None = None) -> Any:
         try:
-            return ray.get(ref)
+            return ray.get(ref, timeout=timeout)
         except RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, SubagentError):
@@ -307,3 +347,50 @@ class RayPlacement:
                     str(cause.args[0] if cause.args else cause), code=cause.code
                 ) from None
             raise
+
+
+def _bad(message: str) -> SubagentError:
+    return SubagentError(message, code=ErrorCode.INVALID_ARGUMENT)
+
+
+def _seconds(value: Any, name: str) -> float:
+    if type(value) not in (int, float) or not (0 < value < math.inf):
+        raise _bad(f"{name} is a number of seconds > 0")
+    return float(value)
+
+
+def _check_arguments(
+    store: Any,
+    hosts: Any,
+    name: Any,
+    num_cpus: Any,
+    resources: Any,
+    max_restarts: Any,
+    lease_ttl: Any,
+    options: Any,
+) -> None:
+    """``INVALID_ARGUMENT`` for what a RayPlacement cannot start hosts with (Ray
+    itself raised ``ValueError``/``TypeError`` for some; the hosts died of others)."""
+    if type(hosts) is not int or hosts < 1:
+        raise _bad("hosts is an int >= 1")
+    if type(store) is not str:
+        raise _bad("store is a path or a postgresql:// URL")
+    if type(name) is not str or not name.strip():
+        raise _bad("name is a non-blank str")
+    if type(num_cpus) not in (int, float) or not (0 <= num_cpus < math.inf):
+        raise _bad("num_cpus is a number >= 0")
+    if type(max_restarts) is not int or max_restarts < -1:
+        raise _bad("max_restarts is an int >= -1 (-1: always)")
+    _seconds(lease_ttl, "lease_ttl")
+    if resources is not None and (
+        not isinstance(resources, Mapping)
+        or not all(
+            type(k) is str and type(v) in (int, float) and 0 <= v < math.inf
+            for k, v in resources.items()
+        )
+    ):
+        raise _bad("resources maps names to numbers >= 0")
+    if options is not None and (
+        not isinstance(options, Mapping) or not all(type(k) is str for k in options)
+    ):
+        raise _bad("options maps ray.remote option names to values")

@@ -26,7 +26,8 @@ class ChildStatistics:
     Attributes:
         child_id: the child's session.
         phase: its Activation's phase here -- ``reserved``, ``resident``,
-            ``draining``, ``settling`` -- or ``absent`` when this runtime has none
+            ``draining``, ``settling``, ``released`` (its epoch just ended, the
+            Activation not yet gone) -- or ``absent`` when this runtime has none
             (settled, or resident in another process).
         placed: it runs on another host (a placement), this runtime keeps its
             Activation.

@@ -77,9 +77,13 @@ class EventBus:
         return Subscription(self, entry)
 
     def _unsubscribe(self, entry: tuple[Listener, Any]) -> None:
+        # By identity: the same listener subscribed twice makes two equal entries,
+        # and a second dispose of one must not remove the other.
         with self._lock:
-            if entry in self._listeners:
-                self._listeners.remove(entry)
+            for i, held in enumerate(self._listeners):
+                if held is entry:
+                    del self._listeners[i]
+                    return
 
     def emit(self, event: SubagentEvent, scope: SessionId | None) -> None:
         """Run every listener of ``scope`` (and the service-wide ones), contained."""

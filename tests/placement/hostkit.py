@@ -71,6 +71,11 @@ def setup(runtime: Any) -> None:
         runtime.models.register(name, _factory(fn), replace=True)
 
 
+def failing_setup(runtime: Any) -> None:
+    """A ``setup`` that cannot register what it needs: the host does not start."""
+    raise RuntimeError("no model registry here")
+
+
 def _factory(fn: Any) -> Any:
     def make(_options: Any) -> Any:
         return fn

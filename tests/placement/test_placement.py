@@ -236,6 +236,27 @@ def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_po
         with pytest.raises(SubagentError) as caught:
             RayPlacement(str(tmp_path / "x.db"), hosts=bad)
         assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+    # Each was a raw ValueError or TypeError from Ray, or a host that died starting.
+    for kwargs in (
+        {"num_cpus": -1},
+        {"num_cpus": "1"},
+        {"max_restarts": "x"},
+        {"max_restarts": -2},
+        {"lease_ttl": -1},
+        {"lease_ttl": float("nan")},
+        {"name": 5},
+        {"name": " "},
+        {"resources": {"gpu": -1}},
+        {"resources": ["CPU"]},
+        {"resources": {"CPU": 1}},  # Ray: use num_cpus
+        {"options": {"bogus": 1}},
+        {"options": {1: 1}},
+        {"start_timeout": 0},
+        {"call_timeout": float("inf")},
+    ):
+        with pytest.raises(SubagentError) as caught:
+            RayPlacement(str(tmp_path / "x.db"), **kwargs)
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT, kwargs
     placement = ray_pool[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
@@ -256,6 +277,43 @@ def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_po
         registration.dispose()
     finally:
         rt.close()
+
+
+def test_a_pool_whose_hosts_cannot_start_is_refused_at_once(
+    backend: Backend, tmp_path: Path, ray_pool: Any
+) -> None:
+    """Hosts whose ``setup`` raises, or that ask for more than the cluster has,
+    refuse the pool when it is built -- ``INVALID_ARGUMENT`` with the cause, and
+    ``TIMEOUT`` after ``start_timeout`` -- and the hosts started are stopped. (The
+    pool was accepted, children were started on it and never ran: a drain of one
+    on an unschedulable host, and the runtime's close, then waited for ever.)"""
+    import ray
+    from subagents.actors.ray import RayPlacement
+
+    _BACKEND[:] = [backend]
+    before = _host_actors(ray)
+    with pytest.raises(SubagentError) as caught:
+        RayPlacement(str(tmp_path / "x.db"), setup=hostkit.failing_setup, hosts=2)
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "no model registry here" in str(caught.value)
+    with pytest.raises(SubagentError) as caught:
+        RayPlacement(str(tmp_path / "x.db"), hosts=1, num_cpus=64, start_timeout=1)
+    assert caught.value.code == ErrorCode.TIMEOUT
+    assert "num_cpus" in str(caught.value)
+    assert eventually(lambda: _host_actors(ray) == before)
+
+
+def _host_actors(ray: Any) -> int:
+    """Host actors of this cluster not dead (the session pool's included), from the
+    cluster's own table (the state API needs the dashboard, which the tests leave
+    out)."""
+    from ray._private import state
+
+    return sum(
+        1
+        for a in state.actors().values()
+        if a["ActorClassName"] == "_RayHost" and a["State"] != "DEAD"
+    )
 
 
 def test_a_tree_across_hosts_on_postgres(

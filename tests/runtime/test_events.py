@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+from typing import Any
 
 from subagents.actors import (
     AbortSignal,
@@ -110,6 +111,27 @@ def test_events_are_scoped_to_the_delegating_parent(rt: Runtime) -> None:
     assert probe1.wait_for(lambda evs: len(evs) == 2)
     assert probe1.types() == ["subagent/start", "subagent/end"]
     assert probe2.events == []
+
+
+def test_disposing_a_subscription_twice_keeps_the_other_one(rt: Runtime) -> None:
+    """``Subscription.dispose()`` is idempotent: a listener subscribed twice, one of
+    its subscriptions disposed twice -- the other still hears every event (the
+    second dispose removed it: the two entries were equal)."""
+    heard: list[str] = []
+
+    def listen(event: Any) -> None:
+        heard.append(event.type)
+
+    first = rt.subagents.subscribe(listen)
+    rt.subagents.subscribe(listen)
+    first.dispose()
+    first.dispose()
+    probe = LifecycleProbe(rt)
+    run = rt.subagents.start("local", _req(rt.spawn("echo")))
+    run.result.get(10)
+    run.dispose()
+    assert probe.wait_for(lambda evs: len(evs) == 2)
+    assert heard == ["subagent/start", "subagent/end"]
 
 
 def test_raising_listener_is_contained(rt: Runtime, caplog) -> None:
