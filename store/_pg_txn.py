@@ -192,8 +192,7 @@ class PgWriter:
         self.requests += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
         try:
-            conn = self._connection()
-            self._transaction(conn, batch)
+            self._transaction(batch)
             return
         except SubagentError as exc:  # cannot connect
             for request in batch:
@@ -211,14 +210,30 @@ class PgWriter:
                 return
         for request in batch:
             try:
-                self._transaction(self._connection(), [request])
+                self._transaction([request])
             except SubagentError as exc:
                 request.finish(error=exc)
             except psycopg.Error as exc:
                 request.finish(error=pg_error(exc))
 
-    def _transaction(self, conn: PgConn, batch: list[WriteRequest]) -> None:
-        conn.execute("BEGIN")
+    def _begin(self) -> PgConn:
+        """The write connection, in a new transaction. A connection the server
+        dropped while it sat idle (a restart, a failover) is found out only by its
+        next statement: its ``BEGIN`` fails, having written nothing, and is tried
+        once more on a fresh connection -- or the first write after every restart
+        failed although the server was back."""
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN")
+        except psycopg.OperationalError:
+            conn.raw.close()
+            self.conn = None
+            conn = self._connection()
+            conn.execute("BEGIN")
+        return conn
+
+    def _transaction(self, batch: list[WriteRequest]) -> None:
+        conn = self._begin()
         txn = PgTxn(conn, {})
         try:
             outcomes = apply_batch(txn, batch)

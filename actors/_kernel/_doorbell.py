@@ -75,6 +75,9 @@ class Doorbell:
         green = backend.name == "gevent"
         module: Any = gevent.socket if green else socket
         self._select: Any = gevent.select.select if green else select.select
+        # A listener's receive may reconnect (a blocking connect, as long as the
+        # server's connect timeout when it hangs): off the hub on gevent.
+        self._receive_off_hub = backend.run_blocking if green else None
         name = f"subagents-{os.getpid()}-{uuid.uuid4().hex[:16]}"
         #: The socket's address: this process's own rings.
         self.local_address = (
@@ -151,7 +154,8 @@ class Doorbell:
                 return []
             rings = self._drain() if self._sock in readable else []
             if fd is None or fd in readable:
-                got = listener.receive()
+                off_hub = self._receive_off_hub
+                got = listener.receive() if off_hub is None else off_hub(listener.receive)
                 if got is None:
                     return None  # reconnected: rings may be lost, sweep
                 rings += got

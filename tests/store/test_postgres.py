@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import select
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -20,6 +21,7 @@ from conftest import MakeEvents, MakeHeader
 from subagents.actors import Runtime
 from subagents.actors._kernel import Doorbell
 from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
 from subagents.protocol import (
     ErrorCode,
     MessageEvent,
@@ -199,6 +201,62 @@ def test_the_doorbell_wakes_on_a_notify_and_a_lost_connection_means_sweep(
             listener.close()
 
 
+def test_a_listener_reconnecting_to_a_hung_server_does_not_block_the_hub(
+    own_pg_server: Any,
+) -> None:
+    """gevent: the server's port accepts connections and never answers (a hung
+    server, a black-holed path). The doorbell's listener, its connection lost,
+    reconnects -- a blocking connect, up to ``connect_timeout_s`` -- off the hub:
+    the other greenlets run meanwhile. (It connected on the hub, which stopped
+    every greenlet of the process for the whole timeout, again each retry.)
+
+    The one duration here is a bound with a wide margin on a real socket's
+    timeout (no frozen clock reaches psycopg's connect): this greenlet, waiting
+    for the silent server to accept the reconnect, runs again well within the
+    30 s the connect waits (it ran again only after them)."""
+    import socket
+
+    from subagents.actors._kernel._backend import GEVENT
+
+    url = f"{own_pg_server.url}?schema=s_{uuid.uuid4().hex[:12]}"
+    with PostgresStore(url, connect_timeout_s=30) as store:
+        listener = store.listen()
+        bell = Doorbell(GEVENT, listener)
+        silent = socket.socket()
+        held: list[socket.socket] = []
+        accepted = threading.Event()
+        accepted_at: list[float] = []
+        acceptor = threading.Thread(target=lambda: accept(), daemon=True)
+
+        def accept() -> None:  # an OS thread: the port answers TCP, then nothing
+            with contextlib.suppress(OSError):
+                while True:
+                    held.append(silent.accept()[0])
+                    accepted_at.append(time.monotonic())
+                    accepted.set()
+
+        try:
+            own_pg_server.stop("immediate")
+            silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            silent.bind(("127.0.0.1", own_pg_server.port))
+            silent.listen(16)
+            acceptor.start()
+            waiter = GEVENT.spawn(bell.wait, 60)
+            assert GEVENT.run_blocking(accepted.wait, 60)
+            assert time.monotonic() - accepted_at[0] < 15
+        finally:
+            with contextlib.suppress(OSError):
+                silent.shutdown(socket.SHUT_RDWR)  # wakes the acceptor (close does not)
+            silent.close()
+            acceptor.join(30)
+            for conn in held:
+                conn.close()
+            bell.close()
+            assert waiter.join(60)
+            listener.close()
+            own_pg_server.start()
+
+
 def test_a_runtime_on_postgres_records_a_notify_address_in_its_leases(
     backend: Backend, pg_url: str
 ) -> None:
@@ -250,6 +308,41 @@ def test_a_connection_killed_mid_transaction_fails_its_call_and_the_next_succeed
             first[0].message_id,
             doomed[0].message_id,
         ]
+
+
+def test_the_first_write_after_a_server_restart_succeeds(
+    backend: Backend,
+    own_pg_server: Any,
+    make_header: MakeHeader,
+    make_events: MakeEvents,
+) -> None:
+    """The server restarts while the store's write connection sits idle: the next
+    write -- an acceptance, and a turn's end in a runtime -- succeeds (its
+    ``BEGIN`` on the dropped connection fails, having written nothing, and runs
+    again on a fresh one). The first write after every restart used to fail
+    ``PERSISTENCE_UNAVAILABLE``, and a turn whose end it was stopped its agent."""
+    url = f"{own_pg_server.url}?schema=s_{uuid.uuid4().hex[:12]}"
+    with PostgresStore(url) as store:
+        header: SessionHeader = make_header()
+        store.create_session(header)
+        store.accept(header.id, make_events(1), now=1.0)
+        for round_ in range(2):
+            own_pg_server.restart()
+            store.accept(header.id, make_events(1), now=2.0 + round_)
+        assert len(store.pending(header.id)) == 3
+    gate = Gate("turn")
+    with Runtime(url, backend=backend) as rt:
+        rt.models.register("slow", lambda _o: lambda turn: gate.pass_through(turn.signal))
+        agent = rt.spawn("slow")
+        agent.followup("spans the restart")
+        assert gate.wait_reached(30)
+        own_pg_server.restart()
+        gate.release()
+        assert agent.wait_idle(30)
+        rt.sessions.flush()
+        assert not rt.sessions.statistics().persistence_failures
+        assert rt.agents.get(agent.session_id) is agent
+        assert [e.stop_reason for e in rt.sessions.turn_ends(agent.session_id)] == ["completed"]
 
 
 def test_a_server_restart_mid_stream_loses_nothing_accepted(
