@@ -112,7 +112,7 @@ class Followups(Inbox):
         """``followup`` once its arguments are checked."""
         sessions = self._host.sessions
         if self._disposed:  # before the store, which would say LEASE_LOST after a takeover
-            raise sessions.failures.error(self.session_id) or self._disposed_error()
+            raise self._disposed_error()
         if strict_steer is not None:
             return self._steer(content, source, message_id, strict_steer)
         if not sessions.strict:

@@ -100,7 +100,10 @@ class Inbox:
         raise NotImplementedError
 
     def _disposed_error(self) -> SubagentError:
-        return SubagentError(f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED)
+        # Stopped by a failed write: say so, whichever check met the disposal first.
+        return self._host.sessions.failures.error(self.session_id) or SubagentError(
+            f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
+        )
 
     # -- admission -------------------------------------------------------------------
 

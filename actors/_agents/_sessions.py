@@ -153,7 +153,9 @@ class SessionService(Acceptance, SessionReads):
                     f"session {header.id} is already live", code=ErrorCode.SESSION_EXISTS
                 )
             self._live[header.id] = live
-        self._activated(header.id)
+        reset = self._activated(header.id)
+        if reset is not None:  # its flush waits for the earlier failure to be history
+            live.last_ticket = reset
         return live
 
     def wake_pickup(self, sid: SessionId) -> None:
@@ -182,11 +184,11 @@ class SessionService(Acceptance, SessionReads):
             store=stats() if callable(stats) else None,
         )
 
-    def _activated(self, session_id: SessionId) -> None:
-        """A new activation starts from the store: an earlier failure is history."""
-        if self._writer is not None:
-            self._writer.reset(session_id)
+    def _activated(self, session_id: SessionId) -> int | None:
+        """A new activation starts from the store: an earlier failure is history
+        (the ticket of the writer's reset, when it had one)."""
         self.failures.forget(session_id)
+        return self._writer.reset(session_id) if self._writer is not None else None
 
     def append(
         self,

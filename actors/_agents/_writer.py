@@ -118,12 +118,14 @@ class Writer:
             return False
         return True
 
-    def reset(self, session_id: SessionId) -> None:
+    def reset(self, session_id: SessionId) -> int | None:
         """A new activation of ``session_id`` starts from what the store holds: its
         writes go through again. Queued behind the failed activation's writes, which
-        stay dropped (no holes in the log)."""
+        stay dropped (no holes in the log). Returns the reset's ticket, if one was
+        needed."""
         if session_id in self._failed:
-            self.submit("reset", session_id, None)
+            return self.submit("reset", session_id, None)
+        return None
 
     def _run(self) -> None:
         while True:

@@ -38,7 +38,8 @@ def inject(db: str, session: SessionId) -> None:
         base, schema = _pg(db)
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(
-                f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$'
+                f'CREATE OR REPLACE FUNCTION "{schema}".refuse()'
+                " RETURNS trigger LANGUAGE plpgsql AS $$"
                 f" BEGIN IF NEW.session = '\\x{key}'::bytea THEN"
                 " RAISE EXCEPTION 'injected write failure'; END IF; RETURN NEW; END $$"
             )
@@ -129,6 +130,36 @@ def test_a_failed_write_stops_its_session_and_only_it(
         else:  # relaxed: what was only in memory went with the failed activation
             assert contents(log) == ["one", "four"]
             assert turns_ended(log) == 2
+
+
+def _follow_up_until_refused(rt: Runtime, agent: Any, round_: int) -> None:
+    for i in range(100_000):
+        agent.followup((round_, i))
+        rt.backend.sleep(0)  # on gevent the turns and writes run meanwhile
+
+
+@pytest.mark.parametrize("durability", ["strict", "relaxed"])
+def test_followups_racing_a_failed_write_always_name_the_failure(
+    backend: Backend, db: str, durability: str
+) -> None:
+    """Follow-ups sent back to back while the session's write fails: the first one
+    refused is ``PERSISTENCE_UNAVAILABLE`` naming the failure, whichever check
+    met the disposal (one that passed the disposed check and then met the closed
+    gate said ``AGENT_DISPOSED``). Ten rounds, each on a freshly resumed agent."""
+    with Runtime(db, backend=backend, durability=durability) as rt:
+        agent = rt.spawn("echo", label="a")
+        sid = agent.session_id
+        for round_ in range(10):
+            assert agent.wait_idle(10)
+            rt.sessions.flush(sid)
+            inject(db, sid)
+            with pytest.raises(SubagentError) as info:
+                _follow_up_until_refused(rt, agent, round_)
+            assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE, info.value
+            assert "injected write failure" in str(info.value)
+            assert agent.wait_disposed(10)
+            heal(db)
+            agent = rt.agents.resume(sid)
 
 
 def test_a_child_whose_writes_fail_is_reached_again_by_its_parent(
