@@ -47,12 +47,7 @@ from ._agents import (
     spawn_agent,
     wait_all_idle,
 )
-from ._catalog import (
-    ProjectionRegistry,
-    retain_identity,
-    subagent_timing_unit,
-    subagent_unit,
-)
+from ._catalog import ProjectionRegistry, retain_identity, subagent_timing_unit, subagent_unit
 from ._children import (
     BoundSubagents,
     ContinuationManager,
@@ -124,6 +119,9 @@ class Runtime:
             deliveries (the ``otel`` extra; see ``docs/observability.md``):
             ``None`` traces when a tracer provider is configured globally,
             ``True``/``False`` force it, or pass a ``TracerProvider``.
+        adopt: on a durable store, this runtime's sweep activates sessions that
+            nobody holds and work waits for (the default); ``False`` runs only
+            what it is asked to (a placement host: the parent's runtime owns the tree).
 
     Attributes:
         agents: the live top-level and child agents (:class:`AgentRegistry`):
@@ -154,8 +152,10 @@ class Runtime:
         lease_ttl: float = 30.0,
         max_inbox: int | None = None,
         tracing: Any = None,
+        adopt: bool = True,
     ) -> None:
         self.backend = get_backend(backend)
+        self._adopt = adopt
         check_runtime_arguments(
             projections=projections,
             default_providers=default_providers,
@@ -164,6 +164,7 @@ class Runtime:
             max_delegation_depth=max_delegation_depth,
             clock=clock,
             max_inbox=max_inbox,
+            adopt=adopt,
         )
         self.max_delegation_depth = max_delegation_depth
         self.max_inbox = max_inbox
@@ -255,7 +256,7 @@ class Runtime:
     def _orphan(self, session_id: SessionId) -> None:
         """Messages wait in the inbox of a session nobody holds: activate it here (a
         top-level agent, from its recorded options) or where its parent lives."""
-        if self._closed:
+        if self._closed or not self._adopt:
             return
         try:
             adopt(self.agents, self.sessions, self.continuation, session_id)

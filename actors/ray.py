@@ -70,15 +70,18 @@ class PlacementHost:
         lease_ttl: float = 30.0,
         lease_wait: float | None = None,
     ) -> None:
-        self.runtime = Runtime(store, lease_ttl=lease_ttl)
+        # It adopts nothing: a session nobody holds (a root whose runtime closed,
+        # a child between runs) is the parent's runtime's to activate, not a host's.
+        self.runtime = Runtime(store, lease_ttl=lease_ttl, adopt=False)
         if setup is not None:
             setup(self.runtime)
         wait = 2 * lease_ttl if lease_wait is None else lease_wait
         self._hosting = Hosting(self.runtime, self.runtime.continuation.hosted, wait)
 
-    def run(self, child_id: str) -> None:
-        """Hold the child, run what waits for it, return once it is quiet."""
-        self._hosting.run(SessionId(child_id))
+    def run(self, child_id: str, call: int | None = None) -> None:
+        """Hold the child, run what waits for it, return once it is quiet (a run
+        asked before a release carried out already: nothing)."""
+        self._hosting.run(SessionId(child_id), call)
 
     def settle(self, child_id: str) -> bool:
         """Release it if it is quiet (True), else False."""
@@ -92,9 +95,9 @@ class PlacementHost:
         """An authorized interrupt: cancel the turn, keep the inbox, log it."""
         self._hosting.interrupt(SessionId(child_id), kind, None if by is None else SessionId(by))
 
-    def release(self, child_id: str, cause: str) -> None:
+    def release(self, child_id: str, cause: str, call: int | None = None) -> None:
         """Cancel it, keeping what it accepted, and release it."""
-        self._hosting.release(SessionId(child_id), cause)
+        self._hosting.release(SessionId(child_id), cause, call=call)
 
     def held(self) -> list[str]:
         """The children this host holds now."""
@@ -243,13 +246,13 @@ class RayPlacement:
 
     # -- the placement (what a PlacedChild calls) ---------------------------------------
 
-    def run(self, child_id: SessionId) -> None:
+    def run(self, child_id: SessionId, call: int | None = None) -> None:
         """Run what waits for ``child_id`` on its host; on another if that one died."""
         tried = 0
         while True:
             i = self._host_for(child_id)
             try:
-                self._get(self._hosts[i].run.remote(str(child_id)))
+                self._get(self._hosts[i].run.remote(str(child_id), call))
                 return
             except RayActorError as exc:
                 tried += 1
@@ -276,9 +279,13 @@ class RayPlacement:
         """An interrupt the parent's registry authorized, carried out on the host."""
         self._on_host(child_id, "interrupt", kind, None if by is None else str(by))
 
-    def release(self, child_id: SessionId, cause: str) -> None:
+    def release(self, child_id: SessionId, cause: str, call: int | None = None) -> None:
         """Cancel it on its host, keeping what it accepted, and release it there."""
-        self._on_host(child_id, "release", cause)
+        if call is not None:
+            # A run asked before this may not have reached the pool yet: the host
+            # it will go to must know of this release, to ignore it.
+            self._host_for(child_id)
+        self._on_host(child_id, "release", cause, call)
 
     def close(self, timeout: float = 60.0) -> None:
         """Release every hosted child and stop the host actors."""

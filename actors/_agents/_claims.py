@@ -78,7 +78,10 @@ class SessionClaims:
                         event = self._activating[sid] = self._host.backend.event()
                     wait_for = event.wait
                     what = "being activated"
-                elif (old := self.stopping.get(sid)) is not None:
+                elif (old := self.stopping.get(sid)) is not None and not old.session.released:
+                    # (Once its session is released, what is left of its disposal --
+                    # its dispose listeners: a child's epoch ending, which may
+                    # activate it again at once -- does not hold the session.)
                     wait_for = old.wait_disposed
                     what = "still disposing its previous agent"
                 elif self._host.sessions.live(sid) is not None:

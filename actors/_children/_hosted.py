@@ -55,20 +55,26 @@ class Hosting:
         self._hosted = hosted
         self._lease_wait = lease_wait
         self._lock = threading.Lock()  # activations: one at a time
+        # The highest release call per child (see _placed._CALLS): a run asked
+        # before it and carried out after it must not hold the child again.
+        self._released_at: dict[SessionId, int] = {}
 
     def held(self) -> list[SessionId]:
         """The children hosted here now."""
         return [sid for sid, a in list(self._hosted.items()) if not a.disposed]
 
-    def run(self, child_id: SessionId) -> None:
+    def run(self, child_id: SessionId, call: int | None = None) -> None:
         """Hold ``child_id`` (activating it if needed), run what waits in its durable
-        inbox, and return once it is idle and owns no resident child.
+        inbox, and return once it is idle and owns no resident child. A run whose
+        ``call`` is lower than a release already carried out does nothing.
 
         Raises:
             SubagentError: ``LEASE_HELD`` (another process kept it past the wait),
                 ``SESSION_NOT_FOUND``, or why it cannot be resumed here.
         """
-        agent = self._activate(child_id)
+        agent = self._activate(child_id, call)
+        if agent is None:
+            return  # asked before a release that came first: the child stays released
         if self._pickup is not None:
             self._pickup(child_id)
         self._quiet(agent)
@@ -109,9 +115,15 @@ class Hosting:
             self._sessions.append(agent.session, (event,))
         agent.cancel("interrupted", keep_inbox=True)
 
-    def release(self, child_id: SessionId, cause: str, timeout: float | None = 60.0) -> None:
+    def release(
+        self, child_id: SessionId, cause: str, timeout: float | None = 60.0, call: int | None = None
+    ) -> None:
         """Cancel it (what it accepted stays accepted: it runs at its next
-        activation), drain its resident children, then release it."""
+        activation), drain its resident children, then release it. A run asked
+        before ``call`` that arrives later does not activate it again."""
+        if call is not None:
+            with self._lock:  # after an activation in progress, before the next
+                self._released_at[child_id] = max(call, self._released_at.get(child_id, 0))
         agent = self._hosted.get(child_id)
         if agent is None or agent.disposed:
             return
@@ -130,11 +142,13 @@ class Hosting:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _activate(self, child_id: SessionId) -> Agent:
+    def _activate(self, child_id: SessionId, call: int | None) -> Agent | None:
         with self._lock:
             agent = self._hosted.get(child_id)
             if agent is not None and not agent.disposed:
                 return agent
+            if call is not None and call < self._released_at.get(child_id, 0):
+                return None
             deadline = time.monotonic() + self._lease_wait
             while True:
                 try:

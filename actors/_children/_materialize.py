@@ -223,7 +223,11 @@ class Materializer:
         prompt waits in the durable inbox) and have a host run it."""
         delivery.committed = True
         child = self._publish_placed(act, agent.header, placement, delivery, agent._descriptor)
-        agent.dispose()  # the session, descriptor and prompt are written; the lease goes
+        # The session, descriptor and prompt are written; the lease goes, and the
+        # prompt -- created handed to this epoch, which never runs it -- goes back
+        # to nobody with it: the host's first turn is no replay (``redelivered``).
+        agent.session.unrun = [delivery.message_id]
+        agent.dispose()
         if not act.drained:  # published below a cutoff: the prompt stays accepted
             child.start()
 

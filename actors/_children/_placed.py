@@ -20,6 +20,7 @@ Activation released, so a parent settles strictly after its placed children.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -42,6 +43,10 @@ logger = logging.getLogger("subagents")
 
 _OPEN, _DRAINED, _CLOSED = 0, 1, 2
 _JOIN = 30.0  # seconds a release waits for the child's last run to return
+#: Numbers the runs and releases asked of hosts, in the order they were asked: a
+#: host, which may carry out concurrent calls in any order, ignores a run asked
+#: before a release it already carried out (the child would stay held there).
+_CALLS = itertools.count(1)
 
 
 class Placement(Protocol):
@@ -51,10 +56,10 @@ class Placement(Protocol):
     :class:`SubagentError` when no host could do it.
     """
 
-    def run(self, child_id: SessionId) -> None:
+    def run(self, child_id: SessionId, call: int | None = None) -> None:
         """Have a host hold ``child_id`` (activating it from the store if no host
         does) and run what waits in its durable inbox; return once it is idle there
-        and owns no resident child."""
+        and owns no resident child. ``call`` orders it against releases."""
 
     def settle(self, child_id: SessionId) -> bool:
         """Release ``child_id`` on its host if it is idle there (True); False when
@@ -66,9 +71,10 @@ class Placement(Protocol):
     def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
         """Cancel its running turn, keeping its inbox, and log the interrupt."""
 
-    def release(self, child_id: SessionId, cause: str) -> None:
+    def release(self, child_id: SessionId, cause: str, call: int | None = None) -> None:
         """Cancel it (what it accepted stays accepted), release its resident
-        children, then the child itself: its lease goes back to the store."""
+        children, then the child itself: its lease goes back to the store. A run
+        of a lower ``call`` arriving after it does nothing."""
 
 
 class PlacedChild:
@@ -91,6 +97,7 @@ class PlacedChild:
         self._running = False
         self._started = False
         self._disposed = False
+        self._released = False  # release() asked: no run is asked after it
         self._idle_listeners: list[Callable[[Any], object]] = []
         self._dispose_listeners: list[Callable[[Any], object]] = []
         self.idle_since = time.monotonic()
@@ -223,8 +230,12 @@ class PlacedChild:
         while True:
             with self._lock:
                 target = self._accepted
+                if self._released:
+                    self._running = False
+                    return
+                call = next(_CALLS)
             try:
-                self._backend.run_blocking(self._placement.run, self.session_id)
+                self._backend.run_blocking(self._placement.run, self.session_id, call)
                 self.error = None
             except BaseException as exc:  # the messages stay accepted, in the store
                 self.error = exc
@@ -271,7 +282,11 @@ class PlacedChild:
     def _settle(self) -> None:
         try:
             while not self._backend.run_blocking(self._placement.settle, self.session_id):
-                self._backend.run_blocking(self._placement.run, self.session_id)
+                with self._lock:
+                    if self._released:
+                        break
+                    call = next(_CALLS)
+                self._backend.run_blocking(self._placement.run, self.session_id, call)
         except BaseException as exc:  # its lease expires; whoever runs it next replays
             logger.warning("releasing placed child %s: %r", self.session_id, exc)
         self._last_notice()
@@ -282,9 +297,11 @@ class PlacedChild:
         with self._lock:
             settling = self._disposed
             self._disposed = True
+            self._released = True
             self._gate = _CLOSED
+            call = next(_CALLS)
         try:
-            self._backend.run_blocking(self._placement.release, self.session_id, cause)
+            self._backend.run_blocking(self._placement.release, self.session_id, cause, call)
         except BaseException as exc:
             logger.warning("releasing placed child %s: %r", self.session_id, exc)
         for task in (self._task, self._settling):

@@ -63,13 +63,18 @@ def check_runtime_arguments(
     max_delegation_depth: object,
     clock: object,
     max_inbox: object = None,
+    adopt: object = True,
 ) -> None:
     """The ``Runtime`` constructor's arguments, checked before anything is built.
 
     Raises:
         SubagentError: ``INVALID_ARGUMENT`` naming the first bad one.
     """
-    for flag, value in (("projections", projections), ("default_providers", default_providers)):
+    for flag, value in (
+        ("projections", projections),
+        ("default_providers", default_providers),
+        ("adopt", adopt),
+    ):
         if type(value) is not bool:
             raise SubagentError(f"{flag} is a bool", code=ErrorCode.INVALID_ARGUMENT)
     if durability not in ("strict", "relaxed"):

@@ -31,7 +31,7 @@ from subagents.protocol import (
 )
 
 from ._defaults import DEFAULT_DB
-from ._output import dumps, jsonable
+from ._output import dumps, jsonable, shown_location
 
 __all__ = ["EXIT_STATUS", "main"]
 
@@ -163,7 +163,9 @@ def _show(args: argparse.Namespace, console: Console) -> int:
             diagnostics.append({"seq": -1, "kind": "corrupt", "detail": str(exc)})
         else:
             if header is None:
-                raise SubagentError(f"{args.db}: no session {sid}", code="SESSION_NOT_FOUND")
+                raise SubagentError(
+                    f"{shown_location(args.db)}: no session {sid}", code="SESSION_NOT_FOUND"
+                )
         expected = 0  # the next seq: a log has no gaps
         fold = _StateFold()
         try:
@@ -247,9 +249,11 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
                 code=ErrorCode.INVALID_ARGUMENT,
             )
         with _open_existing(args.db) as store:
-            return watch_tree(store, args.db, args.root, console, interval, args.count)
+            return watch_tree(
+                store, shown_location(args.db), args.root, console, interval, args.count
+            )
     with _open_existing(args.db) as store:
-        return run_tree(store, args.db, args.root, args.json, console)
+        return run_tree(store, shown_location(args.db), args.root, args.json, console)
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
@@ -266,7 +270,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         # store does not hold yet is served as an error until it appears.
         SessionId(args.root)
     with _open_existing(args.db) as store:
-        feed = TreeFeed(store, args.db, args.root, interval)
+        feed = TreeFeed(store, shown_location(args.db), args.root, interval)
         try:
             try:
                 server = TreeServer(feed, args.host, args.port, args.token)

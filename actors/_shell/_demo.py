@@ -43,6 +43,7 @@ from subagents.protocol import (
 from ._defaults import DEFAULT_DB
 from ._demo_model import register_models, run_model_first
 from ._demo_view import Show, headers, render, summary
+from ._output import shown_location
 
 __all__ = ["run_demo"]
 
@@ -225,6 +226,7 @@ def run_demo(
     """
     console = console or Console()
     script = _Script()
+    shown = shown_location(db)
     with Runtime(db, backend=backend) as rt:
         if model is None:
             _register(rt, script)
@@ -243,16 +245,16 @@ def run_demo(
         show = Show(rt, console)
         with show.live if console.is_terminal else contextlib.nullcontext():
             if previous:
-                console.print(f"found a demo tree in {db}: resuming it")
+                console.print(f"found a demo tree in {shown}: resuming it")
                 lead = _lead if model is None else None  # None: the recorded model
                 root = _resume_root(rt, older[-1] if older else ROOT_ID, console, lead)
                 said = _second_run(rt, root, show, 30.0 if model is None else 600.0)
             elif model is not None:
-                console.print(f"no demo tree in {db} yet: {model} builds one")
+                console.print(f"no demo tree in {shown} yet: {model} builds one")
                 run_model_first(rt, root, show, _quiet)
                 said = []
             else:
-                console.print(f"no demo tree in {db} yet: building one")
+                console.print(f"no demo tree in {shown} yet: building one")
                 _first_run(rt, root, script, show)
                 said = []
             group, nodes = render(rt, "done")
@@ -264,11 +266,11 @@ def run_demo(
             console.print(line)
         console.print(summary(nodes))
         mode = "resumed" if previous else "created"
-        console.print(f"{mode}: {len(nodes)} sessions in {db} on the {backend} backend")
-        again = demo_command(db, backend, model)
+        console.print(f"{mode}: {len(nodes)} sessions in {shown} on the {backend} backend")
+        again = demo_command(shown, backend, model)
         if not previous:
             console.print(f"run `{again}` again to resume this tree", markup=False)
-        console.print(f"look at it: `subagents tree {shlex.quote(db)}`", markup=False)
+        console.print(f"look at it: `subagents tree {shlex.quote(shown)}`", markup=False)
     return 0
 
 

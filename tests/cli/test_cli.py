@@ -256,6 +256,25 @@ def test_demo_tree_and_show_on_postgres(pg_url: str, backend: Backend, capsys) -
         PostgresStore(elsewhere, create=False)  # still nothing there
 
 
+def test_a_password_in_a_postgres_url_is_never_printed(
+    pg_url: str, backend: Backend, capsys
+) -> None:
+    """``demo``, ``tree`` (text, ``--json``, ``--watch``) and an error line name the
+    database with its password masked (the demo printed it three times)."""
+    secret = "s3cret-pw"
+    url = pg_url.replace("postgres@", f"postgres:{secret}@", 1)  # trust auth: accepted
+    assert secret in url
+    assert main(["demo", "--db", url, "--backend", backend.name]) == 0
+    assert main(["tree", url]) == 0
+    assert main(["tree", url, "--json"]) == 0
+    assert main(["tree", url, "--watch", "0.01", "--count", "1"]) == 0
+    assert main(["tree", url, "0" * 32]) == 2
+    assert main(["show", url, "0" * 32]) == 2
+    out, err = capsys.readouterr()
+    assert secret not in out + err
+    assert ":***@" in out and ":***@" in err
+
+
 def test_version_bare_command_and_python_m(tmp_path: Path) -> None:
     """Issue 17 point 2: ``subagents --version``, ``python -m subagents`` and a bare
     ``subagents`` (help, exit 0) -- as real processes, the way a user types them."""

@@ -98,9 +98,9 @@ _writer.Writer._transaction = _transaction_then  # type: ignore[method-assign]
 _pg_transaction = _pg_txn.PgWriter._transaction
 
 
-def _pg_transaction_then(self: Any, conn: Any, batch: Any) -> None:
+def _pg_transaction_then(self: Any, batch: Any) -> None:
     _end_committing.value = False
-    _pg_transaction(self, conn, batch)
+    _pg_transaction(self, batch)
     if _end_committing.value:
         hit("end-out")
 

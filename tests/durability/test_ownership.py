@@ -323,3 +323,36 @@ def test_resume_and_send_race_a_child_settling_and_always_refuse(runtimes: list[
     a.sessions.flush()
     ran = [r.event.output for r in a.sessions.read(kid) if isinstance(r.event, TurnEnd)]
     assert ran == list(range(120))
+
+
+@pytest.mark.parametrize("adopt", [True, False])
+def test_a_runtime_that_adopts_nothing_leaves_sessions_nobody_holds(
+    backend: Backend, db: str, adopt: bool
+) -> None:
+    """``Runtime(adopt=False)`` -- what a placement host runs -- does not activate a
+    session nobody holds when its mail pickup finds work waiting for it (a Ray
+    host's sweep took a user's root over once the user's runtime had closed);
+    the default runtime activates it and runs what waits."""
+    from subagents.protocol import new_message_id, trusted_message
+
+    with Runtime(db, backend=backend) as first:
+        sid = first.spawn("echo", label="root").session_id
+    store = open_store(db)
+    assert store is not None
+    try:
+        store.accept(sid, [trusted_message(new_message_id(), "waiting", None)])
+    finally:
+        store.close()
+    with Runtime(db, backend=backend, adopt=adopt) as rt:
+        assert rt.mail is not None and rt.store is not None
+        rt.mail.pickup(sid)
+        if adopt:
+            agent = rt.agents.get(sid)
+            assert agent is not None and agent.wait_idle(10)
+            assert [e.output for e in rt.sessions.turn_ends(sid)] == ["waiting"]
+        else:
+            assert rt.agents.get(sid) is None
+            assert [e.event.content for e in rt.store.pending(sid)] == ["waiting"]
+    with pytest.raises(SubagentError) as caught:
+        Runtime(db, backend=backend, adopt=1)
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT

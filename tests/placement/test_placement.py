@@ -113,6 +113,9 @@ def test_followups_run_once_each_in_order_where_placed(tree: Tree) -> None:
         tree.rt.subagents.followup(tree.root, cid, f"m{i}")
     outputs = tree.wait_outputs(cid, 11)
     assert [o.split("@")[0] for o in outputs] == [f"m{i}" for i in range(11)]
+    # Nothing crashed: no turn is a replay (a placed child's prompt was, its
+    # creation having handed it to the parent's epoch, which let it go untaken).
+    assert not [o for o in outputs if o.endswith("!")]
     pids = {_pid(o) for o in outputs}
     if tree.provider == "ray":
         assert os.getpid() not in pids
@@ -456,3 +459,48 @@ def test_a_settled_placed_child_is_freed_without_the_cycle_collector(
         eventually(lambda: ref() is None, timeout=10)
     finally:
         gc.enable()
+
+
+def test_closing_right_after_a_placed_start_leaves_nothing_held(
+    backend: Backend, ray_pool: tuple[str, Any]
+) -> None:
+    """The parent's runtime closes right after starting placed children: its
+    release reaches a host before (or while) the child's first run does, and the
+    run, carried out after it, activated the child there again -- held, with its
+    lease, for a parent that had left. Runs and releases are numbered in the
+    order asked; a host ignores a run asked before a release it carried out.
+    Five rounds of four children: afterwards no host holds any of them and none
+    of their leases is held."""
+    import ray
+
+    _BACKEND[:] = [backend]
+    db, placement = ray_pool
+    started: list[SessionId] = []
+    for _round in range(5):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            rt = Runtime(db, backend=backend, lease_ttl=3.0)
+        try:
+            hostkit.setup(rt)
+            registration = rt.subagents.register_provider(placement)
+            root = rt.spawn("parent", label="root")
+            for i in range(4):
+                spec = ContinuableStartSpec(
+                    parent=root, provider="ray", prompt=f"p{i}", label="c", model="note"
+                )
+                started.append(rt.subagents.start_continuable(spec).child_id)
+        finally:
+            rt.close()
+        registration.dispose()
+    held = {sid for h in placement.host_actors for sid in ray.get(h.held.remote(), timeout=60)}
+    assert not held & {str(s) for s in started}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        check = Runtime(db, backend=backend, lease_ttl=3.0)
+    try:
+        assert check.store is not None
+        for sid in started:
+            lease = check.store.get_lease(sid)
+            assert lease is None or lease.holder is None, lease
+    finally:
+        check.close()
