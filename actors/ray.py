@@ -41,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("subagents.actors.ray needs Ray: pip install 'subagents[ray]'") from exc
 
 from subagents.actors._children import ContinuableCreateSpec, Hosting
+from subagents.actors._kernel import telemetry_for
 from subagents.actors._runtime import Runtime
 from subagents.protocol import ErrorCode, SessionId, SubagentError
 
@@ -60,6 +61,9 @@ class PlacementHost:
         lease_ttl: the host runtime's lease ttl (see :class:`Runtime`).
         lease_wait: seconds a run waits for a lease another process still holds
             (a host that died: until its lease expires); default ``2 * lease_ttl``.
+        tracing: trace the children's turns here, with the tracer provider
+            ``setup`` configures (set after the runtime is built, so it is
+            reached through OpenTelemetry's global proxy).
     """
 
     def __init__(
@@ -69,10 +73,11 @@ class PlacementHost:
         *,
         lease_ttl: float = 30.0,
         lease_wait: float | None = None,
+        tracing: bool = False,
     ) -> None:
         # It adopts nothing: a session nobody holds (a root whose runtime closed,
         # a child between runs) is the parent's runtime's to activate, not a host's.
-        self.runtime = Runtime(store, lease_ttl=lease_ttl, adopt=False)
+        self.runtime = Runtime(store, lease_ttl=lease_ttl, adopt=False, tracing=tracing)
         if setup is not None:
             setup(self.runtime)
         wait = 2 * lease_ttl if lease_wait is None else lease_wait
@@ -164,6 +169,9 @@ class RayPlacement:
             does not answer by then is treated as gone (its lease expires), so a
             drain or a close never waits on it for ever. A run waits for the
             child's turns, however long they take.
+        tracing: whether the hosts trace their children's turns and deliveries
+            (``setup`` configures the OpenTelemetry provider there, as this process
+            did); ``None``: when this process has a tracer provider configured.
 
     Raises:
         SubagentError: ``INVALID_ARGUMENT`` for a bad pool size or options, or a
@@ -190,10 +198,15 @@ class RayPlacement:
         options: Mapping[str, Any] | None = None,
         start_timeout: float = 120.0,
         call_timeout: float = 30.0,
+        tracing: bool | None = None,
     ) -> None:
         _check_arguments(store, hosts, name, num_cpus, resources, max_restarts, lease_ttl, options)
         _seconds(start_timeout, "start_timeout")
         self._call_timeout = _seconds(call_timeout, "call_timeout")
+        if tracing is None:
+            tracing = telemetry_for(None) is not None
+        elif type(tracing) is not bool:
+            raise _bad("tracing is a bool or None")
         self.name = name
         self.placement = self  # this provider places its children (see _placed)
         remote_options: dict[str, Any] = {
@@ -211,7 +224,7 @@ class RayPlacement:
                 f"bad Ray options for the hosts: {exc}"[:500], code=ErrorCode.INVALID_ARGUMENT
             ) from None
         self._hosts: list[Any] = [
-            actor.remote(store, setup, lease_ttl=lease_ttl) for _ in range(hosts)
+            actor.remote(store, setup, lease_ttl=lease_ttl, tracing=tracing) for _ in range(hosts)
         ]
         self._started(start_timeout, remote_options)
         self._lock = threading.Lock()

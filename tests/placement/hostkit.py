@@ -71,6 +71,47 @@ def setup(runtime: Any) -> None:
         runtime.models.register(name, _factory(fn), replace=True)
 
 
+class _SpanFile:
+    """A span exporter appending ``name trace_id parent_span_id`` lines to a file
+    (O_APPEND: the lines of concurrent writers never mix)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        lines = "".join(
+            f"{s.name} {s.context.trace_id:032x} {s.parent.span_id if s.parent else 0:016x}\n"
+            for s in spans
+        )
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, lines.encode())
+        finally:
+            os.close(fd)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def traced_setup(runtime: Any) -> None:
+    """:func:`setup`, and a global tracer provider writing each finished span to
+    the file ``SUBAGENTS_TEST_SPANS`` names (a host's spans, for the test to read)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    setup(runtime)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_SpanFile(os.environ["SUBAGENTS_TEST_SPANS"])))
+    trace.set_tracer_provider(provider)
+
+
 def failing_setup(runtime: Any) -> None:
     """A ``setup`` that cannot register what it needs: the host does not start."""
     raise RuntimeError("no model registry here")

@@ -461,6 +461,66 @@ def test_a_settled_placed_child_is_freed_without_the_cycle_collector(
         gc.enable()
 
 
+def test_a_placed_childs_turns_join_the_parents_trace_on_their_host(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """``RayPlacement(tracing=True)``: the host traces the child's deliveries and
+    turns with the provider its ``setup`` configured (after the host's runtime
+    was built), and each joins the trace of the parent's ``subagents.start`` or
+    ``subagents.followup`` (a host never traced: its runtime was built before
+    ``setup`` could configure anything, and the pool had no way to ask)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from subagents.actors.ray import RayPlacement
+
+    _BACKEND[:] = [backend]
+    db = ray_pool[0]
+    spans = tmp_path / "host-spans"
+    env = {"PYTHONPATH": str(Path(hostkit.__file__).parent), "SUBAGENTS_TEST_SPANS": str(spans)}
+    placement = RayPlacement(
+        db,
+        setup=hostkit.traced_setup,
+        hosts=1,
+        lease_ttl=3.0,
+        name="traced",
+        tracing=True,
+        options={"runtime_env": {"env_vars": env}},
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            rt = Runtime(db, backend=backend, lease_ttl=3.0, tracing=provider)
+        try:
+            hostkit.setup(rt)
+            rt.subagents.register_provider(placement)
+            root = rt.spawn("parent", label="root")
+            spec = ContinuableStartSpec(
+                parent=root, provider="traced", prompt="traced", label="c", model="note"
+            )
+            cid = rt.subagents.start_continuable(spec).child_id
+            eventually(lambda: len(rt.sessions.turn_ends(cid)) >= 1)
+            rt.subagents.followup(root, cid, "again")
+            eventually(lambda: len(rt.sessions.turn_ends(cid)) >= 2)
+        finally:
+            rt.close()
+    finally:
+        placement.close()
+    ours = {
+        s.name: format(s.context.trace_id, "032x")
+        for s in exporter.get_finished_spans()
+        if s.name in ("subagents.start", "subagents.followup")
+    }
+    lines = eventually(lambda: spans.exists() and spans.read_text().splitlines())
+    there = [line.split() for line in lines]
+    turns = [trace_id for name, trace_id, _ in there if name == "subagents.turn"]
+    assert set(ours.values()) <= set(turns), (ours, there)
+    assert any(n == "subagents.deliver" for n, _, _ in there)
+
+
 def test_closing_right_after_a_placed_start_leaves_nothing_held(
     backend: Backend, ray_pool: tuple[str, Any]
 ) -> None:
