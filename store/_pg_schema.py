@@ -125,10 +125,15 @@ def classify(conn: psycopg.Connection[Any], schema: str) -> tuple[Literal["new",
         return ("new", 0)
     if "subagents_schema" not in tables:
         raise _not_ours(schema, f"it holds {len(tables)} tables and no subagents_schema")
-    row = conn.execute(f'SELECT application, version FROM "{schema}".subagents_schema').fetchone()
-    if row is None or row[0] != APPLICATION:
+    try:
+        row = conn.execute(
+            f'SELECT application, version FROM "{schema}".subagents_schema'
+        ).fetchone()
+    except psycopg.errors.UndefinedColumn:  # a table of that name, not ours
+        raise _not_ours(schema, "its subagents_schema table is not ours") from None
+    if row is None or row[0] != APPLICATION or type(row[1]) is not int:
         raise _not_ours(schema, f"subagents_schema names {row[0] if row else None!r}")
-    version = int(row[1])
+    version = row[1]
     if version > PG_SCHEMA_VERSION:
         raise _too_new(schema, version)
     return ("ours", version)

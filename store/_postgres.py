@@ -116,7 +116,10 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         if not is_postgres_url(url):
             raise invalid(f"not a postgresql:// URL: {url!r}")
         conninfo, from_url = _split_url(url)
-        schema = schema if schema is not None else from_url or "subagents"
+        if from_url is not None and schema is not None and from_url != schema:
+            raise invalid(f"the URL names schema {from_url!r} and the argument {schema!r}")
+        # An empty ?schema= is refused below, not read as the default schema.
+        schema = schema if schema is not None else from_url if from_url is not None else "subagents"
         if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
             raise invalid(f"schema must match [a-z_][a-z0-9_]*, got {schema!r}")
         if type(pool_size) is not int or pool_size < 1:

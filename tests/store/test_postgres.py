@@ -80,6 +80,13 @@ def test_a_foreign_or_newer_schema_is_refused_untouched(pg_server: str, pg_url: 
     assert _tables(pg_server, schema) == {"invoices"}
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f'DROP TABLE "{schema}".invoices')
+        # A table of our name with other columns: foreign too (it was the raw SQL
+        # error, PERSISTENCE_UNAVAILABLE).
+        conn.execute(f'CREATE TABLE "{schema}".subagents_schema (name text, rows int)')
+    assert _code(PostgresStore, pg_url) == ErrorCode.NOT_A_DATABASE
+    assert _tables(pg_server, schema) == {"subagents_schema"}
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE "{schema}".subagents_schema')
         conn.execute(f'CREATE TABLE "{schema}".subagents_schema (application text, version int)')
         conn.execute(f'INSERT INTO "{schema}".subagents_schema VALUES (%s, 99)', ("subagents",))
     with pytest.raises(SubagentError) as info:
@@ -127,6 +134,12 @@ def test_bad_arguments_and_an_unreachable_server(pg_server: str) -> None:
     assert _code(PostgresStore, pg_server, schema="Bad-Name") == ErrorCode.INVALID_ARGUMENT
     assert _code(PostgresStore, pg_server, pool_size=0) == ErrorCode.INVALID_ARGUMENT
     assert _code(PostgresStore, pg_server, lock_timeout_s=0) == ErrorCode.INVALID_ARGUMENT
+    # An empty ?schema= was read as the default schema; a URL and an argument
+    # naming two schemas, as the argument's: both said nothing.
+    sep = "&" if "?" in pg_server else "?"
+    assert _code(PostgresStore, f"{pg_server}{sep}schema=") == ErrorCode.INVALID_ARGUMENT
+    two = f"{pg_server}{sep}schema=t_one"
+    assert _code(PostgresStore, two, schema="t_two") == ErrorCode.INVALID_ARGUMENT
     # Nothing listens on port 1: a typed error, quickly.
     dead = "postgresql://postgres@127.0.0.1:1/postgres"
     assert _code(PostgresStore, dead, connect_timeout_s=2) == ErrorCode.PERSISTENCE_UNAVAILABLE
