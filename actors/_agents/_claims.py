@@ -105,6 +105,11 @@ class SessionClaims:
         if event is not None:
             event.set()
 
+    def drop(self, sid: SessionId) -> Any:
+        """:meth:`unclaim` inside the registry's lock (registering in the same step):
+        returns the waiters' event, for the caller to set once out of it."""
+        return self._activating.pop(sid, None)
+
     def left(self, agent: Agent) -> None:
         """``agent`` left the registry to dispose (under the registry's lock)."""
         self.stopping[agent.session_id] = agent

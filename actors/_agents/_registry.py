@@ -102,9 +102,10 @@ class AgentRegistry:
                 output_schema,
                 sessions.discard,
             )
-            self._register(agent)
-        finally:
+        except BaseException:
             self._claims.unclaim(sid)
+            raise
+        self._register(agent, claimed=True)  # one step: registered, claim ended
         return agent
 
     def resume(
@@ -230,13 +231,17 @@ class AgentRegistry:
             )
         return restored
 
-    def _register(self, agent: Agent) -> None:
+    def _register(self, agent: Agent, *, claimed: bool = False) -> None:
+        sid = agent.session_id
         with self._lock:
-            if agent.session_id in self._agents:
-                raise SubagentError(
-                    f"an agent for {agent.session_id} is live", code=ErrorCode.SESSION_EXISTS
-                )
-            self._agents[agent.session_id] = agent
+            waiters = self._claims.drop(sid) if claimed else None
+            taken = sid in self._agents
+            if not taken:
+                self._agents[sid] = agent
+        if waiters is not None:
+            waiters.set()
+        if taken:
+            raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
 
     def _unregister(self, agent: Agent) -> None:
         with self._lock:
