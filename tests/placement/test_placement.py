@@ -564,3 +564,57 @@ def test_closing_right_after_a_placed_start_leaves_nothing_held(
             assert lease is None or lease.holder is None, lease
     finally:
         check.close()
+
+
+def test_a_call_to_a_host_that_does_not_answer_returns_after_call_timeout(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any], caplog: Any
+) -> None:
+    """A host busy past ``call_timeout`` (here: one call slot, taken by the child's
+    run, whose turn waits for a file) is treated as gone by a call acting on the
+    child there: the cancel returns, logged, instead of waiting with it (a drain
+    and the runtime's close waited for ever on a host that never answered)."""
+    import logging
+
+    from subagents.actors.ray import RayPlacement
+
+    _BACKEND[:] = [backend]
+    db = ray_pool[0]
+    env = {"PYTHONPATH": str(Path(hostkit.__file__).parent)}
+    placement = RayPlacement(
+        db,
+        setup=hostkit.setup,
+        hosts=1,
+        lease_ttl=3.0,
+        name="one-slot",
+        call_timeout=0.5,
+        options={"max_concurrency": 1, "runtime_env": {"env_vars": env}},
+    )
+    marker = tmp_path / "held"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            rt = Runtime(db, backend=backend, lease_ttl=3.0)
+        try:
+            hostkit.setup(rt)
+            rt.subagents.register_provider(placement)
+            root = rt.spawn("parent", label="root")
+            spec = ContinuableStartSpec(
+                parent=root, provider="one-slot", prompt=f"hold:{marker}", label="c", model="hold"
+            )
+            cid = rt.subagents.start_continuable(spec).child_id
+            eventually(lambda: Path(f"{marker}.started").exists())
+            with caplog.at_level(logging.WARNING, logger="subagents"):
+                placement.cancel(cid, "test", True)  # queued behind the run: times out
+            assert any("is gone (cancel of" in r.getMessage() for r in caplog.records)
+            Path(f"{marker}.go").write_text("")
+            assert tree_outputs(rt, cid, 1)[0].startswith("released@")
+        finally:
+            rt.close()
+    finally:
+        placement.close()
+
+
+def tree_outputs(rt: Runtime, sid: SessionId, n: int) -> list[Any]:
+    return eventually(
+        lambda: (o := [e.output for e in rt.sessions.turn_ends(sid)]) and len(o) >= n and o
+    )
