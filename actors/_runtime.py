@@ -155,7 +155,6 @@ class Runtime:
         adopt: bool = True,
     ) -> None:
         self.backend = get_backend(backend)
-        self._adopt = adopt
         check_runtime_arguments(
             projections=projections,
             default_providers=default_providers,
@@ -168,6 +167,7 @@ class Runtime:
         )
         self.max_delegation_depth = max_delegation_depth
         self.max_inbox = max_inbox
+        self._adopt = adopt
         self.telemetry: Telemetry | None = telemetry_for(tracing)
         # A gevent runtime's actors are greenlets of this thread's hub: blocking calls
         # from another OS thread would wait on a hub that cannot wake them.

@@ -95,6 +95,7 @@ from gevent_server_http import (
 from gevent_server_state import IdleAgents, Owners
 from subagents.actors import ContinuableStartSpec, Runtime, SubagentEvent, UserAuthority
 from subagents.protocol import ErrorCode, SessionId, SubagentError, event_to_wire
+from subagents.store import is_postgres_url
 
 _STATUS = {
     ErrorCode.UNAUTHORIZED: 403,
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     store: Any = args.db
-    if args.db.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(args.db):
         from subagents.store import PostgresStore
 
         store = PostgresStore(args.db)

@@ -43,6 +43,7 @@ from ._committed import StoreStatistics
 from ._critical import critical, defer_interrupt, set_interrupt_delivery
 from ._durable import Accepted, InboxEntry, Lease, LeaseToken, Listener, NewLease, Release
 from ._keys import StoredKey
+from ._location import is_postgres_url, redacted_url
 from ._memory import MemoryStore
 from ._open import open_store
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -74,7 +75,9 @@ __all__ = [
     "StoredKey",
     "critical",
     "defer_interrupt",
+    "is_postgres_url",
     "open_store",
+    "redacted_url",
     "set_interrupt_delivery",
 ]
 

@@ -7,6 +7,7 @@ import os
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._base import SessionStore
+from ._location import is_postgres_url
 from ._sqlite import SqliteStore
 from ._validate import invalid
 
@@ -30,7 +31,7 @@ def open_store(spec: SessionStore | str | os.PathLike[str] | None) -> SessionSto
     """
     if spec is None or isinstance(spec, SessionStore):
         return spec
-    if isinstance(spec, str) and spec.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(spec):
         try:
             from ._postgres import PostgresStore
         except ImportError as exc:

@@ -51,21 +51,16 @@ from subagents.protocol import (
 from ._base import SessionStore, store_closed
 from ._committed import CommittedWrites
 from ._group import GroupCommitter
+from ._location import is_postgres_url, redacted_url
 from ._pg_schema import classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
 from ._validate import check_session_id, invalid
 
-__all__ = ["PgListener", "PostgresStore", "is_postgres_url"]
+__all__ = ["PgListener", "PostgresStore"]
 
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_PREFIXES: Final = ("postgresql://", "postgres://")
-
-
-def is_postgres_url(spec: object) -> bool:
-    """Whether ``spec`` is a ``postgresql://`` (or ``postgres://``) URL."""
-    return isinstance(spec, str) and spec.startswith(_PREFIXES)
 
 
 def _split_url(url: str) -> tuple[str, str | None]:
@@ -152,19 +147,19 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         try:
             admin = psycopg.connect(conninfo, **self._kwargs)
         except psycopg.Error as exc:
-            raise pg_error(exc, f"cannot open a session store at {_safe(url)}") from exc
+            raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
         try:
             # Refuse a foreign or newer schema before writing anything.
             kind, _version = classify(admin, schema)
             if kind == "new" and not create:
                 raise SubagentError(
-                    f"no subagents store in schema {schema!r} of {_safe(url)}",
+                    f"no subagents store in schema {schema!r} of {redacted_url(url)}",
                     code=ErrorCode.NOT_A_DATABASE,
                     hint={"schema": schema},
                 )
             migrate(admin, schema)
         except psycopg.Error as exc:
-            raise pg_error(exc, f"cannot open a session store at {_safe(url)}") from exc
+            raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
         finally:
             admin.close()
         self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
@@ -264,25 +259,17 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<PostgresStore {_safe(self.url)} schema={self.schema} {state}>"
-
-
-def _safe(url: str) -> str:
-    """``url`` without its password."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        return f"<PostgresStore {redacted_url(self.url)} schema={self.schema} {state}>"
 
 
 class PgListener:
     """A ``LISTEN`` channel on a connection of its own (a holder's wake-up address).
 
     ``fileno()`` is the socket to wait on (None while disconnected); after it is
-    readable, :meth:`receive` returns the payloads rung. Used by one task at a
-    time. A lost connection is reopened by the next :meth:`receive`, which then
-    returns None: rings may have been missed meanwhile, so the caller sweeps.
+    readable, :meth:`receive` returns the payloads rung, never blocking. Used by
+    one task at a time. A lost connection makes :meth:`receive` return None (rings
+    may have been missed: the caller sweeps) and is reopened by :meth:`reconnect`,
+    which blocks while it connects (on gevent: off the hub).
     """
 
     def __init__(self, connect: Any, channel: str) -> None:
@@ -313,12 +300,12 @@ class PgListener:
         return int(conn.pgconn.socket)
 
     def receive(self) -> list[bytes] | None:
-        """The payloads waiting (never blocks); None when it had to reconnect."""
+        """The payloads waiting (never blocks); None when the connection is lost."""
         if self._closed:
             return []
         conn = self._conn
         if conn is None:
-            return None if self._open() else []
+            return None
         out: list[bytes] = []
         try:
             pgconn = conn.pgconn
@@ -331,8 +318,14 @@ class PgListener:
         except psycopg.Error:
             conn.close()
             self._conn = None
-            return None if self._open() else []
+            return None
         return out
+
+    def reconnect(self) -> bool:
+        """Reopen a lost connection (blocks while connecting); True when listening."""
+        if self._closed:
+            return False
+        return self._conn is not None or self._open()
 
     def close(self) -> None:
         """Stop listening and close its connection. Idempotent."""

@@ -226,14 +226,19 @@ class PlacedChild:
             self._running = True
         self._task = self._backend.spawn(self._runs, name=f"subagents-placed-{self.session_id}")
 
+    def _run_call(self) -> int | None:
+        """The number of the next run to ask (under the lock); None once released:
+        no run is asked after a release."""
+        return None if self._released else next(_CALLS)
+
     def _runs(self) -> None:
         while True:
             with self._lock:
                 target = self._accepted
-                if self._released:
+                call = self._run_call()
+                if call is None:
                     self._running = False
                     return
-                call = next(_CALLS)
             try:
                 self._backend.run_blocking(self._placement.run, self.session_id, call)
                 self.error = None
@@ -283,9 +288,9 @@ class PlacedChild:
         try:
             while not self._backend.run_blocking(self._placement.settle, self.session_id):
                 with self._lock:
-                    if self._released:
-                        break
-                    call = next(_CALLS)
+                    call = self._run_call()
+                if call is None:
+                    break
                 self._backend.run_blocking(self._placement.run, self.session_id, call)
         except BaseException as exc:  # its lease expires; whoever runs it next replays
             logger.warning("releasing placed child %s: %r", self.session_id, exc)

@@ -57,6 +57,7 @@ class Listener(Protocol):
 
     def fileno(self) -> int | None: ...
     def receive(self) -> list[bytes] | None: ...
+    def reconnect(self) -> bool: ...
 
 
 def _sockaddr(address: str) -> str:
@@ -75,9 +76,9 @@ class Doorbell:
         green = backend.name == "gevent"
         module: Any = gevent.socket if green else socket
         self._select: Any = gevent.select.select if green else select.select
-        # A listener's receive may reconnect (a blocking connect, as long as the
-        # server's connect timeout when it hangs): off the hub on gevent.
-        self._receive_off_hub = backend.run_blocking if green else None
+        # A listener's reconnect blocks (as long as the server's connect timeout
+        # when it hangs): off the hub on gevent. Its receive never blocks.
+        self._blocking: Any = backend.run_blocking if green else _call
         name = f"subagents-{os.getpid()}-{uuid.uuid4().hex[:16]}"
         #: The socket's address: this process's own rings.
         self.local_address = (
@@ -153,11 +154,14 @@ class Doorbell:
             if self._closed_now():
                 return []
             rings = self._drain() if self._sock in readable else []
-            if fd is None or fd in readable:
-                off_hub = self._receive_off_hub
-                got = listener.receive() if off_hub is None else off_hub(listener.receive)
-                if got is None:
+            if fd is None:
+                if self._blocking(listener.reconnect):
                     return None  # reconnected: rings may be lost, sweep
+            elif fd in readable:
+                got = listener.receive()
+                if got is None:  # lost: reopen it now; rings may be lost, sweep
+                    self._blocking(listener.reconnect)
+                    return None
                 rings += got
             if rings:
                 return rings
@@ -175,6 +179,10 @@ class Doorbell:
         if not _ABSTRACT:
             with contextlib.suppress(OSError):
                 os.unlink(self.local_address)
+
+
+def _call(fn: Any) -> Any:
+    return fn()
 
 
 def ring(address: str | None, payload: bytes) -> bool:

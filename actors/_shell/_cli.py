@@ -29,9 +29,10 @@ from subagents.protocol import (
     event_to_wire,
     header_to_wire,
 )
+from subagents.store import is_postgres_url, redacted_url
 
 from ._defaults import DEFAULT_DB
-from ._output import dumps, jsonable, shown_location
+from ._output import dumps, jsonable
 
 __all__ = ["EXIT_STATUS", "main"]
 
@@ -137,7 +138,7 @@ def _open_existing(path: str) -> Any:
     """Open a database that must already exist; SubagentError otherwise."""
     from subagents.store import SqliteStore
 
-    if path.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(path):
         from subagents.store import PostgresStore
 
         return PostgresStore(path, create=False)
@@ -164,7 +165,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
         else:
             if header is None:
                 raise SubagentError(
-                    f"{shown_location(args.db)}: no session {sid}", code="SESSION_NOT_FOUND"
+                    f"{redacted_url(args.db)}: no session {sid}", code="SESSION_NOT_FOUND"
                 )
         expected = 0  # the next seq: a log has no gaps
         fold = _StateFold()
@@ -250,10 +251,10 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
             )
         with _open_existing(args.db) as store:
             return watch_tree(
-                store, shown_location(args.db), args.root, console, interval, args.count
+                store, redacted_url(args.db), args.root, console, interval, args.count
             )
     with _open_existing(args.db) as store:
-        return run_tree(store, shown_location(args.db), args.root, args.json, console)
+        return run_tree(store, redacted_url(args.db), args.root, args.json, console)
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
@@ -270,7 +271,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         # store does not hold yet is served as an error until it appears.
         SessionId(args.root)
     with _open_existing(args.db) as store:
-        feed = TreeFeed(store, shown_location(args.db), args.root, interval)
+        feed = TreeFeed(store, redacted_url(args.db), args.root, interval)
         try:
             try:
                 server = TreeServer(feed, args.host, args.port, args.token)

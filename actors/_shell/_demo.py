@@ -39,11 +39,11 @@ from subagents.protocol import (
     SubagentError,
     try_fold_subagent_descriptor,
 )
+from subagents.store import redacted_url
 
 from ._defaults import DEFAULT_DB
 from ._demo_model import register_models, run_model_first
 from ._demo_view import Show, headers, render, summary
-from ._output import shown_location
 
 __all__ = ["run_demo"]
 
@@ -226,7 +226,7 @@ def run_demo(
     """
     console = console or Console()
     script = _Script()
-    shown = shown_location(db)
+    shown = redacted_url(db)
     with Runtime(db, backend=backend) as rt:
         if model is None:
             _register(rt, script)

@@ -11,24 +11,9 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.parse
 from typing import Any
 
-__all__ = ["dumps", "jsonable", "shown_location"]
-
-
-def shown_location(db: str) -> str:
-    """A database location as printed: a URL's password masked (``:***@``)."""
-    try:
-        parts = urllib.parse.urlsplit(db)
-        password = parts.password
-    except ValueError:
-        return db
-    if password is None:
-        return db
-    return urllib.parse.urlunsplit(
-        parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@"))
-    )
+__all__ = ["dumps", "jsonable"]
 
 
 def _float(value: float) -> float | str:

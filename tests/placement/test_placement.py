@@ -11,6 +11,7 @@ effect in another process polls the store until a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
@@ -77,27 +78,37 @@ class Tree:
         return self.rt.continuation.activation(sid) is None
 
 
+@contextlib.contextmanager
+def parent_tree(
+    db: str, backend: Backend, placement: Any, provider: str, **runtime: Any
+) -> Iterator[Tree]:
+    """A parent runtime on ``db`` (``runtime``: more of its arguments) with the
+    models and ``placement`` registered, and its root; closed after."""
+    _BACKEND[:] = [backend]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        rt = Runtime(db, backend=backend, lease_ttl=3.0, **runtime)
+    hostkit.setup(rt)
+    registration = rt.subagents.register_provider(placement) if placement is not None else None
+    try:
+        yield Tree(rt, provider)
+    finally:
+        rt.close()
+        if registration is not None:
+            registration.dispose()
+
+
 @pytest.fixture(params=["local", "ray"])
 def tree(
     request: pytest.FixtureRequest, backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
 ) -> Iterator[Tree]:
     # ray_pool for both: a session fixture set up before any test's leak guard.
-    _BACKEND[:] = [backend]
     if request.param == "ray":
         db, placement = ray_pool
     else:
         db, placement = str(tmp_path / "local.db"), None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        rt = Runtime(db, backend=backend, lease_ttl=3.0)
-    hostkit.setup(rt)
-    registration = rt.subagents.register_provider(placement) if placement is not None else None
-    try:
-        yield Tree(rt, request.param)
-    finally:
-        rt.close()
-        if registration is not None:
-            registration.dispose()
+    with parent_tree(db, backend, placement, request.param) as made:
+        yield made
 
 
 def _pid(output: str) -> int:
@@ -327,16 +338,9 @@ def test_a_tree_across_hosts_on_postgres(
     the parent here through the store (``LISTEN/NOTIFY``)."""
     from subagents.actors.ray import RayPlacement
 
-    _BACKEND[:] = [backend]
     placement = RayPlacement(pg_url, setup=hostkit.setup, hosts=1, name="ray-pg", lease_ttl=3.0)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            rt = Runtime(pg_url, backend=backend, lease_ttl=3.0)
-        try:
-            hostkit.setup(rt)
-            rt.subagents.register_provider(placement)
-            tree = Tree(rt, "ray-pg")
+        with parent_tree(pg_url, backend, placement, "ray-pg") as tree:
             cid = tree.start("p0", model="reporter")
             for i in range(1, 5):
                 tree.rt.subagents.followup(tree.root, cid, f"p{i}")
@@ -351,8 +355,6 @@ def test_a_tree_across_hosts_on_postgres(
                 )
             )
             assert sorted(reports) == sorted(f"parent saw report:p{i}" for i in range(5))
-        finally:
-            rt.close()
     finally:
         placement.close()
 
@@ -474,7 +476,6 @@ def test_a_placed_childs_turns_join_the_parents_trace_on_their_host(
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from subagents.actors.ray import RayPlacement
 
-    _BACKEND[:] = [backend]
     db = ray_pool[0]
     spans = tmp_path / "host-spans"
     env = {"PYTHONPATH": str(Path(hostkit.__file__).parent), "SUBAGENTS_TEST_SPANS": str(spans)}
@@ -491,22 +492,11 @@ def test_a_placed_childs_turns_join_the_parents_trace_on_their_host(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            rt = Runtime(db, backend=backend, lease_ttl=3.0, tracing=provider)
-        try:
-            hostkit.setup(rt)
-            rt.subagents.register_provider(placement)
-            root = rt.spawn("parent", label="root")
-            spec = ContinuableStartSpec(
-                parent=root, provider="traced", prompt="traced", label="c", model="note"
-            )
-            cid = rt.subagents.start_continuable(spec).child_id
-            eventually(lambda: len(rt.sessions.turn_ends(cid)) >= 1)
-            rt.subagents.followup(root, cid, "again")
-            eventually(lambda: len(rt.sessions.turn_ends(cid)) >= 2)
-        finally:
-            rt.close()
+        with parent_tree(db, backend, placement, "traced", tracing=provider) as tree:
+            cid = tree.start("traced")
+            tree.wait_outputs(cid, 1)
+            tree.rt.subagents.followup(tree.root, cid, "again")
+            tree.wait_outputs(cid, 2)
     finally:
         placement.close()
     ours = {
@@ -533,25 +523,11 @@ def test_closing_right_after_a_placed_start_leaves_nothing_held(
     of their leases is held."""
     import ray
 
-    _BACKEND[:] = [backend]
     db, placement = ray_pool
     started: list[SessionId] = []
     for _round in range(5):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            rt = Runtime(db, backend=backend, lease_ttl=3.0)
-        try:
-            hostkit.setup(rt)
-            registration = rt.subagents.register_provider(placement)
-            root = rt.spawn("parent", label="root")
-            for i in range(4):
-                spec = ContinuableStartSpec(
-                    parent=root, provider="ray", prompt=f"p{i}", label="c", model="note"
-                )
-                started.append(rt.subagents.start_continuable(spec).child_id)
-        finally:
-            rt.close()
-        registration.dispose()
+        with parent_tree(db, backend, placement, "ray") as tree:  # closed right after
+            started.extend(tree.start(f"p{i}") for i in range(4))
     held = {sid for h in placement.host_actors for sid in ray.get(h.held.remote(), timeout=60)}
     assert not held & {str(s) for s in started}
     with warnings.catch_warnings():
@@ -577,7 +553,6 @@ def test_a_call_to_a_host_that_does_not_answer_returns_after_call_timeout(
 
     from subagents.actors.ray import RayPlacement
 
-    _BACKEND[:] = [backend]
     db = ray_pool[0]
     env = {"PYTHONPATH": str(Path(hostkit.__file__).parent)}
     placement = RayPlacement(
@@ -591,30 +566,13 @@ def test_a_call_to_a_host_that_does_not_answer_returns_after_call_timeout(
     )
     marker = tmp_path / "held"
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            rt = Runtime(db, backend=backend, lease_ttl=3.0)
-        try:
-            hostkit.setup(rt)
-            rt.subagents.register_provider(placement)
-            root = rt.spawn("parent", label="root")
-            spec = ContinuableStartSpec(
-                parent=root, provider="one-slot", prompt=f"hold:{marker}", label="c", model="hold"
-            )
-            cid = rt.subagents.start_continuable(spec).child_id
+        with parent_tree(db, backend, placement, "one-slot") as tree:
+            cid = tree.start(f"hold:{marker}", model="hold")
             eventually(lambda: Path(f"{marker}.started").exists())
             with caplog.at_level(logging.WARNING, logger="subagents"):
                 placement.cancel(cid, "test", True)  # queued behind the run: times out
             assert any("is gone (cancel of" in r.getMessage() for r in caplog.records)
             Path(f"{marker}.go").write_text("")
-            assert tree_outputs(rt, cid, 1)[0].startswith("released@")
-        finally:
-            rt.close()
+            assert tree.wait_outputs(cid, 1)[0].startswith("released@")
     finally:
         placement.close()
-
-
-def tree_outputs(rt: Runtime, sid: SessionId, n: int) -> list[Any]:
-    return eventually(
-        lambda: (o := [e.output for e in rt.sessions.turn_ends(sid)]) and len(o) >= n and o
-    )
