@@ -349,6 +349,9 @@ def test_the_first_write_after_a_server_restart_succeeds(
         agent = rt.spawn("slow")
         agent.followup("spans the restart")
         assert gate.wait_reached(30)
+        # The turn's start committed first: a write the restart cuts in the middle
+        # fails, as documented; the one under test is the first after it.
+        rt.sessions.flush()
         own_pg_server.restart()
         gate.release()
         assert agent.wait_idle(30)
