@@ -54,6 +54,7 @@ class Answer:
     stall: bool = False
     raw: bytes | None = None
     cut_stream: bool = False
+    trickle: bool = False
 
     @property
     def finish_reason(self) -> str:

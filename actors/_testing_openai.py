@@ -21,7 +21,9 @@ the wire format of the real API:
   the answer's deltas, with no finish reason and no ``[DONE]`` (a broken-off
   connection);
 * ``stall``: the answer waits until :meth:`FakeOpenAI.release` or the client
-  hangs up (counted in ``disconnects``: how a test sees a request aborted).
+  hangs up (counted in ``disconnects``: how a test sees a request aborted);
+  ``trickle``: a stream that sends keep-alive comments (``: ping``) every 20 ms
+  until then, and the answer after a release.
 
 Every request is checked as the real API checks it: a JSON body with ``model``
 and ``messages``, a bearer key when one is set, and each ``tool`` message
@@ -153,11 +155,26 @@ class FakeOpenAI:
         while not (self._released.is_set() or self._closing.is_set()):
             readable, _, _ = select.select([sock], [], [], 0.02)
             if readable and not sock.recv(1, socket.MSG_PEEK):
-                with self._cond:
-                    self.disconnects += 1
-                    self._notify_locked()
+                self._hung_up()
                 return False
         return not self._closing.is_set()
+
+    def _trickle(self, send: Callable[[bytes], None]) -> bool:
+        """Send keep-alive comments until :meth:`release` (True) or the client
+        hangs up (False)."""
+        while not (self._released.is_set() or self._closing.is_set()):
+            try:
+                send(b": ping\n\n")
+            except OSError:
+                self._hung_up()
+                return False
+            time.sleep(0.02)
+        return not self._closing.is_set()
+
+    def _hung_up(self) -> None:
+        with self._cond:
+            self.disconnects += 1
+            self._notify_locked()
 
     def close(self) -> None:
         """Stop serving, hang up every connection, and join the server's threads."""
@@ -325,6 +342,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
+        if answer.trickle and not self.owner._trickle(self._chunk):
+            self.close_connection = True
+            return
         head = self._head(body, answer, "chat.completion.chunk")
         events: list[Any] = []
         for delta in self._deltas(answer):

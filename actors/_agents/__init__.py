@@ -18,7 +18,7 @@ from ._options import AgentOptions, recorded_model
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
-from ._resume import Restored, replay, stored_options
+from ._resume import CUT_SHORT, Restored, replay, stored_options
 from ._sessions import SessionService
 from ._spawn import spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
@@ -27,6 +27,7 @@ from ._tools import ToolFn, ToolRegistry
 from ._turn import Message, Turn, TurnAgent
 
 __all__ = [
+    "CUT_SHORT",
     "STEER_OUTCOMES",
     "UNTAKEN",
     "Agent",

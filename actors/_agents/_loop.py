@@ -103,6 +103,11 @@ class TurnRunner:
         self._agent = None  # type: ignore[assignment]
         self.current = self.ended = None
 
+    @property
+    def output_schema(self) -> Any:
+        """The JSON Schema a completed turn's output must satisfy, or ``None``."""
+        return self._output_schema
+
     def handle(self, message: Any) -> None:
         """Run one inbox message that was not discarded."""
         if type(message) is Deliver:

@@ -46,6 +46,18 @@ class ToolRegistry:
             names = tuple(n for n in names if n in tool_filter)
         return names + tuple(n for n in extra if n not in names)
 
+    def lookup(
+        self, tool_filter: tuple[str, ...] | None, extra: Mapping[str, ToolFn], name: str
+    ) -> ToolFn | None:
+        """The function :meth:`call` would call for ``name``, or ``None`` (no such
+        tool, or the filter hides it)."""
+        own = extra.get(name)
+        if own is not None:
+            return own
+        if tool_filter is not None and name not in tool_filter:
+            return None
+        return self._tools.get(name)
+
     def call(
         self,
         tool_filter: tuple[str, ...] | None,

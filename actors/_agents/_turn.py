@@ -221,6 +221,14 @@ class Turn:
         return self._agent.options.persona
 
     @property
+    def output_schema(self) -> Mapping[str, Any] | None:
+        """The JSON Schema this turn's output must satisfy (the run's
+        ``output_schema``: a completed turn whose output fails it ends ``failed``),
+        or ``None``."""
+        runner = self._runner
+        return runner.output_schema if runner is not None else None
+
+    @property
     def tools(self) -> tuple[str, ...]:
         """Names of the tools this agent may call (after its tool filter)."""
         agent = self._agent

@@ -240,7 +240,7 @@ class PlacedChild:
                     self._running = False
                     return
             try:
-                self._backend.run_blocking(self._placement.run, self.session_id, call)
+                self._backend.run_waiting(self._placement.run, self.session_id, call)
                 self.error = None
             except BaseException as exc:  # the messages stay accepted, in the store
                 self.error = exc
@@ -261,7 +261,7 @@ class PlacedChild:
     ) -> None:
         """Cancel the running turn on the host (``keep_inbox=False``: and what waits)."""
         try:
-            self._backend.run_blocking(
+            self._backend.run_waiting(
                 self._placement.cancel, self.session_id, str(cause or "cancelled"), keep_inbox
             )
         except SubagentError as exc:
@@ -269,7 +269,7 @@ class PlacedChild:
 
     def interrupt(self, kind: str, by: SessionId | None) -> None:
         """An authorized interrupt: the host cancels the turn and logs it."""
-        self._backend.run_blocking(self._placement.interrupt, self.session_id, kind, by)
+        self._backend.run_waiting(self._placement.interrupt, self.session_id, kind, by)
 
     def dispose(self, *, wait: bool = True, checkpoint: bool = False, **_: Any) -> None:
         """Settle: the host releases the child once it is idle there; then the
@@ -286,12 +286,12 @@ class PlacedChild:
 
     def _settle(self) -> None:
         try:
-            while not self._backend.run_blocking(self._placement.settle, self.session_id):
+            while not self._backend.run_waiting(self._placement.settle, self.session_id):
                 with self._lock:
                     call = self._run_call()
                 if call is None:
                     break
-                self._backend.run_blocking(self._placement.run, self.session_id, call)
+                self._backend.run_waiting(self._placement.run, self.session_id, call)
         except BaseException as exc:  # its lease expires; whoever runs it next replays
             logger.warning("releasing placed child %s: %r", self.session_id, exc)
         self._last_notice()
@@ -306,7 +306,7 @@ class PlacedChild:
             self._gate = _CLOSED
             call = next(_CALLS)
         try:
-            self._backend.run_blocking(self._placement.release, self.session_id, cause, call)
+            self._backend.run_waiting(self._placement.release, self.session_id, cause, call)
         except BaseException as exc:
             logger.warning("releasing placed child %s: %r", self.session_id, exc)
         for task in (self._task, self._settling):

@@ -32,6 +32,7 @@ from subagents.protocol import ErrorCode, SubagentError
 from ._gevent import GeventActor, GeventFuture
 from ._sigint import InterruptibleEvent, start_blocking_sigint
 from ._threadinbox import ThreadActor
+from ._waiting import run_waiting
 
 __all__ = [
     "GEVENT",
@@ -153,6 +154,13 @@ class Backend(abc.ABC):
         Returns its result; its exception propagates unchanged.
         """
 
+    def run_waiting(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call a function that may wait long on something outside (a model's answer,
+        another host): as :meth:`run_blocking`, but on gevent in a pool of its own,
+        so waiting calls never hold the workers short I/O calls need.
+        """
+        return self.run_blocking(fn, *args, **kwargs)
+
     @abc.abstractmethod
     def sleep(self, seconds: float) -> None:
         """Sleep, cooperatively on gevent."""
@@ -269,6 +277,11 @@ class _ThreadingBackend(Backend):
             return GEVENT.run_blocking(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 
+    def run_waiting(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if threading_is_patched():
+            return GEVENT.run_waiting(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)  # looked up at call time: cooperative when patched
 
@@ -341,6 +354,10 @@ class _GeventBackend(Backend):
         if not ok:
             raise result
         return result  # type: ignore[no-any-return]
+
+    def run_waiting(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = run_waiting(fn, args, kwargs)
+        return result
 
     def sleep(self, seconds: float) -> None:
         gevent.sleep(seconds)

@@ -15,7 +15,8 @@ This room imports only downward (agents, children, catalog, kernel, protocol).
 """
 
 from ._dispatch import ToolDispatcher
-from ._openai import DEFAULT_BASE_URL, OpenAIChat, history_messages, openai_chat
+from ._history import history_messages
+from ._openai import DEFAULT_BASE_URL, OpenAIChat, openai_chat
 from ._schemas import SUBAGENT_TOOLS, ModelTool, tool_definition
 from ._wire import (
     MODEL_ERROR,

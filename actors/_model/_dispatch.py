@@ -11,7 +11,10 @@ exceed the caller's.
 
 What a model sees is decided by the agent's options: its ``tool_filter`` (when
 set) names the only tools shown and callable, and ``report`` is shown only to an
-agent that has a parent. Arguments are parsed (a JSON string or a mapping) and
+agent that has a parent. The runtime's own tools (``runtime.tools``, and those a
+setup contribution put in the agent's scope) are shown after them, as
+:mod:`._runtime_tools` describes, unless ``runtime_tools=False``; a name the
+dispatcher has itself wins. Arguments are parsed (a JSON string or a mapping) and
 validated against the tool's JSON Schema. A refused call -- bad JSON, a schema
 violation, an unknown or filtered tool, any ``SubagentError`` of the service --
 comes back as ``{"error": {"code": ..., "message": ...}}``, a tool result the
@@ -45,6 +48,7 @@ from subagents.actors._kernel import AbortController
 from subagents.protocol import ErrorCode, MessageSource, SessionId, SubagentError, error_text
 
 from ._background import Background, Countdown, dispose_later, dispose_quietly
+from ._runtime_tools import runtime_tool
 from ._schemas import SUBAGENT_TOOLS, ModelTool, tool_definition
 
 __all__ = ["ToolDispatcher"]
@@ -67,6 +71,9 @@ class ToolDispatcher:
         delegate_timeout: seconds a waiting ``delegate`` waits for its result
             (``None``: as long as the turn runs); on expiry the run is disposed
             and the model gets a ``TIMEOUT`` result.
+        runtime_tools: also show the tools the agent may call through
+            ``turn.call_tool`` (the runtime's and its scope's), each described
+            from its signature and docstring.
 
     Thread-safe; one dispatcher may serve many agents.
 
@@ -82,6 +89,7 @@ class ToolDispatcher:
         tools: Iterable[str] | None = None,
         extra: Mapping[str, ModelTool] | None = None,
         delegate_timeout: float | None = None,
+        runtime_tools: bool = True,
     ) -> None:
         names = tuple(SUBAGENT_TOOLS) if tools is None else tuple(tools)
         unknown = [n for n in names if n not in SUBAGENT_TOOLS]
@@ -114,6 +122,7 @@ class ToolDispatcher:
                 ) from exc
             self._validators[name] = cls(tool.parameters)
         self.delegate_timeout = delegate_timeout
+        self.runtime_tools = runtime_tools
         self._lock = threading.Lock()
         self._background: dict[SessionId, Background] = {}
         self._handlers: dict[str, Callable[..., Any]] = {
@@ -132,15 +141,35 @@ class ToolDispatcher:
         agent = turn.agent
         allowed = agent.options.tool_filter
         has_parent = agent.parent_session is not None
-        return tuple(
+        own = tuple(
             name
             for name in self._tools
             if (allowed is None or name in allowed) and (name != "report" or has_parent)
         )
+        return own + tuple(self._runtime(turn))
 
     def definitions(self, turn: Turn) -> list[dict[str, Any]]:
         """The OpenAI ``tools`` list for this turn's agent (``[]`` when it sees none)."""
-        return [tool_definition(name, self._tools[name]) for name in self.visible(turn)]
+        runtime = self._runtime(turn)
+        return [
+            tool_definition(name, runtime[name] if name in runtime else self._tools[name])
+            for name in self.visible(turn)
+        ]
+
+    def _runtime(self, turn: Turn) -> dict[str, ModelTool]:
+        """The runtime tools this turn's agent may call, as model tools."""
+        if not self.runtime_tools:
+            return {}
+        agent = turn.agent
+        registry = agent.host.tools
+        shown: dict[str, ModelTool] = {}
+        for name in turn.tools:
+            if name in self._tools:
+                continue
+            fn = registry.lookup(agent.options.tool_filter, agent.extra_tools, name)
+            if fn is not None:
+                shown[name] = runtime_tool(name, fn)
+        return shown
 
     # -- calls ----------------------------------------------------------------------
 
@@ -155,11 +184,11 @@ class ToolDispatcher:
         """
         self.dispose_settled(turn)
         try:
-            args = self._arguments(turn, name, arguments)
+            tool, args = self._arguments(turn, name, arguments)
             handler = self._handlers.get(name)
             if handler is not None:
                 return handler(turn, **args)
-            return self._tools[name].fn(turn, **args)
+            return tool.fn(turn, **args)
         except SubagentError as exc:
             if turn.cancelled:
                 raise
@@ -172,20 +201,22 @@ class ToolDispatcher:
 
     def _arguments(
         self, turn: Turn, name: str, arguments: str | Mapping[str, Any] | None
-    ) -> dict[str, Any]:
-        if type(name) is not str or name not in self._tools:
+    ) -> tuple[ModelTool, dict[str, Any]]:
+        runtime = self._runtime(turn) if type(name) is str and name not in self._tools else {}
+        if type(name) is not str or (name not in self._tools and name not in runtime):
             shown = repr(name)[:80] if type(name) is str else type(name).__name__
             raise SubagentError(f"no tool named {shown}", code=_UNKNOWN_TOOL)
-        if name not in self.visible(turn):
+        if name not in runtime and name not in self.visible(turn):
             raise SubagentError(
                 f"tool {name!r} is not available to this agent", code=ErrorCode.UNAUTHORIZED
             )
+        tool = runtime[name] if name in runtime else self._tools[name]
         if arguments is None or arguments == "":
             args: Any = {}
         elif isinstance(arguments, str):
             try:
                 args = json.loads(arguments)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # deeper than the parser goes
                 raise SubagentError(
                     f"the arguments of {name} are not valid JSON: {exc}",
                     code=ErrorCode.INVALID_ARGUMENT,
@@ -196,7 +227,10 @@ class ToolDispatcher:
             raise SubagentError(
                 f"the arguments of {name} must be a JSON object", code=ErrorCode.INVALID_ARGUMENT
             )
-        error = jsonschema.exceptions.best_match(self._validators[name].iter_errors(args))
+        validator = self._validators.get(name) if name not in runtime else None
+        if validator is None:
+            validator = jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(args))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             raise SubagentError(
@@ -204,7 +238,7 @@ class ToolDispatcher:
                 f"{f' at {where}' if where else ''}: {error.message}",
                 code=ErrorCode.INVALID_ARGUMENT,
             )
-        return dict(args)
+        return tool, dict(args)
 
     # -- the six tools --------------------------------------------------------------
 

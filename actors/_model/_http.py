@@ -5,13 +5,22 @@ Theory of operation
 A :class:`ChatSession` serves one turn: it owns an ``httpx.Client`` (its
 connections are reused by the turn's model calls and closed with the turn) and
 listens to the turn's signal. Each request runs through the backend's
-``run_blocking``: on threads it blocks the turn's own thread; on gevent it runs
-in the hub's threadpool, so the hub never stalls on the socket.
+``run_waiting``: on threads it blocks the turn's own thread; on gevent it runs
+in a pool of the hub's kept for waiting calls, so neither the hub nor the short
+I/O calls of the store (which use the hub's own threadpool) stall on the socket.
 
-Cancelling the turn aborts the request at once, whatever it is doing: httpx's
-``trace`` extension hands the session every socket its client connects, and the
-signal's listener shuts them down, which wakes a thread blocked in ``recv`` (a
-close would not). A retry's wait is the signal's own wait, so it ends early too.
+The body is encoded here, not by httpx: a lone surrogate in a text (a tool's
+result can carry one) becomes U+FFFD instead of failing the request.
+
+``timeout`` bounds each read and the whole answer: a stream still coming past it
+(a server trickling keep-alive comments) is cut at its next chunk, ``TIMEOUT``.
+
+Cancelling the turn aborts the request at once, whatever it is doing, except
+while it connects: httpx's ``trace`` extension hands the session every socket
+its client connects, and the signal's listener shuts them down, which wakes a
+thread blocked in ``recv`` (a close would not); a connection still being made
+ends within the connect timeout (5 s at most). A retry's wait is the signal's
+own wait, so it ends early too.
 
 Refused requests are retried as the ``openai`` package does: connection errors,
 timeouts, 408, 409, 429 and 5xx (``x-should-retry`` overrides), up to
@@ -25,7 +34,8 @@ import json
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +55,7 @@ from ._wire import (
     should_retry,
 )
 
-__all__ = ["ChatSession", "Endpoint"]
+__all__ = ["ChatSession", "Endpoint", "encode_body"]
 
 _SSL: list[ssl.SSLContext] = []
 _SSL_LOCK = threading.Lock()
@@ -190,10 +200,17 @@ class ChatSession:
                     raise self._cancelled() from None
 
     def _attempt(self, body: Mapping[str, Any]) -> Completion:
+        if self._signal.aborted:  # cancelled while it waited for a worker
+            raise self._cancelled()
         self.requests += 1
+        deadline = time.monotonic() + self._endpoint.timeout
         try:
             with self._client.stream(
-                "POST", self._endpoint.url, json=body, extensions={"trace": self._trace}
+                "POST",
+                self._endpoint.url,
+                content=encode_body(body),
+                headers={"Content-Type": "application/json"},
+                extensions={"trace": self._trace},
             ) as response:
                 if response.status_code >= 400:
                     raw = response.read()
@@ -207,8 +224,9 @@ class ChatSession:
                     raise error
                 kind = response.headers.get("content-type", "")
                 if body.get("stream") and kind.startswith("text/event-stream"):
-                    return self._read_stream(response)
-                return completion_from_response(decode_json(response.read(), "answer"))
+                    return self._read_stream(response, deadline)
+                raw = b"".join(_until(response.iter_bytes(), deadline))
+                return completion_from_response(decode_json(raw, "answer"))
         except httpx.TimeoutException as exc:
             if self._signal.aborted:
                 raise self._cancelled() from None
@@ -225,11 +243,11 @@ class ChatSession:
                 raise self._cancelled() from None
             raise ModelError(f"the model API's answer cannot be read: {exc!r}"[:300]) from None
 
-    def _read_stream(self, response: httpx.Response) -> Completion:
+    def _read_stream(self, response: httpx.Response, deadline: float) -> Completion:
         decoder = SSEDecoder()
         acc = ChunkAccumulator()
         done = False
-        for data in response.iter_bytes():
+        for data in _until(response.iter_bytes(), deadline):
             for event, text in decoder.feed(data):
                 if done:
                     continue
@@ -251,3 +269,32 @@ class ChatSession:
             # Neither [DONE] nor a finish reason: the connection broke off mid-answer.
             raise ModelError("the model's stream broke off before its answer ended")
         return answer
+
+
+def _until(chunks: Iterator[bytes], deadline: float) -> Iterator[bytes]:
+    """``chunks`` until ``deadline`` (``time.monotonic``); past it, ``TIMEOUT``."""
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise httpx.ReadTimeout("the answer took longer than the request's timeout")
+        yield chunk
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as UTF-8 JSON; a lone surrogate in a text becomes U+FFFD.
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for a value JSON cannot carry (NaN, an
+            object it does not know).
+    """
+    try:
+        text = json.dumps(body, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SubagentError(
+            f"the request cannot be sent as JSON: {exc}"[:300], code=ErrorCode.INVALID_ARGUMENT
+        ) from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Pairs written as two code points join up again; a lone half is replaced.
+        fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return fixed.encode("utf-8")

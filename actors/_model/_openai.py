@@ -11,7 +11,14 @@ with tool calls, run them through the :class:`~._dispatch.ToolDispatcher`
 (several at once when it asked for several), answer each with a ``tool`` message
 carrying its ``tool_call_id``, and ask again; when it answers with text, that
 text is the turn's output. Every call's token ``usage`` is added to the turn
-(``turn/end`` records the sum).
+(``turn/end`` records the sum). A turn that asks for tools in its last allowed
+round (``max_tool_rounds``) fails with ``MODEL_ERROR`` before those tools run or
+a steered message is taken (that message runs as the next turn).
+
+A run with an ``output_schema`` sends it as the request's ``response_format``
+(a JSON-schema format, when the schema is an object's) and the answer's JSON
+text becomes the output the turn checks against it; a schema that takes the
+text as it is (``{"type": "string"}``) gets the text.
 
 The HTTP side (:mod:`._http`) streams by default, retries as the ``openai``
 package does, times out, and is aborted by the turn's signal. A turn's tool
@@ -23,77 +30,22 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from subagents.actors._agents import AgentOptions, Turn
-from subagents.protocol import (
-    ErrorCode,
-    MessageEvent,
-    ReportEvent,
-    SubagentError,
-    TurnEnd,
-)
+from subagents.actors._agents import AgentOptions, Turn, validate_output
+from subagents.protocol import ErrorCode, SubagentError
 
 from ._dispatch import ToolDispatcher
-from ._wire import Completion, ToolCall
+from ._history import history_messages, text
+from ._wire import Completion, ModelError, ToolCall
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChat", "openai_chat"]
 
 #: Where requests go when neither ``base_url`` nor ``OPENAI_BASE_URL`` says otherwise.
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    try:
-        return json.dumps(content, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(content)
-
-
-def _from(source: Any, kind: str) -> str:
-    if source is None or source.session_id is None:
-        return ""
-    return f"[{kind} from {source.kind} {source.session_id}] "
-
-
-def history_messages(turn: Turn) -> list[dict[str, Any]]:
-    """The turn's conversation without the system prompt: history, context, message."""
-    messages: list[dict[str, Any]] = []
-    for event in turn.history:
-        if isinstance(event, MessageEvent):
-            prefix = (
-                _from(event.source, "message")
-                if event.source
-                and event.source.kind
-                in (
-                    "child",
-                    "host",
-                )
-                else ""
-            )
-            messages.append({"role": "user", "content": prefix + _text(event.content)})
-        elif isinstance(event, ReportEvent):
-            prefix = _from(event.source, "report") or "[report] "
-            messages.append({"role": "user", "content": prefix + _text(event.content)})
-        elif (
-            isinstance(event, TurnEnd)
-            and event.stop_reason == "completed"
-            and event.output is not None
-        ):
-            messages.append({"role": "assistant", "content": _text(event.output)})
-    for quiet in turn.context:
-        prefix = _from(quiet.source, "report") or "[report] "
-        messages.append({"role": "user", "content": prefix + _text(quiet.content)})
-    for message in turn.messages:
-        kind = "report" if message.kind == "report" else "message"
-        src = message.source
-        prefix = _from(src, kind) if kind == "report" or (src and src.kind == "child") else ""
-        messages.append({"role": "user", "content": prefix + _text(message.content)})
-    return messages
 
 
 class OpenAIChat:
@@ -144,25 +96,36 @@ class OpenAIChat:
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
+        schema = turn.output_schema
+        if schema is not None and schema.get("type") == "object":
+            body.setdefault(
+                "response_format",
+                {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}},
+            )
         signal = turn.signal
-        run_blocking = turn.agent.host.backend.run_blocking
-        with ChatSession(self.endpoint, signal, run_blocking) as session:
-            for _ in range(self.max_tool_rounds + 1):
+        run_waiting = turn.agent.host.backend.run_waiting
+        with ChatSession(self.endpoint, signal, run_waiting) as session:
+            for round_ in range(self.max_tool_rounds + 1):
                 answer = session.complete(body)
                 self.calls += 1
                 if answer.usage is not None:
                     turn.add_usage(answer.usage)
                 if not answer.tool_calls:
-                    return answer.content if answer.content is not None else ""
+                    content = answer.content if answer.content is not None else ""
+                    return content if schema is None else _structured(schema, content)
+                if round_ == self.max_tool_rounds:
+                    # Before its tools run or a steered message is taken: those
+                    # stay accepted and run as the next turn.
+                    raise ModelError(
+                        f"the model asked for tools more than {self.max_tool_rounds}"
+                        " rounds in one turn"
+                    )
                 messages.append(answer.message())
                 messages.extend(self._run_calls(turn, answer))
                 # A safe point: messages steered into the turn join the conversation.
                 for steered in turn.steering():
-                    messages.append({"role": "user", "content": _text(steered.content)})
-        raise SubagentError(
-            f"the model asked for tools more than {self.max_tool_rounds} rounds in one turn",
-            code=ErrorCode.INVALID_ARGUMENT,
-        )
+                    messages.append({"role": "user", "content": text(steered.content)})
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _run_calls(self, turn: Turn, answer: Completion) -> list[dict[str, Any]]:
         """Run the answer's tool calls (at once when there are several); their messages."""
@@ -182,9 +145,20 @@ class OpenAIChat:
             _parallel(turn, [functools.partial(run, i, c) for i, c in enumerate(calls)])
         turn.signal.raise_if_aborted()
         return [
-            {"role": "tool", "tool_call_id": call.id, "content": _text(result)}
+            {"role": "tool", "tool_call_id": call.id, "content": text(result)}
             for call, result in zip(calls, results)
         ]
+
+
+def _structured(schema: Mapping[str, Any], content: str) -> Any:
+    """The answer as the output schema wants it: the text itself when the schema
+    takes it, else the JSON value the text holds (the turn then checks it)."""
+    if validate_output(schema, content)[1] is None:
+        return content
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        return content  # not JSON: the schema's check says what is wrong
 
 
 def _parallel(turn: Turn, jobs: list[Callable[[], None]]) -> None:
@@ -235,10 +209,10 @@ def openai_chat(
     package reads them. ``tools``: ``True`` offers the six subagent tools (a
     :class:`ToolDispatcher` of its own), ``False``/``None`` none, or a dispatcher.
     ``system`` is the system prompt of agents without a persona. ``timeout``
-    bounds each request (connecting: 5 s at most), ``max_retries`` the retries
-    of a refused one. Other keyword ``parameters`` (``temperature``,
-    ``max_completion_tokens``, ...) go into every request body. Needs the
-    ``openai`` extra (httpx).
+    bounds each request, a streamed answer's whole length included (connecting:
+    5 s at most), ``max_retries`` the retries of a refused one. Other keyword
+    ``parameters`` (``temperature``, ``max_completion_tokens``, ...) go into
+    every request body. Needs the ``openai`` extra (httpx).
 
     Example::
 
@@ -246,7 +220,8 @@ def openai_chat(
 
     Raises:
         SubagentError: ``INVALID_ARGUMENT`` for no API key (none given, none in
-            the environment), a bad model name, URL or limit.
+            the environment), a bad model name, URL or limit, headers that are
+            not str to str, or ``parameters`` JSON cannot carry (NaN included).
     """
     if type(model) is not str or not model:
         raise SubagentError("model is a non-empty str", code=ErrorCode.INVALID_ARGUMENT)
@@ -262,13 +237,7 @@ def openai_chat(
         raise SubagentError(
             f"base_url must be an http(s) URL, got {base[:100]!r}", code=ErrorCode.INVALID_ARGUMENT
         )
-    for what, value, low in (("timeout", timeout, 0.0), ("max_retries", max_retries, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
-            raise SubagentError(
-                f"{what} must be a number >= {low}", code=ErrorCode.INVALID_ARGUMENT
-            )
-    if type(max_tool_rounds) is not int or max_tool_rounds < 0:
-        raise SubagentError("max_tool_rounds is an int >= 0", code=ErrorCode.INVALID_ARGUMENT)
+    _check_settings(timeout, max_retries, max_tool_rounds, headers, parameters)
     try:
         from ._http import Endpoint
     except ImportError as exc:  # pragma: no cover - the extra is not installed
@@ -305,3 +274,36 @@ def openai_chat(
         )
 
     return factory
+
+
+def _check_settings(
+    timeout: Any,
+    max_retries: Any,
+    max_tool_rounds: Any,
+    headers: Mapping[str, str] | None,
+    parameters: Mapping[str, Any],
+) -> None:
+    """Refuse now what would fail every turn later (``INVALID_ARGUMENT``)."""
+
+    def refuse(message: str) -> SubagentError:
+        return SubagentError(message, code=ErrorCode.INVALID_ARGUMENT)
+
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise refuse("timeout is a finite number of seconds > 0")
+    for what, value in (("max_retries", max_retries), ("max_tool_rounds", max_tool_rounds)):
+        if type(value) is not int or value < 0:
+            raise refuse(f"{what} is an int >= 0")
+    if headers is not None and (
+        not isinstance(headers, Mapping)
+        or not all(type(k) is str and type(v) is str for k, v in headers.items())
+    ):
+        raise refuse("headers maps str names to str values")
+    try:
+        json.dumps(dict(parameters), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise refuse(f"the request parameters are not JSON: {exc}"[:300]) from None

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from model_kit import register, run_turn
 from subagents.actors import AgentOptions, ContinuableStartSpec, Runtime, openai_chat
 from subagents.actors.testing import Answer, FakeCall, FakeOpenAI
 from subagents.protocol import ErrorCode, SubagentError, decode_event, encode_event
@@ -17,21 +18,10 @@ from subagents.protocol import ErrorCode, SubagentError, decode_event, encode_ev
 FAST = {"retry-after-ms": "1"}
 
 
-def _register(rt: Runtime, fake: FakeOpenAI, name: str = "planner", **kw: Any) -> None:
-    kw.setdefault("api_key", "test-key")
-    rt.models.register(name, openai_chat("gpt-test", base_url=fake.base_url, **kw))
-
-
-def _turn(rt: Runtime, agent: Any, content: Any) -> Any:
-    agent.followup(content)
-    assert agent.wait_idle(20)
-    return rt.sessions.turn_ends(agent.session_id)[-1]
-
-
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_tool_loop_with_parallel_calls(rt: Runtime, fake: FakeOpenAI, stream: bool) -> None:
     rt.models.register("adder", lambda _o: lambda t: f"sum of {t.content}")
-    _register(rt, fake, stream=stream)
+    register(rt, fake, stream=stream)
     fake.script(
         Answer(
             tool_calls=[
@@ -44,7 +34,7 @@ def test_tool_loop_with_parallel_calls(rt: Runtime, fake: FakeOpenAI, stream: bo
         Answer(content="It is 4.", usage={"prompt_tokens": 20, "completion_tokens": 4}),
     )
     agent = rt.spawn("planner", options=AgentOptions(persona="You plan."))
-    end = _turn(rt, agent, "what is 2+2?")
+    end = run_turn(rt, agent, "what is 2+2?")
     assert (end.stop_reason, end.output) == ("completed", "It is 4.")
     assert end.usage == {"prompt_tokens": 27, "completion_tokens": 7, "total_tokens": 10}
     first, second = fake.requests
@@ -69,11 +59,11 @@ def test_tool_loop_with_parallel_calls(rt: Runtime, fake: FakeOpenAI, stream: bo
 
 
 def test_history_and_reports_become_messages(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake, system="Default system.")
+    register(rt, fake, system="Default system.")
     fake.script(Answer(content="first answer"), Answer(content="second answer"))
     agent = rt.spawn("planner")
-    _turn(rt, agent, "one")
-    _turn(rt, agent, {"k": "two"})
+    run_turn(rt, agent, "one")
+    run_turn(rt, agent, {"k": "two"})
     assert fake.requests[1].messages == [
         {"role": "system", "content": "Default system."},
         {"role": "user", "content": "one"},
@@ -83,7 +73,7 @@ def test_history_and_reports_become_messages(rt: Runtime, fake: FakeOpenAI) -> N
 
 
 def test_a_continuable_child_reports_through_the_tool(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake)
+    register(rt, fake)
     parent = rt.spawn("echo")
     fake.script(
         Answer(tool_calls=[FakeCall("report", {"content": "found it", "delivery": "quiet"})]),
@@ -103,14 +93,14 @@ def test_a_continuable_child_reports_through_the_tool(rt: Runtime, fake: FakeOpe
 
 
 def test_invalid_arguments_come_back_and_the_loop_goes_on(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake)
+    register(rt, fake)
     fake.script(
         Answer(tool_calls=[FakeCall("delegate", '{"prompt": ')]),
         Answer(tool_calls=[FakeCall("report", {"content": "x"})]),  # not shown to a root
         Answer(content="gave up"),
     )
     agent = rt.spawn("planner")
-    end = _turn(rt, agent, "go")
+    end = run_turn(rt, agent, "go")
     assert end.output == "gave up"
     errors = [json.loads(r.messages[-1]["content"])["error"]["code"] for r in fake.requests[1:]]
     assert errors == [ErrorCode.INVALID_ARGUMENT, ErrorCode.UNAUTHORIZED]
@@ -118,23 +108,23 @@ def test_invalid_arguments_come_back_and_the_loop_goes_on(rt: Runtime, fake: Fak
 
 @pytest.mark.parametrize("status", [429, 500, 503])
 def test_retries_honour_retry_after(rt: Runtime, fake: FakeOpenAI, status: int) -> None:
-    _register(rt, fake)
+    register(rt, fake)
     fake.script(
         Answer(status=status, error="busy", headers=FAST),
         Answer(status=status, error="busy", headers=FAST),
         Answer(content="third time"),
     )
     agent = rt.spawn("planner")
-    end = _turn(rt, agent, "go")
+    end = run_turn(rt, agent, "go")
     assert (end.stop_reason, end.output) == ("completed", "third time")
     assert len(fake.requests) == 3
 
 
 def test_retries_run_out_and_the_turn_fails(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake, max_retries=1)
+    register(rt, fake, max_retries=1)
     fake.script(*[Answer(status=429, error="rate limited", headers=FAST)] * 2)
     agent = rt.spawn("planner")
-    end = _turn(rt, agent, "go")
+    end = run_turn(rt, agent, "go")
     assert end.stop_reason == "failed"
     assert "MODEL_ERROR" in end.error and "429" in end.error and "rate limited" in end.error
     assert len(fake.requests) == 2
@@ -145,31 +135,31 @@ def test_a_client_error_is_not_retried(rt: Runtime, fake: FakeOpenAI) -> None:
         "planner", openai_chat("gpt-test", base_url=fake.base_url, api_key="wrong-key")
     )
     agent = rt.spawn("planner")
-    end = _turn(rt, agent, "go")
+    end = run_turn(rt, agent, "go")
     assert end.stop_reason == "failed" and "401" in end.error
     assert len(fake.requests) == 0  # refused before it was scripted: never counted
 
 
 def test_an_error_event_mid_stream_fails_the_turn(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake)
+    register(rt, fake)
     fake.script(Answer(content="half an answer", stream_error_after=2, error="overloaded"))
     agent = rt.spawn("planner")
-    end = _turn(rt, agent, "go")
+    end = run_turn(rt, agent, "go")
     assert end.stop_reason == "failed" and "overloaded" in end.error
 
 
 def test_answers_without_ids(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake)
+    register(rt, fake)
     fake.script(
         Answer(tool_calls=[FakeCall("list_agents")], omit_ids=True),
         Answer(content="none", omit_ids=True),
     )
     agent = rt.spawn("planner")
-    assert _turn(rt, agent, "go").output == "none"
+    assert run_turn(rt, agent, "go").output == "none"
 
 
 def test_cancellation_aborts_the_http_request(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake)
+    register(rt, fake)
     fake.script(Answer(content="too late", stall=True))
     agent = rt.spawn("planner")
     agent.followup("go")
@@ -182,10 +172,10 @@ def test_cancellation_aborts_the_http_request(rt: Runtime, fake: FakeOpenAI) -> 
 
 
 def test_a_timeout_fails_the_turn(rt: Runtime, fake: FakeOpenAI) -> None:
-    _register(rt, fake, timeout=0.2, max_retries=0)
+    register(rt, fake, timeout=0.2, max_retries=0)
     fake.script(Answer(content="never", stall=True))
     agent = rt.spawn("planner")
-    end = _turn(rt, agent, "go")
+    end = run_turn(rt, agent, "go")
     assert end.stop_reason == "failed" and "TIMEOUT" in end.error
     fake.release()
 
@@ -193,12 +183,12 @@ def test_a_timeout_fails_the_turn(rt: Runtime, fake: FakeOpenAI) -> None:
 def test_usage_is_durable(backend: Any, fake: FakeOpenAI, tmp_path: Any) -> None:
     """``turn/end`` keeps the usage in the log; a turn without a model keeps none."""
     with Runtime(str(tmp_path / "db.sqlite"), backend=backend) as rt:
-        _register(rt, fake)
+        register(rt, fake)
         fake.script(Answer(content="x", usage={"prompt_tokens": 5, "total_tokens": 9}))
         agent = rt.spawn("planner")
-        _turn(rt, agent, "go")
+        run_turn(rt, agent, "go")
         echo = rt.spawn("echo")
-        _turn(rt, echo, "go")
+        run_turn(rt, echo, "go")
         sid, eid = agent.session_id, echo.session_id
     with Runtime(str(tmp_path / "db.sqlite"), backend=backend) as rt:
         assert rt.sessions.turn_ends(sid)[-1].usage == {"prompt_tokens": 5, "total_tokens": 9}
@@ -218,7 +208,7 @@ def test_configuration_from_the_environment(
     rt.models.register("planner", openai_chat("gpt-test"))
     fake.script(Answer(content="from env"))
     agent = rt.spawn("planner")
-    assert _turn(rt, agent, "go").output == "from env"
+    assert run_turn(rt, agent, "go").output == "from env"
     assert fake.requests[0].headers["OpenAI-Project"] == "proj_1"
 
 
@@ -248,13 +238,13 @@ def test_no_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_waiting_request_stalls_no_one(rt: Runtime, fake: FakeOpenAI) -> None:
     """On gevent the HTTP call runs in the hub's threadpool: while one agent waits for
     its model, another agent's turns run (on threads, trivially)."""
-    _register(rt, fake)
+    register(rt, fake)
     fake.script(Answer(content="at last", stall=True))
     thinker = rt.spawn("planner")
     thinker.followup("go")
     assert fake.wait_requests(1)
     other = rt.spawn("echo")
-    assert _turn(rt, other, "still running").output == "still running"
+    assert run_turn(rt, other, "still running").output == "still running"
     assert not thinker.idle
     fake.release()
     assert thinker.wait_idle(10)

@@ -1,0 +1,76 @@
+"""The runtime's tools as a model sees them: a function definition from a signature.
+
+A tool registered on the runtime (``runtime.tools.register``) or installed into a
+child's scope by a setup contribution is a Python function ``fn(turn, ...)``
+with no JSON Schema of its own. Shown to a model, its parameters after ``turn``
+become the properties of an object schema -- required when they have no default,
+typed when annotated ``str``, ``int``, ``float``, ``bool``, ``list`` or ``dict``
+-- and its docstring's first paragraph the description. The call then goes
+through ``turn.call_tool``, so the agent's tool filter decides as it does for a
+behaviour's own calls.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, Final
+
+from ._schemas import ModelTool
+
+__all__ = ["runtime_tool"]
+
+_JSON_TYPES: Final = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    tuple: "array",
+    dict: "object",
+}
+
+_P = inspect.Parameter
+
+
+def runtime_tool(name: str, fn: Callable[..., Any]) -> ModelTool:
+    """``fn`` (a runtime or scope tool named ``name``) as a :class:`ModelTool`."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]  # after ``turn``
+    except (TypeError, ValueError):  # a callable it cannot read: any arguments
+        params = [_P("arguments", _P.VAR_KEYWORD)]
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation that does not resolve: leave it untyped
+        hints = {}
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    positional: list[str] = []
+    open_ended = False
+    for p in params:
+        if p.kind is _P.VAR_KEYWORD:
+            open_ended = True
+            continue
+        if p.kind is _P.VAR_POSITIONAL:
+            continue
+        kind = _JSON_TYPES.get(hints.get(p.name))  # type: ignore[arg-type]
+        properties[p.name] = {"type": kind} if kind else {}
+        if p.default is _P.empty:
+            required.append(p.name)
+        if p.kind is _P.POSITIONAL_ONLY:
+            positional.append(p.name)
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": open_ended,
+    }
+    doc = inspect.getdoc(fn) or ""
+    description = doc.split("\n\n")[0].strip() or f"the tool {name!r}"
+
+    def call(turn: Any, **arguments: Any) -> Any:
+        args = [arguments.pop(p) for p in positional if p in arguments]
+        return turn.call_tool(name, *args, **arguments)
+
+    return ModelTool(description=description[:1000], parameters=schema, fn=call)
