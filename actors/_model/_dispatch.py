@@ -22,8 +22,9 @@ model reads; only the turn's own cancellation propagates, ending the turn.
 
 Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a
-follow-up (source ``child``, the run's id), which starts a later turn. Settled
-runs are disposed at the next call of the dispatcher for that agent. A
+follow-up (source ``child``, the run's id), which starts a later turn. Runs
+whose results were delivered are disposed at the next call of the dispatcher
+for that agent (one settled but still delivering is not: it holds on). A
 continuable child stays resident while it has runs not yet disposed
 (``hold_residency``): it does not settle between the turn that started a run and
 the turn its result starts. A cancel without ``keep_inbox`` -- dispose, a drain,
@@ -288,6 +289,14 @@ class ToolDispatcher:
 
         def deliver(_future: Any) -> None:
             try:
+                _deliver()
+            finally:
+                with self._lock:
+                    if str(run.id) in state.runs:  # (not cancelled with them all)
+                        state.delivered.add(str(run.id))
+
+        def _deliver() -> None:
+            try:
                 result = run.result.get(0)
                 content: dict[str, Any] = {
                     "delegate_result": {
@@ -378,6 +387,7 @@ class ToolDispatcher:
         with self._lock:
             runs = list(state.runs.values())
             state.runs.clear()
+            state.delivered.clear()
             controller, state.controller = state.controller, AbortController()
             release, state.release = state.release, None
         controller.abort(cause if cause is not None else "cancelled")
@@ -410,13 +420,15 @@ class ToolDispatcher:
             return tuple(state.runs) if state is not None else ()
 
     def dispose_settled(self, turn: Turn) -> None:
-        """Dispose the agent's background runs that have settled (their results were
-        delivered). The dispatcher does it on every call; a behaviour may too."""
+        """Dispose the agent's background runs whose results were delivered (a run
+        settled and still delivering keeps the agent resident). The dispatcher
+        does it on every call; a behaviour may too."""
         with self._lock:
             state = self._background.get(turn.agent.session_id)
             if state is None:
                 return
-            done = [rid for rid, run in state.runs.items() if run.result.done()]
+            done = [rid for rid in state.runs if rid in state.delivered]
+            state.delivered.difference_update(done)
             runs = [state.runs.pop(rid) for rid in done]
         for run in runs:
             dispose_quietly(run)

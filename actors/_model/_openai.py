@@ -8,8 +8,8 @@ messages (its messages and reports as ``user`` messages, each completed turn's
 output as an ``assistant`` message), the quiet reports delivered since, and the
 turn's message -- and runs the tool-call loop: ask the model; when it answers
 with tool calls, run them through the :class:`~._dispatch.ToolDispatcher`
-(several at once when it asked for several), answer each with a ``tool`` message
-carrying its ``tool_call_id``, and ask again; when it answers with text, that
+(up to eight at once when it asked for several), answer each with a ``tool``
+message carrying its ``tool_call_id``, and ask again; when it answers with text, that
 text is the turn's output. Every call's token ``usage`` is added to the turn
 (``turn/end`` records the sum). A turn that asks for tools in its last allowed
 round (``max_tool_rounds``) fails with ``MODEL_ERROR`` before those tools run or
@@ -32,6 +32,7 @@ import functools
 import json
 import math
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -42,7 +43,10 @@ from ._dispatch import ToolDispatcher
 from ._history import history_messages, text
 from ._wire import Completion, ModelError, ToolCall
 
-__all__ = ["DEFAULT_BASE_URL", "OpenAIChat", "openai_chat"]
+__all__ = ["DEFAULT_BASE_URL", "PARALLEL_TOOL_CALLS", "OpenAIChat", "openai_chat"]
+
+#: Tool calls of one answer that run at once; the rest wait for one to end.
+PARALLEL_TOOL_CALLS: Final = 8
 
 #: Where requests go when neither ``base_url`` nor ``OPENAI_BASE_URL`` says otherwise.
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
@@ -162,22 +166,28 @@ def _structured(schema: Mapping[str, Any], content: str) -> Any:
 
 
 def _parallel(turn: Turn, jobs: list[Callable[[], None]]) -> None:
-    """Run ``jobs`` as tasks of the agent's backend and join them all; re-raise the
-    first failure (a cancelled turn's ``CANCELLED``) once every one has ended."""
+    """Run ``jobs`` in at most :data:`PARALLEL_TOOL_CALLS` tasks of the agent's
+    backend (the turn's own thread or greenlet is one) and join them all; re-raise
+    the first failure (a cancelled turn's ``CANCELLED``) once every one has ended."""
     backend = turn.agent.host.backend
     errors: list[BaseException] = []
+    queue = iter(jobs)
+    lock = threading.Lock()
 
-    def guarded(job: Callable[[], None]) -> Callable[[], None]:
-        def body() -> None:
+    def worker() -> None:
+        while True:
+            with lock:
+                job = next(queue, None)
+            if job is None:
+                return
             try:
                 job()
             except BaseException as exc:
                 errors.append(exc)
 
-        return body
-
-    tasks = [backend.spawn(guarded(job), name="tool-call") for job in jobs[1:]]
-    guarded(jobs[0])()
+    count = min(len(jobs), PARALLEL_TOOL_CALLS)
+    tasks = [backend.spawn(worker, name="tool-call") for _ in range(count - 1)]
+    worker()
     for task in tasks:
         task.join(None)
     if errors:

@@ -30,7 +30,8 @@ from subagents.actors import (
 )
 from subagents.actors._kernel._backend import Backend
 from subagents.actors._model._http import encode_body
-from subagents.actors.testing import Answer, FakeCall, FakeOpenAI
+from subagents.actors._model._openai import PARALLEL_TOOL_CALLS
+from subagents.actors.testing import Answer, FakeCall, FakeOpenAI, Gate
 from subagents.protocol import ErrorCode, SubagentError
 
 
@@ -303,3 +304,41 @@ def test_a_cut_short_turn_is_run_again_without_its_messages_twice(
         assert fake.requests[1].messages[-2] == {"role": "assistant", "content": "original done"}
         ends = rt.sessions.turn_ends(sid)
         assert [e.stop_reason for e in ends] == ["failed", "completed", "completed"]
+
+
+def test_parallel_tool_calls_run_eight_at_a_time(
+    rt: Runtime, fake: FakeOpenAI, backend: Backend
+) -> None:
+    """An answer with twenty tool calls runs them all, at most eight at once (it
+    was a thread or greenlet each)."""
+    lock = backend.lock()
+    inside: list[int] = [0, 0]  # now, most
+    eight, gate = backend.event(), Gate("tools")
+
+    def work(turn: Any, n: int) -> int:
+        with lock:
+            inside[0] += 1
+            inside[1] = max(inside)
+            if inside[0] == PARALLEL_TOOL_CALLS:
+                eight.set()
+        gate.pass_through()
+        with lock:
+            inside[0] -= 1
+        return n
+
+    rt.tools.register("work", work)
+    register(rt, fake)
+    fake.script(
+        Answer(tool_calls=[FakeCall("work", {"n": n}) for n in range(20)]),
+        Answer(content="all done"),
+    )
+    agent = rt.spawn("planner")
+    agent.followup("go")
+    assert eight.wait(10)
+    backend.sleep(0.2)  # room for a ninth to start, were it allowed to
+    assert inside[1] == PARALLEL_TOOL_CALLS
+    gate.release()
+    assert agent.wait_idle(20)
+    assert rt.sessions.turn_ends(agent.session_id)[-1].output == "all done"
+    results = [m["content"] for m in fake.requests[1].messages if m["role"] == "tool"]
+    assert results == [str(n) for n in range(20)]

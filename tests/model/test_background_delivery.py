@@ -1,0 +1,93 @@
+"""A background ``delegate`` result that settled but is still being delivered
+keeps its continuable child resident (R-SETUP-*, issue 16 point 1): the forced
+interleaving of the race a parallel tool call could lose it to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from subagents.actors import (
+    ContinuableStartSpec,
+    ResultFuture,
+    RunResult,
+    Runtime,
+    SubagentRun,
+    ToolDispatcher,
+    Turn,
+)
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate, wait_quiescent
+from subagents.protocol import new_session_id
+
+
+class ManualProvider:
+    """One-shot runs whose results the test settles; each result's first done
+    callback waits at ``delivering`` (before the dispatcher's delivery runs)."""
+
+    name = "manual"
+    capabilities: frozenset[str] = frozenset()
+    inherits_parent_context = False
+
+    def __init__(self) -> None:
+        self.delivering = Gate("delivering")
+        self.futures: list[ResultFuture[RunResult]] = []
+        self.disposed: list[Any] = []
+
+    def start(self, request: Any, descriptor: Any) -> SubagentRun:
+        future: ResultFuture[RunResult] = ResultFuture()
+        future.add_done_callback(lambda _f: self.delivering.pass_through())
+        self.futures.append(future)
+        rid = new_session_id()
+        return SubagentRun(
+            id=rid, local_agent=None, result=future, dispose=lambda _t: self.disposed.append(rid)
+        )
+
+
+def test_a_result_still_being_delivered_keeps_its_child_resident(
+    rt: Runtime, backend: Backend
+) -> None:
+    """The run settles; before its result is delivered another tool call of the same
+    turn disposes settled runs. The run is not disposed, the child does not settle,
+    and the result runs as the child's next turn (it was dropped: the child had
+    settled when the delivery came)."""
+    provider = ManualProvider()
+    rt.subagents.register_provider(provider)
+    dispatcher = ToolDispatcher()
+    contents: list[Any] = []
+    first_done, second_done = backend.event(), backend.event()
+
+    def kid(turn: Turn) -> Any:
+        if turn.index == 0:
+            dispatcher.dispatch(
+                turn, "delegate", {"prompt": "p", "provider": "manual", "background": True}
+            )
+            (future,) = provider.futures
+            backend.spawn(
+                future.set_result, RunResult(output="out", structured=None, stop_reason="completed")
+            )
+            assert provider.delivering.wait_reached(10)
+            dispatcher.dispatch(turn, "list_agents", {})  # disposes what it may
+            first_done.set()
+        else:
+            contents.append(turn.content)
+            dispatcher.dispose_settled(turn)
+            second_done.set()
+        return None
+
+    rt.models.register("kid", lambda _o: kid)
+    host = rt.spawn("echo", label="host")
+    kid_id = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=host, provider="local", prompt="go", label="kid", model="kid")
+    ).child_id
+    assert first_done.wait(10)
+    agent = rt.agents.get(kid_id)
+    assert agent is not None
+    # The old dispatcher disposed the run and let the child settle here.
+    assert not agent.wait_disposed(1.0)
+    assert provider.disposed == []
+    provider.delivering.release()
+    assert second_done.wait(20)
+    assert wait_quiescent(rt, 20)
+    assert [c["delegate_result"]["output"] for c in contents] == ["out"]
+    assert len(provider.disposed) == 1
+    assert agent.wait_disposed(20)  # then it settles
