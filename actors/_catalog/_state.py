@@ -74,7 +74,9 @@ def _step(state: _Fold, seq: int, event: Event) -> _Fold:
     if isinstance(event, MessageEvent) or (
         isinstance(event, ReportEvent) and event.delivery == "waking"
     ):
-        if event.message_id in state.taking:  # its turn logs it after the turn's start
+        if state.open or event.message_id in state.taking:
+            # Its turn logs it after the turn's start; a message logged while a
+            # turn is open and not among its own was steered into it: taken too.
             return state
         return state._replace(pending=state.pending | {event.message_id})
     if isinstance(event, InterruptEvent):

@@ -180,6 +180,32 @@ def test_waiting_in_the_log_and_in_the_inbox(tmp_path: Path, capsys) -> None:
     assert f"{queued}  waiting, last active 2026-03-01 12:01:00Z, 1 in the inbox" in text
 
 
+def test_a_session_that_took_a_steered_message_settles(
+    tmp_path: Path, backend: Backend, capsys
+) -> None:
+    """R-STEER: a message steered into a running turn is logged inside it and taken
+    by it; once the turn ends the session is ``settled``, not ``waiting`` for ever."""
+    db = str(tmp_path / "steer.db")
+    gate = Gate("thinking")
+
+    def careful(turn: Any) -> Any:
+        gate.pass_through(turn.signal)
+        return [m.content for m in turn.steering()]
+
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("careful", lambda _options: careful)
+        busy = rt.spawn("careful")
+        busy.followup("plan the trip")
+        assert gate.wait_reached(10)
+        assert busy.followup("and book a hotel", steer=True).outcome == "steered"
+        gate.release()
+        assert busy.wait_idle(10)
+        assert rt.sessions.turn_ends(busy.session_id)[-1].output == ["and book a hotel"]
+        sid = busy.session_id
+    assert _tree_json(capsys, db)[sid]["state"] == "settled"
+    assert _show_json(capsys, db, sid)["state"] == "settled"
+
+
 def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, capsys) -> None:
     """Of two accepted messages one row does not decode: ``tree`` counts both in the
     inbox, reads the other, names the damaged place (exit 1); reports are counted
@@ -236,6 +262,8 @@ def _fold(events: list[Any]) -> str:
         (["one-shot", "start", "message"], "running"),
         (["one-shot", "start", "cancelled"], "cancelled"),
         (["continuable", "start", "failed"], "settled"),
+        (["start", "message", "steered", "end"], "settled"),
+        (["start", "message", "steered", "end", "message"], "waiting"),
     ],
 )
 def test_state_fold(events: list[str], state: str) -> None:
@@ -250,6 +278,8 @@ def test_state_fold(events: list[str], state: str) -> None:
         elif name == "message":
             out.append(MessageEvent(message_id=mids[0] if mids else new_message_id(), content=1))
             mids = []
+        elif name == "steered":  # a message handed to the open turn, logged inside it
+            out.append(MessageEvent(message_id=new_message_id(), content=2))
         elif name in ("waking", "quiet"):
             out.append(ReportEvent(message_id=new_message_id(), content=1, delivery=name))
         elif name in ("end", "cancelled", "failed"):
