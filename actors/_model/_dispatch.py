@@ -36,7 +36,6 @@ lets the agent go (a drain releases children first).
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -50,7 +49,7 @@ from subagents.protocol import ErrorCode, MessageSource, SessionId, SubagentErro
 
 from ._background import Background, Countdown, dispose_later, dispose_quietly
 from ._runtime_tools import runtime_tool
-from ._schemas import SUBAGENT_TOOLS, ModelTool, tool_definition
+from ._schemas import SUBAGENT_TOOLS, ModelTool, parse_arguments, tool_definition
 
 __all__ = ["ToolDispatcher"]
 
@@ -212,34 +211,8 @@ class ToolDispatcher:
                 f"tool {name!r} is not available to this agent", code=ErrorCode.UNAUTHORIZED
             )
         tool = runtime[name] if name in runtime else self._tools[name]
-        if arguments is None or arguments == "":
-            args: Any = {}
-        elif isinstance(arguments, str):
-            try:
-                args = json.loads(arguments)
-            except (ValueError, RecursionError) as exc:  # deeper than the parser goes
-                raise SubagentError(
-                    f"the arguments of {name} are not valid JSON: {exc}",
-                    code=ErrorCode.INVALID_ARGUMENT,
-                ) from None
-        else:
-            args = arguments
-        if not isinstance(args, Mapping):
-            raise SubagentError(
-                f"the arguments of {name} must be a JSON object", code=ErrorCode.INVALID_ARGUMENT
-            )
         validator = self._validators.get(name) if name not in runtime else None
-        if validator is None:
-            validator = jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(args))
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path)
-            raise SubagentError(
-                f"the arguments of {name} do not match its schema"
-                f"{f' at {where}' if where else ''}: {error.message}",
-                code=ErrorCode.INVALID_ARGUMENT,
-            )
-        return tool, dict(args)
+        return tool, parse_arguments(name, arguments, tool.parameters, validator)
 
     # -- the six tools --------------------------------------------------------------
 

@@ -7,11 +7,15 @@ The dispatcher validates every call against the same schema before it acts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["SUBAGENT_TOOLS", "ModelTool", "tool_definition"]
+import jsonschema
+from subagents.protocol import ErrorCode, SubagentError
+
+__all__ = ["SUBAGENT_TOOLS", "ModelTool", "parse_arguments", "tool_definition"]
 
 _ID: Final = {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "an agent's id"}
 _TEXT: Final = {"type": "string", "minLength": 1, "maxLength": 100_000}
@@ -136,3 +140,47 @@ def tool_definition(name: str, tool: ModelTool) -> dict[str, Any]:
             "parameters": dict(tool.parameters),
         },
     }
+
+
+def parse_arguments(
+    name: str,
+    arguments: str | Mapping[str, Any] | None,
+    schema: Mapping[str, Any],
+    validator: Any = None,
+) -> dict[str, Any]:
+    """A tool call's arguments -- JSON text as the model wrote it, or a mapping;
+    none is ``{}`` -- checked against the tool's JSON Schema (``validator``: one
+    made for it already).
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for text that is not JSON (or nests
+            deeper than the parser goes), a value that is not an object, or one
+            the schema refuses (where, and why).
+    """
+    if arguments is None or arguments == "":
+        args: Any = {}
+    elif isinstance(arguments, str):
+        try:
+            args = json.loads(arguments)
+        except (ValueError, RecursionError) as exc:
+            raise SubagentError(
+                f"the arguments of {name} are not valid JSON: {exc}",
+                code=ErrorCode.INVALID_ARGUMENT,
+            ) from None
+    else:
+        args = arguments
+    if not isinstance(args, Mapping):
+        raise SubagentError(
+            f"the arguments of {name} must be a JSON object", code=ErrorCode.INVALID_ARGUMENT
+        )
+    if validator is None:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path)
+        raise SubagentError(
+            f"the arguments of {name} do not match its schema"
+            f"{f' at {where}' if where else ''}: {error.message}",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+    return dict(args)

@@ -338,6 +338,18 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     return command.parse_intermixed_args(rest, namespace)
 
 
+class _Console(Console):
+    """A console that goes quiet when its reader leaves (``| head``): the command
+    finishes its work (a demo its tree) and exits as it would have. rich's own
+    answer is ``SystemExit(1)``, an error status with no error."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with contextlib.suppress(OSError):  # keep interpreter exit's flush quiet
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subagents`` command (a bare ``subagents`` prints help)."""
     parser = _parser()
@@ -346,9 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     # soft_wrap: lines stay whole when piped (grep-able), tables still fit the width.
-    console = Console(soft_wrap=True)
+    console = _Console(soft_wrap=True)
     if not console.is_terminal:
-        console = Console(soft_wrap=True, width=200)  # piped: never crop tree lines
+        console = _Console(soft_wrap=True, width=200)  # piped: never crop tree lines
     err = Console(stderr=True, soft_wrap=True)
     try:
         if args.command == "demo":
@@ -362,7 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args, console)
     except SubagentError as exc:
-        err.print(f"subagents {args.command}: {exc}", markup=False, highlight=False)
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        err.print(f"subagents {args.command}: {text}", markup=False, highlight=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -23,6 +23,8 @@ from subagents.protocol import (
     try_fold_subagent_descriptor,
 )
 
+from ._tree_text import printable
+
 __all__ = ["Show", "headers", "render", "summary"]
 
 
@@ -100,7 +102,7 @@ def render(rt: Runtime, status: str) -> tuple[Group, list[_Node]]:
     for h in found:
         node = nodes[h.id]
         label = Text.assemble(
-            (h.label or "(unlabelled)", "bold"),
+            (printable(h.label or "(unlabelled)"), "bold"),
             f"  {node.mode}  ",
             (node.state, _STYLE.get(node.state, "")),
             f"  turns {node.turns}  active {node.active * 1000:.1f} ms",
@@ -119,7 +121,7 @@ def summary(nodes: list[_Node]) -> Table:
         table.add_column(col)
     for n in nodes:
         table.add_row(
-            n.header.label or "-",
+            printable(n.header.label or "-"),
             n.mode,
             n.state,
             str(n.turns),

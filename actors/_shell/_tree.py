@@ -50,7 +50,7 @@ from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
 from subagents.store import SessionStore, StoredKey
 
 from ._output import dumps
-from ._tree_text import active_text, entry_outline, state_text
+from ._tree_text import active_text, entry_outline, printable, state_text
 
 __all__ = ["collect_trees", "run_tree", "watch_tree"]
 
@@ -246,7 +246,7 @@ class _Trees:
             ]
         unique = list({(d["id"], d["detail"]): d for d in diags}.values())
         if header is not None:
-            name = label or "(unlabelled)"
+            name = printable(label or "(unlabelled)")
         elif broken is not None:
             name = "(header does not decode)" if isinstance(key, SessionId) else "(bad key)"
         else:

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import unicodedata
+from typing import Any, Final
 
 from ._outline import Outline
 
-__all__ = ["active_text", "entry_outline", "state_text", "utc_seconds"]
+__all__ = ["active_text", "entry_outline", "printable", "state_text", "utc_seconds"]
+
+#: Bidirectional embeddings, overrides and isolates: they reorder what follows.
+_BIDI: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str) -> str:
+    """``text`` safe on one terminal line: control characters (a newline, an escape
+    sequence's ESC), line and paragraph separators and bidirectional controls as
+    Python escapes (``\\n``, ``\\x1b``); anything else as it is."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in _BIDI
+        else ch
+        for ch in text
+    )
 
 
 def entry_outline(title: str, data: dict[str, Any]) -> Outline:
@@ -38,7 +56,7 @@ def entry_outline(title: str, data: dict[str, Any]) -> Outline:
 
     for row in data["descendants"]:
         text = (
-            f"{row['label'] or '(unlabelled)'}  {row['mode']}  {state_text(row)}"
+            f"{printable(row['label'] or '(unlabelled)')}  {row['mode']}  {state_text(row)}"
             f"  {active_text(row['active_seconds'])}  {row['id']}"
         )
         nodes[row["id"]] = node(row["parent_id"]).add(text)
