@@ -360,7 +360,8 @@ class Runtime:
     def close(self) -> None:
         """Dispose every agent (deepest first: the agents of one delegation depth stop
         together, each depth once the deeper ones ended), drain writes, close the
-        store. Idempotent.
+        store. Idempotent. A close interrupted part way (Ctrl-C) is not done: the
+        next ``close()`` finishes it, and one runs at interpreter exit if none does.
 
         Raises:
             SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent, or
@@ -380,7 +381,19 @@ class Runtime:
             if self._closed:
                 return
             self._closed = True
+        try:
+            self._close()
+        except BaseException:
+            # A Ctrl-C (or any failure) part way: the close is not done. The next
+            # close() -- the script's, else the one at interpreter exit -- runs it
+            # again, so no actor or writer thread is left to hang the exit.
+            with self._close_lock:
+                self._closed = False
+            raise
         closed(self)
+
+    def _close(self) -> None:
+        """The steps of :meth:`close`; each may run again after an interrupted close."""
         if self.mail is not None:
             # First: a pickup in flight may activate a session; none may start after
             # the agents below are listed.

@@ -9,7 +9,10 @@ Usage: ``python exit_worker.py BACKEND DB MODE`` where MODE is
   prints ``waiting`` first: the test sends SIGINT then;
 * ``foreign-sigint``: as ``with-sigint``, but the SIGINT is raised in a thread
   the script started (as a library's pool would): the test writes a line to
-  the worker's stdin, and that thread signals itself.
+  the worker's stdin, and that thread signals itself;
+* ``close-sigint``: a turn that ignores its cancel for 3 s runs when the script
+  closes the runtime; it prints ``closing`` first (the test sends SIGINT then),
+  catches the ``KeyboardInterrupt`` and returns, leaving the close unfinished.
 
 Each prints the session id first.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from subagents.actors import Runtime
@@ -37,7 +41,33 @@ def slow(turn: Any) -> Any:
     return "cancelled" if turn.cancelled else "done"
 
 
+def close_interrupted(rt: Runtime) -> None:
+    started = rt.backend.event()
+
+    def stubborn(turn: Any) -> Any:
+        started.set()
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:  # deaf to its cancel
+            turn.agent.host.backend.sleep(0.01)
+        return "done"
+
+    rt.models.register("stubborn", lambda _o: stubborn)
+    agent = rt.spawn("stubborn")
+    say(agent.session_id)
+    agent.followup("work")
+    started.wait(30)
+    say("closing")
+    try:
+        rt.close()
+        say("closed")
+    except KeyboardInterrupt:
+        say("interrupted in close")
+
+
 def run(rt: Runtime, mode: str) -> None:
+    if mode == "close-sigint":
+        close_interrupted(rt)
+        return
     if mode == "forget":
         agent = rt.spawn("echo")
         say(agent.session_id)

@@ -127,6 +127,32 @@ def test_ctrl_c_cancels_the_turn_keeps_the_messages_and_raises(
     assert holder is None
 
 
+@pytest.mark.slow
+def test_a_close_interrupted_part_way_is_finished_at_exit(backend: Backend, tmp_path: Path) -> None:
+    """Ctrl-C inside ``close()`` (a turn deaf to its cancel holds it): the script
+    catches the ``KeyboardInterrupt`` and ends; the close is finished at exit --
+    no actor or writer thread is left to hang the interpreter (on threads it hung
+    for ever), the lease is released, nothing accepted is lost."""
+    db = tmp_path / "close.db"
+    proc = _start(backend, db, "close-sigint")
+    assert proc.stdout is not None
+    try:
+        sid = SessionId(proc.stdout.readline().strip())
+        assert proc.stdout.readline().strip() == "closing"
+        proc.send_signal(signal.SIGINT)
+        out, err = _finish(proc, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, (out, err)
+    assert ("interrupted in close" in out) or ("closed" in out), out
+    messages, pending, ends, holder = _state(db, sid)
+    assert holder is None
+    assert messages == ["work"] and len(ends) == 1
+    assert pending == ([] if ends == ["completed"] else ["work"])
+
+
 def _blocks_sigint(native_id: int) -> bool:
     """Whether the thread blocks SIGINT, from its ``SigBlk`` mask in /proc."""
     status = Path(f"/proc/self/task/{native_id}/status").read_text()
