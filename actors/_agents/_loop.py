@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from greenlet import GreenletExit
 from subagents.actors._kernel._checks import utcnow
 from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
@@ -236,6 +237,20 @@ class TurnRunner:
         except Exception as exc:
             stop, error = "failed", error_text(exc)
             logger.exception("turn %d of %s failed", index, session.id)
+        except GreenletExit:
+            raise  # the actor's greenlet is being killed: it stops
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt, GeneratorExit raised by the behaviour (a
+            # tool's sys.exit, say) fail this turn alone: out of the actor, pykka
+            # would stop every actor of the process.
+            stop, error = "failed", error_text(exc)
+            logger.error(
+                "turn %d of %s raised %s: recorded as failed",
+                index,
+                session.id,
+                type(exc).__name__,
+                exc_info=True,
+            )
         record.elapsed = elapsed = time.perf_counter() - started
         if traced is not None:
             Telemetry.leave_turn(traced)
