@@ -398,6 +398,8 @@ class Runtime:
             # First: a pickup in flight may activate a session; none may start after
             # the agents below are listed.
             self.mail.close()
+        # Nor may anything else (a send, a follow-up waking a child, a resume).
+        self.agents.close()
         agents = self.agents.list()
         for agent in agents:
             # What they accepted and did not run stays in their durable inboxes

@@ -34,6 +34,7 @@ from subagents.protocol import (
     MessageSource,
     SessionHeader,
     SessionId,
+    SubagentError,
     descriptor_payload,
     resolve_delegation_depth,
 )
@@ -272,6 +273,32 @@ class Agent(Followups):
         _running, _inbox, turns, accepted, replayed, _reports = self._counts()
         host.counters.retire(turns, accepted, replayed)
         sessions = host.sessions
+        try:
+            self._let_go(sessions)
+        except SubagentError as exc:
+            # The store or the writer is gone (a runtime closing under a late
+            # activation): nothing more to release, and the disposal still ends.
+            logger.warning("releasing session %s failed: %s", self.session_id, exc)
+        finally:
+            for fn in list(self._dispose_listeners):
+                try:
+                    fn(self)
+                except Exception:
+                    logger.exception("dispose listener %r raised", fn)
+            # Heard for the last time: a listener closing over what holds this agent
+            # (a child's activation) would otherwise keep both for the cycle collector.
+            self._idle_listeners.clear()
+            self._dispose_listeners.clear()
+            # A thread's greenlet must not outlive the thread through this handle:
+            # freed later by another thread's garbage collector, it crashes the
+            # interpreter.
+            self._loop = None
+            self._turns.detach()
+            self._stopped.set()
+            host.released(self)
+
+    def _let_go(self, sessions: Any) -> None:
+        """Checkpoint (a settling child), flush and release the session."""
         if self._checkpoint_on_stop and self._descriptor is not None:
             # Quiet reports not yet seen by a turn are folded state too: the next
             # turn of the next epoch sees them (R-REP-5).
@@ -286,28 +313,13 @@ class Agent(Followups):
                 # A descriptor payload nests two levels; report contents are free-form.
                 shaped=not pending,
             )
-        host.leaving(self._session, self._descriptor)
+        self._host.leaving(self._session, self._descriptor)
         if self._flush_on_stop and sessions.persistence is not None:
             try:
                 sessions.flush(self.session_id)
             except Exception:
                 logger.exception("best-effort flush of session %s failed", self.session_id)
         sessions.release(self._session)
-        for fn in list(self._dispose_listeners):
-            try:
-                fn(self)
-            except Exception:
-                logger.exception("dispose listener %r raised", fn)
-        # Heard for the last time: a listener closing over what holds this agent
-        # (a child's activation) would otherwise keep both for the cycle collector.
-        self._idle_listeners.clear()
-        self._dispose_listeners.clear()
-        # A thread's greenlet must not outlive the thread through this handle: freed
-        # later by another thread's garbage collector, it crashes the interpreter.
-        self._loop = None
-        self._turns.detach()
-        self._stopped.set()
-        host.released(self)
 
     def _restore_context(self, pending: Any) -> None:
         """Quiet reports a checkpoint kept for the next turn (before the agent runs)."""

@@ -123,18 +123,21 @@ class SessionReads:
             )
         state: dict[str, Any] | None = None
         from_seq = 0
-        try:
-            found = self._call(store.get_checkpoint, session_id)
-            if found is not None:
+        # A store that cannot be read fails the resume; a checkpoint that does not
+        # decode is only ignored (the whole log is read instead).
+        found = self._call(store.get_checkpoint, session_id)
+        if found is not None:
+            try:
                 decoded = unpackb(found[1])
-                if (
-                    isinstance(decoded, dict)
-                    and decoded.get("v") == 1
-                    and decoded.get("seq") == found[0]
-                ):
-                    state, from_seq = decoded, found[0] + 1
-        except SubagentError:
-            logger.warning("ignoring an unreadable checkpoint of %s", session_id)
+            except SubagentError:
+                logger.warning("ignoring an unreadable checkpoint of %s", session_id)
+                decoded = None
+            if (
+                isinstance(decoded, dict)
+                and decoded.get("v") == 1
+                and decoded.get("seq") == found[0]
+            ):
+                state, from_seq = decoded, found[0] + 1
         if damaged is None:
             records: list[LogRecord] = self._call(store.read, session_id, from_seq)
         else:

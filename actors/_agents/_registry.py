@@ -7,6 +7,7 @@ for a session that has since been resumed by another, is not live.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -61,6 +62,7 @@ class AgentRegistry:
         # One activation of a session at a time here, and none while its previous
         # agent is still disposing (it holds the lease until its release).
         self._claims = SessionClaims(self._host, self._lock, self._agents)
+        self._closing = False  # the runtime closes: no agent is registered any more
 
     def create(
         self,
@@ -89,6 +91,7 @@ class AgentRegistry:
             else self._models.create(options.model, options)
         )
         sid = header.id
+        self._check_open()
         if self._claims.claim(sid, wait=False) is not None:
             raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
         try:
@@ -105,7 +108,11 @@ class AgentRegistry:
         except BaseException:
             self._claims.unclaim(sid)
             raise
-        self._register(agent, claimed=True)  # one step: registered, claim ended
+        try:
+            self._register(agent, claimed=True)  # one step: registered, claim ended
+        except BaseException:
+            agent.dispose(flush=False)  # the runtime closed meanwhile: no actor left
+            raise
         return agent
 
     def resume(
@@ -167,7 +174,12 @@ class AgentRegistry:
             self._claims.unclaim(sid)
         return restored.agent
 
+    def _check_open(self) -> None:
+        if self._closing:
+            raise SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
+
     def _claim(self, sid: SessionId, *, wait: bool) -> None:
+        self._check_open()
         if self._claims.claim(sid, wait=wait) is not None:
             raise SubagentError(
                 f"an agent for {sid} is already live", code=ErrorCode.SESSION_EXISTS
@@ -179,6 +191,8 @@ class AgentRegistry:
         try:
             self._register(restored.agent)
         except BaseException:
+            with contextlib.suppress(SubagentError):  # (the store may be closing)
+                restored.give_back()  # what it took runs at the next activation
             restored.agent.dispose(flush=False)
             raise
         return restored
@@ -224,22 +238,33 @@ class AgentRegistry:
             self._claims.unclaim(session_id)
         agent = restored.agent
         if not isinstance(agent._descriptor, ContinuableDescriptor):
-            restored.give_back()
+            with contextlib.suppress(SubagentError):
+                restored.give_back()
             agent.dispose(flush=False)
             raise SubagentError(
                 f"session {session_id} is not a continuable child", code=ErrorCode.UNAUTHORIZED
             )
         return restored
 
+    def close(self) -> None:
+        """The runtime closes: from now on every activation -- create, resume, a
+        send or follow-up that would wake a session -- is refused with
+        ``RUNTIME_CLOSED``, so :meth:`list` holds every agent the close must stop."""
+        with self._lock:
+            self._closing = True
+
     def _register(self, agent: Agent, *, claimed: bool = False) -> None:
         sid = agent.session_id
         with self._lock:
             waiters = self._claims.drop(sid) if claimed else None
-            taken = sid in self._agents
-            if not taken:
+            closing = self._closing
+            taken = not closing and sid in self._agents
+            if not (taken or closing):
                 self._agents[sid] = agent
         if waiters is not None:
             waiters.set()
+        if closing:
+            raise SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
         if taken:
             raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
 

@@ -119,7 +119,7 @@ class ContinuationManager(Followups):
         self._registry_box.bind(self._registry)
         lookup = PlacementLookup(providers.names, providers.get, ctx.sessions)
         self._materializer = Materializer(
-            self._ask, self._registry.tell, self._setups, self._supervisor_box, announcer,
+            self._ask, self._tell, self._setups, self._supervisor_box, announcer,
             lookup, backend,
         )  # fmt: skip
         #: Children placed here by parents in other processes (:mod:`._hosted`).
@@ -132,8 +132,24 @@ class ContinuationManager(Followups):
         return self._hooks.keep_warm
 
     def _ask(self, message: Any) -> Any:
-        """A round trip to the registry actor (its answer, or its error raised)."""
-        return self._registry.ask(message, block=True)
+        """A round trip to the registry actor (its answer, or its error raised;
+        ``RUNTIME_CLOSED`` once it stopped)."""
+        try:
+            return self._registry.ask(message, block=True)
+        except pykka.ActorDeadError:
+            raise _closed() from None
+
+    def _tell(self, message: Any) -> None:
+        """A message to the registry actor (``RUNTIME_CLOSED`` once it stopped)."""
+        try:
+            self._registry.tell(message)
+        except pykka.ActorDeadError:
+            raise _closed() from None
+
+    def _tell_quietly(self, message: Any) -> None:
+        """A release for the registry; once it stopped, there is nothing to release."""
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._registry.tell(message)
 
     def require_agents(self) -> AgentRegistry:
         """The agent registry, resolved per operation (the seed's ``ctx.agents``)."""
@@ -157,13 +173,13 @@ class ContinuationManager(Followups):
         if act is None:
             return None
         if act.agent is not agent:  # another epoch's: not ours to keep
-            self._registry.tell(Unhold(act))
+            self._tell_quietly(Unhold(act))
             return None
         released = threading.Lock()
 
         def release() -> None:
             if released.acquire(blocking=False):
-                self._registry.tell(Unhold(act))
+                self._tell_quietly(Unhold(act))
 
         return release
 
@@ -273,7 +289,7 @@ class ContinuationManager(Followups):
                 self._unwoken(target, str(exc))
         finally:
             for act in held:
-                self._registry.tell(Unhold(act))
+                self._tell_quietly(Unhold(act))
 
     def _unwoken(self, child_id: SessionId, why: str) -> None:
         # Said once per child: a sweep asks again every ttl/3 while, say, its tree
@@ -335,7 +351,7 @@ class ContinuationManager(Followups):
 
     def _end_cutoff(self, agent: Agent) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
-            self._registry.tell(EndCutoff(agent))
+            self._tell_quietly(EndCutoff(agent))
 
     # -- shutdown ----------------------------------------------------------------------
 
@@ -349,3 +365,13 @@ class ContinuationManager(Followups):
                 ref.stop(block=True, timeout=30)
             except Exception:
                 logger.exception("stopping %r failed", ref)
+        # Follow-ups queued behind an admission the stopped registry will never
+        # open: refused now, not after their wait's timeout.
+        for act in list(self._index.values()):
+            waiters, act.waiters = act.waiters, None
+            for request in waiters or ():
+                request.reply.set_exception(_closed())
+
+
+def _closed() -> SubagentError:
+    return SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)

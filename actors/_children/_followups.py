@@ -165,6 +165,23 @@ class Followups:
         delivery: Delivery,
         signal: AbortSignal,
     ) -> MessageId:
+        try:
+            return self._route_followup(agents, parent, cid, delivery, signal)
+        except BaseException as exc:
+            # Committed on the fast path (the child was retiring), then refused
+            # before it was routed (the parent disposed meanwhile): taken back.
+            if delivery.committed and kept(self._ctx.sessions, cid, delivery.message_id, exc):
+                return delivery.message_id
+            raise
+
+    def _route_followup(
+        self,
+        agents: AgentRegistry,
+        parent: Agent,
+        cid: SessionId,
+        delivery: Delivery,
+        signal: AbortSignal,
+    ) -> MessageId:
         sessions = self._ctx.sessions
         if not agents.is_live(parent):
             raise _err(ErrorCode.UNAUTHORIZED, "the caller is not a live agent")
@@ -185,14 +202,9 @@ class Followups:
             if sessions.accept(cid, (event,), limit=header.max_inbox)[0].duplicate:
                 return mid
             delivery.committed = True
-        try:
-            act = self._materializer.route(Request(cid, parent, delivery), signal)
-            if act is not None:  # absent: cold-resume it, delivering this message first
-                self._materializer.resume(act, agents, delivery, signal)
-        except BaseException as exc:
-            if delivery.committed and kept(sessions, cid, mid, exc):
-                return mid
-            raise
+        act = self._materializer.route(Request(cid, parent, delivery), signal)
+        if act is not None:  # absent: cold-resume it, delivering this message first
+            self._materializer.resume(act, agents, delivery, signal)
         return mid
 
 

@@ -12,8 +12,9 @@ commits first and delivers second; this module holds the steps around that:
   then routed; whoever runs it records it taken first;
 * when delivery fails after the commit, the message is retracted -- unless it is
   no longer ours to take back: another process holds the child (it runs the
-  message from its inbox), or an activation took it meanwhile. Then the call
-  returns the id: the message is accepted after all.
+  message from its inbox), an activation took it meanwhile, the runtime closes
+  (it runs at the next activation), or the store cannot take it back. Then the
+  call returns the id: the message is accepted after all.
 
 A repeated message id is recognized by the store (strict) or by the runtime's
 memory (relaxed), per target session. A continuable start is deduplicated by its
@@ -171,16 +172,22 @@ def kept(
     """After the delivery of a committed message failed with ``error``: True when it
     stays accepted (see the module docstring), else it is retracted (False).
 
-    A retraction the store cannot make leaves the error to the caller.
+    The runtime closing (``RUNTIME_CLOSED``) keeps it: what a closing runtime
+    accepted runs at the session's next activation. A retraction the store cannot
+    make keeps it too: it is in the inbox, and will run.
     """
     if isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_HELD:
         wake_holder(sessions, error, target)  # in the inbox of a child another process holds
         return True
+    if isinstance(error, SubagentError) and error.code == ErrorCode.RUNTIME_CLOSED:
+        return True
     try:
         return not sessions.retract(target, message_id)
-    except SubagentError:
-        logger.warning("could not retract %s from %s", message_id, target, exc_info=True)
-        return False
+    except SubagentError as again:
+        logger.warning(
+            "could not retract %s from %s (%s): it stays accepted", message_id, target, again
+        )
+        return True
 
 
 def _retract(

@@ -114,9 +114,10 @@ def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
     delivery.committed = True
     try:
         return child.admit_followup(delivery.content, delivery.source, delivery.message_id, True)
-    except BaseException as exc:  # refused (drained): nothing stays accepted
-        if not kept(sessions, child.session_id, delivery.message_id, exc):
-            delivery.committed = False
+    except BaseException as exc:  # refused (drained): nothing stays accepted ...
+        if kept(sessions, child.session_id, delivery.message_id, exc):
+            return True  # ... unless it is not ours to take back (see kept)
+        delivery.committed = False
         raise
 
 

@@ -47,6 +47,7 @@ from subagents.protocol import (
 
 from ._child import StoredParent
 from ._continuation import ContinuationManager
+from ._intake import kept
 from ._types import ContinuableHandle, ContinuableStartSpec
 from ._validate import check_start_spec
 
@@ -96,10 +97,12 @@ def followup_by_id(
     if not accepted.duplicate:
         try:
             wake_child(agents, sessions, continuation, child_id, parent_id)
-        except SubagentError:
+        except SubagentError as exc:
             # Nobody can run it (the parent cannot be resumed: a damaged log, a
-            # model not registered here): an error means nothing was accepted.
-            sessions.retract(child_id, mid)
+            # model not registered here): an error means nothing was accepted --
+            # unless it is not ours to take back (see kept).
+            if kept(sessions, child_id, mid, exc):
+                return mid
             raise
     return mid
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import math
+import reprlib
 from collections.abc import Callable
 
 from subagents.protocol import ErrorCode, SubagentError, storable_datetime
@@ -45,11 +46,14 @@ def check_timeout(value: object, name: str = "timeout") -> float | None:
     if type(value) is float and 0.0 <= value < math.inf:  # the usual case, one test
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past float's range: no limit, or negative
+            seconds = math.inf if value > 0 else -math.inf
         if seconds >= 0:  # False for NaN
             return None if math.isinf(seconds) else seconds
     raise SubagentError(
-        f"{name} is None or a number of seconds >= 0, got {value!r}",
+        f"{name} is None or a number of seconds >= 0, got {reprlib.repr(value)}",
         code=ErrorCode.INVALID_ARGUMENT,
     )
 

@@ -20,7 +20,18 @@ class _Opaque:
         return "<opaque>"
 
 
-BAD_TIMEOUTS = ["x", float("nan"), -1, -0.5, True, _Opaque()]
+def _deep(depth: int = 10_000) -> list[Any]:
+    nested: list[Any] = []
+    for _ in range(depth):
+        nested = [nested]
+    return nested
+
+
+BAD_TIMEOUTS = ["x", float("nan"), -1, -0.5, True, _Opaque(), -(10**400), _deep()]
+
+
+def _id(value: Any) -> str:
+    return "deep list" if isinstance(value, list) else repr(value)[:20]
 
 
 def _code(fn: Any, *args: Any, **kwargs: Any) -> str:
@@ -29,7 +40,7 @@ def _code(fn: Any, *args: Any, **kwargs: Any) -> str:
     return str(info.value.code)
 
 
-@pytest.mark.parametrize("bad", BAD_TIMEOUTS, ids=repr)
+@pytest.mark.parametrize("bad", BAD_TIMEOUTS, ids=_id)
 def test_waits_reject_a_timeout_that_is_not_seconds(backend: Backend, bad: Any) -> None:
     with Runtime(backend=backend) as rt:
         agent = rt.spawn("echo")
@@ -51,6 +62,7 @@ def test_an_infinite_timeout_means_no_limit(backend: Backend) -> None:
         agent.followup("hi")
         assert agent.wait_idle(float("inf"))
         assert rt.wait_idle(float("inf"))
+        assert agent.wait_idle(10**400)  # past float's range: no limit either
         rt.sessions.flush(None, float("inf"))
 
 

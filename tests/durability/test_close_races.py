@@ -1,0 +1,97 @@
+"""Calls racing ``Runtime.close()`` (R-DUR, R-LIFE): every call ends promptly
+with its answer or a typed error, no agent or actor thread outlives the close,
+and what a call reported is what the store holds -- a message whose call
+returned its id is accepted (run, or waiting in the durable inbox), one whose
+call raised is nowhere. Each race runs many rounds, the close cut in at a
+different point of the producers' work each time."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, MessageEvent, SubagentError
+from subagents.store import SqliteStore
+
+ROUNDS = 12
+
+
+def _family(rt: Runtime) -> tuple[Any, Any]:
+    parent = rt.spawn("echo", label="parent")
+    child = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=parent, provider="local", prompt="p", label="c")
+    ).child_id
+    assert rt.wait_idle(10)
+    return parent.session_id, child
+
+
+def _race_round(backend: Backend, db: str, cut_at: int) -> None:
+    """A producer follows the child up by its parent's id; after ``cut_at`` calls
+    the runtime closes under it."""
+    rt = Runtime(db, backend=backend)
+    pid, cid = _family(rt)
+    accepted: list[str] = []
+    raised: dict[str, str] = {}
+    stop = [False]
+    enough = backend.event()
+
+    def produce() -> None:
+        n = 0
+        while not stop[0]:
+            n += 1
+            content = f"m{n}"
+            try:
+                rt.subagents.followup(pid, cid, content)
+                accepted.append(content)
+            except SubagentError as exc:
+                raised[content] = str(exc.code)
+            except Exception as exc:  # untyped: the test fails on it below
+                raised[content] = f"untyped {type(exc).__name__}"
+            if n == cut_at:
+                enough.set()
+            backend.sleep(0)
+
+    task = backend.spawn(produce)
+    assert enough.wait(10)
+    rt.close()
+    stop[0] = True
+    task.join(20)
+    assert not task.is_alive(), "a follow-up racing close() did not return"
+    assert rt.agents.list() == []
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("_AgentActor")]
+    assert not [c for c in raised.values() if c.startswith("untyped")], raised
+    with SqliteStore(db) as store:
+        logged = {r.event.content for r in store.read(cid) if isinstance(r.event, MessageEvent)}
+        waiting = {e.event.content for e in store.pending(cid)}
+    assert not {m for m in raised if m in logged | waiting}, (raised, logged, waiting)
+    assert set(accepted) <= logged | waiting
+
+
+@pytest.mark.slow
+def test_followups_racing_close(backend: Backend, tmp_path: Path) -> None:
+    for round_ in range(ROUNDS):
+        # The close cuts in a little later each round.
+        _race_round(backend, str(tmp_path / f"race{round_}.db"), 2 + round_ % 6)
+
+
+def test_calls_after_close_are_refused_typed(backend: Backend, tmp_path: Path) -> None:
+    rt = Runtime(str(tmp_path / "after.db"), backend=backend)
+    pid, cid = _family(rt)
+    rt.close()
+    calls = [
+        lambda: rt.subagents.interrupt(cid, UserAuthority(pid)),
+        lambda: rt.subagents.followup(pid, cid, "late"),
+        lambda: rt.agents.send(pid, "late"),
+        lambda: rt.agents.resume(pid),
+    ]
+    for call in calls:
+        with pytest.raises(SubagentError) as info:
+            call()
+        assert info.value.code in (
+            ErrorCode.RUNTIME_CLOSED,
+            ErrorCode.STORE_CLOSED,
+        ), info.value
