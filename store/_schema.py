@@ -66,6 +66,7 @@ __all__ = [
     "APPLICATION_ID",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "check_current",
     "database_corrupt",
     "is_corrupt",
     "migrate",
@@ -238,6 +239,27 @@ def _read_version(conn: sqlite3.Connection) -> int | None:
     return int(row[0]) if row is not None else 0
 
 
+def check_current(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database this code cannot read as it is, without migrating it.
+
+    Raises:
+        SubagentError: ``NOT_A_DATABASE`` (no ``schema_version``),
+            ``SCHEMA_TOO_NEW``, or ``PERSISTENCE_UNAVAILABLE`` for an older version
+            (a runtime opening it migrates it).
+    """
+    version = _read_version(conn)
+    if version is None:
+        raise _not_ours(path, "no schema_version table")
+    if version > SCHEMA_VERSION:
+        raise _too_new(path, version)
+    if version < SCHEMA_VERSION:
+        raise unavailable(
+            path,
+            f"schema version {version}, older than {SCHEMA_VERSION}: open it read-write"
+            " (a Runtime on it) once to migrate it",
+        )
+
+
 def _schema_is_empty(conn: sqlite3.Connection) -> bool:
     return bool(conn.execute("SELECT count(*) = 0 FROM sqlite_schema").fetchone()[0])
 
@@ -314,6 +336,13 @@ def migrate(conn: sqlite3.Connection, path: str) -> int:
     Returns:
         The number of migration steps this call applied.
     """
+    # Current already (every open but a file's first): read without the write
+    # lock, so an open never waits behind another process's write.
+    try:
+        if _read_version(conn) == SCHEMA_VERSION:
+            return 0
+    except sqlite3.OperationalError:  # locked mid-change: the locked path decides
+        pass
     applied = 0
     while True:
         conn.execute("BEGIN IMMEDIATE")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import urllib.parse
 from typing import Any, Final
 
 from subagents.protocol import (
@@ -40,7 +41,7 @@ from ._group import GroupCommitter
 from ._native import native_lock
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
-from ._schema import database_corrupt, is_corrupt, migrate, probe, unavailable
+from ._schema import check_current, database_corrupt, is_corrupt, migrate, probe, unavailable
 from ._validate import (
     check_session_id,
     invalid,
@@ -63,6 +64,11 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             process crash but not a power loss until :meth:`flush`.
         busy_timeout_s: how long a write waits for another process's lock.
         limits: decoding bounds applied to stored bytes.
+        read_only: read an existing database of the current schema, never
+            writing, never taking its write lock (``subagents tree`` and ``show``
+            do); every write fails with ``PERSISTENCE_UNAVAILABLE``. In a
+            directory the reader cannot write, SQLite cannot share the WAL's
+            index: the database is read as of its last checkpoint.
 
     Raises:
         SubagentError: ``NOT_A_DATABASE`` (a file that is not a subagents
@@ -83,6 +89,7 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         synchronous: str = "FULL",
         busy_timeout_s: float = 30.0,
         limits: Limits = DEFAULT_LIMITS,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise invalid(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -95,7 +102,11 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             raise invalid(f"busy_timeout_s must be a number >= 0, got {busy_timeout_s!r}")
         if not isinstance(limits, Limits):
             raise invalid(f"limits must be a Limits, got {type(limits).__name__}")
+        if type(read_only) is not bool:
+            raise invalid(f"read_only must be a bool, got {type(read_only).__name__}")
         self.path = fspath
+        self.read_only = read_only
+        self._uri: str | None = None  # a read-only connection's URI
         self._sync = synchronous.upper()
         self._timeout = float(busy_timeout_s)
         self._limits = limits
@@ -109,9 +120,15 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._id_cache: dict[bytes, SessionId] = {}
         self._closed = False
 
-        probe(fspath)
-        conn = self._connect()
+        if probe(fspath) == "new" and read_only:
+            raise unavailable(fspath, "no subagents database to read")
+        conn = self._connect_read_only() if read_only else self._connect()
         try:
+            if read_only:
+                check_current(conn, fspath)
+                self._writer = Writer(conn)
+                self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
+                return
             migrate(conn, fspath)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode != "wal":
@@ -128,10 +145,26 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._writer = Writer(conn)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A ``mode=ro`` connection; where SQLite cannot make the WAL's shared
+        memory (a directory the reader cannot write), an ``immutable`` one."""
+        base = "file:" + urllib.parse.quote(os.path.abspath(self.path))
+        for uri in (base + "?mode=ro", base + "?mode=ro&immutable=1"):
+            self._uri = uri
+            conn = self._connect()
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+                return conn
+            except sqlite3.Error as exc:
+                conn.close()
+                error = exc
+        raise unavailable(self.path, error)
+
     def _connect(self) -> sqlite3.Connection:
         try:
             return sqlite3.connect(
-                self.path,
+                self._uri or self.path,
+                uri=self._uri is not None,
                 timeout=self._timeout,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # pooled; used by one thread at a time

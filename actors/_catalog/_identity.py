@@ -172,7 +172,9 @@ class Identities:
         raw = states.get("subagent")
         # Where the identity was folded (a unit that does not say is never cached).
         seq = raw.get("seq", -1) if isinstance(raw, dict) else (records[-1].seq if records else -1)
-        putter = getattr(store, "put_projection", None)
+        putter = (
+            None if getattr(store, "read_only", False) else getattr(store, "put_projection", None)
+        )
         if putter is not None and seq >= header.seed_len:
             try:
                 self._read(putter, signal, header.id, "subagent", seq, packb(identity))

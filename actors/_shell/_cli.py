@@ -149,7 +149,9 @@ def _open_existing(path: str) -> Any:
         raise SubagentError(f"{path}: is a directory", code="NOT_A_DATABASE")
     if os.path.getsize(path) == 0:
         raise SubagentError(f"{path}: empty file, not a subagents database", code="NOT_A_DATABASE")
-    return SqliteStore(path)
+    # Read-only: never the write lock (a worker's long write does not hold the
+    # listing up), never a write (no identity cached by a listing).
+    return SqliteStore(path, read_only=True)
 
 
 def _show(args: argparse.Namespace, console: Console) -> int:
