@@ -178,6 +178,47 @@ def _first_run(rt: Runtime, root: Any, script: _Script, show: Show) -> None:
     show.step("first run complete")
 
 
+def _finished(rt: Runtime, root_id: SessionId) -> bool:
+    """Whether the scripted first run got to its end: the root's three children,
+    and the side project with its three sketches (its last step)."""
+    found = headers(rt)
+    below = {h.label for h in found if h.parent_session == root_id}
+    sides = [h.id for h in found if h.parent_session is None and h.label == SIDE_LABEL]
+    sketches = [h for h in found if h.parent_session in sides]
+    return {"researcher-A", "researcher-B", "writer"} <= below and len(sketches) >= 3
+
+
+def _answered(rt: Runtime, root_id: SessionId) -> bool:
+    """Whether the model's root completed a turn (its task)."""
+    return any(e.stop_reason == "completed" for e in rt.sessions.turn_ends(root_id))
+
+
+def _failure(rt: Runtime, root_id: SessionId) -> str | None:
+    """The error of the root's last turn, when it failed (a model not reached)."""
+    ends = rt.sessions.turn_ends(root_id)
+    return ends[-1].error or "failed" if ends and ends[-1].stop_reason == "failed" else None
+
+
+def _discard(rt: Runtime, root: Any) -> Any:
+    """Delete what an unfinished first run built (the root's tree and the side
+    projects'), deepest first, and make the root again."""
+    root_id = root.session_id
+    found = headers(rt)
+    doomed = {root_id} | {h.id for h in found if h.parent_session is None and h.label == SIDE_LABEL}
+    grew = True
+    while grew:
+        below = {h.id for h in found if h.parent_session in doomed} - doomed
+        grew = bool(below)
+        doomed |= below
+    root.dispose()
+    assert rt.store is not None  # a demo tree is in a store
+    for h in sorted(
+        (h for h in found if h.id in doomed), key=lambda h: h.delegation_depth, reverse=True
+    ):
+        rt.store.delete_session(h.id)
+    return rt.spawn("lead", label=ROOT_LABEL, session_id=ROOT_ID)
+
+
 def _children(rt: Runtime, parent: SessionId) -> dict[str, SessionId]:
     return {h.label or "": h.id for h in headers(rt) if h.parent_session == parent}
 
@@ -243,20 +284,34 @@ def run_demo(
                     raise  # resumed below when it exists
         previous = root is None
         show = Show(rt, console)
+        said: list[str] = []
         with show.live if console.is_terminal else contextlib.nullcontext():
             if previous:
-                console.print(f"found a demo tree in {shown}: resuming it")
                 lead = _lead if model is None else None  # None: the recorded model
                 root = _resume_root(rt, older[-1] if older else ROOT_ID, console, lead)
-                said = _second_run(rt, root, show, 30.0 if model is None else 600.0)
+                if model is None and not _finished(rt, root.session_id):
+                    # A first run stopped part way (Ctrl-C, a crash): its children
+                    # wait on steps no later run takes. Built again from the root.
+                    console.print(
+                        f"found an unfinished demo tree in {shown} (its first run"
+                        " stopped part way): building it again"
+                    )
+                    root = _discard(rt, root)
+                    _first_run(rt, root, script, show)
+                    previous = False
+                elif model is not None and not _answered(rt, root.session_id):
+                    console.print(f"the demo tree in {shown} has no answer yet: {model} goes on")
+                    run_model_first(rt, root, show, _quiet)
+                    previous = False
+                else:
+                    console.print(f"found a demo tree in {shown}: resuming it")
+                    said = _second_run(rt, root, show, 30.0 if model is None else 600.0)
             elif model is not None:
                 console.print(f"no demo tree in {shown} yet: {model} builds one")
                 run_model_first(rt, root, show, _quiet)
-                said = []
             else:
                 console.print(f"no demo tree in {shown} yet: building one")
                 _first_run(rt, root, script, show)
-                said = []
             group, nodes = render(rt, "done")
             if console.is_terminal:
                 show.live.update(group, refresh=True)
@@ -265,6 +320,11 @@ def run_demo(
         for line in said:
             console.print(line)
         console.print(summary(nodes))
+        assert root is not None
+        failed = _failure(rt, root.session_id)
+        if failed is not None:
+            console.print(f"the root's last turn failed: {failed}", markup=False)
+            return 1
         mode = "resumed" if previous else "created"
         console.print(f"{mode}: {len(nodes)} sessions in {shown} on the {backend} backend")
         again = demo_command(shown, backend, model)

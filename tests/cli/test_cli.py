@@ -318,3 +318,26 @@ def test_demo_hint_repeats_its_options(
     assert main(["demo", *args]) == 0
     resumed = capsys.readouterr().out
     assert "again to resume" not in resumed and "look at it: `subagents tree " in resumed
+
+
+def test_an_unfinished_first_run_is_built_again(tmp_path: Path, backend: Backend, capsys) -> None:
+    """A first run that stopped part way (here: after the root planned, before the
+    side project) left children waiting on steps no later run takes; the next run
+    builds the tree again instead of resuming the part (which waited 30 s on the
+    researcher the first run never interrupted), and the run after resumes it."""
+    from subagents.actors import Runtime
+    from subagents.actors._shell import _demo
+
+    db = str(tmp_path / "partial.db")
+    script = _demo._Script()
+    with Runtime(db, backend=backend) as rt:
+        _demo._register(rt, script)
+        root = rt.spawn("lead", label=_demo.ROOT_LABEL, session_id=_demo.ROOT_ID)
+        root.followup("plan")
+        assert script.slow_started.wait_reached(10)  # stopped here: the runtime closes
+    assert main(["demo", "--db", db, "--backend", backend.name]) == 0
+    first = capsys.readouterr().out
+    assert "found an unfinished demo tree" in first and "created: 11 sessions" in first
+    assert main(["demo", "--db", db, "--backend", backend.name]) == 0
+    second = capsys.readouterr().out
+    assert "resuming it" in second and "resumed: 11 sessions" in second

@@ -105,3 +105,25 @@ def test_model_tree_example_runs_offline(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "mailboxes (continuable" in out.stdout and "supervision (continuable" in out.stdout
     assert "root: started 2 researchers [completed, usage {'prompt_tokens'" in out.stdout
+
+
+def test_a_model_demo_that_reached_no_model_fails_then_goes_on(
+    tmp_path: Path, backend: Backend, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model API that refuses the root's request: the demo says so and exits 1
+    (it exited 0, "created: 1 sessions", and later runs only resumed that root);
+    a later run with the API back gives the root its task again."""
+    db = str(tmp_path / "demo.db")
+    argv = ["demo", "--db", db, "--backend", backend.name, "--model", "gpt-x"]
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with FakeOpenAI(responder=lambda _r: Answer(status=400, error="no such model")) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        assert main(argv) == 1
+        out = capsys.readouterr().out
+        assert "the root's last turn failed" in out and "no such model" in out
+    with FakeOpenAI(responder=_responder) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        assert main(argv) == 0
+        again = capsys.readouterr().out
+        assert "has no answer yet: gpt-x goes on" in again
+        assert "created: 4 sessions" in again
