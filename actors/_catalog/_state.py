@@ -4,8 +4,9 @@
 session's state is what its log says (and, on a store with a durable inbox, the
 messages accepted and not yet run):
 
-* ``running`` -- a turn started and has not ended (in the process that holds the
-  session; after a crash, the turn is run again at the next activation);
+* ``running`` -- a turn started and has not ended, in a process that holds the
+  session (a turn whose process ended -- its lease free or expired -- runs again
+  at the next activation: its session is ``waiting``);
 * ``waiting`` -- messages were accepted that no turn has taken yet;
 * ``cancelled`` -- the last turn was cancelled (an interrupt), nothing waits;
 * ``ended`` -- a one-shot child whose run ended: it takes no more work;
@@ -109,19 +110,21 @@ class SessionState(NamedTuple):
 
 
 def session_state(
-    fold: Any, *, inbox: int = 0, created_at: dt.datetime | None = None
+    fold: Any, *, inbox: int = 0, created_at: dt.datetime | None = None, held: bool = True
 ) -> SessionState:
     """The :class:`SessionState` of a folded ``session_state`` unit.
 
     ``inbox``: how many accepted messages the store's durable inbox still holds
     for the session (they wait as messages logged and not yet run do);
-    ``created_at``: the last activity of a session whose log holds no time.
+    ``created_at``: the last activity of a session whose log holds no time;
+    ``held``: False when no live process holds the session (its lease is free or
+    expired): a turn its log shows open is not running.
     """
     if not isinstance(fold, _Fold):
         fold = _INITIAL
-    if fold.open:
+    if fold.open and held:
         state = "running"
-    elif fold.pending or inbox:
+    elif fold.open or fold.pending or inbox:
         state = "waiting"
     elif fold.interrupted or fold.stop == "cancelled":
         state = "cancelled"

@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -235,7 +236,13 @@ class _StateFold:
             inbox = len(store.pending(sid, damaged=damaged)) + len(damaged)
         except SubagentError:  # the store failed: the log alone says the state
             inbox = 0
-        return session_state(self._raw, inbox=inbox, created_at=created).to_json()
+        held = True
+        if getattr(self._raw, "open", False) and hasattr(store, "get_lease"):
+            with contextlib.suppress(SubagentError):
+                lease = store.get_lease(sid)
+                held = lease is not None and lease.holder is not None
+                held = held and lease.expires > time.time()
+        return session_state(self._raw, inbox=inbox, created_at=created, held=held).to_json()
 
 
 def _tree(args: argparse.Namespace, console: Console) -> int:

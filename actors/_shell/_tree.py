@@ -94,6 +94,7 @@ class _Trees:
         self.logs: dict[SessionId, Any] = {}
         self.inboxes: dict[SessionId, list[Any]] = {}
         self.damaged: dict[SessionId, list[int]] = {}
+        self._unheld: frozenset[SessionId] | None = None
 
     def list_all(self, keys: list[Key]) -> None:
         """List every tree of ``keys`` from the one header scan (see ``entry``)."""
@@ -145,8 +146,21 @@ class _Trees:
         timing = states.get("subagent_timing")
         seconds = None if timing is None else float(timing["active_us"]) / 1e6
         inbox = self.inbox(sid, diags)
-        state = session_state(states.get("session_state"), inbox=inbox[0], created_at=created_at)
+        raw = states.get("session_state")
+        held = not (getattr(raw, "open", False) and sid in self.unheld())
+        state = session_state(raw, inbox=inbox[0], created_at=created_at, held=held)
         return seconds, state, inbox
+
+    def unheld(self) -> frozenset[SessionId]:
+        """Sessions with accepted work and no live holder (read once, when a log
+        first shows an open turn): a process that held one ended mid-turn."""
+        if self._unheld is None:
+            orphans = getattr(self.store, "orphans", None)
+            try:
+                self._unheld = frozenset(orphans(time.time()) if orphans else ())
+            except SubagentError:  # unknown: the log alone says the state
+                self._unheld = frozenset()
+        return self._unheld
 
     def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> tuple[int, int]:
         """How many accepted messages the store's durable inbox holds for ``sid``, and

@@ -206,6 +206,43 @@ def test_a_session_that_took_a_steered_message_settles(
     assert _show_json(capsys, db, sid)["state"] == "settled"
 
 
+def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
+    """A turn the log shows open is ``running`` while a live process holds the
+    session's lease; once the lease is free or expired (the process ended mid-turn)
+    the session is ``waiting``: its message runs again at the next activation. It
+    showed ``running`` for ever."""
+    import time
+
+    db = str(tmp_path / "open.db")
+    held, lapsed, free = new_session_id(), new_session_id(), new_session_id()
+    now = time.time()
+    with SqliteStore(db) as store:
+        for sid in (held, lapsed, free):
+            store.create_session(
+                SessionHeader(
+                    id=sid, parent_session=None, origin="user", delegation_depth=0, created_at=T0
+                )
+            )
+            mid = new_message_id()
+            store.accept(sid, [MessageEvent(message_id=mid, content="work")])
+            store.append(
+                sid,
+                [
+                    TurnStart(turn=0, at=T0, message_ids=(mid,)),
+                    MessageEvent(message_id=mid, content="work"),
+                ],
+            )
+        store.acquire_lease(held, "alive", now=now, expires=now + 3600)
+        store.acquire_lease(lapsed, "gone", now=now - 7200, expires=now - 3600)
+    data = _tree_json(capsys, db)
+    assert [data[s]["state"] for s in (held, lapsed, free)] == ["running", "waiting", "waiting"]
+    assert [_show_json(capsys, db, s)["state"] for s in (held, lapsed, free)] == [
+        "running",
+        "waiting",
+        "waiting",
+    ]
+
+
 def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, capsys) -> None:
     """Of two accepted messages one row does not decode: ``tree`` counts both in the
     inbox, reads the other, names the damaged place (exit 1); reports are counted
