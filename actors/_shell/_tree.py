@@ -316,15 +316,23 @@ def watch_tree(
 ) -> int:
     """``tree --watch``: read and show the trees every ``interval`` seconds, in place
     on a terminal (rich's live display), else frame after frame, each headed by a
-    ``--- HH:MM:SS ---`` line; ``count`` frames, or until interrupted. The exit
-    status of the last frame."""
+    ``--- HH:MM:SS ---`` line; ``count`` frames, or until interrupted. A frame
+    whose read failed, or whose ROOT is not there yet, is that error's line, and
+    the watch goes on. The exit status of the last frame (1 for such a frame)."""
     damaged = False
 
     def frame() -> str:
         nonlocal damaged
-        entries, trees = _collect(store, db, root, None)
-        damaged = any(e.data["diagnostics"] or e.data["detached"] for e in entries)
         now = dt.datetime.now(dt.UTC).strftime("%H:%M:%S")
+        try:
+            entries, trees = _collect(store, db, root, None)
+        except SubagentError as exc:
+            # A read that failed (the store busy or away) or a ROOT not there yet:
+            # this frame says so, and the watch goes on, as `serve` does.
+            damaged = True
+            text = " ".join(str(exc).split())
+            return f"--- {now} {db} ---\n[{exc.code}] {text}"
+        damaged = any(e.data["diagnostics"] or e.data["detached"] for e in entries)
         body = _text(entries, trees) if entries else "no sessions"
         return f"--- {now} {db} ---\n{body}"
 

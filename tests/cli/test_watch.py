@@ -44,6 +44,23 @@ def test_count_frames_when_piped(tmp_path: Path, backend: Backend, capsys: Any) 
     assert all("watched" in f and db in f.splitlines()[0] for f in frames)
 
 
+def test_a_root_not_there_yet_is_a_line_and_the_watch_goes_on(
+    tmp_path: Path, backend: Backend, capsys: Any
+) -> None:
+    """A ROOT the store does not hold (yet) is each frame's one line; the watch
+    goes on, as ``serve`` waits for it (it exited 2 at once); the last frame's
+    status is 1."""
+    db = str(tmp_path / "w.db")
+    with Runtime(db, backend=backend) as rt:
+        rt.spawn("echo", label="other")
+    capsys.readouterr()
+    assert main(["tree", db, "0" * 32, "--watch", "0.01", "--count", "2"]) == 1
+    out, err = capsys.readouterr()
+    frames = _frames(out)
+    assert len(frames) == 2 and err == ""
+    assert all(f.splitlines()[1].startswith("[SESSION_NOT_FOUND] ") for f in frames)
+
+
 @pytest.mark.parametrize(
     "args",
     [["--watch", "0"], ["--watch", "-1"], ["--watch", "nan"], ["--watch", "inf"],
