@@ -193,7 +193,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
             why = f"no record from here on could be read: {exc}"
             rows.append({"seq": expected, "corrupt": why})
             diagnostics.append({"seq": expected, "kind": "corrupt", "detail": str(exc)})
-        state = fold.state(store, sid, None if header is None else header.created_at)
+        state = fold.state(store, sid, None if header is None else header.created_at, diagnostics)
     status = 1 if diagnostics else 0
     if args.json:
         wire = None if header is None else header_to_wire(header)
@@ -229,13 +229,19 @@ class _StateFold:
     def step(self, seq: int, event: Any) -> None:
         self._raw = session_state_unit.step(self._raw, seq, event)
 
-    def state(self, store: Any, sid: SessionId, created: Any) -> dict[str, Any]:
-        """The session's state as ``--json`` prints it (its inbox read too)."""
+    def state(
+        self, store: Any, sid: SessionId, created: Any, diagnostics: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The session's state as ``--json`` prints it (its inbox read too; an inbox
+        entry that does not decode is a diagnostic, as in ``tree``)."""
         damaged: list[int] = []
         try:  # a damaged row still counts: accepted, if unreadable
             inbox = len(store.pending(sid, damaged=damaged)) + len(damaged)
         except SubagentError:  # the store failed: the log alone says the state
             inbox = 0
+        for n in damaged:
+            detail = f"inbox entry {n} does not decode"
+            diagnostics.append({"seq": -1, "kind": "corrupt", "detail": detail})
         held = True
         if getattr(self._raw, "open", False) and hasattr(store, "get_lease"):
             with contextlib.suppress(SubagentError):

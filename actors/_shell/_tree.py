@@ -128,6 +128,9 @@ class _Trees:
             elif isinstance(records, SubagentError):
                 raise records
             units = self.all_units if identity else self.facts_units
+            gap = next((i for i, r in enumerate(records) if r.seq != i), None)
+            if gap is not None:  # rows are gone, as `show` says too
+                diags.append(self.diag(sid, f"seq {gap} missing from the log"))
             return units.fold((r.seq, r.event) for r in records)
         except SubagentError as exc:
             if exc.code in (ErrorCode.CORRUPT_RECORD, ErrorCode.DATABASE_CORRUPT):

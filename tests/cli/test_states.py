@@ -272,6 +272,36 @@ def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, c
     (tree,) = json.loads(capsys.readouterr().out)
     assert (tree["inbox"], tree["reports_waiting"], tree["state"]) == (3, 1, "waiting")
     assert [d["detail"] for d in tree["diagnostics"]] == ["inbox entry 2 does not decode"]
+    # `show` says the same of it (it counted the entry and said nothing, exit 0).
+    assert main(["show", db, str(sid), "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["state"]["state"] == "waiting"
+    assert [d["detail"] for d in shown["diagnostics"]] == ["inbox entry 2 does not decode"]
+
+
+def test_a_gap_in_a_log_is_a_diagnostic_of_tree_as_of_show(tmp_path: Path, capsys) -> None:
+    """A deleted event row: ``show`` said so (exit 1), ``tree`` did not (exit 0)."""
+    import sqlite3
+
+    db = str(tmp_path / "gap.db")
+    with Runtime(db) as rt:
+        agent = rt.spawn("echo", label="gappy")
+        agent.followup("one")
+        assert agent.wait_idle(10)
+        sid = agent.session_id
+    with sqlite3.connect(db) as conn:
+        assert (
+            conn.execute(
+                "DELETE FROM events WHERE session = ? AND seq = 1", (sid.to_bytes(),)
+            ).rowcount
+            == 1
+        )
+    conn.close()
+    assert main(["tree", db, "--json"]) == 1
+    (tree,) = json.loads(capsys.readouterr().out)
+    assert [d["detail"] for d in tree["diagnostics"]] == ["seq 1 missing from the log"]
+    assert main(["show", db, str(sid), "--json"]) == 1
+    capsys.readouterr()
 
 
 def _fold(events: list[Any]) -> str:
