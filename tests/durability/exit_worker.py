@@ -11,8 +11,9 @@ Usage: ``python exit_worker.py BACKEND DB MODE`` where MODE is
   the script started (as a library's pool would): the test writes a line to
   the worker's stdin, and that thread signals itself;
 * ``close-sigint``: a turn that ignores its cancel for 3 s runs when the script
-  closes the runtime; it prints ``closing`` first (the test sends SIGINT then),
-  catches the ``KeyboardInterrupt`` and returns, leaving the close unfinished.
+  closes the runtime; the turn prints ``closing`` when the close has cancelled it
+  (the test sends SIGINT then, inside the close); the script catches the
+  ``KeyboardInterrupt`` and returns, leaving the close unfinished.
 
 Each prints the session id first.
 """
@@ -46,8 +47,12 @@ def close_interrupted(rt: Runtime) -> None:
 
     def stubborn(turn: Any) -> Any:
         started.set()
+        told = False
         end = time.monotonic() + 3.0
-        while time.monotonic() < end:  # deaf to its cancel
+        while time.monotonic() < end:  # deaf to its cancel ...
+            if turn.cancelled and not told:  # ... which close() sent: it is inside
+                say("closing")
+                told = True
             turn.agent.host.backend.sleep(0.01)
         return "done"
 
@@ -56,7 +61,6 @@ def close_interrupted(rt: Runtime) -> None:
     say(agent.session_id)
     agent.followup("work")
     started.wait(30)
-    say("closing")
     try:
         rt.close()
         say("closed")
