@@ -149,16 +149,23 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         """A ``mode=ro`` connection; where SQLite cannot make the WAL's shared
         memory (a directory the reader cannot write), an ``immutable`` one."""
         base = "file:" + urllib.parse.quote(os.path.abspath(self.path))
-        for uri in (base + "?mode=ro", base + "?mode=ro&immutable=1"):
-            self._uri = uri
-            conn = self._connect()
-            try:
-                conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
-                return conn
-            except sqlite3.Error as exc:
-                conn.close()
-                error = exc
-        raise unavailable(self.path, error)
+        self._uri = base + "?mode=ro"
+        conn = self._connect()
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+            return conn
+        except sqlite3.Error as exc:
+            conn.close()
+            # Only where the WAL's index cannot be made or opened: a busy or
+            # damaged file read immutably would read torn pages as damage.
+            if getattr(exc, "sqlite_errorname", "").startswith(
+                ("SQLITE_CANTOPEN", "SQLITE_READONLY")
+            ):
+                self._uri = base + "?mode=ro&immutable=1"
+                return self._connect()
+            if is_corrupt(exc):
+                raise database_corrupt(self.path, exc) from exc
+            raise unavailable(self.path, exc) from exc
 
     def _connect(self) -> sqlite3.Connection:
         try:

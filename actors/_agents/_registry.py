@@ -111,7 +111,13 @@ class AgentRegistry:
         try:
             self._register(agent, claimed=True)  # one step: registered, claim ended
         except BaseException:
-            agent.dispose(flush=False)  # the runtime closed meanwhile: no actor left
+            # The runtime closed meanwhile: no actor left, and no session either
+            # (the caller is told nothing was created).
+            agent.dispose(flush=False)
+            try:
+                sessions.discard(agent.session)
+            except SubagentError as exc:
+                logger.warning("could not roll %s back: %s", sid, exc)
             raise
         return agent
 

@@ -64,6 +64,7 @@ class ToolRegistry:
         extra: Mapping[str, ToolFn],
         name: str,
         turn: Any,
+        /,
         *args: Any,
         **kwargs: Any,
     ) -> Any:

@@ -6,7 +6,8 @@ messages accepted and not yet run):
 
 * ``running`` -- a turn started and has not ended, in a process that holds the
   session (a turn whose process ended -- its lease free or expired -- runs again
-  at the next activation: its session is ``waiting``);
+  at the next activation: its session is ``waiting``, or, with nothing in its
+  durable inbox -- relaxed durability -- idle like any other);
 * ``waiting`` -- messages were accepted that no turn has taken yet;
 * ``cancelled`` -- the last turn was cancelled (an interrupt), nothing waits;
 * ``ended`` -- a one-shot child whose run ended: it takes no more work;
@@ -124,7 +125,7 @@ def session_state(
         fold = _INITIAL
     if fold.open and held:
         state = "running"
-    elif fold.open or fold.pending or inbox:
+    elif fold.pending or inbox:  # (an ended process's open turn: its message waits)
         state = "waiting"
     elif fold.interrupted or fold.stop == "cancelled":
         state = "cancelled"

@@ -367,6 +367,8 @@ class ContinuationManager(Followups):
                 logger.exception("stopping %r failed", ref)
         # Follow-ups queued behind an admission the stopped registry will never
         # open: refused now, not after their wait's timeout.
+        if self._registry.is_alive():
+            return  # (its stop timed out: it still answers them)
         for act in list(self._index.values()):
             waiters, act.waiters = act.waiters, None
             for request in waiters or ():

@@ -12,7 +12,6 @@ after :data:`IDLE_SECONDS` without work.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -27,7 +26,9 @@ WAITING_POOL_SIZE: Final = 256
 #: Seconds a worker of the waiting pool stays without work before it ends.
 IDLE_SECONDS: Final = 30.0
 
-_POOLS: weakref.WeakKeyDictionary[Any, ThreadPool] = weakref.WeakKeyDictionary()
+# By hub. A pool holds its hub, so an entry would outlive the hub's destruction:
+# the entries of destroyed hubs are dropped when a pool is made.
+_POOLS: dict[Any, ThreadPool] = {}
 _LOCK = threading.Lock()
 
 
@@ -47,6 +48,8 @@ def run_waiting(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     with _LOCK:
         pool = _POOLS.get(hub)
         if pool is None:
+            for gone in [h for h in _POOLS if h.loop is None]:  # destroyed hubs
+                del _POOLS[gone]  # (its idle workers end on their own)
             pool = _POOLS[hub] = ThreadPool(
                 WAITING_POOL_SIZE, hub=hub, idle_task_timeout=IDLE_SECONDS
             )

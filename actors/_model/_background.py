@@ -20,16 +20,12 @@ logger = logging.getLogger("subagents")
 class Background:
     """One agent's background runs (see :mod:`._dispatch`)."""
 
-    __slots__ = ("backend", "controller", "delivered", "release", "runs")
+    __slots__ = ("backend", "controller", "release", "runs")
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
         self.controller = AbortController()  # replaced after each cancel of them all
         self.runs: dict[str, SubagentRun] = {}
-        # Runs whose result went to the agent (or was dropped with its work): only
-        # these are disposed. A run settled but not yet delivered keeps the hold,
-        # or the agent could settle in between and its result be lost.
-        self.delivered: set[str] = set()
         self.release: Callable[[], None] | None = None  # the agent's residency hold
 
 

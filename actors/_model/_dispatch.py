@@ -22,9 +22,9 @@ model reads; only the turn's own cancellation propagates, ending the turn.
 
 Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a
-follow-up (source ``child``, the run's id), which starts a later turn. Runs
-whose results were delivered are disposed at the next call of the dispatcher
-for that agent (one settled but still delivering is not: it holds on). A
+follow-up (source ``child``, the run's id), which starts a later turn; the run
+is disposed once its result was delivered (one settled but still delivering
+holds on). A
 continuable child stays resident while it has runs not yet disposed
 (``hold_residency``): it does not settle between the turn that started a run and
 the turn its result starts. A cancel without ``keep_inbox`` -- dispose, a drain,
@@ -264,9 +264,17 @@ class ToolDispatcher:
             try:
                 _deliver()
             finally:
-                with self._lock:
-                    if str(run.id) in state.runs:  # (not cancelled with them all)
-                        state.delivered.add(str(run.id))
+                with self._lock:  # (not if cancelled with them all meanwhile)
+                    mine = state.runs.pop(str(run.id), None) is not None
+                if mine:
+                    # Its result is in the agent's inbox (or had nowhere to go): the
+                    # run is disposed -- in a task, this may be the run's own thread
+                    # -- and then the hold ends if it was the last.
+                    state.backend.spawn(finish, name="background-run-dispose")
+
+        def finish() -> None:
+            dispose_quietly(run)
+            self._release_if_idle(state)
 
         def _deliver() -> None:
             try:
@@ -360,7 +368,6 @@ class ToolDispatcher:
         with self._lock:
             runs = list(state.runs.values())
             state.runs.clear()
-            state.delivered.clear()
             controller, state.controller = state.controller, AbortController()
             release, state.release = state.release, None
         controller.abort(cause if cause is not None else "cancelled")
@@ -393,16 +400,12 @@ class ToolDispatcher:
             return tuple(state.runs) if state is not None else ()
 
     def dispose_settled(self, turn: Turn) -> None:
-        """Dispose the agent's background runs whose results were delivered (a run
-        settled and still delivering keeps the agent resident). The dispatcher
-        does it on every call; a behaviour may too."""
+        """End the agent's residency hold when none of its background runs is left.
+
+        A run is disposed once its result was delivered (a run settled and still
+        delivering keeps the agent resident); the dispatcher calls this on every
+        call, and a behaviour may too."""
         with self._lock:
             state = self._background.get(turn.agent.session_id)
-            if state is None:
-                return
-            done = [rid for rid in state.runs if rid in state.delivered]
-            state.delivered.difference_update(done)
-            runs = [state.runs.pop(rid) for rid in done]
-        for run in runs:
-            dispose_quietly(run)
-        self._release_if_idle(state)  # the last one's result came: the agent may settle
+        if state is not None:
+            self._release_if_idle(state)

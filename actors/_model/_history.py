@@ -6,11 +6,13 @@ host's marked with where it came from), each completed turn's output an
 message, come last.
 
 A message runs again after a turn that did not finish it: a crash cut the turn
-short (the resume logs it ended so, and the message, still accepted, runs again;
-a message steered into that turn runs after it as a turn of its own), or a host
-giving a placed child back cancelled it keeping what it accepted. The model sees
-each message once, where it runs last: the messages of a cut-short turn are left
-out, and of a message logged more than once only its last place is kept.
+short (the resume logs it ended so, and under strict durability the message,
+still accepted, runs again; a message steered into that turn runs after it as a
+turn of its own), or a host giving a placed child back cancelled it keeping
+what it accepted. The model sees each message once, where it runs last: under
+strict durability the messages of a cut-short turn are left out, and of a
+message logged more than once only its last place is kept. (Under relaxed
+durability nothing runs again: a cut-short turn's messages stay, unanswered.)
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ def _settled_events(turn: Turn) -> list[Event]:
     """The history without the messages of cut-short turns, each message once (last)."""
     kept: list[Event] = []
     open_from: int | None = None  # where the open turn's events start in ``kept``
+    runs_again = bool(getattr(turn.agent.host.sessions, "strict", False))
     for event in turn.history:
         if isinstance(event, TurnStart):
             open_from = len(kept)
         elif isinstance(event, TurnEnd):
-            if open_from is not None and event.error == CUT_SHORT:
+            if runs_again and open_from is not None and event.error == CUT_SHORT:
                 kept[open_from:] = [e for e in kept[open_from:] if not _is_message(e)]
             open_from = None
         kept.append(event)

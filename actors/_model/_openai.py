@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -44,6 +43,10 @@ from ._history import history_messages, text
 from ._wire import Completion, ModelError, ToolCall
 
 __all__ = ["DEFAULT_BASE_URL", "PARALLEL_TOOL_CALLS", "OpenAIChat", "openai_chat"]
+
+#: The longest ``timeout`` (seconds, about 11 days): beyond it the socket layer's
+#: clocks overflow, and every request would fail.
+MAX_TIMEOUT: Final = 1e6
 
 #: Tool calls of one answer that run at once; the rest wait for one to end.
 PARALLEL_TOOL_CALLS: Final = 8
@@ -301,10 +304,9 @@ def _check_settings(
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, (int, float))
-        or not math.isfinite(timeout)
-        or timeout <= 0
+        or not 0 < timeout <= MAX_TIMEOUT  # NaN fails it too
     ):
-        raise refuse("timeout is a finite number of seconds > 0")
+        raise refuse(f"timeout is a number of seconds > 0 and <= {MAX_TIMEOUT:g}")
     for what, value in (("max_retries", max_retries), ("max_tool_rounds", max_tool_rounds)):
         if type(value) is not int or value < 0:
             raise refuse(f"{what} is an int >= 0")

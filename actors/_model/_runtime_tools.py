@@ -46,7 +46,7 @@ def runtime_tool(name: str, fn: Callable[..., Any]) -> ModelTool:
         hints = {}
     properties: dict[str, Any] = {}
     required: list[str] = []
-    positional: list[str] = []
+    positional: list[tuple[str, Any]] = []  # positional-only: name, default
     open_ended = False
     for p in params:
         if p.kind is _P.VAR_KEYWORD:
@@ -59,7 +59,7 @@ def runtime_tool(name: str, fn: Callable[..., Any]) -> ModelTool:
         if p.default is _P.empty:
             required.append(p.name)
         if p.kind is _P.POSITIONAL_ONLY:
-            positional.append(p.name)
+            positional.append((p.name, p.default))
     schema = {
         "type": "object",
         "properties": properties,
@@ -70,7 +70,13 @@ def runtime_tool(name: str, fn: Callable[..., Any]) -> ModelTool:
     description = doc.split("\n\n")[0].strip() or f"the tool {name!r}"
 
     def call(turn: Any, **arguments: Any) -> Any:
-        args = [arguments.pop(p) for p in positional if p in arguments]
+        # Positional-only parameters in order, up to the last one given; one left
+        # out before it takes its default (the schema requires those without).
+        given = [i for i, (p, _d) in enumerate(positional) if p in arguments]
+        args = [
+            arguments.pop(p) if p in arguments else default
+            for p, default in positional[: given[-1] + 1 if given else 0]
+        ]
         return turn.call_tool(name, *args, **arguments)
 
     return ModelTool(description=description[:1000], parameters=schema, fn=call)

@@ -15,7 +15,6 @@ import contextlib
 import os
 import re
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -242,12 +241,9 @@ class _StateFold:
         for n in damaged:
             detail = f"inbox entry {n} does not decode"
             diagnostics.append({"seq": -1, "kind": "corrupt", "detail": detail})
-        held = True
-        if getattr(self._raw, "open", False) and hasattr(store, "get_lease"):
-            with contextlib.suppress(SubagentError):
-                lease = store.get_lease(sid)
-                held = lease is not None and lease.holder is not None
-                held = held and lease.expires > time.time()
+        from ._tree import lease_held
+
+        held = not getattr(self._raw, "open", False) or lease_held(store, sid)
         return session_state(self._raw, inbox=inbox, created_at=created, held=held).to_json()
 
 

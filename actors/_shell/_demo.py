@@ -178,14 +178,30 @@ def _first_run(rt: Runtime, root: Any, script: _Script, show: Show) -> None:
     show.step("first run complete")
 
 
-def _finished(rt: Runtime, root_id: SessionId) -> bool:
-    """Whether the scripted first run got to its end: the root's three children,
-    and the side project with its three sketches (its last step)."""
+def _unfinished_script(rt: Runtime, root_id: SessionId) -> bool:
+    """Whether a scripted first run built this tree (the root's first message is
+    its ``plan``, or it has none) and stopped before its end: the root's three
+    children, and the side project with its three sketches (its last step). A
+    tree ``--model`` built is never one."""
+    first = next(
+        (r.event.content for r in rt.sessions.read(root_id) if isinstance(r.event, MessageEvent)),
+        "plan",
+    )
+    if first != "plan":
+        return False
     found = headers(rt)
     below = {h.label for h in found if h.parent_session == root_id}
-    sides = [h.id for h in found if h.parent_session is None and h.label == SIDE_LABEL]
-    sketches = [h for h in found if h.parent_session in sides]
-    return {"researcher-A", "researcher-B", "writer"} <= below and len(sketches) >= 3
+    sketches = [h for h in found if h.parent_session in _side_projects(found)]
+    return not ({"researcher-A", "researcher-B", "writer"} <= below and len(sketches) >= 3)
+
+
+def _side_projects(found: list[Any]) -> set[SessionId]:
+    """The demo's side projects: top-level, labelled so, with only sketches below."""
+    sides = {h.id for h in found if h.parent_session is None and h.label == SIDE_LABEL}
+    for h in found:
+        if h.parent_session in sides and not (h.label or "").startswith("sketch-"):
+            sides.discard(h.parent_session)
+    return sides
 
 
 def _answered(rt: Runtime, root_id: SessionId) -> bool:
@@ -204,7 +220,7 @@ def _discard(rt: Runtime, root: Any) -> Any:
     projects'), deepest first, and make the root again."""
     root_id = root.session_id
     found = headers(rt)
-    doomed = {root_id} | {h.id for h in found if h.parent_session is None and h.label == SIDE_LABEL}
+    doomed = {root_id} | _side_projects(found)
     grew = True
     while grew:
         below = {h.id for h in found if h.parent_session in doomed} - doomed
@@ -289,7 +305,7 @@ def run_demo(
             if previous:
                 lead = _lead if model is None else None  # None: the recorded model
                 root = _resume_root(rt, older[-1] if older else ROOT_ID, console, lead)
-                if model is None and not _finished(rt, root.session_id):
+                if model is None and _unfinished_script(rt, root.session_id):
                     # A first run stopped part way (Ctrl-C, a crash): its children
                     # wait on steps no later run takes. Built again from the root.
                     console.print(

@@ -94,7 +94,6 @@ class _Trees:
         self.logs: dict[SessionId, Any] = {}
         self.inboxes: dict[SessionId, list[Any]] = {}
         self.damaged: dict[SessionId, list[int]] = {}
-        self._unheld: frozenset[SessionId] | None = None
 
     def list_all(self, keys: list[Key]) -> None:
         """List every tree of ``keys`` from the one header scan (see ``entry``)."""
@@ -150,20 +149,9 @@ class _Trees:
         seconds = None if timing is None else float(timing["active_us"]) / 1e6
         inbox = self.inbox(sid, diags)
         raw = states.get("session_state")
-        held = not (getattr(raw, "open", False) and sid in self.unheld())
+        held = not getattr(raw, "open", False) or lease_held(self.store, sid)
         state = session_state(raw, inbox=inbox[0], created_at=created_at, held=held)
         return seconds, state, inbox
-
-    def unheld(self) -> frozenset[SessionId]:
-        """Sessions with accepted work and no live holder (read once, when a log
-        first shows an open turn): a process that held one ended mid-turn."""
-        if self._unheld is None:
-            orphans = getattr(self.store, "orphans", None)
-            try:
-                self._unheld = frozenset(orphans(time.time()) if orphans else ())
-            except SubagentError:  # unknown: the log alone says the state
-                self._unheld = frozenset()
-        return self._unheld
 
     def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> tuple[int, int]:
         """How many accepted messages the store's durable inbox holds for ``sid``, and
@@ -307,6 +295,20 @@ def run_tree(
     else:
         console.print("no sessions", markup=False)
     return 1 if damaged else 0
+
+
+def lease_held(store: Any, sid: Key) -> bool:
+    """Whether a live process holds ``sid`` (its lease taken and not expired); True
+    where the store keeps no leases or cannot say. A turn a session's log shows
+    open is running only then: its process may have ended mid-turn."""
+    get = getattr(store, "get_lease", None)
+    if get is None or not isinstance(sid, SessionId):
+        return True
+    try:
+        lease = get(sid)
+    except SubagentError:
+        return True
+    return lease is not None and lease.holder is not None and lease.expires > time.time()
 
 
 def watch_tree(

@@ -215,16 +215,18 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
 
     db = str(tmp_path / "open.db")
     held, lapsed, free = new_session_id(), new_session_id(), new_session_id()
+    relaxed = new_session_id()  # no durable inbox: nothing runs again
     now = time.time()
     with SqliteStore(db) as store:
-        for sid in (held, lapsed, free):
+        for sid in (held, lapsed, free, relaxed):
             store.create_session(
                 SessionHeader(
                     id=sid, parent_session=None, origin="user", delegation_depth=0, created_at=T0
                 )
             )
             mid = new_message_id()
-            store.accept(sid, [MessageEvent(message_id=mid, content="work")])
+            if sid != relaxed:
+                store.accept(sid, [MessageEvent(message_id=mid, content="work")])
             store.append(
                 sid,
                 [
@@ -234,13 +236,11 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
             )
         store.acquire_lease(held, "alive", now=now, expires=now + 3600)
         store.acquire_lease(lapsed, "gone", now=now - 7200, expires=now - 3600)
+        store.acquire_lease(relaxed, "gone", now=now - 7200, expires=now - 3600)
+    expected = ["running", "waiting", "waiting", "settled"]
     data = _tree_json(capsys, db)
-    assert [data[s]["state"] for s in (held, lapsed, free)] == ["running", "waiting", "waiting"]
-    assert [_show_json(capsys, db, s)["state"] for s in (held, lapsed, free)] == [
-        "running",
-        "waiting",
-        "waiting",
-    ]
+    assert [data[s]["state"] for s in (held, lapsed, free, relaxed)] == expected
+    assert [_show_json(capsys, db, s)["state"] for s in (held, lapsed, free, relaxed)] == expected
 
 
 def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, capsys) -> None:

@@ -95,3 +95,28 @@ def test_calls_after_close_are_refused_typed(backend: Backend, tmp_path: Path) -
             ErrorCode.RUNTIME_CLOSED,
             ErrorCode.STORE_CLOSED,
         ), info.value
+
+
+def test_a_create_refused_by_the_close_leaves_no_session(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close begins while a spawn opens its session (forced: the close's first
+    step runs inside the open): the spawn raises ``RUNTIME_CLOSED`` and the store
+    holds no session of it (it held a committed one, for a call that raised)."""
+    db = str(tmp_path / "create.db")
+    rt = Runtime(db, backend=backend)
+    opened = rt.sessions.open
+
+    def open_as_the_close_begins(*args: Any, **kwargs: Any) -> Any:
+        live = opened(*args, **kwargs)
+        rt.agents.close()  # what close() does first, on another thread
+        return live
+
+    monkeypatch.setattr(rt.sessions, "open", open_as_the_close_begins)
+    with pytest.raises(SubagentError) as info:
+        rt.spawn("echo", label="refused")
+    assert info.value.code == ErrorCode.RUNTIME_CLOSED
+    monkeypatch.undo()
+    rt.close()
+    with SqliteStore(db, read_only=True) as store:
+        assert [h.label for h in store.all_headers()] == []

@@ -1,8 +1,8 @@
 """A process the history test kills while its model turn, holding a steered
 message, waits for its second model request.
 
-Usage: ``python model_crash_worker.py DB BACKEND``. Prints the agent's session
-id, then SIGKILLs itself once the second request is in flight.
+Usage: ``python model_crash_worker.py DB BACKEND DURABILITY``. Prints the
+agent's session id, then SIGKILLs itself once the second request is in flight.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from subagents.actors import Runtime, get_backend, openai_chat
 from subagents.actors.testing import Answer, FakeCall, FakeOpenAI
 
-DB, BACKEND = sys.argv[1:3]
+DB, BACKEND, DURABILITY = sys.argv[1:4]
 backend = get_backend(BACKEND)
 reached, go = backend.event(), backend.event()
 
@@ -27,7 +27,7 @@ def hold(turn: object) -> str:
 
 
 with FakeOpenAI(api_key="k") as fake:
-    rt = Runtime(DB, backend=backend)
+    rt = Runtime(DB, backend=backend, durability=DURABILITY)
     rt.tools.register("hold", hold)
     rt.models.register("m", openai_chat("gpt-test", base_url=fake.base_url, api_key="k"))
     agent = rt.spawn("m", label="victim")

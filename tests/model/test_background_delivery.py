@@ -91,3 +91,52 @@ def test_a_result_still_being_delivered_keeps_its_child_resident(
     assert [c["delegate_result"]["output"] for c in contents] == ["out"]
     assert len(provider.disposed) == 1
     assert agent.wait_disposed(20)  # then it settles
+
+
+def test_a_result_delivered_just_before_its_turn_is_disposed(
+    rt: Runtime, backend: Backend, monkeypatch: Any
+) -> None:
+    """The result is accepted into the child's inbox and its turn runs (its first
+    step disposes settled runs) before the delivering thread goes on: the run is
+    still disposed and the child settles (it kept its hold for ever)."""
+    from subagents.actors._agents import _agent
+
+    provider = ManualProvider()
+    provider.delivering.release()
+    rt.subagents.register_provider(provider)
+    dispatcher = ToolDispatcher()
+    second_ran = backend.event()
+    accept = _agent.Agent.followup
+
+    def followup_then_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        accepted = accept(self, *args, **kwargs)
+        source = kwargs.get("source")
+        if source is not None and source.kind == "child":
+            assert second_ran.wait(10)  # the delivering thread resumes only now
+        return accepted
+
+    monkeypatch.setattr(_agent.Agent, "followup", followup_then_wait)
+
+    def kid(turn: Turn) -> Any:
+        if turn.index == 0:
+            dispatcher.dispatch(
+                turn, "delegate", {"prompt": "p", "provider": "manual", "background": True}
+            )
+            (future,) = provider.futures
+            result = RunResult(output="out", structured=None, stop_reason="completed")
+            backend.spawn(future.set_result, result)
+        else:
+            dispatcher.dispose_settled(turn)  # what openai_chat's turn does first
+            second_ran.set()
+        return None
+
+    rt.models.register("kid", lambda _o: kid)
+    host = rt.spawn("echo", label="host")
+    kid_id = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=host, provider="local", prompt="go", label="kid", model="kid")
+    ).child_id
+    assert second_ran.wait(10)
+    agent = rt.agents.get(kid_id)
+    assert agent is not None
+    assert agent.wait_disposed(20)  # it settles
+    assert len(provider.disposed) == 1

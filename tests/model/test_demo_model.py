@@ -127,3 +127,20 @@ def test_a_model_demo_that_reached_no_model_fails_then_goes_on(
         again = capsys.readouterr().out
         assert "has no answer yet: gpt-x goes on" in again
         assert "created: 4 sessions" in again
+
+
+def test_a_scripted_demo_resumes_a_tree_a_model_built(
+    tmp_path: Path, backend: Backend, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree ``--model`` built does not have the scripted first run's shape: a
+    scripted run resumes it (it took it for unfinished and deleted it)."""
+    db = str(tmp_path / "demo.db")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with FakeOpenAI(responder=_responder) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        assert main(["demo", "--db", db, "--backend", backend.name, "--model", "gpt-x"]) == 0
+    capsys.readouterr()
+    assert main(["demo", "--db", db, "--backend", backend.name]) == 0
+    out = capsys.readouterr().out
+    assert "resuming it" in out and "unfinished" not in out
+    assert "researcher-A" in out and "resumed: 4 sessions" in out

@@ -140,6 +140,8 @@ def test_encode_body() -> None:
         {"timeout": math.nan},
         {"timeout": math.inf},
         {"timeout": 0},
+        {"timeout": 1e300},
+        {"timeout": 10**400},
         {"timeout": "10"},
         {"max_retries": math.inf},
         {"max_retries": 1.5},
@@ -150,7 +152,7 @@ def test_encode_body() -> None:
         {"temperature": Decimal("0.5")},
         {"metadata": {"k": {1, 2}}},
     ],
-    ids=repr,
+    ids=lambda v: repr(v)[:60],
 )
 def test_settings_that_would_fail_every_turn_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(SubagentError) as err:
@@ -288,7 +290,7 @@ def test_a_cut_short_turn_is_run_again_without_its_messages_twice(
     the steered one, which runs after it as a turn of its own, once."""
     db = str(tmp_path / "db.sqlite")
     done = subprocess.run(
-        [sys.executable, str(WORKER), db, backend.name],
+        [sys.executable, str(WORKER), db, backend.name, "strict"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -342,3 +344,51 @@ def test_parallel_tool_calls_run_eight_at_a_time(
     assert rt.sessions.turn_ends(agent.session_id)[-1].output == "all done"
     results = [m["content"] for m in fake.requests[1].messages if m["role"] == "tool"]
     assert results == [str(n) for n in range(20)]
+
+
+def test_runtime_tools_take_any_parameter_names(rt: Runtime, fake: FakeOpenAI) -> None:
+    """A tool parameter called ``name`` (or ``turn``...) reaches the tool (it met the
+    registry's own ``name``), and positional-only ones keep their places (one left
+    out before a given one takes its default)."""
+
+    def greet(turn: Any, name: str, extra: str = "!") -> str:
+        return f"hello {name}{extra}"
+
+    def pos(turn: Any, a: int = 1, b: int = 2, /) -> str:
+        return f"a={a} b={b}"
+
+    rt.tools.register("greet", greet)
+    rt.tools.register("pos", pos)
+    register(rt, fake)
+    calls = [FakeCall("greet", {"name": "bob"}), FakeCall("pos", {"b": 5}), FakeCall("pos")]
+    fake.script(Answer(tool_calls=calls), Answer(content="ok"))
+    agent = rt.spawn("planner")
+    assert run_turn(rt, agent, "go").output == "ok"
+    results = [m["content"] for m in fake.requests[1].messages if m["role"] == "tool"]
+    assert results == ["hello bob!", "a=1 b=5", "a=1 b=2"]
+
+
+def test_under_relaxed_durability_a_cut_short_turns_messages_stay(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Relaxed durability runs nothing again after a crash: the messages of the
+    turn it cut short stay in the conversation (they vanished from it), before the
+    next message."""
+    db = str(tmp_path / "db.sqlite")
+    done = subprocess.run(
+        [sys.executable, str(WORKER), db, backend.name, "relaxed"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    sid = done.stdout.split()[0]
+    with (
+        FakeOpenAI(api_key="k") as fake,
+        Runtime(db, backend=backend, durability="relaxed") as rt,
+    ):
+        register(rt, fake, name="m", api_key="k")
+        fake.script(Answer(content="third done"))
+        agent = rt.agents.resume(sid)
+        assert run_turn(rt, agent, "third").output == "third done"
+        assert [_users(r) for r in fake.requests] == [["original", "steered", "third"]]

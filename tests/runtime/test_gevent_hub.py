@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import gevent
 import pytest
@@ -73,3 +74,19 @@ def test_foreign_thread_gets_a_clear_error(start_os_thread) -> None:  # type: ig
         assert agent.wait_idle(10)
         outputs = [r.event for r in rt.sessions.read(agent.session_id)]
         assert any(getattr(e, "content", None) == "from another thread" for e in outputs)
+
+
+def test_waiting_calls_keep_no_pool_of_a_destroyed_hub(start_os_thread: Any) -> None:
+    """``run_waiting`` makes a pool per hub; threads that each ran a hub and
+    destroyed it leave at most one pool behind (each kept its hub for ever)."""
+    from subagents.actors._kernel import _waiting
+    from subagents.actors._kernel._backend import GEVENT
+
+    def one_hub() -> None:
+        hub = gevent.get_hub()
+        assert GEVENT.run_waiting(sum, [1, 2]) == 3
+        hub.destroy(True)
+
+    for _ in range(6):
+        start_os_thread(one_hub).result(10)
+    assert len(_waiting._POOLS) <= 2  # the last one's, and this thread's if it made one
