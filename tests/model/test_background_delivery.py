@@ -43,6 +43,15 @@ class ManualProvider:
         )
 
 
+def _start_kid(rt: Runtime, kid: Any) -> Any:
+    """A continuable child running behaviour ``kid`` under a host; its id."""
+    rt.models.register("kid", lambda _o: kid)
+    host = rt.spawn("echo", label="host")
+    return rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=host, provider="local", prompt="go", label="kid", model="kid")
+    ).child_id
+
+
 def test_a_result_still_being_delivered_keeps_its_child_resident(
     rt: Runtime, backend: Backend
 ) -> None:
@@ -74,11 +83,7 @@ def test_a_result_still_being_delivered_keeps_its_child_resident(
             second_done.set()
         return None
 
-    rt.models.register("kid", lambda _o: kid)
-    host = rt.spawn("echo", label="host")
-    kid_id = rt.subagents.start_continuable(
-        ContinuableStartSpec(parent=host, provider="local", prompt="go", label="kid", model="kid")
-    ).child_id
+    kid_id = _start_kid(rt, kid)
     assert first_done.wait(10)
     agent = rt.agents.get(kid_id)
     assert agent is not None
@@ -87,10 +92,10 @@ def test_a_result_still_being_delivered_keeps_its_child_resident(
     assert provider.disposed == []
     provider.delivering.release()
     assert second_done.wait(20)
+    assert agent.wait_disposed(20)  # it settles once the run was disposed
     assert wait_quiescent(rt, 20)
     assert [c["delegate_result"]["output"] for c in contents] == ["out"]
     assert len(provider.disposed) == 1
-    assert agent.wait_disposed(20)  # then it settles
 
 
 def test_a_result_delivered_just_before_its_turn_is_disposed(
@@ -130,11 +135,7 @@ def test_a_result_delivered_just_before_its_turn_is_disposed(
             second_ran.set()
         return None
 
-    rt.models.register("kid", lambda _o: kid)
-    host = rt.spawn("echo", label="host")
-    kid_id = rt.subagents.start_continuable(
-        ContinuableStartSpec(parent=host, provider="local", prompt="go", label="kid", model="kid")
-    ).child_id
+    kid_id = _start_kid(rt, kid)
     assert second_ran.wait(10)
     agent = rt.agents.get(kid_id)
     assert agent is not None

@@ -282,6 +282,18 @@ def test_deeply_nested_arguments_are_refused_as_invalid(rt: Runtime, fake: FakeO
 WORKER = Path(__file__).with_name("model_crash_worker.py")
 
 
+def _crashed(db: str, backend: Backend, durability: str) -> str:
+    """Run the crash worker on ``db`` (it SIGKILLs itself mid-turn); the session id."""
+    done = subprocess.run(
+        [sys.executable, str(WORKER), db, backend.name, durability],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    return done.stdout.split()[0]
+
+
 def test_a_cut_short_turn_is_run_again_without_its_messages_twice(
     backend: Backend, tmp_path: Any
 ) -> None:
@@ -289,14 +301,7 @@ def test_a_cut_short_turn_is_run_again_without_its_messages_twice(
     steered message) runs again: the model sees the original message once and not
     the steered one, which runs after it as a turn of its own, once."""
     db = str(tmp_path / "db.sqlite")
-    done = subprocess.run(
-        [sys.executable, str(WORKER), db, backend.name, "strict"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
-    sid = done.stdout.split()[0]
+    sid = _crashed(db, backend, "strict")
     with FakeOpenAI(api_key="k") as fake, Runtime(db, backend=backend) as rt:
         register(rt, fake, name="m", api_key="k")
         fake.script(Answer(content="original done"), Answer(content="steered done"))
@@ -375,14 +380,7 @@ def test_under_relaxed_durability_a_cut_short_turns_messages_stay(
     turn it cut short stay in the conversation (they vanished from it), before the
     next message."""
     db = str(tmp_path / "db.sqlite")
-    done = subprocess.run(
-        [sys.executable, str(WORKER), db, backend.name, "relaxed"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
-    sid = done.stdout.split()[0]
+    sid = _crashed(db, backend, "relaxed")
     with (
         FakeOpenAI(api_key="k") as fake,
         Runtime(db, backend=backend, durability="relaxed") as rt,
