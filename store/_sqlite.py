@@ -68,7 +68,9 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             writing, never taking its write lock (``subagents tree`` and ``show``
             do); every write fails with ``PERSISTENCE_UNAVAILABLE``. In a
             directory the reader cannot write, SQLite cannot share the WAL's
-            index: the database is read as of its last checkpoint.
+            index: the database is read as of its last checkpoint; a reader
+            that does not own the file and finds no WAL beside it reads it so
+            too (SQLite would leave a WAL the owner cannot write).
 
     Raises:
         SubagentError: ``NOT_A_DATABASE`` (a file that is not a subagents
@@ -150,6 +152,11 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         memory (a directory the reader cannot write), an ``immutable`` one."""
         base = "file:" + urllib.parse.quote(os.path.abspath(self.path))
         self._uri = base + "?mode=ro"
+        if self._foreign_without_wal():
+            # SQLite would make the WAL and its index as this user, and leave them:
+            # the owner's next writes would fail on files it cannot write.
+            self._uri = base + "?mode=ro&immutable=1"
+            return self._connect()
         conn = self._connect()
         try:
             conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
@@ -166,6 +173,13 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             if is_corrupt(exc):
                 raise database_corrupt(self.path, exc) from exc
             raise unavailable(self.path, exc) from exc
+
+    def _foreign_without_wal(self) -> bool:
+        """Whether a reader other than the file's owner (and not root) finds no WAL
+        and index beside it (no writer has it open: the file holds everything)."""
+        if not hasattr(os, "geteuid") or os.geteuid() in (0, os.stat(self.path).st_uid):
+            return False
+        return not (os.path.exists(self.path + "-wal") and os.path.exists(self.path + "-shm"))
 
     def _connect(self) -> sqlite3.Connection:
         try:

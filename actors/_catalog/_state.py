@@ -129,7 +129,7 @@ def session_state(
         state = "waiting"
     elif fold.interrupted or fold.stop == "cancelled":
         state = "cancelled"
-    elif fold.one_shot and fold.stop is not None:
+    elif fold.one_shot and (fold.stop is not None or fold.open):  # (its process ended)
         state = "ended"
     else:
         state = "settled"

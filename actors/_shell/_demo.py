@@ -178,6 +178,10 @@ def _first_run(rt: Runtime, root: Any, script: _Script, show: Show) -> None:
     show.step("first run complete")
 
 
+def _nothing(turn: Turn) -> None:
+    """The root while its tree is looked at: it starts nothing."""
+
+
 def _unfinished_script(rt: Runtime, root_id: SessionId) -> bool:
     """Whether a scripted first run built this tree (the root's first message is
     its ``plan``, or it has none) and stopped before its end: the root's three
@@ -217,7 +221,8 @@ def _failure(rt: Runtime, root_id: SessionId) -> str | None:
 
 def _discard(rt: Runtime, root: Any) -> Any:
     """Delete what an unfinished first run built (the root's tree and the side
-    projects'), deepest first, and make the root again."""
+    projects'), deepest first, and make the root again. The caller holds the root
+    (nothing of the tree runs: this runtime adopts nothing)."""
     root_id = root.session_id
     found = headers(rt)
     doomed = {root_id} | _side_projects(found)
@@ -227,6 +232,11 @@ def _discard(rt: Runtime, root: Any) -> Any:
         grew = bool(below)
         doomed |= below
     root.dispose()
+    for h in found:
+        agent = rt.agents.get(h.id) if h.id in doomed else None
+        if agent is not None:
+            agent.dispose()
+    rt.sessions.flush()  # nothing of theirs is still on its way to the store
     assert rt.store is not None  # a demo tree is in a store
     for h in sorted(
         (h for h in found if h.id in doomed), key=lambda h: h.delegation_depth, reverse=True
@@ -284,7 +294,10 @@ def run_demo(
     console = console or Console()
     script = _Script()
     shown = redacted_url(db)
-    with Runtime(db, backend=backend) as rt:
+    # No adoption: an unfinished tree's children with work waiting would start
+    # (and wait on steps no run takes) while this run looks at the tree; a
+    # resumed tree's children cold-resume when the root follows them up.
+    with Runtime(db, backend=backend, adopt=False) as rt:
         if model is None:
             _register(rt, script)
         else:
@@ -303,25 +316,40 @@ def run_demo(
         said: list[str] = []
         with show.live if console.is_terminal else contextlib.nullcontext():
             if previous:
+                root_id = older[-1] if older else ROOT_ID
                 lead = _lead if model is None else None  # None: the recorded model
-                root = _resume_root(rt, older[-1] if older else ROOT_ID, console, lead)
-                if model is None and _unfinished_script(rt, root.session_id):
+                unfinished = False
+                if model is None:
+                    # Held first by a root that starts nothing (what it accepted
+                    # and never ran is dropped with it): the tree is looked at
+                    # while this run holds it and nothing of it runs.
+                    idle = _resume_root(rt, root_id, console, _nothing)
+                    idle.wait_idle(30.0)
+                    unfinished = _unfinished_script(rt, root_id)
+                    if unfinished:
+                        root = _discard(rt, idle)
+                    else:
+                        idle.dispose()
+                if unfinished:
                     # A first run stopped part way (Ctrl-C, a crash): its children
                     # wait on steps no later run takes. Built again from the root.
                     console.print(
                         f"found an unfinished demo tree in {shown} (its first run"
                         " stopped part way): building it again"
                     )
-                    root = _discard(rt, root)
                     _first_run(rt, root, script, show)
                     previous = False
-                elif model is not None and not _answered(rt, root.session_id):
-                    console.print(f"the demo tree in {shown} has no answer yet: {model} goes on")
-                    run_model_first(rt, root, show, _quiet)
-                    previous = False
                 else:
-                    console.print(f"found a demo tree in {shown}: resuming it")
-                    said = _second_run(rt, root, show, 30.0 if model is None else 600.0)
+                    root = _resume_root(rt, root_id, console, lead)
+                    if model is not None and not _answered(rt, root_id):
+                        console.print(
+                            f"the demo tree in {shown} has no answer yet: {model} goes on"
+                        )
+                        run_model_first(rt, root, show, _quiet)
+                        previous = False
+                    else:
+                        console.print(f"found a demo tree in {shown}: resuming it")
+                        said = _second_run(rt, root, show, 30.0 if model is None else 600.0)
             elif model is not None:
                 console.print(f"no demo tree in {shown} yet: {model} builds one")
                 run_model_first(rt, root, show, _quiet)

@@ -335,8 +335,8 @@ def watch_tree(
             # A read that failed (the store busy or away) or a ROOT not there yet:
             # this frame says so, and the watch goes on, as `serve` does.
             damaged = True
-            text = " ".join(str(exc).split())
-            return f"--- {now} {db} ---\n[{exc.code}] {text}"
+            text = " ".join(str(exc).split())  # "[CODE] message", on one line
+            return f"--- {now} {db} ---\n{text}"
         damaged = any(e.data["diagnostics"] or e.data["detached"] for e in entries)
         body = _text(entries, trees) if entries else "no sessions"
         return f"--- {now} {db} ---\n{body}"

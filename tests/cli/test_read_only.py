@@ -110,3 +110,43 @@ def test_a_file_in_a_directory_the_reader_cannot_write() -> None:
             assert "child" in done.stdout
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root, to act as two unprivileged users",
+)
+def test_another_users_read_leaves_the_owner_able_to_write() -> None:
+    """The file's owner wrote it and closed (no WAL left); another user reads it in
+    a directory both may write: the reader leaves no WAL or index of its own
+    behind (the owner's next writes failed: "attempt to write a readonly
+    database")."""
+    home = Path(tempfile.mkdtemp(prefix="subagents-ro-", dir="/tmp"))
+    try:
+        home.chmod(0o1777)
+        db = str(home / "x.db")
+        owner = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        reader = ["setpriv", "--reuid=12345", "--regid=12345", "--clear-groups"]
+        write = (
+            "import sys; from subagents.actors import Runtime\n"
+            "with Runtime(sys.argv[1]) as rt:\n"
+            "    a = rt.spawn('echo', label='x'); a.followup('hi'); assert a.wait_idle(10)\n"
+        )
+
+        def run(who: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*who, sys.executable, *args], capture_output=True, text=True, timeout=60
+            )
+
+        first = run(owner, "-c", write, db)
+        if "Permission denied" in first.stderr and "python" in first.stderr.lower():
+            pytest.skip("an unprivileged user cannot run this interpreter here")
+        assert first.returncode == 0, first.stderr
+        shown = run(reader, "-c", _CLI, "tree", db)
+        assert shown.returncode == 0, shown.stderr
+        assert "x  " in shown.stdout
+        assert sorted(p.name for p in home.iterdir()) == ["x.db"]
+        again = run(owner, "-c", write, db)
+        assert again.returncode == 0, again.stderr
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -304,11 +304,11 @@ def test_a_gap_in_a_log_is_a_diagnostic_of_tree_as_of_show(tmp_path: Path, capsy
     capsys.readouterr()
 
 
-def _fold(events: list[Any]) -> str:
+def _fold(events: list[Any], held: bool = True) -> str:
     registry = ProjectionRegistry()
     registry.register(session_state_unit)
     states = registry.fold(enumerate(events))
-    return session_state(states["session_state"]).state
+    return session_state(states["session_state"], held=held).state
 
 
 @pytest.mark.parametrize(
@@ -328,6 +328,7 @@ def _fold(events: list[Any]) -> str:
         (["one-shot", "start", "message", "end"], "ended"),
         (["one-shot", "start", "message"], "running"),
         (["one-shot", "start", "cancelled"], "cancelled"),
+        (["one-shot", "start", "message", "unheld"], "ended"),
         (["continuable", "start", "failed"], "settled"),
         (["start", "message", "steered", "end"], "settled"),
         (["start", "message", "steered", "end", "message"], "waiting"),
@@ -354,6 +355,8 @@ def test_state_fold(events: list[str], state: str) -> None:
             out.append(TurnEnd(turn=0, at=T0, stop_reason=stop))
         elif name == "interrupt":
             out.append(InterruptEvent(at=T0))
+        elif name == "unheld":
+            pass
         elif name == "one-shot":
             out.append(descriptor_event(OneShotDescriptor(provider="local", label="o")))
         else:
@@ -365,7 +368,8 @@ def test_state_fold(events: list[str], state: str) -> None:
     if events[:2] == ["message", "start"]:
         first = out[0].message_id
         out[1] = TurnStart(turn=0, at=T0, message_ids=(first,))
-    assert _fold(out) == state
+    # "unheld": no live process holds the session (its lease expired).
+    assert _fold(out, held="unheld" not in events) == state
 
 
 def test_many_trees_are_read_a_window_at_a_time(tmp_path: Path, capsys) -> None:

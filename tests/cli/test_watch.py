@@ -58,7 +58,7 @@ def test_a_root_not_there_yet_is_a_line_and_the_watch_goes_on(
     out, err = capsys.readouterr()
     frames = _frames(out)
     assert len(frames) == 2 and err == ""
-    assert all(f.splitlines()[1].startswith("[SESSION_NOT_FOUND] ") for f in frames)
+    assert all(f.splitlines()[1].startswith("[SESSION_NOT_FOUND] /") for f in frames)
 
 
 @pytest.mark.parametrize(
