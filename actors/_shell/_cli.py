@@ -235,7 +235,10 @@ class _StateFold:
         entry that does not decode is a diagnostic, as in ``tree``)."""
         damaged: list[int] = []
         try:  # a damaged row still counts: accepted, if unreadable
-            inbox = len(store.pending(sid, damaged=damaged)) + len(damaged)
+            pending = store.pending(sid, damaged=damaged)
+            # A quiet report waits for the next turn and starts none (as in `tree`).
+            quiet = sum(getattr(e.event, "delivery", None) == "quiet" for e in pending)
+            inbox = len(pending) + len(damaged) - quiet
         except SubagentError:  # the store failed: the log alone says the state
             inbox = 0
         for n in damaged:

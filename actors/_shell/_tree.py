@@ -147,17 +147,18 @@ class _Trees:
         how many messages -- and of them reports -- wait in its durable inbox."""
         timing = states.get("subagent_timing")
         seconds = None if timing is None else float(timing["active_us"]) / 1e6
-        inbox = self.inbox(sid, diags)
+        count, reports, quiet = self.inbox(sid, diags)
         raw = states.get("session_state")
         held = not getattr(raw, "open", False) or lease_held(self.store, sid)
-        state = session_state(raw, inbox=inbox[0], created_at=created_at, held=held)
-        return seconds, state, inbox
+        # A quiet report waits for the next turn and starts none: not "waiting".
+        state = session_state(raw, inbox=count - quiet, created_at=created_at, held=held)
+        return seconds, state, (count, reports)
 
-    def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> tuple[int, int]:
-        """How many accepted messages the store's durable inbox holds for ``sid``, and
-        how many of them are children's reports."""
+    def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> tuple[int, int, int]:
+        """How many accepted messages the store's durable inbox holds for ``sid``, how
+        many of them are children's reports, and how many of those quiet ones."""
         if not isinstance(sid, SessionId):
-            return 0, 0
+            return 0, 0, 0
         pending = self.inboxes.get(sid)
         damaged = self.damaged.get(sid, [])
         if pending is None:  # not read ahead
@@ -166,11 +167,12 @@ class _Trees:
             except SubagentError as exc:
                 if exc.code == ErrorCode.CORRUPT_RECORD:
                     diags.append(self.diag(sid, str(exc)))
-                return 0, 0
+                return 0, 0, 0
         for n in damaged:  # counted: accepted, if unreadable
             diags.append(self.diag(sid, f"inbox entry {n} does not decode"))
-        reports = sum(isinstance(e.event, ReportEvent) for e in pending)
-        return len(pending) + len(damaged), reports
+        reports = [e.event for e in pending if isinstance(e.event, ReportEvent)]
+        quiet = sum(r.delivery == "quiet" for r in reports)
+        return len(pending) + len(damaged), len(reports), quiet
 
     def row_facts(
         self, sid: SessionId, created_at: dt.datetime, diags: list[dict[str, Any]]

@@ -279,6 +279,32 @@ def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, c
     assert [d["detail"] for d in shown["diagnostics"]] == ["inbox entry 2 does not decode"]
 
 
+def test_a_quiet_report_alone_does_not_make_its_parent_wait(tmp_path: Path, capsys) -> None:
+    """A quiet report waits for the parent's next turn and starts none: the parent
+    is ``settled`` with it in its inbox (it showed ``waiting`` for ever); a waking
+    report makes it ``waiting``."""
+    db = str(tmp_path / "quiet.db")
+    quiet, waking = new_session_id(), new_session_id()
+    with SqliteStore(db) as store:
+        for sid, delivery in ((quiet, "quiet"), (waking, "waking")):
+            store.create_session(
+                SessionHeader(
+                    id=sid, parent_session=None, origin="user", delegation_depth=0, created_at=T0
+                )
+            )
+            report = ReportEvent(message_id=new_message_id(), content="r", delivery=delivery)
+            store.accept(sid, [report])
+    data = _tree_json(capsys, db)
+    assert (data[quiet]["state"], data[quiet]["inbox"], data[quiet]["reports_waiting"]) == (
+        "settled",
+        1,
+        1,
+    )
+    assert data[waking]["state"] == "waiting"
+    assert _show_json(capsys, db, quiet)["state"] == "settled"
+    assert _show_json(capsys, db, waking)["state"] == "waiting"
+
+
 def test_a_gap_in_a_log_is_a_diagnostic_of_tree_as_of_show(tmp_path: Path, capsys) -> None:
     """A deleted event row: ``show`` said so (exit 1), ``tree`` did not (exit 0)."""
     import sqlite3
