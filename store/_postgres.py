@@ -52,7 +52,7 @@ from ._base import SessionStore, store_closed
 from ._committed import CommittedWrites
 from ._group import GroupCommitter
 from ._location import is_postgres_url, redacted_url
-from ._pg_schema import classify, migrate, pg_error, reorder, translate
+from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
@@ -88,6 +88,10 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         limits: decoding bounds applied to stored bytes.
         create: create the store when the schema holds none (False: refuse with
             ``NOT_A_DATABASE``, writing nothing -- what a reader wants).
+        read_only: read a store of the current schema version, never migrating
+            or writing it (every transaction is read-only: a write fails with
+            ``PERSISTENCE_UNAVAILABLE``): what ``subagents tree`` and ``show``
+            do. An older schema is ``PERSISTENCE_UNAVAILABLE``, left untouched.
 
     Raises:
         SubagentError: ``PERSISTENCE_UNAVAILABLE`` (the server cannot be reached),
@@ -107,6 +111,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         lock_timeout_s: float = 30.0,
         limits: Limits = DEFAULT_LIMITS,
         create: bool = True,
+        read_only: bool = False,
     ) -> None:
         if not is_postgres_url(url):
             raise invalid(f"not a postgresql:// URL: {url!r}")
@@ -127,7 +132,10 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
                 raise invalid(f"{name} must be a number > 0, got {value!r}")
         if not isinstance(limits, Limits):
             raise invalid(f"limits must be a Limits, got {type(limits).__name__}")
+        if type(read_only) is not bool:
+            raise invalid(f"read_only must be a bool, got {type(read_only).__name__}")
         self.url = url
+        self.read_only = read_only
         self.schema = schema
         self._limits = limits
         self._header_cache: dict[bytes, SessionHeader] = {}
@@ -141,7 +149,8 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout_s)),
-            "options": f"-c search_path={schema} -c lock_timeout={round(lock_timeout_s * 1000)}",
+            "options": f"-c search_path={schema} -c lock_timeout={round(lock_timeout_s * 1000)}"
+            + (" -c default_transaction_read_only=on" if read_only else ""),
         }
         self._conninfo = conninfo
         try:
@@ -150,14 +159,23 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
         try:
             # Refuse a foreign or newer schema before writing anything.
-            kind, _version = classify(admin, schema)
-            if kind == "new" and not create:
+            kind, version = classify(admin, schema)
+            if kind == "new" and (read_only or not create):
                 raise SubagentError(
                     f"no subagents store in schema {schema!r} of {redacted_url(url)}",
                     code=ErrorCode.NOT_A_DATABASE,
                     hint={"schema": schema},
                 )
-            migrate(admin, schema)
+            if not read_only:
+                migrate(admin, schema)
+            elif version < PG_SCHEMA_VERSION:
+                raise SubagentError(
+                    f"schema {schema!r} of {redacted_url(url)} is at version {version},"
+                    f" older than {PG_SCHEMA_VERSION}: open it read-write (a Runtime on it)"
+                    " once to migrate it",
+                    code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+                    hint={"schema": schema, "version": version},
+                )
         except psycopg.Error as exc:
             raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
         finally:

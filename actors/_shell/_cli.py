@@ -141,7 +141,7 @@ def _open_existing(path: str) -> Any:
     if is_postgres_url(path):
         from subagents.store import PostgresStore
 
-        return PostgresStore(path, create=False)
+        return PostgresStore(path, create=False, read_only=True)
 
     if not os.path.exists(path):
         raise SubagentError(f"{path}: no such file", code="NOT_A_DATABASE")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from subagents.actors import ContinuableStartSpec, Runtime
@@ -150,3 +151,32 @@ def test_another_users_read_leaves_the_owner_able_to_write() -> None:
         assert again.returncode == 0, again.stderr
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_postgres_reader_neither_migrates_nor_writes(pg_url: str, capsys: Any) -> None:
+    """``tree`` on PostgreSQL opens the store read-only: a write fails, and a schema
+    of an older version is refused and left as it is (``tree`` migrated it, which a
+    SELECT-only role could not)."""
+    import psycopg
+    from subagents.store import PostgresStore
+
+    with Runtime(pg_url) as rt:
+        rt.spawn("echo", label="pg-root")
+    assert main(["tree", pg_url]) == 0
+    assert "pg-root" in capsys.readouterr().out
+    with PostgresStore(pg_url, read_only=True) as store:
+        (sid,) = [h.id for h in store.all_headers()]
+        with pytest.raises(SubagentError) as err:
+            store.put_projection(sid, "subagent", 0, b"x")
+        assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+    base, schema = pg_url.split("?schema=")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{schema}".subagents_schema SET version = version - 1')
+    assert main(["tree", pg_url]) == 2
+    assert "older than" in capsys.readouterr().err
+    with psycopg.connect(base, autocommit=True) as conn:
+        (version,) = conn.execute(f'SELECT version FROM "{schema}".subagents_schema').fetchone()
+        conn.execute(f'UPDATE "{schema}".subagents_schema SET version = version + 1')
+    from subagents.store._pg_schema import PG_SCHEMA_VERSION
+
+    assert version == PG_SCHEMA_VERSION - 1  # untouched
