@@ -250,13 +250,22 @@ class CommittedWrites:
         self._committer.submit(lambda txn: txn.complete(sid, ids, token))
 
     def retract(
-        self, session_id: SessionId | str, message_id: MessageId, *, epoch: int | None = None
+        self,
+        session_id: SessionId | str,
+        message_id: MessageId,
+        *,
+        epoch: int | None = None,
+        accepted_at: float | None = None,
     ) -> bool:
         sid = check_session_id(session_id)
         (mid,) = check_message_ids([message_id])
         if epoch is not None and type(epoch) is not int:
             raise invalid("epoch must be an int or None")
-        done: bool = self._committer.submit(lambda txn: txn.retract(sid, mid.to_bytes(), epoch))
+        if accepted_at is not None and type(accepted_at) is not float:
+            raise invalid("accepted_at must be a float or None")
+        done: bool = self._committer.submit(
+            lambda txn: txn.retract(sid, mid.to_bytes(), epoch, accepted_at)
+        )
         return done
 
     def hand_over(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from subagents.protocol import (
@@ -102,11 +102,14 @@ class InboxEntry:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """The outcome of accepting one message: its place ``n``, and whether its id had
-    been accepted before (then nothing new was queued)."""
+    """The outcome of accepting one message: its place ``n``, whether its id had
+    been accepted before (then nothing new was queued), and, for a new entry, the
+    acceptance time it was stored with (what :meth:`DurableInbox.retract` takes to
+    take back only an entry no later acceptance answered for)."""
 
     n: int
     duplicate: bool
+    at: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,11 +266,21 @@ class DurableQueues(abc.ABC):
 
     @abc.abstractmethod
     def retract(
-        self, session_id: SessionId | str, message_id: MessageId, *, epoch: int | None = None
+        self,
+        session_id: SessionId | str,
+        message_id: MessageId,
+        *,
+        epoch: int | None = None,
+        accepted_at: float | None = None,
     ) -> bool:
         """Take back an accepted message that no activation but ``epoch`` (the caller's
         own) has taken, and that is not done (its admission failed after it was
-        committed); True when it was removed."""
+        committed); True when it was removed.
+
+        ``accepted_at``: the caller's own acceptance time (``Accepted.at``). An
+        acceptance of the same id that found it already there (a duplicate: its
+        caller was told the message is accepted) moves the entry's time on, so
+        the first caller's retraction then leaves it: it stays accepted."""
 
     @abc.abstractmethod
     def hand_over(

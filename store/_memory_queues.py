@@ -82,11 +82,13 @@ class QueueState:
     def add(self, event: MessageEvent | ReportEvent, epoch: int | None, at: float) -> Accepted:
         known = self.inbox.get(event.message_id)
         if known is not None:
+            if not known.done:  # answered for (see DurableInbox.retract)
+                known.at += 0.000001
             return Accepted(known.n, True)
         n = self.next_n
         self.next_n = n + 1
         self.inbox[event.message_id] = _Entry(n, event, epoch, at)
-        return Accepted(n, False)
+        return Accepted(n, False, at)
 
     def give_back(self, message_ids: Sequence[MessageId], epoch: int) -> int:
         n = 0
@@ -198,7 +200,12 @@ class MemoryQueues(DurableQueues):
             state.mark_done(ids)
 
     def retract(
-        self, session_id: SessionId | str, message_id: MessageId, *, epoch: int | None = None
+        self,
+        session_id: SessionId | str,
+        message_id: MessageId,
+        *,
+        epoch: int | None = None,
+        accepted_at: float | None = None,
     ) -> bool:
         sid = check_session_id(session_id)
         (mid,) = check_message_ids([message_id])
@@ -207,6 +214,8 @@ class MemoryQueues(DurableQueues):
             entry = state.inbox.get(mid)
             if entry is None or entry.done or entry.epoch not in (None, epoch):
                 return False
+            if accepted_at is not None and entry.at != accepted_at:
+                return False  # answered for by a later acceptance: it stays
             del state.inbox[mid]
             return True
 

@@ -52,6 +52,13 @@ _INSERT_ENTRY: Final = (
 
 _KNOWN: Final = "SELECT n FROM inbox WHERE session = ? AND message_id = ?"
 
+# A duplicate acceptance answered for the entry: its time moves on (by a microsecond,
+# nothing reads it finer), so the first acceptor's retraction no longer matches it.
+_ANSWERED: Final = (
+    "UPDATE inbox SET accepted_at = accepted_at + 0.000001"
+    " WHERE session = ? AND message_id = ? AND done = 0"
+)
+
 #: Prefix of an inbox's last-``n`` key in the writer's cache (a session key is 16 bytes).
 _N: Final = b"n"
 #: The prefix of a session's inbox place in the next-seq cache.
@@ -188,12 +195,18 @@ class QueueTxn:
         for mid, body in messages:
             if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
                 n += 1
-                out.append(Accepted(n, False))
+                out.append(Accepted(n, False, at))
                 continue
-            known = conn.execute(_KNOWN, (key, mid)).fetchone()
-            out.append(Accepted(int(known[0]), True))
+            out.append(self._duplicate(key, mid))
         self.overlay[_N + key] = n
         return out
+
+    def _duplicate(self, key: bytes, mid: bytes) -> Accepted:
+        """An id accepted before: its place, and the entry answered for."""
+        conn = self.conn
+        known = conn.execute(_KNOWN, (key, mid)).fetchone()
+        conn.execute(_ANSWERED, (key, mid))
+        return Accepted(int(known[0]), True)
 
     def _check_room(
         self, session_id: SessionId, key: bytes, messages: Sequence[Message], limit: int
@@ -232,7 +245,7 @@ class QueueTxn:
         if inserted == len(params):
             n = last
             for op in ops:
-                out.append([Accepted(n + i + 1, False) for i in range(len(op.rows))])
+                out.append([Accepted(n + i + 1, False, op.at) for i in range(len(op.rows))])
                 n += len(op.rows)
             self.overlay[_N + key] = n
             return out
@@ -249,10 +262,9 @@ class QueueTxn:
             for mid, body in op.rows:
                 if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
                     n += 1
-                    results.append(Accepted(n, False))
+                    results.append(Accepted(n, False, at))
                     continue
-                known = conn.execute(_KNOWN, (key, mid)).fetchone()
-                results.append(Accepted(int(known[0]), True))
+                results.append(self._duplicate(key, mid))
             out.append(results)
         self.overlay[_N + key] = n
         return out
@@ -267,12 +279,22 @@ class QueueTxn:
             [(key, mid) for mid in message_ids],
         )
 
-    def retract(self, session_id: SessionId, message_id: bytes, epoch: int | None) -> bool:
-        cursor = self.conn.execute(
+    def retract(
+        self,
+        session_id: SessionId,
+        message_id: bytes,
+        epoch: int | None,
+        accepted_at: float | None = None,
+    ) -> bool:
+        sql = (
             "DELETE FROM inbox WHERE session = ? AND message_id = ? AND done = 0"
-            " AND (epoch IS NULL OR epoch = ?)",
-            (session_id.to_bytes(), message_id, epoch),
+            " AND (epoch IS NULL OR epoch = ?)"
         )
+        params: tuple[object, ...] = (session_id.to_bytes(), message_id, epoch)
+        if accepted_at is not None:  # only the caller's own, not answered for since
+            sql += " AND accepted_at = ?"
+            params += (accepted_at,)
+        cursor = self.conn.execute(sql, params)
         return bool(cursor.rowcount > 0)
 
     def hand_over(

@@ -90,14 +90,25 @@ class Acceptance:
                 live.deduplicated += 1
 
     def retract(
-        self, session_id: SessionId, message_id: MessageId, live: LiveSession | None = None
+        self,
+        session_id: SessionId,
+        message_id: MessageId,
+        live: LiveSession | None = None,
+        *,
+        accepted_at: float | None = None,
     ) -> bool:
-        """Take an accepted message back (its delivery failed right after it committed)."""
+        """Take an accepted message back (its delivery failed right after it
+        committed); ``accepted_at``: its ``Accepted.at``, so that an entry a later
+        acceptance of the same id answered for stays (see ``DurableInbox.retract``)."""
         store = self.persistence
         assert store is not None
         token = live.token if live is not None else None
         done: bool = self._call(
-            store.retract, session_id, message_id, epoch=None if token is None else token[1]
+            store.retract,
+            session_id,
+            message_id,
+            epoch=None if token is None else token[1],
+            accepted_at=accepted_at,
         )
         return done
 

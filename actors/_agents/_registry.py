@@ -398,9 +398,10 @@ class AgentRegistry:
             elif exc.code == ErrorCode.SESSION_EXISTS:
                 # Live here since we looked: its pickup takes what nobody took.
                 sessions.wake_pickup(sid)
-            else:
-                sessions.retract(sid, mid)
+            elif sessions.retract(sid, mid, accepted_at=accepted.at):
                 raise
+            # Not ours to take back (a duplicate acceptance answered for it, or it
+            # was taken meanwhile): it stays accepted.
         return mid
 
     def list(self) -> list[Agent]:

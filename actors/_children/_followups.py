@@ -170,7 +170,9 @@ class Followups:
         except BaseException as exc:
             # Committed on the fast path (the child was retiring), then refused
             # before it was routed (the parent disposed meanwhile): taken back.
-            if delivery.committed and kept(self._ctx.sessions, cid, delivery.message_id, exc):
+            if delivery.committed and kept(
+                self._ctx.sessions, cid, delivery.message_id, exc, delivery.accepted_at
+            ):
                 return delivery.message_id
             raise
 
@@ -199,9 +201,11 @@ class Followups:
         if sessions.strict and not delivery.committed:
             # Not resident here: committed taken by nobody, before it is routed.
             event = trusted_message(mid, delivery.content, delivery.source)
-            if sessions.accept(cid, (event,), limit=header.max_inbox)[0].duplicate:
+            (accepted,) = sessions.accept(cid, (event,), limit=header.max_inbox)
+            if accepted.duplicate:
                 return mid
             delivery.committed = True
+            delivery.accepted_at = accepted.at
         act = self._materializer.route(Request(cid, parent, delivery), signal)
         if act is not None:  # absent: cold-resume it, delivering this message first
             self._materializer.resume(act, agents, delivery, signal)

@@ -167,14 +167,20 @@ def steer_followup(
 
 
 def kept(
-    sessions: SessionService, target: SessionId, message_id: MessageId, error: BaseException
+    sessions: SessionService,
+    target: SessionId,
+    message_id: MessageId,
+    error: BaseException,
+    accepted_at: float | None = None,
 ) -> bool:
     """After the delivery of a committed message failed with ``error``: True when it
     stays accepted (see the module docstring), else it is retracted (False).
 
     The runtime closing (``RUNTIME_CLOSED``) keeps it: what a closing runtime
     accepted runs at the session's next activation. A retraction the store cannot
-    make keeps it too: it is in the inbox, and will run.
+    make keeps it too: it is in the inbox, and will run. So does one another
+    caller's acceptance of the same id answered for since (``accepted_at``, the
+    caller's own acceptance time: see ``DurableInbox.retract``).
     """
     if isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_HELD:
         wake_holder(sessions, error, target)  # in the inbox of a child another process holds
@@ -182,7 +188,7 @@ def kept(
     if isinstance(error, SubagentError) and error.code == ErrorCode.RUNTIME_CLOSED:
         return True
     try:
-        return not sessions.retract(target, message_id)
+        return not sessions.retract(target, message_id, accepted_at=accepted_at)
     except SubagentError as again:
         logger.warning(
             "could not retract %s from %s (%s): it stays accepted", message_id, target, again

@@ -109,13 +109,15 @@ def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
     is retiring; the delivery is marked committed, for the registry to route."""
     event = trusted_message(delivery.message_id, delivery.content, delivery.source)
     limit = child.header.max_inbox
-    if sessions.accept(child.session_id, (event,), limit=limit)[0].duplicate:
+    (accepted,) = sessions.accept(child.session_id, (event,), limit=limit)
+    if accepted.duplicate:
         return True
     delivery.committed = True
+    delivery.accepted_at = accepted.at
     try:
         return child.admit_followup(delivery.content, delivery.source, delivery.message_id, True)
     except BaseException as exc:  # refused (drained): nothing stays accepted ...
-        if kept(sessions, child.session_id, delivery.message_id, exc):
+        if kept(sessions, child.session_id, delivery.message_id, exc, accepted.at):
             return True  # ... unless it is not ours to take back (see kept)
         delivery.committed = False
         raise

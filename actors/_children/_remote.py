@@ -101,7 +101,7 @@ def followup_by_id(
             # Nobody can run it (the parent cannot be resumed: a damaged log, a
             # model not registered here): an error means nothing was accepted --
             # unless it is not ours to take back (see kept).
-            if kept(sessions, child_id, mid, exc):
+            if kept(sessions, child_id, mid, exc, accepted.at):
                 return mid
             raise
     return mid

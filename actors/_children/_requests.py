@@ -39,9 +39,10 @@ __all__ = [
 
 class Delivery:
     """One message on its way into a child's inbox; ``committed``: it is in the
-    child's durable inbox already, taken by no activation."""
+    child's durable inbox already, taken by no activation (``accepted_at``: the
+    time its acceptance stored, for a retraction)."""
 
-    __slots__ = ("committed", "content", "message_id", "source")
+    __slots__ = ("accepted_at", "committed", "content", "message_id", "source")
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class Delivery:
         self.source = source
         self.message_id = message_id
         self.committed = committed
+        self.accepted_at: float | None = None
 
 
 class Request:

@@ -102,6 +102,28 @@ def test_retract_and_hand_over(
     assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(b, 2)]
 
 
+def test_a_retraction_leaves_what_another_acceptance_answered_for(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Two callers accept one id (two workers, a client's retry): the first
+    inserted it, the second was told "accepted" (a duplicate). The first caller's
+    retraction, with its own acceptance time, then leaves it: it stays accepted
+    (it deleted it, and the second caller's message was lost). Its own entry,
+    answered for by nobody, it still takes back."""
+    h = make_header()
+    store.create_session(h)
+    a, b = make_events(2)
+    (first,) = store.accept(h.id, [a], now=100.0)
+    assert first.at == 100.0 and not first.duplicate
+    (again,) = store.accept(h.id, [a], now=101.0)
+    assert again.duplicate
+    assert not store.retract(h.id, a.message_id, accepted_at=first.at)
+    assert [e.event for e in store.pending(h.id)] == [a]
+    (own,) = store.accept(h.id, [b], now=102.0)
+    assert store.retract(h.id, b.message_id, accepted_at=own.at)
+    assert [e.event for e in store.pending(h.id)] == [a]
+
+
 def test_find_accepted_and_prune(
     store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
 ) -> None:
