@@ -128,14 +128,12 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         try:
             if read_only:
                 check_current(conn, fspath)
-                self._writer = Writer(conn)
-                self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
-                return
-            migrate(conn, fspath)
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode != "wal":
-                raise unavailable(fspath, f"cannot switch to WAL (journal_mode is {mode!r})")
-            conn.execute(f"PRAGMA synchronous = {self._sync}")
+            else:
+                migrate(conn, fspath)
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode != "wal":
+                    raise unavailable(fspath, f"cannot switch to WAL (journal_mode is {mode!r})")
+                conn.execute(f"PRAGMA synchronous = {self._sync}")
         except sqlite3.Error as exc:
             conn.close()
             if is_corrupt(exc):

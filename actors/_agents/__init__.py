@@ -17,7 +17,7 @@ from ._messages import UNTAKEN, plain
 from ._options import AgentOptions, recorded_model
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
-from ._registry import AgentRegistry
+from ._registry import AgentRegistry, runtime_closed
 from ._resume import CUT_SHORT, Restored, replay, stored_options
 from ._sessions import SessionService
 from ._spawn import spawn_agent, wait_all_idle
@@ -64,6 +64,7 @@ __all__ = [
     "plain",
     "recorded_model",
     "replay",
+    "runtime_closed",
     "runtime_statistics",
     "spawn_agent",
     "stored_options",

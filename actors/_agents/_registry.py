@@ -40,7 +40,7 @@ from ._options import AgentOptions
 from ._resume import Restored, replay, restore
 from ._turn import Turn
 
-__all__ = ["AgentRegistry"]
+__all__ = ["AgentRegistry", "runtime_closed"]
 
 logger = logging.getLogger("subagents")
 
@@ -182,7 +182,7 @@ class AgentRegistry:
 
     def _check_open(self) -> None:
         if self._closing:
-            raise SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
+            raise runtime_closed()
 
     def _claim(self, sid: SessionId, *, wait: bool) -> None:
         self._check_open()
@@ -270,7 +270,7 @@ class AgentRegistry:
         if waiters is not None:
             waiters.set()
         if closing:
-            raise SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
+            raise runtime_closed()
         if taken:
             raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
 
@@ -414,6 +414,12 @@ class AgentRegistry:
         listener), else None: a call that waits for every agent must not come
         from one of them."""
         return next((a for a in self.list() if a._in_own_loop()), None)
+
+
+def runtime_closed() -> SubagentError:
+    """``RUNTIME_CLOSED``: what an activation, or a call the closed runtime's actors
+    would answer, gets once the runtime closes."""
+    return SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
 
 
 def _a_subagent(sid: SessionId) -> SubagentError:

@@ -74,14 +74,11 @@ class ToolRegistry:
             SubagentError: ``INVALID_ARGUMENT`` when no such tool exists,
                 ``UNAUTHORIZED`` when the filter hides it.
         """
-        own = extra.get(name)
-        if own is not None:
-            return own(turn, *args, **kwargs)
-        fn = self._tools.get(name)
-        if fn is None:
-            raise SubagentError(f"no tool named {name!r}", code=ErrorCode.INVALID_ARGUMENT)
-        if tool_filter is not None and name not in tool_filter:
+        fn = self.lookup(tool_filter, extra, name)
+        if fn is None and name in self._tools:
             raise SubagentError(
                 f"tool {name!r} is filtered out for this agent", code=ErrorCode.UNAUTHORIZED
             )
+        if fn is None:
+            raise SubagentError(f"no tool named {name!r}", code=ErrorCode.INVALID_ARGUMENT)
         return fn(turn, *args, **kwargs)

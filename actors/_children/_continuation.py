@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentRegistry, wake_holder
+from subagents.actors._agents import Agent, AgentRegistry, runtime_closed, wake_holder
 from subagents.actors._kernel import (
     AbortSignal,
     Alarm,
@@ -137,14 +137,14 @@ class ContinuationManager(Followups):
         try:
             return self._registry.ask(message, block=True)
         except pykka.ActorDeadError:
-            raise _closed() from None
+            raise runtime_closed() from None
 
     def _tell(self, message: Any) -> None:
         """A message to the registry actor (``RUNTIME_CLOSED`` once it stopped)."""
         try:
             self._registry.tell(message)
         except pykka.ActorDeadError:
-            raise _closed() from None
+            raise runtime_closed() from None
 
     def _tell_quietly(self, message: Any) -> None:
         """A release for the registry; once it stopped, there is nothing to release."""
@@ -372,8 +372,4 @@ class ContinuationManager(Followups):
         for act in list(self._index.values()):
             waiters, act.waiters = act.waiters, None
             for request in waiters or ():
-                request.reply.set_exception(_closed())
-
-
-def _closed() -> SubagentError:
-    return SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
+                request.reply.set_exception(runtime_closed())

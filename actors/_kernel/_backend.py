@@ -32,7 +32,7 @@ from subagents.protocol import ErrorCode, SubagentError
 from ._gevent import GeventActor, GeventFuture
 from ._sigint import InterruptibleEvent, start_blocking_sigint
 from ._threadinbox import ThreadActor
-from ._waiting import run_waiting
+from ._waiting import apply_in, run_waiting
 
 __all__ = [
     "GEVENT",
@@ -350,10 +350,8 @@ class _GeventBackend(Backend):
             # No hub in this OS thread (a worker thread, a plain thread): nothing
             # here can stall, and a threadpool would only add a hop.
             return fn(*args, **kwargs)
-        ok, result = hub.threadpool.apply(_outcome, (fn, args, kwargs))
-        if not ok:
-            raise result
-        return result  # type: ignore[no-any-return]
+        result: T = apply_in(hub.threadpool, fn, args, kwargs)
+        return result
 
     def run_waiting(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         result: T = run_waiting(fn, args, kwargs)
@@ -361,15 +359,6 @@ class _GeventBackend(Backend):
 
     def sleep(self, seconds: float) -> None:
         gevent.sleep(seconds)
-
-
-def _outcome(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[bool, Any]:
-    """Run ``fn`` in a pool worker and hand its exception back as a value: raised in
-    the worker, the pool would print it as an error (a typed ``LEASE_HELD`` is not)."""
-    try:
-        return True, fn(*args, **kwargs)
-    except BaseException as exc:
-        return False, exc
 
 
 THREADING: Final[Backend] = _ThreadingBackend()

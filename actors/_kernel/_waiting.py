@@ -18,7 +18,7 @@ from typing import Any, Final
 from gevent._hub_local import get_hub_if_exists
 from gevent.threadpool import ThreadPool
 
-__all__ = ["IDLE_SECONDS", "WAITING_POOL_SIZE", "run_waiting", "waiting_pool"]
+__all__ = ["IDLE_SECONDS", "WAITING_POOL_SIZE", "apply_in", "run_waiting", "waiting_pool"]
 
 #: Waiting calls one hub runs at once; more wait (cooperatively) for a worker.
 WAITING_POOL_SIZE: Final = 256
@@ -53,6 +53,14 @@ def run_waiting(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
             pool = _POOLS[hub] = ThreadPool(
                 WAITING_POOL_SIZE, hub=hub, idle_task_timeout=IDLE_SECONDS
             )
+    return apply_in(pool, fn, args, kwargs)
+
+
+def apply_in(
+    pool: ThreadPool, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``fn(*args, **kwargs)`` in a worker of ``pool``, waited for cooperatively; its
+    exception propagates unchanged."""
     ok, result = pool.apply(_outcome, (fn, args, kwargs))
     if not ok:
         raise result

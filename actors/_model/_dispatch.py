@@ -138,32 +138,33 @@ class ToolDispatcher:
 
     def visible(self, turn: Turn) -> tuple[str, ...]:
         """Names of the tools this turn's agent may see and call, in order."""
+        return self._own(turn) + tuple(self._runtime(turn))
+
+    def definitions(self, turn: Turn) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list for this turn's agent (``[]`` when it sees none)."""
+        own = [tool_definition(name, self._tools[name]) for name in self._own(turn)]
+        return own + [tool_definition(n, tool) for n, tool in self._runtime(turn).items()]
+
+    def _own(self, turn: Turn) -> tuple[str, ...]:
+        """This dispatcher's tools the turn's agent may see and call, in order."""
         agent = turn.agent
         allowed = agent.options.tool_filter
         has_parent = agent.parent_session is not None
-        own = tuple(
+        return tuple(
             name
             for name in self._tools
             if (allowed is None or name in allowed) and (name != "report" or has_parent)
         )
-        return own + tuple(self._runtime(turn))
 
-    def definitions(self, turn: Turn) -> list[dict[str, Any]]:
-        """The OpenAI ``tools`` list for this turn's agent (``[]`` when it sees none)."""
-        runtime = self._runtime(turn)
-        return [
-            tool_definition(name, runtime[name] if name in runtime else self._tools[name])
-            for name in self.visible(turn)
-        ]
-
-    def _runtime(self, turn: Turn) -> dict[str, ModelTool]:
-        """The runtime tools this turn's agent may call, as model tools."""
+    def _runtime(self, turn: Turn, only: str | None = None) -> dict[str, ModelTool]:
+        """The runtime tools this turn's agent may call (or just ``only``), as model
+        tools; a name of this dispatcher's own is never one."""
         if not self.runtime_tools:
             return {}
         agent = turn.agent
         registry = agent.host.tools
         shown: dict[str, ModelTool] = {}
-        for name in turn.tools:
+        for name in turn.tools if only is None else (only,):
             if name in self._tools:
                 continue
             fn = registry.lookup(agent.options.tool_filter, agent.extra_tools, name)
@@ -202,16 +203,18 @@ class ToolDispatcher:
     def _arguments(
         self, turn: Turn, name: str, arguments: str | Mapping[str, Any] | None
     ) -> tuple[ModelTool, dict[str, Any]]:
-        runtime = self._runtime(turn) if type(name) is str and name not in self._tools else {}
-        if type(name) is not str or (name not in self._tools and name not in runtime):
+        own = type(name) is str and name in self._tools
+        tool = self._tools[name] if own else None
+        if type(name) is str and not own:
+            tool = self._runtime(turn, name).get(name)
+        if tool is None:
             shown = repr(name)[:80] if type(name) is str else type(name).__name__
             raise SubagentError(f"no tool named {shown}", code=_UNKNOWN_TOOL)
-        if name not in runtime and name not in self.visible(turn):
+        if own and name not in self._own(turn):
             raise SubagentError(
                 f"tool {name!r} is not available to this agent", code=ErrorCode.UNAUTHORIZED
             )
-        tool = runtime[name] if name in runtime else self._tools[name]
-        validator = self._validators.get(name) if name not in runtime else None
+        validator = self._validators[name] if own else None
         return tool, parse_arguments(name, arguments, tool.parameters, validator)
 
     # -- the six tools --------------------------------------------------------------

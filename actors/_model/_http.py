@@ -50,12 +50,13 @@ from ._wire import (
     SSEDecoder,
     completion_from_response,
     decode_json,
+    encode_body,
     error_from_body,
     retry_delay,
     should_retry,
 )
 
-__all__ = ["ChatSession", "Endpoint", "encode_body"]
+__all__ = ["ChatSession", "Endpoint"]
 
 _SSL: list[ssl.SSLContext] = []
 _SSL_LOCK = threading.Lock()
@@ -277,24 +278,3 @@ def _until(chunks: Iterator[bytes], deadline: float) -> Iterator[bytes]:
         if time.monotonic() > deadline:
             raise httpx.ReadTimeout("the answer took longer than the request's timeout")
         yield chunk
-
-
-def encode_body(body: Mapping[str, Any]) -> bytes:
-    """``body`` as UTF-8 JSON; a lone surrogate in a text becomes U+FFFD.
-
-    Raises:
-        SubagentError: ``INVALID_ARGUMENT`` for a value JSON cannot carry (NaN, an
-            object it does not know).
-    """
-    try:
-        text = json.dumps(body, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise SubagentError(
-            f"the request cannot be sent as JSON: {exc}"[:300], code=ErrorCode.INVALID_ARGUMENT
-        ) from None
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Pairs written as two code points join up again; a lone half is replaced.
-        fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return fixed.encode("utf-8")

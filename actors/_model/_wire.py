@@ -33,6 +33,7 @@ __all__ = [
     "SSEDecoder",
     "ToolCall",
     "completion_from_response",
+    "encode_body",
     "error_from_body",
     "retry_delay",
 ]
@@ -341,3 +342,24 @@ def should_retry(status: int, headers: Mapping[str, str]) -> bool:
 def bad_request(message: str) -> SubagentError:
     """An ``INVALID_ARGUMENT`` for a configuration the client cannot use."""
     return SubagentError(message, code=ErrorCode.INVALID_ARGUMENT)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as UTF-8 JSON; a lone surrogate in a text becomes U+FFFD.
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for a value JSON cannot carry (NaN, an
+            object it does not know).
+    """
+    try:
+        text = json.dumps(body, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SubagentError(
+            f"the request cannot be sent as JSON: {exc}"[:300], code=ErrorCode.INVALID_ARGUMENT
+        ) from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Pairs written as two code points join up again; a lone half is replaced.
+        fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return fixed.encode("utf-8")

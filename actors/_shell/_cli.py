@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from subagents.actors._catalog import session_state, session_state_unit
+from subagents.actors._catalog import session_state_unit
 from subagents.protocol import (
     CorruptRecordError,
     ErrorCode,
@@ -233,21 +233,16 @@ class _StateFold:
     ) -> dict[str, Any]:
         """The session's state as ``--json`` prints it (its inbox read too; an inbox
         entry that does not decode is a diagnostic, as in ``tree``)."""
-        damaged: list[int] = []
-        try:  # a damaged row still counts: accepted, if unreadable
-            pending = store.pending(sid, damaged=damaged)
-            # A quiet report waits for the next turn and starts none (as in `tree`).
-            quiet = sum(getattr(e.event, "delivery", None) == "quiet" for e in pending)
-            inbox = len(pending) + len(damaged) - quiet
-        except SubagentError:  # the store failed: the log alone says the state
-            inbox = 0
-        for n in damaged:
-            detail = f"inbox entry {n} does not decode"
-            diagnostics.append({"seq": -1, "kind": "corrupt", "detail": detail})
-        from ._tree import lease_held
+        from ._tree import damaged_entry, stored_state
 
-        held = not getattr(self._raw, "open", False) or lease_held(store, sid)
-        return session_state(self._raw, inbox=inbox, created_at=created, held=held).to_json()
+        damaged: list[int] = []
+        try:
+            pending = store.pending(sid, damaged=damaged)
+        except SubagentError:  # the store failed: the log alone says the state
+            pending, damaged = [], []
+        for n in damaged:
+            diagnostics.append({"seq": -1, "kind": "corrupt", "detail": damaged_entry(n)})
+        return stored_state(store, sid, self._raw, pending, damaged, created).to_json()
 
 
 def _tree(args: argparse.Namespace, console: Console) -> int:

@@ -216,32 +216,28 @@ def _answered(rt: Runtime, root_id: SessionId) -> bool:
 def _failure(rt: Runtime, root_id: SessionId) -> str | None:
     """The error of the root's last turn, when it failed (a model not reached)."""
     ends = rt.sessions.turn_ends(root_id)
-    return ends[-1].error or "failed" if ends and ends[-1].stop_reason == "failed" else None
+    if not ends or ends[-1].stop_reason != "failed":
+        return None
+    return ends[-1].error or "failed"
 
 
 def _discard(rt: Runtime, root: Any) -> Any:
     """Delete what an unfinished first run built (the root's tree and the side
     projects'), deepest first, and make the root again. The caller holds the root
     (nothing of the tree runs: this runtime adopts nothing)."""
-    root_id = root.session_id
-    found = headers(rt)
-    doomed = {root_id} | _side_projects(found)
-    grew = True
-    while grew:
-        below = {h.id for h in found if h.parent_session in doomed} - doomed
-        grew = bool(below)
+    found = sorted(headers(rt), key=lambda h: h.delegation_depth)
+    doomed = {root.session_id} | _side_projects(found)
+    while below := {h.id for h in found if h.parent_session in doomed} - doomed:
         doomed |= below
-    root.dispose()
-    for h in found:
-        agent = rt.agents.get(h.id) if h.id in doomed else None
+    for sid in doomed:
+        agent = rt.agents.get(sid)  # the root, held by this run
         if agent is not None:
             agent.dispose()
     rt.sessions.flush()  # nothing of theirs is still on its way to the store
     assert rt.store is not None  # a demo tree is in a store
-    for h in sorted(
-        (h for h in found if h.id in doomed), key=lambda h: h.delegation_depth, reverse=True
-    ):
-        rt.store.delete_session(h.id)
+    for h in reversed(found):  # deepest first
+        if h.id in doomed:
+            rt.store.delete_session(h.id)
     return rt.spawn("lead", label=ROOT_LABEL, session_id=ROOT_ID)
 
 

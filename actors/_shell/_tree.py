@@ -147,18 +147,18 @@ class _Trees:
         how many messages -- and of them reports -- wait in its durable inbox."""
         timing = states.get("subagent_timing")
         seconds = None if timing is None else float(timing["active_us"]) / 1e6
-        count, reports, quiet = self.inbox(sid, diags)
-        raw = states.get("session_state")
-        held = not getattr(raw, "open", False) or lease_held(self.store, sid)
-        # A quiet report waits for the next turn and starts none: not "waiting".
-        state = session_state(raw, inbox=count - quiet, created_at=created_at, held=held)
-        return seconds, state, (count, reports)
+        pending, damaged = self.inbox(sid, diags)
+        state = stored_state(
+            self.store, sid, states.get("session_state"), pending, damaged, created_at
+        )
+        reports = sum(isinstance(e.event, ReportEvent) for e in pending)
+        return seconds, state, (len(pending) + len(damaged), reports)
 
-    def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> tuple[int, int, int]:
-        """How many accepted messages the store's durable inbox holds for ``sid``, how
-        many of them are children's reports, and how many of those quiet ones."""
+    def inbox(self, sid: Key, diags: list[dict[str, Any]]) -> tuple[list[Any], list[int]]:
+        """The entries of ``sid``'s durable inbox, and the places of those that do not
+        decode (each a diagnostic too)."""
         if not isinstance(sid, SessionId):
-            return 0, 0, 0
+            return [], []
         pending = self.inboxes.get(sid)
         damaged = self.damaged.get(sid, [])
         if pending is None:  # not read ahead
@@ -167,12 +167,10 @@ class _Trees:
             except SubagentError as exc:
                 if exc.code == ErrorCode.CORRUPT_RECORD:
                     diags.append(self.diag(sid, str(exc)))
-                return 0, 0, 0
+                return [], []
         for n in damaged:  # counted: accepted, if unreadable
-            diags.append(self.diag(sid, f"inbox entry {n} does not decode"))
-        reports = [e.event for e in pending if isinstance(e.event, ReportEvent)]
-        quiet = sum(r.delivery == "quiet" for r in reports)
-        return len(pending) + len(damaged), len(reports), quiet
+            diags.append(self.diag(sid, damaged_entry(n)))
+        return pending, damaged
 
     def row_facts(
         self, sid: SessionId, created_at: dt.datetime, diags: list[dict[str, Any]]
@@ -297,6 +295,30 @@ def run_tree(
     else:
         console.print("no sessions", markup=False)
     return 1 if damaged else 0
+
+
+def stored_state(
+    store: Any,
+    sid: Key,
+    raw: Any,
+    pending: list[Any],
+    damaged: list[int],
+    created_at: dt.datetime | None,
+) -> SessionState:
+    """A session's state from its folded log (``raw``) and its durable inbox, as
+    ``tree`` and ``show`` print it: a damaged entry counts (accepted, if
+    unreadable); a quiet report waits for the next turn and starts none (not
+    ``waiting``); a turn the log shows open runs only while a live process holds
+    the session (:func:`lease_held`)."""
+    quiet = sum(getattr(e.event, "delivery", None) == "quiet" for e in pending)
+    held = not getattr(raw, "open", False) or lease_held(store, sid)
+    inbox = len(pending) + len(damaged) - quiet
+    return session_state(raw, inbox=inbox, created_at=created_at, held=held)
+
+
+def damaged_entry(n: int) -> str:
+    """The diagnostic of an inbox entry that does not decode."""
+    return f"inbox entry {n} does not decode"
 
 
 def lease_held(store: Any, sid: Key) -> bool:

@@ -29,8 +29,8 @@ from subagents.actors import (
     openai_chat,
 )
 from subagents.actors._kernel._backend import Backend
-from subagents.actors._model._http import encode_body
 from subagents.actors._model._openai import PARALLEL_TOOL_CALLS
+from subagents.actors._model._wire import encode_body
 from subagents.actors.testing import Answer, FakeCall, FakeOpenAI, Gate
 from subagents.protocol import ErrorCode, SubagentError
 
