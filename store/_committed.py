@@ -268,6 +268,18 @@ class CommittedWrites:
         )
         return done
 
+    def answer(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        sid = check_session_id(session_id)
+        (mid,) = check_message_ids([message_id])
+        done: bool = self._committer.submit(lambda txn: txn.answer(sid, mid.to_bytes()))
+        return done
+
+    def withdraw(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        sid = check_session_id(session_id)
+        (mid,) = check_message_ids([message_id])
+        done: bool = self._committer.submit(lambda txn: txn.withdraw(sid, mid.to_bytes()))
+        return done
+
     def hand_over(
         self,
         session_id: SessionId | str,

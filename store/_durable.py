@@ -283,6 +283,27 @@ class DurableQueues(abc.ABC):
         the first caller's retraction then leaves it: it stays accepted."""
 
     @abc.abstractmethod
+    def answer(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        """A caller that found ``message_id`` already accepted (not through
+        :meth:`accept`: a start that found its child created) answers for it: a
+        pending entry's time moves on as a duplicate acceptance's does, so the
+        first caller's retraction or withdrawal leaves it. True when a pending entry
+        was answered for; False when it is done, or gone (the session withdrawn).
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND`` for an unknown session.
+        """
+
+    @abc.abstractmethod
+    def withdraw(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        """Undo a session created with ``message_id`` in its inbox
+        (``create_session(..., inbox=)``) nobody can run: in one transaction,
+        delete the session if that entry is pending, no activation took it, and
+        nobody answered for it (:meth:`answer`); True when it was deleted, False
+        (nothing changed) otherwise -- the session then stays, and its message
+        runs. Unknown sessions are False."""
+
+    @abc.abstractmethod
     def hand_over(
         self,
         session_id: SessionId | str,

@@ -232,12 +232,15 @@ class MemoryStore(MemoryQueues, SessionStore):
         with self._lock:
             if self._closed:
                 raise store_closed(self)
-            session = self._sessions.pop(sid, None)
-            if session is not None:
-                siblings = self._children[session.header.parent_session]
-                siblings.discard(sid)
-                if not siblings:
-                    del self._children[session.header.parent_session]
+            self._drop(sid)
+
+    def _drop(self, session_id: SessionId) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            siblings = self._children[session.header.parent_session]
+            siblings.discard(session_id)
+            if not siblings:
+                del self._children[session.header.parent_session]
 
     def put_checkpoint(self, session_id: SessionId | str, seq: int, data: bytes) -> None:
         sid = check_session_id(session_id)

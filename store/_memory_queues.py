@@ -121,6 +121,10 @@ class MemoryQueues(DurableQueues):
     def _get(self, session_id: SessionId) -> _Session:
         raise NotImplementedError
 
+    def _drop(self, session_id: SessionId) -> None:
+        """Delete the session (caller holds the lock)."""
+        raise NotImplementedError
+
     def _queues(self, session_id: SessionId) -> QueueState:
         # Caller holds the lock.
         session = self._get(session_id)
@@ -217,6 +221,30 @@ class MemoryQueues(DurableQueues):
             if accepted_at is not None and entry.at != accepted_at:
                 return False  # answered for by a later acceptance: it stays
             del state.inbox[mid]
+            return True
+
+    def answer(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        sid = check_session_id(session_id)
+        (mid,) = check_message_ids([message_id])
+        with self._lock:
+            entry = self._queues(sid).inbox.get(mid)
+            if entry is None or entry.done:
+                return False
+            entry.at += 0.000001  # as a duplicate acceptance does (QueueState.add)
+            return True
+
+    def withdraw(self, session_id: SessionId | str, message_id: MessageId) -> bool:
+        sid = check_session_id(session_id)
+        (mid,) = check_message_ids([message_id])
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            if sid not in self._sessions:
+                return False
+            entry = self._queues(sid).inbox.get(mid)
+            if entry is None or entry.done or entry.epoch is not None or entry.at != 0.0:
+                return False
+            self._drop(sid)
             return True
 
     def hand_over(

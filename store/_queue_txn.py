@@ -24,7 +24,7 @@ from ._durable import (
     lease_lost,
 )
 
-__all__ = ["EXPIRY", "INBOX_KEY", "LEASE", "AcceptOp", "QueueTxn", "SqlConn"]
+__all__ = ["ANSWERED", "EXPIRY", "INBOX_KEY", "LEASE", "AcceptOp", "QueueTxn", "SqlConn"]
 
 #: A lease's expiry: the later of its own (set when taken) and its holder's heartbeat
 #: (``holders``, written by every renewal), for ``leases l LEFT JOIN holders h``.
@@ -54,7 +54,7 @@ _KNOWN: Final = "SELECT n FROM inbox WHERE session = ? AND message_id = ?"
 
 # A duplicate acceptance answered for the entry: its time moves on (by a microsecond,
 # nothing reads it finer), so the first acceptor's retraction no longer matches it.
-_ANSWERED: Final = (
+ANSWERED: Final = (
     "UPDATE inbox SET accepted_at = accepted_at + 0.000001"
     " WHERE session = ? AND message_id = ? AND done = 0"
 )
@@ -205,7 +205,7 @@ class QueueTxn:
         """An id accepted before: its place, and the entry answered for."""
         conn = self.conn
         known = conn.execute(_KNOWN, (key, mid)).fetchone()
-        conn.execute(_ANSWERED, (key, mid))
+        conn.execute(ANSWERED, (key, mid))
         return Accepted(int(known[0]), True)
 
     def _check_room(

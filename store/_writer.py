@@ -43,7 +43,7 @@ from subagents.protocol import (
 from ._base import not_found, session_exists
 from ._durable import LeaseToken, NewLease
 from ._group import WriteRequest
-from ._queue_txn import INBOX_KEY, AcceptOp, Message, QueueTxn, SqlConn
+from ._queue_txn import ANSWERED, INBOX_KEY, AcceptOp, Message, QueueTxn, SqlConn
 from ._schema import database_corrupt, is_corrupt
 from ._validate import invalid
 
@@ -193,6 +193,25 @@ class Txn(QueueTxn):
         if inbox:
             self.accept_messages(header.id, inbox, epoch, 0.0, None)
         return len(bodies) - 1
+
+    def answer(self, session_id: SessionId, message_id: bytes) -> bool:
+        key = session_id.to_bytes()
+        if self.conn.execute(ANSWERED, (key, message_id)).rowcount:
+            return True
+        if not self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (key,)).fetchone():
+            raise not_found(session_id)
+        return False
+
+    def withdraw(self, session_id: SessionId, message_id: bytes) -> bool:
+        # The creation's entries are dated 0.0 (see create): an answer moved it on.
+        if not self.conn.execute(
+            "DELETE FROM inbox WHERE session = ? AND message_id = ? AND done = 0"
+            " AND epoch IS NULL AND accepted_at = 0",
+            (session_id.to_bytes(), message_id),
+        ).rowcount:
+            return False
+        self.delete(session_id)
+        return True
 
     def delete(self, session_id: SessionId) -> None:
         key = session_id.to_bytes()

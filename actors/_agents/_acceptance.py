@@ -126,14 +126,22 @@ class Acceptance:
         self._call(store.create_session, header, events, inbox=[prompt])
 
     def withdraw_unheld(self, session_id: SessionId, message_id: MessageId) -> bool:
-        """Undo :meth:`create_unheld` while nobody has taken its prompt: the prompt is
-        retracted and the session deleted (True); False when it was taken already."""
+        """Undo :meth:`create_unheld` while nobody has taken its prompt, nor answered
+        for it (:meth:`answer_unheld`): the session is deleted, with its prompt, in one
+        transaction (True); False when it stays."""
         store = self.persistence
         assert store is not None
-        if not self.retract(session_id, message_id):
-            return False
-        self._call(store.delete_session, session_id)
-        return True
+        done: bool = self._call(store.withdraw, session_id, message_id)
+        return done
+
+    def answer_unheld(self, session_id: SessionId, message_id: MessageId) -> bool:
+        """A start that found the session :meth:`create_unheld` made answers for its
+        prompt, so the creator's :meth:`withdraw_unheld` leaves it. False when the
+        prompt is done or gone (``SESSION_NOT_FOUND``: the session was withdrawn)."""
+        store = self.persistence
+        assert store is not None
+        done: bool = self._call(store.answer, session_id, message_id)
+        return done
 
     def pending(self, session_id: SessionId) -> list[InboxEntry]:
         """The session's accepted messages not yet done, in acceptance order.

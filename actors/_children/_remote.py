@@ -168,9 +168,11 @@ def _start_unheld(
         except SubagentError:
             # Nobody can run it (nobody holds the parent and it cannot be resumed
             # here: a model not registered here, a damaged log): an error means
-            # nothing was created.
-            sessions.withdraw_unheld(handle.child_id, handle.message_id)
-            raise
+            # nothing was created -- unless it was taken, or a start of the same id
+            # was told it exists meanwhile: then it stays, as a follow-up nobody
+            # could wake does (it runs at the child's next activation).
+            if sessions.withdraw_unheld(handle.child_id, handle.message_id):
+                raise
     return handle
 
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-from subagents.actors._agents import Agent, AgentOptions, AgentRegistry
+from subagents.actors._agents import Agent, AgentOptions, AgentRegistry, SessionService
 from subagents.actors._kernel import AbortSignal
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
     MessageId,
     MessageSource,
+    SessionId,
     SubagentError,
     descriptor_event,
     new_message_id,
@@ -132,7 +133,7 @@ def create_unheld(
     else:
         mid = MessageId(spec.message_id)
         child_id = start_child_id(parent.session_id, mid)
-        if sessions.header(child_id) is not None:
+        if _answered(sessions, child_id, mid):
             return ContinuableHandle(child_id, mid), False
     create = p.prepare(dataclasses.replace(spec, parent=parent.session_id))
     if not isinstance(create, ContinuableCreateSpec):
@@ -157,5 +158,22 @@ def create_unheld(
     except SubagentError as exc:
         if exc.code != ErrorCode.SESSION_EXISTS or spec.message_id is None:
             raise
-        return ContinuableHandle(child_id, mid), False
+        if _answered(sessions, child_id, mid):
+            return ContinuableHandle(child_id, mid), False
+        return create_unheld(ctx, spec, parent, p)  # withdrawn meanwhile: create it again
     return ContinuableHandle(child_id, mid), True
+
+
+def _answered(sessions: SessionService, child_id: SessionId, mid: MessageId) -> bool:
+    """A start by id found its child created: answer for its prompt, so that a
+    failing creator leaves it (``withdraw_unheld``) -- this caller is told it
+    exists. False when there is no such child (never made, or withdrawn)."""
+    if sessions.header(child_id) is None:
+        return False
+    try:
+        sessions.answer_unheld(child_id, mid)  # False: done, the child ran it
+    except SubagentError as exc:
+        if exc.code != ErrorCode.SESSION_NOT_FOUND:
+            raise
+        return False
+    return True

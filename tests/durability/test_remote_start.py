@@ -260,16 +260,24 @@ def test_bad_starts_by_id_create_nothing(pair: list[Runtime], backend: Backend, 
     assert noted.contents() == ["first"]
 
 
-def test_a_start_nobody_can_run_is_withdrawn(pair: list[Runtime]) -> None:
-    """Nobody holds the parent (``a``, which made it, closed) and ``b`` cannot resume
-    it (its model was registered in ``a`` only): the start raises that error, and
-    neither the child nor its prompt remains."""
+def _root_nobody_runs(pair: list[Runtime]) -> tuple[Noted, Any]:
+    """A root ``a`` made and let go (closed), of a model registered in ``a`` only:
+    nobody holds it, and ``b`` (where ``note`` runs) cannot resume it."""
     a, b = pair
     noted = Noted()
     noted.register(b, "b")
     a.models.register("root-only", lambda _o: lambda turn: None)
     root = a.spawn("root-only", label="root")
     a.close()
+    return noted, root
+
+
+def test_a_start_nobody_can_run_is_withdrawn(pair: list[Runtime]) -> None:
+    """Nobody holds the parent (``a``, which made it, closed) and ``b`` cannot resume
+    it (its model was registered in ``a`` only): the start raises that error, and
+    neither the child nor its prompt remains."""
+    noted, root = _root_nobody_runs(pair)
+    b = pair[1]
     before = _sessions(b)
     with pytest.raises(SubagentError) as err:
         b.subagents.start_continuable(_spec(root.session_id))
@@ -390,3 +398,44 @@ def test_a_follow_up_by_id_after_the_trees_holder_was_killed_runs_at_once(
             rt.subagents.followup(root, child, "next")
             assert noted.wait_for(lambda items: len(items) == 2)
             assert noted.items() == [("here", "first", True), ("here", "next", False)]
+
+
+def test_a_duplicate_start_keeps_the_child_a_failed_wake_would_withdraw(
+    pair: list[Runtime], backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Race, forced: ``b`` and a third runtime start one child by id with one
+    ``message_id``; nobody holds the parent and neither can resume it. ``b``
+    commits the child and, while its wake is failing, the third caller finds it
+    and is told it exists. ``b``'s withdrawal must then leave it (the third
+    caller answered for it): ``b`` returns the same handle rather than raising,
+    and the child and its prompt stay until a runtime that can run them does.
+    It used to delete the child the third caller held a handle to. R-CONT-9."""
+    from subagents.actors._children import _remote
+
+    noted, root = _root_nobody_runs(pair)
+    b = pair[1]
+    mid = new_message_id()
+    real_wake = _remote.wake_child
+    told: list[Any] = []
+    with Runtime(db, backend=backend, lease_ttl=3.0) as c:
+        noted.register(c, "c")
+
+        def wake_racing(*args: Any) -> None:
+            if not told:  # b's wake: c's duplicate start lands before it fails
+                told.append(c.subagents.start_continuable(_spec(root.session_id, message_id=mid)))
+            real_wake(*args)
+
+        monkeypatch.setattr(_remote, "wake_child", wake_racing)
+        handle = b.subagents.start_continuable(_spec(root.session_id, message_id=mid))
+        monkeypatch.undo()
+    assert told == [handle]
+    assert b.store is not None
+    assert b.store.header(handle.child_id) is not None
+    assert [e.message_id for e in b.store.pending(handle.child_id)] == [mid]
+    # Nothing lost: a runtime that can run the tree runs the prompt once.
+    with Runtime(db, backend=backend, lease_ttl=3.0) as d:
+        noted.register(d, "d")
+        d.models.register("root-only", lambda _o: lambda turn: None)
+        d.subagents.followup(root.session_id, handle.child_id, "next")
+        assert noted.runs("next", ["d"])
+        assert noted.ran("hello") == ["d"]

@@ -124,6 +124,84 @@ def test_a_retraction_leaves_what_another_acceptance_answered_for(
     assert [e.event for e in store.pending(h.id)] == [a]
 
 
+def test_a_withdrawal_leaves_a_created_session_answered_for_taken_or_run(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """``withdraw`` deletes a session created with a message in its inbox, in one
+    transaction, only while that message is pending, untaken and unanswered;
+    ``answer`` (a start that found the session made) moves it on, so the creator's
+    withdrawal leaves it. A withdrawn session answers ``SESSION_NOT_FOUND``."""
+    for case in ("alone", "answered", "taken", "done"):
+        h = make_header()
+        (prompt,) = make_events(1, case)
+        store.create_session(h, [], inbox=[prompt])
+        if case == "answered":
+            assert store.answer(h.id, prompt.message_id)
+        elif case == "taken":
+            assert store.hand_over(h.id, [prompt.message_id], 1) == [prompt.message_id]
+        elif case == "done":
+            store.complete(h.id, [prompt.message_id])
+            assert not store.answer(h.id, prompt.message_id)  # nothing pending to answer
+        assert store.withdraw(h.id, prompt.message_id) == (case == "alone"), case
+        if case == "alone":
+            assert store.header(h.id) is None
+            assert not store.withdraw(h.id, prompt.message_id)  # unknown: False
+            with pytest.raises(SubagentError) as err:
+                store.answer(h.id, prompt.message_id)
+            assert _code(err) == ErrorCode.SESSION_NOT_FOUND
+        else:
+            assert store.header(h.id) == h, case
+    other = make_header()
+    store.create_session(other)
+    (later,) = make_events(1, "later")
+    store.accept(other.id, [later], now=NOW)  # accepted, not created with the session
+    assert not store.withdraw(other.id, later.message_id)
+    assert [e.event for e in store.pending(other.id)] == [later]
+
+
+def _withdraw_and_answer(store: SessionStore, sid: SessionId, mid: MessageId) -> dict[str, Any]:
+    """A withdrawal and an answer of one entry, let go at once in two threads."""
+    gate = threading.Barrier(2)
+    out: dict[str, Any] = {}
+
+    def withdraw() -> None:
+        gate.wait()
+        out["withdrawn"] = store.withdraw(sid, mid)
+
+    def answer() -> None:
+        gate.wait()
+        try:
+            out["answered"] = store.answer(sid, mid)
+        except SubagentError as exc:
+            out["answered"] = exc.code
+
+    threads = [threading.Thread(target=withdraw), threading.Thread(target=answer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return out
+
+
+def test_an_answer_racing_a_withdrawal_never_answers_for_a_deleted_session(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Race, 60 rounds: a creator withdraws while another caller answers. Exactly
+    one wins: the withdrawal (the answer then finds no session) or the answer (the
+    session stays, its message pending)."""
+    for i in range(60):
+        h = make_header()
+        (prompt,) = make_events(1, f"r{i}")
+        store.create_session(h, [], inbox=[prompt])
+        out = _withdraw_and_answer(store, h.id, prompt.message_id)
+        if out["withdrawn"]:
+            assert out["answered"] == ErrorCode.SESSION_NOT_FOUND, (i, out)
+            assert store.header(h.id) is None
+        else:
+            assert out["answered"] is True, (i, out)
+            assert [e.event for e in store.pending(h.id)] == [prompt]
+
+
 def test_find_accepted_and_prune(
     store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
 ) -> None:
