@@ -10,9 +10,11 @@ cross-process leases, a projection cache) by appending a function here.
 
 Identification happens *before* anything could write to a file (:func:`probe`):
 the first 100 bytes are read as plain bytes, and a database is only ever opened
-``mode=ro&immutable=1`` before it is known to be ours, because even a read-only
-open of a WAL database creates ``-wal``/``-shm`` files and a read-write open may
-checkpoint into it. A file that is not ours is refused untouched:
+read-only before it is known to be ours -- ``immutable`` when it is in WAL mode,
+because even a read-only open of a WAL database creates ``-wal``/``-shm`` files
+and a read-write open may checkpoint into it; with locks otherwise, which
+create nothing, so that a file another process is setting up is read whole.
+A file that is not ours is refused untouched:
 ``NOT_A_DATABASE`` when it is no SQLite file (no SQLite header) or another
 application's, ``DATABASE_CORRUPT`` when it starts with SQLite's header but SQLite
 finds it damaged (truncated, overwritten pages: :func:`is_corrupt`), the same code
@@ -264,6 +266,40 @@ def _schema_is_empty(conn: sqlite3.Connection) -> bool:
     return bool(conn.execute("SELECT count(*) = 0 FROM sqlite_schema").fetchone()[0])
 
 
+def _identify(base: str, head: bytes) -> tuple[int, int | None]:
+    """``(application_id, version)`` read in one snapshot of the file at ``base``
+    (a ``mode=ro`` URI); version ``-1``: an empty schema, ``None``: no
+    ``schema_version`` table.
+
+    A file in rollback-journal mode (header bytes 18-19 are 1: every file we are
+    still setting up, since a store migrates before it switches to WAL) is read
+    with locks: such a read makes no file beside it, and it waits for a writer's
+    commit rather than reading its pages half written -- another process setting
+    up the same new file read as damaged. A WAL file, or one whose journal a
+    crash left hot (a read-only connection cannot roll it back), is read
+    ``immutable``: no locks, no ``-wal``/``-shm`` files, nothing written (its
+    main file changes only at checkpoints).
+    """
+    if head[18] == head[19] == 1:
+        try:
+            return _identify_in(sqlite3.connect(base, uri=True))
+        except sqlite3.OperationalError as exc:
+            if not getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
+                raise
+    return _identify_in(sqlite3.connect(base + "&immutable=1", uri=True))
+
+
+def _identify_in(conn: sqlite3.Connection) -> tuple[int, int | None]:
+    try:
+        conn.execute("BEGIN")  # one read transaction: the id and the schema agree
+        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        if _schema_is_empty(conn):
+            return app_id, -1
+        return app_id, _read_version(conn)
+    finally:
+        conn.close()
+
+
 def probe(path: str) -> Literal["new", "ours"]:
     """Classify ``path`` without writing to it.
 
@@ -300,25 +336,22 @@ def probe(path: str) -> Literal["new", "ours"]:
     app_id = int.from_bytes(head[68:72], "big")
     if app_id not in (0, APPLICATION_ID):
         raise _not_ours(path, f"SQLite application_id is {app_id:#x}")
-    # immutable=1: no locks, no -wal/-shm files, nothing written.
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+    base = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     try:
-        conn = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as exc:
-        raise unavailable(path, exc) from exc
-    try:
-        if app_id == 0:
-            if _schema_is_empty(conn):
-                return "new"
-            raise _not_ours(path, "an SQLite database of another application")
-        version = _read_version(conn)
+        app_id, version = _identify(base, head)
     except sqlite3.DatabaseError as exc:
         if is_corrupt(exc):  # it starts with SQLite's header: a damaged SQLite file
             raise database_corrupt(path, exc, untouched=True) from exc
         raise _not_ours(path, f"unreadable: {exc}") from exc
-    finally:
-        conn.close()
-    if version is None:
+    except sqlite3.Error as exc:
+        raise unavailable(path, exc) from exc
+    if app_id == 0:
+        if version == -1:
+            return "new"
+        raise _not_ours(path, "an SQLite database of another application")
+    if app_id != APPLICATION_ID:
+        raise _not_ours(path, f"SQLite application_id is {app_id:#x}")
+    if version is None or version == -1:
         raise _not_ours(path, "no schema_version table")
     if version > SCHEMA_VERSION:
         raise _too_new(path, version)

@@ -191,6 +191,78 @@ def test_our_magic_without_version_table_is_refused(tmp_path: Path) -> None:
     assert _fingerprint(path) == before
 
 
+def test_a_file_another_process_is_committing_is_not_read_half_written(
+    tmp_path: Path, make_header: MakeHeader
+) -> None:
+    """A store sets a new file up (its migration) before it switches to WAL; a
+    second process opening the file then must not read the pages the first is
+    writing. Forced: a writer holds the file's exclusive lock with every page
+    but the first overwritten, as mid-commit; identification waits for the lock
+    and reads the finished file (``"ours"``). It read it without locks, and called
+    it damaged: ``DATABASE_CORRUPT`` when several workers started on one new
+    file."""
+    import threading
+
+    path = tmp_path / "new.db"
+    with SqliteStore(path) as store:
+        store.create_session(make_header())
+    with _raw(path) as conn:
+        assert conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    writer = _raw(path)
+    writer.execute("BEGIN EXCLUSIVE")
+    good = path.read_bytes()
+    with open(path, "r+b") as f:  # pages 2.. as a commit would leave them, half done
+        f.seek(4096)
+        f.write(b"\xa5" * (len(good) - 4096))
+    out: list[object] = []
+
+    def identify() -> None:
+        try:
+            out.append(_schema.probe(str(path)))
+        except SubagentError as exc:
+            out.append(exc.code)
+
+    reader = threading.Thread(target=identify)
+    reader.start()
+    reader.join(0.5)  # time for a read that ignores the lock to go wrong
+    path.write_bytes(good)
+    writer.rollback()
+    writer.close()
+    reader.join(10)
+    assert out == ["ours"]
+
+
+def test_several_processes_open_one_new_file_at_once(tmp_path: Path) -> None:
+    """Real processes, 3 rounds of 6: every one opens the new file (none is told
+    it is damaged or another application's), and it is ours after."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from subagents.store import SqliteStore\n"
+        "while time.time() < float(sys.argv[2]): pass\n"
+        "SqliteStore(sys.argv[1]).close()\n"
+    )
+    for i in range(3):
+        path = tmp_path / f"new{i}.db"
+        start = str(time.time() + 1.0)
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(path), start],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(6)
+        ]
+        for proc in procs:
+            _out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, (i, err[-600:])
+        assert _schema.probe(str(path)) == "ours"
+
+
 def test_unusable_locations(tmp_path: Path) -> None:
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
