@@ -43,6 +43,7 @@ from ._agents import (
     SessionService,
     ToolRegistry,
     Turn,
+    dispose_by_depth,
     runtime_statistics,
     spawn_agent,
     wait_all_idle,
@@ -405,7 +406,7 @@ class Runtime:
             # What they accepted and did not run stays in their durable inboxes
             # (strict durability): it runs at each session's next activation.
             agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
-        self.agents.dispose_by_depth(agents, 30.0)
+        dispose_by_depth(agents, 30.0)
         # Children that settled on their own (disposing without a waiter) release
         # their sessions in their actors' on_stop: before the writer closes.
         if not self.agents.wait_stopped(30.0):

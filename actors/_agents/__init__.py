@@ -20,7 +20,7 @@ from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry, runtime_closed
 from ._resume import CUT_SHORT, Restored, replay, stored_options
 from ._sessions import SessionService
-from ._spawn import spawn_agent, wait_all_idle
+from ._spawn import dispose_by_depth, spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
 from ._tools import ToolFn, ToolRegistry
@@ -58,6 +58,7 @@ __all__ = [
     "as_behaviour",
     "check_output_schema",
     "check_steer",
+    "dispose_by_depth",
     "echo",
     "interrupt_ring",
     "not_open",

@@ -180,6 +180,27 @@ class AgentRegistry:
             self._claims.unclaim(sid)
         return restored.agent
 
+    def resume_waiting(self, session_id: SessionId) -> Agent | None:
+        """Activate a top-level session for the messages waiting in its inbox (the
+        mail's adoption of a session nobody holds). ``None``, and nothing left
+        live, when the activation finds none waiting: they ran meanwhile, in an
+        agent since disposed -- a top-level agent never settles, so one activated
+        for nothing would stay for the runtime's life.
+
+        Raises:
+            SubagentError: those of :meth:`resume`.
+        """
+        self._claim(session_id, wait=True)
+        try:
+            restored = self._restore(session_id)
+            replay(restored.agent, restored.pending)
+        finally:
+            self._claims.unclaim(session_id)
+        if restored.pending:
+            return restored.agent
+        restored.agent.dispose()
+        return None
+
     def _check_open(self) -> None:
         if self._closing:
             raise runtime_closed()
@@ -285,27 +306,6 @@ class AgentRegistry:
     def _released(self, agent: Agent) -> None:
         """``agent`` finished disposing: nothing waits for it any more."""
         self._claims.released(agent)
-
-    def dispose_by_depth(self, agents: list[Agent], timeout: float) -> None:
-        """Dispose ``agents`` child-first: the deepest delegation depth first, its
-        agents together, each depth once the deeper one ended (or ``timeout``
-        seconds passed). Together, their stops and session releases overlap and share
-        the store's commits (one by one, each waited for, a closing runtime paid a
-        commit -- an fsync -- per agent)."""
-        by_depth: dict[int, list[Agent]] = {}
-        for agent in agents:
-            by_depth.setdefault(agent.delegation_depth, []).append(agent)
-        for depth in sorted(by_depth, reverse=True):
-            level = by_depth[depth]
-            for agent in level:
-                try:
-                    agent.dispose(wait=False)
-                except Exception:
-                    logger.exception("disposing %r while closing the runtime failed", agent)
-            deadline = time.monotonic() + timeout
-            for agent in level:
-                if not agent.wait_disposed(max(0.0, deadline - time.monotonic())):
-                    logger.warning("%r was still disposing when the runtime closed", agent)
 
     def wait_stopped(self, timeout: float) -> bool:
         """Wait until every agent that left the registry finished disposing (its

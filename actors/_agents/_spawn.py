@@ -1,4 +1,5 @@
-"""Top-level agents: ``Runtime.spawn`` and ``Runtime.wait_idle``, on the registry.
+"""Top-level agents: ``Runtime.spawn``, ``Runtime.wait_idle`` and the disposal of
+every agent at ``Runtime.close``, on the registry.
 
 A top-level agent has origin ``"user"``, depth 0 and no Activation; a model name
 is recorded in its log (``agent/options``) so any process that registers the
@@ -8,6 +9,7 @@ model can resume it.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +31,9 @@ from ._output import check_output_schema
 from ._registry import AgentRegistry
 from ._sessions import SessionService
 
-__all__ = ["spawn_agent", "wait_all_idle"]
+__all__ = ["dispose_by_depth", "spawn_agent", "wait_all_idle"]
+
+logger = logging.getLogger("subagents")
 
 
 def spawn_agent(
@@ -93,3 +97,25 @@ def wait_all_idle(agents: AgentRegistry, timeout: float | None) -> bool:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not agent.wait_idle(remaining) and not agent.disposed:
                 return False
+
+
+def dispose_by_depth(agents: list[Agent], timeout: float) -> None:
+    """Dispose ``agents`` child-first: the deepest delegation depth first, its
+    agents together, each depth once the deeper one ended (or ``timeout``
+    seconds passed). Together, their stops and session releases overlap and share
+    the store's commits (one by one, each waited for, a closing runtime paid a
+    commit -- an fsync -- per agent)."""
+    by_depth: dict[int, list[Agent]] = {}
+    for agent in agents:
+        by_depth.setdefault(agent.delegation_depth, []).append(agent)
+    for depth in sorted(by_depth, reverse=True):
+        level = by_depth[depth]
+        for agent in level:
+            try:
+                agent.dispose(wait=False)
+            except Exception:
+                logger.exception("disposing %r while closing the runtime failed", agent)
+        deadline = time.monotonic() + timeout
+        for agent in level:
+            if not agent.wait_disposed(max(0.0, deadline - time.monotonic())):
+                logger.warning("%r was still disposing when the runtime closed", agent)

@@ -248,7 +248,7 @@ def adopt(
     if header.origin == "subagent" and header.parent_session is not None:
         wake_child(agents, sessions, continuation, session_id, header.parent_session)
     elif agents.get(session_id) is None:
-        agents.resume(session_id)
+        agents.resume_waiting(session_id)
 
 
 def _only_quiet(pending: list[Any]) -> bool:

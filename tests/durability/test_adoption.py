@@ -1,0 +1,79 @@
+"""The mail's adoption of a top-level session nobody holds (R-DUR, R-LIFE).
+
+A message committed to a top-level session's inbox rings this runtime's mail,
+which adopts the session when nobody holds it (``_children/_remote.adopt``). The
+caller that committed it (``agents.send``) resumes the session too: one of them
+activates it, the other finds it live. An adoption decided on a read of the
+inbox from before the message ran must not bring back, for nothing, an agent its
+owner has since disposed: top-level agents never settle, so it stayed resident
+(a thread each on threads) for the runtime's life.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from subagents.actors import Runtime
+from subagents.actors._children import _remote
+from subagents.actors._kernel._backend import Backend
+
+
+def test_an_adoption_that_finds_nothing_waiting_leaves_nothing_live(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced: the adoption reads the inbox while the message waits; the message
+    then runs and its agent is disposed; the adoption resumes the session after.
+    It finds nothing waiting, so it lets the session go again."""
+    go = backend.event()
+
+    def lead(turn: Any) -> str:
+        if turn.content == "again":
+            go.wait(10)
+        return "ok"
+
+    with Runtime(db, backend=backend, adopt=False) as rt:
+        rt.models.register("lead", lambda _o: lead)
+        root = rt.spawn("lead", label="root")
+        sid = root.session_id
+        root.dispose()
+        rt.agents.send(sid, "again")
+        waiting = rt.sessions.pending(sid)  # the adoption's read, before the turn ended
+        assert [e.event.content for e in waiting] == ["again"]
+        go.set()
+        assert rt.wait_idle(10)
+        agent = rt.agents.get(sid)
+        assert agent is not None
+        agent.dispose()
+        reads = iter([waiting])
+        real = rt.sessions.pending
+
+        def stale_first(session_id: Any, **kw: Any) -> Any:
+            return next(reads, None) or real(session_id, **kw)
+
+        monkeypatch.setattr(rt.sessions, "pending", stale_first)
+        _remote.adopt(rt.agents, rt.sessions, rt.continuation, sid)
+        monkeypatch.undo()
+        assert rt.agents.get(sid) is None
+        assert rt.agents.list() == []
+
+
+def test_sends_to_disposed_roots_leave_none_live(backend: Backend, db: str) -> None:
+    """Race, 60 rounds with the mail adopting: spawn, dispose, ``agents.send``,
+    wait, dispose. After all of them no agent is live."""
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("lead", lambda _o: lambda turn: "ok")
+        for i in range(60):
+            root = rt.spawn("lead", label=f"r{i}")
+            sid = root.session_id
+            root.dispose()
+            rt.agents.send(sid, "again")
+            assert rt.wait_idle(10)
+            agent = rt.agents.get(sid)
+            if agent is not None:
+                agent.dispose()
+        assert rt.wait_idle(10)
+        rt.sessions.flush()
+        assert rt.agents.wait_stopped(10)
+        live = [a.session_id for a in rt.agents.list()]
+        assert live == []
