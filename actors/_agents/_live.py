@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from subagents.protocol import (
     Event,
@@ -33,6 +33,7 @@ class LiveSession:
         "id",
         "last_ticket",
         "next_seq",
+        "projection_mark",
         "released",
         "token",
         "unrun",
@@ -51,6 +52,7 @@ class LiveSession:
         # One slot per seq from base_seq: an event, or the TurnRecord it is part of.
         self.events: list[Event | TurnRecord] = []
         self.released = False
+        self.projection_mark: Any = None  # the listing's watermark (ProjectionRegistry)
         self.last_ticket = 0  # the writer ticket of this session's latest write
         self.written = next_seq  # inline writes: events from this seq on are not stored yet
         # Messages this activation took and stops without running (the runtime is

@@ -35,6 +35,8 @@ def session_key(value: object) -> SessionId | StoredKey | None:
 
 
 class _Live(Protocol):
+    projection_mark: Any
+
     @property
     def header(self) -> SessionHeader: ...
 

@@ -89,7 +89,11 @@ class Identities:
             check(signal)
             return ((r.seq, r.event) for r in records)
 
-        _, states = projections.snapshot(sid, read_from)
+        live = sessions.live(sid)
+        if live is None:  # it left the live set since the listing found it: fold it whole
+            states = projections.fold(read_from(0))
+        else:
+            _, states = projections.snapshot(live, read_from)
         return projections.values(states).get("subagent")
 
     def _cache_rows(

@@ -21,16 +21,16 @@ Two units ship, registered by the runtime:
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from subagents.protocol import (
     ErrorCode,
     Event,
     InterruptEvent,
-    SessionId,
     SubagentDescriptorEvent,
     SubagentError,
     TurnEnd,
@@ -39,7 +39,13 @@ from subagents.protocol import (
     parse_descriptor_payload,
 )
 
-__all__ = ["ProjectionRegistry", "ProjectionUnit", "subagent_timing_unit", "subagent_unit"]
+__all__ = [
+    "Marked",
+    "ProjectionRegistry",
+    "ProjectionUnit",
+    "subagent_timing_unit",
+    "subagent_unit",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,22 +123,41 @@ subagent_timing_unit = ProjectionUnit(
 # -- registry -------------------------------------------------------------------------
 
 
-class _Watermark:
-    __slots__ = ("lock", "seq", "states")
+#: Watermark generations, unique across registries: a live session's watermark is
+#: one registry's fold of its units as they were (two registries, one session: a
+#: listing over a registry of its own).
+_GENERATIONS = itertools.count(1)
 
-    def __init__(self, states: dict[str, Any]) -> None:
+
+class _Watermark:
+    __slots__ = ("generation", "lock", "seq", "states")
+
+    def __init__(self, generation: int, states: dict[str, Any]) -> None:
+        self.generation = generation  # the registry's units it folds (see register)
         self.lock = threading.Lock()
         self.seq = -1
         self.states = states
 
 
+class Marked(Protocol):
+    """A live session as :meth:`ProjectionRegistry.snapshot` keeps its watermark on
+    it (``LiveSession`` is one)."""
+
+    projection_mark: Any
+
+
 class ProjectionRegistry:
-    """Projection units and per-live-session watermark snapshots. Thread-safe."""
+    """Projection units, and watermark snapshots of live sessions. Thread-safe.
+
+    A session's watermark is kept on its live session (``projection_mark``), so it
+    goes with it: a listing that folds a session just leaving the live set leaves
+    nothing behind (a registry-wide map kept one per such race, for good).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._units: dict[str, ProjectionUnit] = {}
-        self._marks: dict[SessionId, _Watermark] = {}
+        self._generation = next(_GENERATIONS)
 
     def register(self, unit: ProjectionUnit) -> None:
         """Add a unit (``INVALID_ARGUMENT`` for a duplicate name)."""
@@ -144,7 +169,7 @@ class ProjectionRegistry:
                     f"projection unit {unit.name!r} exists", code=ErrorCode.INVALID_ARGUMENT
                 )
             self._units[unit.name] = unit
-            self._marks.clear()
+            self._generation = next(_GENERATIONS)  # every watermark folds the units anew
 
     def units(self) -> list[str]:
         """The registered unit names, in registration order."""
@@ -178,26 +203,22 @@ class ProjectionRegistry:
         }
 
     def snapshot(
-        self, session_id: SessionId, read_from: Callable[[int], Iterable[tuple[int, Event]]]
+        self, live: Marked, read_from: Callable[[int], Iterable[tuple[int, Event]]]
     ) -> tuple[int, dict[str, Any]]:
         """The watermark snapshot of a live session: ``(seq, raw states)``.
 
+        ``live``: the session's live state, which keeps the watermark;
         ``read_from(seq)`` yields the session's ``(seq, event)`` pairs from ``seq``;
         only events past the watermark are folded.
         """
         with self._lock:
-            mark = self._marks.get(session_id)
-            if mark is None:
-                mark = self._marks[session_id] = _Watermark(
-                    {n: u.initial() for n, u in self._units.items()}
+            mark = live.projection_mark
+            if mark is None or mark.generation != self._generation:
+                mark = live.projection_mark = _Watermark(
+                    self._generation, {n: u.initial() for n, u in self._units.items()}
                 )
         with mark.lock:
             last = self._fold_into(mark.states, read_from(mark.seq + 1))
             if last >= 0:
                 mark.seq = last
             return mark.seq, dict(mark.states)
-
-    def forget(self, session_id: SessionId) -> None:
-        """Drop a session's watermark (it left the live set)."""
-        with self._lock:
-            self._marks.pop(session_id, None)

@@ -20,6 +20,8 @@ logger = logging.getLogger("subagents")
 
 
 class _Leaving(Protocol):
+    projection_mark: Any
+
     @property
     def id(self) -> SessionId: ...
     @property
@@ -40,7 +42,7 @@ def retain_identity(
     live: _Leaving,
     descriptor: Any = None,
 ) -> None:
-    """Cache ``live``'s identity (when persistent) and drop its watermark.
+    """Cache ``live``'s identity (when persistent).
 
     A continuable child knows its descriptor (appended at creation, right after any
     fork seed, so at ``seed_len``): no log is read, and settling costs the same
@@ -60,14 +62,13 @@ def retain_identity(
                 _fold_and_cache(sessions, projections, live)
     except Exception:
         logger.exception("caching the identity of %s failed", live.id)
-    projections.forget(live.id)
 
 
 def _fold_and_cache(sessions: _Sessions, projections: ProjectionRegistry, live: _Leaving) -> None:
     def read_from(start: int) -> Any:
         return ((r.seq, r.event) for r in sessions.read(live.id, start))
 
-    seq, states = projections.snapshot(live.id, read_from)
+    seq, states = projections.snapshot(live, read_from)
     raw = states.get("subagent")
     # The built-in unit records where its identity was decided; another unit's
     # value cannot prove it postdates a fork seed, so it is not cached.

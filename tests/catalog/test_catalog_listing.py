@@ -298,12 +298,12 @@ def test_live_child_is_served_from_the_live_store(rtp: Runtime) -> None:
     starts: list[tuple[SessionId, int]] = []
     snapshot = registry.snapshot
 
-    def spy(session_id: SessionId, read_from: Callable[[int], Any]) -> Any:
+    def spy(live: Any, read_from: Callable[[int], Any]) -> Any:
         def reading(seq: int) -> Any:
-            starts.append((session_id, seq))
+            starts.append((live.id, seq))
             return read_from(seq)
 
-        return snapshot(session_id, reading)
+        return snapshot(live, reading)
 
     registry.snapshot = spy  # type: ignore[method-assign]
     try:

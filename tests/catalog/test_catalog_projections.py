@@ -7,6 +7,7 @@ tests inject a :class:`~catalog_kit.StepClock`, so every duration is exact too.
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -48,6 +49,12 @@ from subagents.protocol import (
     parse_descriptor_payload,
 )
 from subagents.store import MemoryStore
+
+
+class _Marked:
+    """A live session as the registry keeps a watermark on it."""
+
+    projection_mark: Any = None
 
 
 @pytest.fixture
@@ -405,7 +412,7 @@ def test_watermark_snapshot_equals_a_fold_from_scratch(
         starts.append(seq)
         return ((i, e) for i, e in enumerate(log) if i >= seq)
 
-    session = SessionId("ab" * 16)
+    session = _Marked()
     expected_starts = []
     for cut in [*sorted(cuts), len(events)]:
         expected_starts.append(len(log))  # only what is past the watermark is read
@@ -481,7 +488,9 @@ def test_runtime_open_turn_in_the_live_watermark(backend: Backend) -> None:
         def read_from(seq: int) -> Iterator[tuple[int, Event]]:
             return ((r.seq, r.event) for r in rt.sessions.read(child, seq))
 
-        _, states = reg.snapshot(child, read_from)
+        live = rt.sessions.live(child)
+        assert live is not None
+        _, states = reg.snapshot(live, read_from)
         start = next(e for e in rt.sessions.read(child) if isinstance(e.event, TurnStart))
         assert isinstance(start.event, TurnStart)
         assert reg.values(states)["subagent_timing"] == {
@@ -490,6 +499,67 @@ def test_runtime_open_turn_in_the_live_watermark(backend: Backend) -> None:
         }
         gate.release()
         assert run.result.get(10).stop_reason == "completed"
-        _, states = reg.snapshot(child, read_from)
+        _, states = reg.snapshot(live, read_from)
         assert reg.values(states)["subagent_timing"] == {"active_seconds": 1.0, "active": None}
         run.dispose()
+
+
+def _watermarks() -> int:
+    from subagents.actors._catalog import _projections
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is _projections._Watermark)
+
+
+def test_a_listing_racing_a_child_leaving_keeps_no_watermark(
+    rtp: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced: a listing finds a child live (its live session read), then the child
+    leaves the live set (it settles) before the listing folds its identity. The
+    identity is still folded, and no watermark stays behind for it: it stayed for
+    the runtime's life, one per such race. R-PROJ-6."""
+    rt = rtp
+    go = rt.backend.event()
+
+    def kid(turn: Any) -> None:
+        go.wait(10)
+
+    rt.models.register("kid", lambda _o: kid)
+    root = rt.spawn("echo", label="root")
+    child, _mid = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=root, provider="local", prompt="p", label="kid", model="kid")
+    )
+    stale = [rt.sessions.live(child)]  # what the listing read, while the child was live
+    assert stale[0] is not None
+    go.set()
+    assert rt.wait_idle(10)
+    for _ in range(1000):  # it settles once idle (keep_warm 0), after its agent stops
+        if rt.sessions.live(child) is None:
+            break
+        rt.backend.sleep(0.01)
+    assert rt.sessions.live(child) is None  # settled: left the live set
+    live_ids, live = rt.sessions.live_ids, rt.sessions.live
+    monkeypatch.setattr(rt.sessions, "live_ids", lambda: [*live_ids(), child])
+    monkeypatch.setattr(rt.sessions, "live", lambda sid: stale[0] if sid == child else live(sid))
+    rows = rt.subagents.list_children(root.session_id).rows
+    assert [(r.id, r.label) for r in rows] == [(child, "kid")]
+    monkeypatch.undo()
+    stale.clear()
+    assert _watermarks() == 0
+
+
+def test_listings_racing_settles_leave_no_watermarks(rtp: Runtime) -> None:
+    """Race, 40 rounds: a child runs a follow-up and settles while its parent lists
+    it. Once every child settled and the runtime closed, no watermark remains."""
+    rt = rtp
+    root = rt.spawn("echo", label="root")
+    for i in range(40):
+        child, _mid = rt.subagents.start_continuable(
+            ContinuableStartSpec(parent=root, provider="local", prompt="p", label=f"c{i}")
+        )
+        rt.subagents.followup(root, child, "x")
+        rt.subagents.list_children(root.session_id)
+    assert rt.wait_idle(10)
+    root.dispose()
+    rt.close()  # every agent thread ended: what holds a watermark now keeps it
+    assert _watermarks() == 0
