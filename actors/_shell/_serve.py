@@ -18,6 +18,7 @@ import hmac
 import http.server
 import json
 import logging
+import sys
 import threading
 import urllib.parse
 from typing import Any
@@ -35,6 +36,8 @@ logger = logging.getLogger("subagents")
 
 #: Seconds between two comments on an idle event stream (a dead client is found).
 _KEEPALIVE = 15.0
+#: Seconds a client may stay silent, or leave what it was sent unread.
+_IDLE = 60.0
 
 
 class TreeFeed:
@@ -112,6 +115,15 @@ class TreeServer(http.server.ThreadingHTTPServer):
         self.page = PAGE.encode()
         super().__init__((host, port), _Handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a reset, a closed tab, a client silent past
+        :attr:`_Handler.timeout`) is its business: logged at debug, where
+        socketserver printed a traceback per client. Anything else is logged."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            logger.debug("serve: client %s went away", client_address, exc_info=True)
+        else:
+            logger.exception("serve: answering %s failed", client_address)
+
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
@@ -129,6 +141,9 @@ class TreeServer(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: TreeServer
     protocol_version = "HTTP/1.1"
+    #: Seconds a connection may stay silent (a kept-alive one between requests, a
+    #: client reading nothing): its thread is let go then.
+    timeout = _IDLE
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("serve: " + format, *args)
@@ -136,11 +151,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
+        if not self.server.authorized(self.headers, query):  # before telling what exists
+            self._send(401, "text/plain", b"a token is required: ?token=TOKEN\n")
+            return
         if url.path not in ("/", "/events", "/tree.json"):
             self._send(404, "text/plain", b"not found\n")
-            return
-        if not self.server.authorized(self.headers, query):
-            self._send(401, "text/plain", b"a token is required: ?token=TOKEN\n")
             return
         feed = self.server.feed
         if url.path == "/":

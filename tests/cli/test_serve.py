@@ -48,6 +48,7 @@ class _Server:
         line = self.proc.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:"), (line, self.proc.stderr.read())
         self.url = line.split()[1]
+        self.stderr = ""
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         request = urllib.request.Request(self.url + path.lstrip("/"), headers=headers or {})
@@ -59,7 +60,7 @@ class _Server:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.communicate(timeout=30)
+        _out, self.stderr = self.proc.communicate(timeout=30)
 
 
 @pytest.fixture
@@ -97,8 +98,40 @@ def test_routes_and_the_token(tmp_path: Path, backend: Backend) -> None:
             (str(root.session_id), "served-root")
         ]
         assert server.get(f"/anything-else?token={TOKEN}")[0] == 404
+        assert server.get("/anything-else")[0] == 401  # what exists is not told either
     finally:
         server.stop()
+
+
+def test_clients_that_reset_their_connection_leave_no_traceback(
+    tmp_path: Path, backend: Backend
+) -> None:
+    """A client that resets its connection mid-answer (a closed tab, a timed-out
+    request) is the client's business: the server goes on serving, and prints no
+    traceback for it (it printed one per client)."""
+    import socket
+    import struct
+
+    db = str(tmp_path / "s.db")
+    with Runtime(db, backend=backend) as rt:
+        for i in range(200):
+            rt.spawn("echo", label=f"root{i}" + "x" * 200)
+    server = _Server(db, "--interval", "0.05")
+    try:
+        host, port = server.url.split("//")[1].strip("/").split(":")
+        for path in ("/tree.json", "/", "/tree.json"):
+            for _ in range(4):
+                sock = socket.create_connection((host, int(port)))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                sock.recv(10)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()  # a reset, with most of the answer unread
+        status, body = server.get("/tree.json")
+        assert status == 200 and len(json.loads(body)["trees"]) == 200
+    finally:
+        server.stop()
+    assert "Traceback" not in server.stderr
 
 
 def test_the_event_stream_sends_a_frame_when_the_trees_change(
