@@ -244,6 +244,7 @@ class Agent(Followups):
             self._disposed = True
             if first:
                 self._checkpoint_on_stop = checkpoint
+                self._turns.keeps_context = checkpoint and self._descriptor is not None
         if not first:
             if wait and not self._in_own_loop():
                 self._stopped.wait(timeout)

@@ -57,6 +57,7 @@ class TurnRunner:
         "current",
         "ended",
         "keep_accepted",
+        "keeps_context",
         "next_turn",
         "replayed",
         "times",
@@ -87,6 +88,8 @@ class TurnRunner:
         self.ended: Turn | None = None
         # The runtime is closing: what is not completed stays in the durable inbox.
         self.keep_accepted = False
+        # Leaving with a checkpoint: it keeps the quiet reports no turn saw.
+        self.keeps_context = False
         # Statistics: turns run to their end, the last WINDOW turn times, replays.
         # A count of its own: next_turn moves before ``current`` is set, and a
         # reader in between would count the starting turn as run.
@@ -155,6 +158,13 @@ class TurnRunner:
         else:
             self.handle(message)
 
+    def _last_chance(self) -> bool:
+        """Whether a turn that never runs records the quiet reports no turn saw:
+        only when nothing else would keep them -- the agent is leaving, with no
+        strict inbox to replay them nor a checkpoint to carry them. Otherwise they
+        wait for the next turn that runs (R-REP-5)."""
+        return self._agent.disposed and not self.keeps_context and not self._host.sessions.strict
+
     def pending_context(self) -> list[list[Any]]:
         """Quiet reports no turn has seen yet, as checkpoint data."""
         return [
@@ -199,7 +209,7 @@ class TurnRunner:
         index = self.next_turn
         self.next_turn = index + 1
         context: tuple[Message, ...] = ()
-        if self.context:
+        if self.context and (unrun is None or self._last_chance()):
             context = tuple(self.context)
             self.context.clear()
         # The turn's events, as one record: built when a reader asks (see

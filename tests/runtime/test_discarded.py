@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from subagents.actors import AbortController, AbortSignal, Runtime, SubagentStartRequest
+from subagents.actors import (
+    AbortController,
+    AbortSignal,
+    ContinuableStartSpec,
+    Runtime,
+    SubagentStartRequest,
+)
 from subagents.actors.testing import Gate
 from subagents.protocol import (
     MessageEvent,
@@ -134,6 +140,60 @@ def test_a_quiet_report_queued_behind_a_cancel_waits_for_the_next_turn(
     reports = [e.content for e in _log(rt, p.session_id) if isinstance(e, ReportEvent)]
     assert reports == ["for the parent"]
     rt.wait_idle()
+
+
+@pytest.mark.parametrize("how", ["cancel", "dispose"])
+def test_a_quiet_report_ahead_of_a_discarded_message_reaches_the_next_turn(
+    rt_store: Runtime, how: str
+) -> None:
+    """A quiet report that reached the parent's context, then a follow-up queued
+    behind it, both skipped by a cancel without ``keep_inbox`` (or a dispose, the
+    parent resumed after): the discarded follow-up's unrun turn does not take the
+    report -- the next turn that runs sees it, and the receipt names that turn.
+    It was logged in the unrun turn, and no behaviour ever saw it. R-REP-5."""
+    rt = rt_store
+    gate = Gate("held")
+    seen: list[tuple[Any, list[Any]]] = []
+
+    def parent(turn: Any) -> Any:
+        if turn.content == "block":
+            gate.pass_through(turn.signal)
+        seen.append((turn.content, [m.content for m in turn.context]))
+
+    rt.models.register("parent", lambda _o: parent)
+    p = rt.spawn("parent", label="p")
+    sid = p.session_id
+    child, _mid = rt.subagents.start_continuable(
+        ContinuableStartSpec(parent=p, provider="local", prompt="x", label="kid")
+    )
+    assert rt.wait_idle(10)
+    seen.clear()
+    p.followup("block")
+    assert gate.wait_reached(10)
+    report = rt.subagents.report_from(child, "quiet context")
+    p.followup("queued")
+    if how == "cancel":
+        p.cancel("stop", keep_inbox=False)
+        gate.release()
+        assert p.wait_idle(10)
+    else:
+        gate.release()
+        p.dispose()
+        p = rt.agents.resume(sid)
+    p.followup("next")
+    assert rt.wait_idle(10)
+    receipt = rt.subagents.report_receipt(child, report)
+    ends = [e for e in _log(rt, sid) if isinstance(e, TurnEnd)]
+    assert receipt.status == "delivered"
+    if how == "cancel" or rt.sessions.strict:
+        assert seen[-1] == ("next", ["quiet context"])
+        assert receipt.turn == ends[-1].turn
+    else:  # relaxed, the agent gone: no inbox keeps it; its discarded turn logs it
+        assert seen[-1] == ("next", [])
+        assert [(e.turn, e.error) for e in ends[-2:]] == [
+            (receipt.turn, "discarded unrun"),
+            (ends[-1].turn, None),
+        ]
 
 
 def test_a_never_signal_run_disposed_at_once_lists(rt_store: Runtime) -> None:
