@@ -31,6 +31,7 @@ from subagents.actors._kernel._actorclass import actor_class
 from subagents.actors._kernel._checks import check_timeout
 from subagents.actors._kernel._pykka import STOP
 from subagents.protocol import (
+    ErrorCode,
     MessageSource,
     SessionHeader,
     SessionId,
@@ -194,7 +195,17 @@ class Agent(Followups):
         :meth:`Inbox.cancel`). A cancel without ``keep_inbox`` -- dispose, a
         drain, the runtime closing -- also calls the cancel listeners, with
         ``cause``: work the agent started beyond its turns (background runs)
-        ends with it."""
+        ends with it.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for a ``keep_inbox`` that is no bool
+                (``"no"`` is true: it kept the inbox it was meant to drop).
+        """
+        if type(keep_inbox) is not bool:
+            raise SubagentError(
+                f"keep_inbox must be a bool, got {type(keep_inbox).__name__}",
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
         super().cancel(cause, keep_inbox=keep_inbox, keep_accepted=keep_accepted)
         listeners = self._cancel_listeners
         if not keep_inbox and listeners:

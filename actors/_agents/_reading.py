@@ -67,8 +67,13 @@ class SessionReads:
         """The log from ``from_seq``: persisted prefix plus the live tail.
 
         Raises:
-            SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row.
+            SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row;
+                ``INVALID_ARGUMENT`` for a ``from_seq`` that is no int from 0.
         """
+        if type(from_seq) is not int or from_seq < 0:
+            raise SubagentError(
+                f"from_seq must be an int >= 0, got {from_seq!r}", code=ErrorCode.INVALID_ARGUMENT
+            )
         live = self._live.get(session_id)
         records: list[LogRecord] = []
         if live is not None:

@@ -182,7 +182,16 @@ class AbortSignal:
         left it is that signal itself. Otherwise the result listens to its inputs
         and detaches from all of them when it aborts, or when it is garbage
         collected, so a long-lived input does not accumulate dead listeners.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for an input that is no signal.
         """
+        for signal in signals:
+            if not isinstance(signal, AbortSignal):
+                raise SubagentError(
+                    f"AbortSignal.any takes signals, got {type(signal).__name__}",
+                    code=ErrorCode.INVALID_ARGUMENT,
+                )
         for signal in signals:
             if signal.aborted:
                 return AbortSignal.aborted_with(signal.reason)

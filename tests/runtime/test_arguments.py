@@ -125,8 +125,9 @@ def test_agent_options_keep_a_tool_list_as_a_tuple(backend: Backend) -> None:
 
 def test_ids_and_timeouts_of_reads_and_waits_are_checked(backend: Backend) -> None:
     """A bad session id to ``sessions.flush``, a bad timeout to a run's result or
-    to ``delegate`` (inside a turn, before any child starts): ``INVALID_ARGUMENT``
-    on both backends alike."""
+    to ``delegate`` (inside a turn, before any child starts), a bad ``from_seq`` to
+    ``sessions.read``, what is no signal to ``AbortSignal.any``:
+    ``INVALID_ARGUMENT`` on both backends alike."""
     with Runtime(backend=backend) as rt:
         assert _code(rt.sessions.flush, "abc") == ErrorCode.INVALID_ARGUMENT
         assert _code(rt.sessions.flush, 3) == ErrorCode.INVALID_ARGUMENT
@@ -149,6 +150,12 @@ def test_ids_and_timeouts_of_reads_and_waits_are_checked(backend: Backend) -> No
             assert _code(run.result.get, bad) == ErrorCode.INVALID_ARGUMENT
             assert _code(run.result.wait, bad) == ErrorCode.INVALID_ARGUMENT
         run.dispose()
+        for seq in ("x", -1, 1.0, None, True):  # raised TypeError, or read the wrong records
+            assert _code(rt.sessions.read, agent.session_id, seq) == ErrorCode.INVALID_ARGUMENT
+        for keep in ("no", 0, None):  # "no" kept the inbox
+            assert _code(agent.cancel, "c", keep_inbox=keep) == ErrorCode.INVALID_ARGUMENT
+        for signal in (5, "x", None, _Opaque()):  # raised AttributeError
+            assert _code(AbortSignal.any, AbortSignal(), signal) == ErrorCode.INVALID_ARGUMENT
 
 
 @pytest.mark.backend_specific
