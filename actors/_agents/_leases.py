@@ -63,8 +63,21 @@ class Holder:
         except ProcessLookupError:
             return True
         except PermissionError:
-            return False  # alive, someone else's
+            pass  # someone else's: alive, unless it ended and awaits its reaping
+        return _unreaped(pid)
+
+
+def _unreaped(pid: int) -> bool:
+    """Whether ``pid`` ended and only awaits its parent's ``wait`` (a zombie, which
+    ``kill(pid, 0)`` still finds: a supervisor that kills a worker and resumes its
+    sessions before reaping it). Where there is no ``/proc``, it counts as alive."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
         return False
+    end = stat.rfind(b")")  # the command name, in parentheses, may hold anything
+    return stat[end + 2 : end + 3] in (b"Z", b"X")
 
 
 class Leases:

@@ -203,6 +203,40 @@ def test_a_killed_holder_is_taken_over_after_expiry_and_its_messages_replay(
     assert ran in (expected, ["first", *expected])
 
 
+def _zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
+
+
+def test_a_killed_holder_not_yet_reaped_counts_as_gone_at_once(
+    backend: Backend, db: str, tmp_path: Path
+) -> None:
+    """A supervisor SIGKILLs its worker and resumes the worker's session before it
+    reaps it: the worker is a zombie, which ``kill(pid, 0)`` still finds. Its lease
+    (30 s to run) counts as gone at once, as a dead holder's of this host does: the
+    resume takes the session over (it was ``LEASE_HELD`` until the reaping)."""
+    sid = _session(db, backend)
+    victim = _worker("accept", db, sid, "-", "2", "-", str(tmp_path / "m"), backend.name, "30")
+    try:
+        assert victim.stdout is not None
+        assert victim.stdout.readline().strip() == "ready"
+        os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not _zombie(victim.pid):  # dead; nobody reaped it
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with Runtime(db, backend=backend, lease_ttl=30.0) as rt:
+            rt.models.register("mark", lambda _o: lambda turn: None)
+            agent = rt.agents.resume(sid)
+            assert agent.wait_idle(10)
+            assert [e.stop_reason for e in rt.sessions.turn_ends(sid)][-3:] == ["completed"] * 3
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        victim.communicate()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("asked", [True, False], ids=["followed-up", "swept"])
 def test_a_killed_holders_continuable_child_runs_what_it_accepted(
