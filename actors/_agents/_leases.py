@@ -30,7 +30,7 @@ from subagents.actors._kernel._backend import Backend, EventLike, TaskHandle
 from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.store import Lease, LeaseToken, SessionStore
 
-__all__ = ["Holder", "Leases"]
+__all__ = ["Holder", "Leases", "holder_ended"]
 
 logger = logging.getLogger("subagents")
 
@@ -51,20 +51,27 @@ class Holder:
 
     def dead(self, other: str) -> bool:
         """True when ``other`` is a holder of this host whose process has ended."""
-        host, _, rest = other.partition(":")
-        pid_text, _, _nonce = rest.partition(":")
-        if host != _HOST or not pid_text.isdigit() or other == self.id:
-            return False
-        pid = int(pid_text)
-        if pid == self.pid:
-            return False  # another runtime of this process: it is alive
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass  # someone else's: alive, unless it ended and awaits its reaping
-        return _unreaped(pid)
+        return other != self.id and holder_ended(other)
+
+
+def holder_ended(holder: str) -> bool:
+    """True when ``holder`` (a lease holder's id) names a process of this host that
+    has ended -- or awaits its reaping; False for this process, another host's, or
+    an id of another form (nothing can be said of those)."""
+    host, _, rest = holder.partition(":")
+    pid_text, _, _nonce = rest.partition(":")
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False  # another runtime of this process: it is alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # someone else's: alive, unless it ended and awaits its reaping
+    return _unreaped(pid)
 
 
 def _unreaped(pid: int) -> bool:

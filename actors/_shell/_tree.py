@@ -33,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
+from subagents.actors._agents import holder_ended
 from subagents.actors._catalog import (
     Catalog,
     Detached,
@@ -322,9 +323,10 @@ def damaged_entry(n: int) -> str:
 
 
 def lease_held(store: Any, sid: Key) -> bool:
-    """Whether a live process holds ``sid`` (its lease taken and not expired); True
-    where the store keeps no leases or cannot say. A turn a session's log shows
-    open is running only then: its process may have ended mid-turn."""
+    """Whether a live process holds ``sid`` (its lease taken and not expired, its
+    holder not a process of this host that ended); True where the store keeps no
+    leases or cannot say. A turn a session's log shows open is running only then:
+    its process may have ended mid-turn."""
     get = getattr(store, "get_lease", None)
     if get is None or not isinstance(sid, SessionId):
         return True
@@ -332,7 +334,12 @@ def lease_held(store: Any, sid: Key) -> bool:
         lease = get(sid)
     except SubagentError:
         return True
-    return lease is not None and lease.holder is not None and lease.expires > time.time()
+    return (
+        lease is not None
+        and lease.holder is not None
+        and lease.expires > time.time()
+        and not holder_ended(lease.holder)
+    )
 
 
 def watch_tree(

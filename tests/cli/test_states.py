@@ -210,15 +210,23 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
     """A turn the log shows open is ``running`` while a live process holds the
     session's lease; once the lease is free or expired (the process ended mid-turn)
     the session is ``waiting``: its message runs again at the next activation. It
-    showed ``running`` for ever."""
+    showed ``running`` for ever. So is one whose lease names a process of this
+    host that has ended (killed: its lease has not expired yet); it showed
+    ``running`` until the expiry."""
+    import socket
+    import subprocess
+    import sys
     import time
 
     db = str(tmp_path / "open.db")
     held, lapsed, free = new_session_id(), new_session_id(), new_session_id()
     relaxed = new_session_id()  # no durable inbox: nothing runs again
+    ended = new_session_id()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
     now = time.time()
     with SqliteStore(db) as store:
-        for sid in (held, lapsed, free, relaxed):
+        for sid in (held, lapsed, free, relaxed, ended):
             store.create_session(
                 SessionHeader(
                     id=sid, parent_session=None, origin="user", delegation_depth=0, created_at=T0
@@ -237,10 +245,13 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
         store.acquire_lease(held, "alive", now=now, expires=now + 3600)
         store.acquire_lease(lapsed, "gone", now=now - 7200, expires=now - 3600)
         store.acquire_lease(relaxed, "gone", now=now - 7200, expires=now - 3600)
-    expected = ["running", "waiting", "waiting", "settled"]
+        here = f"{socket.gethostname()}:{gone.pid}:0123456789ab"
+        store.acquire_lease(ended, here, now=now, expires=now + 3600)
+    sessions = (held, lapsed, free, relaxed, ended)
+    expected = ["running", "waiting", "waiting", "settled", "waiting"]
     data = _tree_json(capsys, db)
-    assert [data[s]["state"] for s in (held, lapsed, free, relaxed)] == expected
-    assert [_show_json(capsys, db, s)["state"] for s in (held, lapsed, free, relaxed)] == expected
+    assert [data[s]["state"] for s in sessions] == expected
+    assert [_show_json(capsys, db, s)["state"] for s in sessions] == expected
 
 
 def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, capsys) -> None:
