@@ -23,7 +23,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from subagents.actors._kernel import ring
-from subagents.protocol import Event, MessageId, SessionHeader, SessionId, SubagentError
+from subagents.protocol import (
+    Event,
+    InboxFullError,
+    MessageId,
+    SessionHeader,
+    SessionId,
+    SubagentError,
+)
 from subagents.store import Accepted, InboxEntry, Listener, SessionStore
 
 from ._live import LiveSession
@@ -43,6 +50,7 @@ class Acceptance:
     strict: bool
     leases: Any  # ._leases.Leases | None
     _live: dict[SessionId, LiveSession]
+    flush: Callable[..., None]  # SessionService.flush
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -67,15 +75,20 @@ class Acceptance:
         store = self.persistence
         assert store is not None
         token = live.token if live is not None else None
-        result: list[Accepted] = self._call(
-            store.accept,
-            session_id,
-            events,
-            epoch=None if token is None else token[1],
-            now=time.time(),
-            lease=token,
-            limit=limit,
-        )
+        args = (store.accept, session_id, events)
+        kwargs: dict[str, Any] = {
+            "epoch": None if token is None else token[1],
+            "lease": token,
+            "limit": limit,
+        }
+        try:
+            result: list[Accepted] = self._call(*args, now=time.time(), **kwargs)
+        except InboxFullError:
+            # Full as the store counts it -- perhaps of messages whose turns ended
+            # here, their ``done`` still on its way to the store (write-behind):
+            # once this runtime's writes are in, the count is what the caller saw.
+            self.flush(session_id)
+            result = self._call(*args, now=time.time(), **kwargs)
         for entry in result:
             if entry.duplicate:
                 self._deduplicated(session_id, live)

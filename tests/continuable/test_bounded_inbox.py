@@ -96,6 +96,21 @@ def test_a_childs_own_bound_wins_and_is_kept_in_its_session(bkit: Kit) -> None:
     kit.wait_settled("kid")
 
 
+def test_an_idle_child_is_not_full_of_what_it_ran(bkit: Kit) -> None:
+    """Race, 10 rounds: a child bounded at one message runs its prompt; once the
+    runtime is idle, a follow-up is accepted -- the turn that ran the prompt
+    ended, so it is done, even while its end is still on its way to the store
+    (write-behind). It was ``INBOX_FULL`` (pending 1) most rounds on gevent."""
+    kit = bkit
+    root = kit.root()
+    sub = kit.rt.subagents
+    for i in range(10):
+        child_id, _ = kit.start(root, f"p{i}", label=f"one{i}", max_inbox=1)
+        assert kit.rt.wait_idle(10)
+        sub.followup(root, child_id, f"next{i}")
+        assert kit.rt.wait_idle(10)
+
+
 def test_bad_bounds_are_refused_before_anything_starts(bkit: Kit, backend: Backend) -> None:
     """Issue 18 point 2: a bound is an int >= 1 or None, on the runtime, the start
     spec and ``wait_for_room`` (a number of seconds >= 0, or None); nothing is
