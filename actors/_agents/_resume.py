@@ -107,12 +107,7 @@ def restore(
         try:
             header, next_seq, state, records = sessions.load_state(sid, skipped)
         except CorruptRecordError as exc:
-            raise CorruptRecordError(
-                f"{exc.args[0]}; a user authority may resume it around the damage"
-                " (resume(..., damaged='skip'))",
-                session_id=exc.session_id,
-                seq=exc.seq,
-            ) from exc
+            raise _damaged(sessions.header(sid), exc) from exc
         events = [r.event for r in records]
         fold = _fold(header, state, events)
         if options is None:
@@ -164,6 +159,25 @@ def restore(
         agent.dispose(flush=False)
         raise
     return Restored(agent, pending, fresh)
+
+
+def _damaged(header: SessionHeader | None, exc: CorruptRecordError) -> SubagentError:
+    """What a resume that read a row that does not decode raises: a subagent's
+    descriptor row (at ``seed_len``) is ``DESCRIPTOR_CORRUPT`` -- nothing says what
+    the child was; another row ``CORRUPT_RECORD``, with the way around the damage
+    where there is one (a top-level session: ``resume(..., damaged="skip")``)."""
+    if header is None or header.origin != "subagent":
+        way = "; a user authority may resume it around the damage (resume(..., damaged='skip'))"
+    elif exc.seq == header.seed_len:
+        return SubagentError(
+            f"session {header.id} has a corrupt descriptor: its row (seq {exc.seq}) does not"
+            f" decode ({exc.args[0]})",
+            code=ErrorCode.DESCRIPTOR_CORRUPT,
+            hint={"session_id": header.id, "seq": exc.seq},
+        )
+    else:
+        way = "; a subagent's log is resumed whole or not at all"
+    return CorruptRecordError(f"{exc.args[0]}{way}", session_id=exc.session_id, seq=exc.seq)
 
 
 def replay(agent: Agent, entries: list[InboxEntry], *, drop: bool = False) -> None:

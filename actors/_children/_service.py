@@ -234,8 +234,9 @@ class SubagentService(CatalogReads):
             SubagentError: ``UNAUTHORIZED``, ``SESSION_NOT_FOUND``,
                 ``PERSISTENCE_UNAVAILABLE``, ``ADMISSION_CLOSED``, ``CANCELLED``,
                 ``TIMEOUT``, ``DESCRIPTOR_CORRUPT`` / ``DESCRIPTOR_UNSUPPORTED``,
-                ``TURN_NOT_OPEN`` (a strict steer), ``INBOX_FULL``
-                (:class:`~subagents.protocol.InboxFullError`).
+                ``CORRUPT_RECORD`` (a cold child's log, or by id its parent's, holds
+                a row that does not decode), ``TURN_NOT_OPEN`` (a strict steer),
+                ``INBOX_FULL`` (:class:`~subagents.protocol.InboxFullError`).
         """
         self._check_thread()
         ctx = self._ctx

@@ -157,6 +157,35 @@ def test_a_child_without_its_descriptor_is_descriptor_corrupt(backend: Backend, 
     assert pending(db, child) == []
 
 
+def test_a_child_whose_descriptor_does_not_decode_is_descriptor_corrupt(
+    backend: Backend, db: str
+) -> None:
+    """The same for a descriptor row that is there but does not decode: it was
+    ``CORRUPT_RECORD``, with a way out (``resume(..., damaged='skip')``) that a
+    subagent's session refuses. A damaged row elsewhere in a child's log is
+    ``CORRUPT_RECORD`` and offers no such way."""
+    root_id, child, _ = build(db, backend)
+    garble(db, child, 0)
+    _sql(db, "DELETE FROM checkpoints")
+    with Runtime(db, backend=backend) as rt:
+        root = rt.agents.resume(root_id)
+        for parent in (root, str(root_id)):
+            with pytest.raises(SubagentError) as info:
+                rt.subagents.followup(parent, child, "lost?")
+            assert info.value.code == ErrorCode.DESCRIPTOR_CORRUPT, info.value
+            assert "does not decode" in str(info.value)
+    assert pending(db, child) == []
+    root_id, child, _ = build(db, backend)
+    garble(db, child, 1)
+    _sql(db, "DELETE FROM checkpoints")
+    with Runtime(db, backend=backend) as rt:
+        root = rt.agents.resume(root_id)
+        with pytest.raises(SubagentError) as info:
+            rt.subagents.followup(root, child, "lost?")
+        assert info.value.code == ErrorCode.CORRUPT_RECORD
+        assert "damaged='skip'" not in str(info.value)
+
+
 def test_a_damaged_inbox_row_does_not_hide_the_others(
     backend: Backend, db: str, caplog: pytest.LogCaptureFixture
 ) -> None:
