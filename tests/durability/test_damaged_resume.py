@@ -157,6 +157,20 @@ def test_a_child_without_its_descriptor_is_descriptor_corrupt(backend: Backend, 
     assert pending(db, child) == []
 
 
+def _refused(db: str, backend: Backend, root_id: SessionId, child: SessionId) -> list[Any]:
+    """The errors of a follow-up to ``child`` by its resumed parent and by its id."""
+    _sql(db, "DELETE FROM checkpoints")
+    errors: list[Any] = []
+    with Runtime(db, backend=backend) as rt:
+        root = rt.agents.resume(root_id)
+        for parent in (root, str(root_id)):
+            with pytest.raises(SubagentError) as info:
+                rt.subagents.followup(parent, child, "lost?")
+            errors.append(info.value)
+    assert pending(db, child) == []
+    return errors
+
+
 def test_a_child_whose_descriptor_does_not_decode_is_descriptor_corrupt(
     backend: Backend, db: str
 ) -> None:
@@ -166,24 +180,14 @@ def test_a_child_whose_descriptor_does_not_decode_is_descriptor_corrupt(
     ``CORRUPT_RECORD`` and offers no such way."""
     root_id, child, _ = build(db, backend)
     garble(db, child, 0)
-    _sql(db, "DELETE FROM checkpoints")
-    with Runtime(db, backend=backend) as rt:
-        root = rt.agents.resume(root_id)
-        for parent in (root, str(root_id)):
-            with pytest.raises(SubagentError) as info:
-                rt.subagents.followup(parent, child, "lost?")
-            assert info.value.code == ErrorCode.DESCRIPTOR_CORRUPT, info.value
-            assert "does not decode" in str(info.value)
-    assert pending(db, child) == []
+    for error in _refused(db, backend, root_id, child):
+        assert error.code == ErrorCode.DESCRIPTOR_CORRUPT, error
+        assert "does not decode" in str(error)
     root_id, child, _ = build(db, backend)
     garble(db, child, 1)
-    _sql(db, "DELETE FROM checkpoints")
-    with Runtime(db, backend=backend) as rt:
-        root = rt.agents.resume(root_id)
-        with pytest.raises(SubagentError) as info:
-            rt.subagents.followup(root, child, "lost?")
-        assert info.value.code == ErrorCode.CORRUPT_RECORD
-        assert "damaged='skip'" not in str(info.value)
+    for error in _refused(db, backend, root_id, child):
+        assert error.code == ErrorCode.CORRUPT_RECORD, error
+        assert "damaged='skip'" not in str(error)
 
 
 def test_a_damaged_inbox_row_does_not_hide_the_others(
