@@ -29,8 +29,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,8 +40,9 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("subagents.actors.ray needs Ray: pip install 'subagents[ray]'") from exc
 
-from subagents.actors._children import ContinuableCreateSpec, Hosting
+from subagents.actors._children import ContinuableCreateSpec
 from subagents.actors._kernel import telemetry_for
+from subagents.actors._ray_host import PlacementHost, _RayHost
 from subagents.actors._runtime import Runtime
 from subagents.protocol import ErrorCode, SessionId, SubagentError
 
@@ -49,100 +50,8 @@ __all__ = ["PlacementHost", "RayPlacement"]
 
 logger = logging.getLogger("subagents")
 
-
-class PlacementHost:
-    """A host of placed children: a runtime on the shared store (threads backend).
-
-    The body of each Ray actor of a :class:`RayPlacement`; it needs no Ray itself.
-
-    Args:
-        store: the store every process shares (a path or a ``postgresql://`` URL).
-        setup: ``setup(runtime)`` registers the models and tools children need.
-        lease_ttl: the host runtime's lease ttl (see :class:`Runtime`).
-        lease_wait: seconds a run waits for a lease another process still holds
-            (a host that died: until its lease expires); default ``2 * lease_ttl``.
-        tracing: trace the children's turns here, with the tracer provider
-            ``setup`` configures (set after the runtime is built, so it is
-            reached through OpenTelemetry's global proxy).
-    """
-
-    def __init__(
-        self,
-        store: str,
-        setup: Callable[[Runtime], object] | None = None,
-        *,
-        lease_ttl: float = 30.0,
-        lease_wait: float | None = None,
-        tracing: bool = False,
-    ) -> None:
-        # It adopts nothing: a session nobody holds (a root whose runtime closed,
-        # a child between runs) is the parent's runtime's to activate, not a host's.
-        self.runtime = Runtime(store, lease_ttl=lease_ttl, adopt=False, tracing=tracing)
-        if setup is not None:
-            setup(self.runtime)
-        wait = 2 * lease_ttl if lease_wait is None else lease_wait
-        self._hosting = Hosting(self.runtime, self.runtime.continuation.hosted, wait)
-
-    def run(self, child_id: str, call: int | None = None) -> None:
-        """Hold the child, run what waits for it, return once it is quiet (a run
-        asked before a release carried out already: nothing)."""
-        self._hosting.run(SessionId(child_id), call)
-
-    def settle(self, child_id: str) -> bool:
-        """Release it if it is quiet (True), else False."""
-        return self._hosting.settle(SessionId(child_id))
-
-    def cancel(self, child_id: str, cause: str, keep_inbox: bool) -> None:
-        """Cancel its running turn (``keep_inbox=False``: and what waits)."""
-        self._hosting.cancel(SessionId(child_id), cause, keep_inbox)
-
-    def interrupt(self, child_id: str, kind: str, by: str | None) -> None:
-        """An authorized interrupt: cancel the turn, keep the inbox, log it."""
-        self._hosting.interrupt(SessionId(child_id), kind, None if by is None else SessionId(by))
-
-    def release(self, child_id: str, cause: str, call: int | None = None) -> None:
-        """Cancel it, keeping what it accepted, and release it."""
-        self._hosting.release(SessionId(child_id), cause, call=call)
-
-    def held(self) -> list[str]:
-        """The children this host holds now."""
-        return [str(s) for s in self._hosting.held()]
-
-    def pid(self) -> int:
-        """This host's process id."""
-        return os.getpid()
-
-    def close(self) -> None:
-        """Release every child and close the runtime."""
-        self._hosting.close()
-        self.runtime.close()
-
-
-def _forward(name: str) -> Callable[..., Any]:
-    def call(self: Any, *args: Any) -> Any:
-        return getattr(self.host, name)(*args)
-
-    call.__name__ = call.__qualname__ = name
-    return call
-
-
-def _init(self: Any, *args: Any, **kwargs: Any) -> None:
-    self.host = PlacementHost(*args, **kwargs)
-
-
-#: The Ray actor class: it forwards to a PlacementHost. (``ray.remote`` rewrites the
-#: signatures of the class it is given, function objects included: never ours.)
-_RayHost: type = type(
-    "_RayHost",
-    (),
-    {
-        "__init__": _init,
-        **{
-            n: _forward(n)
-            for n in ("run", "settle", "cancel", "interrupt", "release", "held", "pid", "close")
-        },
-    },
-)
+#: Seconds between a run's looks at whether its child was released meanwhile.
+_POLL = 1.0
 
 
 class RayPlacement:
@@ -217,18 +126,26 @@ class RayPlacement:
         }
         if resources:
             remote_options["resources"] = dict(resources)
+        self._hosts: list[Any] = []
         try:
             actor: Any = ray.remote(_RayHost).options(**remote_options)
-        except (TypeError, ValueError) as exc:  # Ray's own checks of the options
+            for _ in range(hosts):
+                self._hosts.append(actor.remote(store, setup, lease_ttl=lease_ttl, tracing=tracing))
+        except Exception as exc:  # Ray's checks of the options, setup's pickling, a name taken
+            for h in self._hosts:
+                ray.kill(h, no_restart=True)
             raise SubagentError(
-                f"bad Ray options for the hosts: {exc}"[:500], code=ErrorCode.INVALID_ARGUMENT
+                f"the hosts of {name!r} cannot be made: {type(exc).__name__}: {exc}"[:500],
+                code=ErrorCode.INVALID_ARGUMENT,
             ) from None
-        self._hosts: list[Any] = [
-            actor.remote(store, setup, lease_ttl=lease_ttl, tracing=tracing) for _ in range(hosts)
-        ]
         self._started(start_timeout, remote_options)
         self._lock = threading.Lock()
         self._where: dict[SessionId, int] = {}
+        # The highest release call per child: a run asked before it is not carried
+        # to another host after it (its release may have gone to a dead one).
+        self._released: dict[SessionId, int] = {}
+        # Hosts that did not answer a call in time, until when they count as gone.
+        self._silent: dict[int, float] = {}
         self._next = itertools.cycle(range(hosts))
 
     def __repr__(self) -> str:
@@ -260,12 +177,27 @@ class RayPlacement:
     # -- the placement (what a PlacedChild calls) ---------------------------------------
 
     def run(self, child_id: SessionId, call: int | None = None) -> None:
-        """Run what waits for ``child_id`` on its host; on another if that one died."""
+        """Run what waits for ``child_id`` on its host; on another if that one died.
+        A run asked before a release of the child returns once the release is
+        asked, wherever it went: it is not carried to another host after it, nor
+        waited on (a host that stopped answering)."""
         tried = 0
         while True:
-            i = self._host_for(child_id)
+            with self._lock:
+                if self._released_after(child_id, call):
+                    return
+                i = self._assign(child_id)
+            ref = self._hosts[i].run.remote(str(child_id), call)
             try:
-                self._get(self._hosts[i].run.remote(str(child_id), call))
+                while True:
+                    try:
+                        self._get(ref, _POLL)
+                        break
+                    except GetTimeoutError:
+                        with self._lock:
+                            if self._released_after(child_id, call):
+                                return
+                self._silent.pop(i, None)
                 return
             except RayActorError as exc:
                 tried += 1
@@ -295,9 +227,11 @@ class RayPlacement:
     def release(self, child_id: SessionId, cause: str, call: int | None = None) -> None:
         """Cancel it on its host, keeping what it accepted, and release it there."""
         if call is not None:
-            # A run asked before this may not have reached the pool yet: the host
-            # it will go to must know of this release, to ignore it.
-            self._host_for(child_id)
+            with self._lock:
+                self._released[child_id] = max(call, self._released.get(child_id, 0))
+                # A run asked before this may not have reached the pool yet: the
+                # host it will go to must know of this release, to ignore it.
+                self._assign(child_id)
         self._on_host(child_id, "release", cause, call)
 
     def close(self, timeout: float = 60.0) -> None:
@@ -334,27 +268,41 @@ class RayPlacement:
             ray.kill(h, no_restart=True)
         raise error
 
-    def _host_for(self, child_id: SessionId) -> int:
-        with self._lock:
-            i = self._where.get(child_id)
-            if i is None:
-                i = self._where[child_id] = next(self._next)
-            return i
+    def _assign(self, child_id: SessionId) -> int:
+        """The child's host (the next of the pool for a new one); the caller holds
+        the lock."""
+        i = self._where.get(child_id)
+        if i is None:
+            i = self._where[child_id] = next(self._next)
+        return i
+
+    def _released_after(self, child_id: SessionId, call: int | None) -> bool:
+        """Whether a release was asked after run ``call`` (the caller holds the lock)."""
+        return call is not None and call < self._released.get(child_id, 0)
 
     def _on_host(self, child_id: SessionId, method: str, *args: Any) -> Any:
         """Call ``method`` on the host that holds the child; None when it has none
-        or its host died (its lease expires: nothing there to act on)."""
+        or its host died (its lease expires: nothing there to act on). A host that
+        did not answer in ``call_timeout`` counts as gone for as long again: the
+        calls for its other children (a close, a drain) do not each wait on it."""
         i = self._where.get(child_id)
         if i is None:
             return None
+        if self._silent.get(i, 0.0) > time.monotonic():
+            logger.info("host %d of %s is silent: %s of %s skipped", i, self.name, method, child_id)
+            return None
         ref = getattr(self._hosts[i], method).remote(str(child_id), *args)
         try:
-            return self._get(ref, self._call_timeout)
+            out = self._get(ref, self._call_timeout)
         except (RayActorError, GetTimeoutError) as exc:
+            if isinstance(exc, GetTimeoutError):
+                self._silent[i] = time.monotonic() + self._call_timeout
             logger.warning(
                 "host %d of %s is gone (%s of %s): %s", i, self.name, method, child_id, exc
             )
             return None
+        self._silent.pop(i, None)
+        return out
 
     @staticmethod
     def _get(ref: Any, timeout: float | None = None) -> Any:

@@ -241,6 +241,18 @@ def test_a_host_killed_mid_turn_hands_the_child_to_another_host(
     assert placement.host_of(cid) is not None
 
 
+def _unpicklable_setup() -> Callable[[Any], None]:
+    import threading
+
+    lock = threading.Lock()
+
+    def setup(runtime: Any) -> None:
+        with lock:
+            hostkit.setup(runtime)
+
+    return setup
+
+
 def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_pool: Any) -> None:
     """A bad pool is INVALID_ARGUMENT; a one-shot child is not placed; placing needs a
     strict durable store (relaxed: PERSISTENCE_UNAVAILABLE, nothing created)."""
@@ -267,6 +279,11 @@ def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_po
         {"options": {1: 1}},
         {"start_timeout": 0},
         {"call_timeout": float("inf")},
+        # A raw TypeError, ValueError, AssertionError, ActorAlreadyExistsError:
+        {"setup": _unpicklable_setup()},
+        {"options": {"scheduling_strategy": "BOGUS"}},
+        {"options": {"placement_group": "x"}},
+        {"hosts": 2, "options": {"name": "one-name-for-two"}},
     ):
         with pytest.raises(SubagentError) as caught:
             RayPlacement(str(tmp_path / "x.db"), **kwargs)
@@ -576,3 +593,94 @@ def test_a_call_to_a_host_that_does_not_answer_returns_after_call_timeout(
             assert tree.wait_outputs(cid, 1)[0].startswith("released@")
     finally:
         placement.close()
+
+
+def _own_pool(db: str, name: str, **kw: Any) -> Any:
+    from subagents.actors.ray import RayPlacement
+
+    env = {"PYTHONPATH": str(Path(hostkit.__file__).parent)}
+    return RayPlacement(
+        db,
+        setup=hostkit.setup,
+        lease_ttl=3.0,
+        name=name,
+        options={"runtime_env": {"env_vars": env}},
+        **kw,
+    )
+
+
+def test_a_close_right_after_a_host_died_leaves_nothing_held(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """Four placed children run, held; the host running some of them is SIGKILLed
+    and the parent's runtime closes at once. The runs of the dead host's children
+    move to the other host while their releases went to the dead one: they were
+    activated there after the close -- held, their turns running, for a parent
+    that had left -- and the close waited 30 s for each. The pool remembers what
+    it released: afterwards no host holds any of them, and the close is quick."""
+    import signal
+
+    import ray
+
+    db = ray_pool[0]
+    placement = _own_pool(db, "killed-pool", hosts=2, call_timeout=3.0)
+    markers = [tmp_path / f"held{i}" for i in range(4)]
+    try:
+        with parent_tree(db, backend, placement, "killed-pool") as tree:
+            cids = [tree.start(f"hold:{m}", model="hold", label=f"c{i}") for i, m in
+                    enumerate(markers)]  # fmt: skip
+            eventually(lambda: all(Path(f"{m}.started").exists() for m in markers))
+            pid = ray.get(placement.host_actors[0].pid.remote(), timeout=30)
+            os.kill(pid, signal.SIGKILL)
+            began = time.monotonic()
+            tree.rt.close()
+            took = time.monotonic() - began
+        assert took < 20, took
+        for host in placement.host_actors:  # the dead one answers once restarted
+            held = eventually(lambda h=host: _held(h), timeout=60)
+            assert not held[1] & {str(c) for c in cids}, held
+    finally:
+        for m in markers:
+            Path(f"{m}.go").write_text("go")
+        placement.close(timeout=30)
+
+
+def _held(host: Any) -> tuple[bool, set[str]] | None:
+    import ray
+
+    try:
+        return True, set(ray.get(host.held.remote(), timeout=5))
+    except Exception:
+        return None
+
+
+def test_a_close_does_not_wait_on_a_stopped_host_once_per_child(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """The host of three placed children stops answering (SIGSTOP): the close
+    waits ``call_timeout`` for it once, not once per child plus 30 s for each
+    child's run (64 s for two children, 96 s for three), and no run is left
+    waiting on it."""
+    import signal
+
+    import ray
+
+    db = ray_pool[0]
+    placement = _own_pool(db, "stopped-pool", hosts=1, call_timeout=2.0)
+    markers = [tmp_path / f"held{i}" for i in range(3)]
+    pid = ray.get(placement.host_actors[0].pid.remote(), timeout=30)
+    try:
+        with parent_tree(db, backend, placement, "stopped-pool") as tree:
+            for i, m in enumerate(markers):
+                tree.start(f"hold:{m}", model="hold", label=f"c{i}")
+            eventually(lambda: all(Path(f"{m}.started").exists() for m in markers))
+            os.kill(pid, signal.SIGSTOP)
+            began = time.monotonic()
+            tree.rt.close()
+            took = time.monotonic() - began
+        assert took < 12, took
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        for m in markers:
+            Path(f"{m}.go").write_text("go")
+        placement.close(timeout=30)
