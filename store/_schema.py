@@ -266,27 +266,43 @@ def _schema_is_empty(conn: sqlite3.Connection) -> bool:
     return bool(conn.execute("SELECT count(*) = 0 FROM sqlite_schema").fetchone()[0])
 
 
-def _identify(base: str, head: bytes) -> tuple[int, int | None]:
+def _identify(path: str, base: str, head: bytes) -> tuple[int, int | None]:
     """``(application_id, version)`` read in one snapshot of the file at ``base``
     (a ``mode=ro`` URI); version ``-1``: an empty schema, ``None``: no
     ``schema_version`` table.
 
-    A file in rollback-journal mode (header bytes 18-19 are 1: every file we are
-    still setting up, since a store migrates before it switches to WAL) is read
-    with locks: such a read makes no file beside it, and it waits for a writer's
-    commit rather than reading its pages half written -- another process setting
-    up the same new file read as damaged. A WAL file, or one whose journal a
-    crash left hot (a read-only connection cannot roll it back), is read
-    ``immutable``: no locks, no ``-wal``/``-shm`` files, nothing written (its
-    main file changes only at checkpoints).
+    Read with locks where that makes no file beside it: a file in
+    rollback-journal mode (header bytes 18-19 are 1: every file we are still
+    setting up, since a store migrates before it switches to WAL); a WAL file
+    whose header names us and whose WAL and index are there (a writer has it
+    open). A locking read waits for a writer's commit, and reads the WAL, rather
+    than pages half written -- another process setting up the file, or
+    checkpointing into it, read as damage. Anything else -- a WAL file with no
+    writer, whose main file nothing changes, or where a locking read cannot be
+    made (a hot journal a read-only connection cannot roll back, an index it
+    cannot open) -- is read ``immutable``: no locks, no ``-wal``/``-shm`` files,
+    nothing written.
     """
-    if head[18] == head[19] == 1:
+    ours = int.from_bytes(head[68:72], "big") == APPLICATION_ID
+    live_wal = os.path.exists(path + "-wal") and os.path.exists(path + "-shm")
+    if head[18] == head[19] == 1 or (ours and live_wal):
         try:
             return _identify_in(sqlite3.connect(base, uri=True))
         except sqlite3.OperationalError as exc:
-            if not getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
+            name = getattr(exc, "sqlite_errorname", "")
+            if not name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
                 raise
     return _identify_in(sqlite3.connect(base + "&immutable=1", uri=True))
+
+
+def foreign_without_wal(path: str) -> bool:
+    """Whether a reader other than the file's owner (and not root) finds no WAL and
+    index beside it (no writer has it open: the file holds everything). SQLite
+    would make them as this user, and leave them: the owner's next writes would
+    fail on files it cannot write."""
+    if not hasattr(os, "geteuid") or os.geteuid() in (0, os.stat(path).st_uid):
+        return False
+    return not (os.path.exists(path + "-wal") and os.path.exists(path + "-shm"))
 
 
 def _identify_in(conn: sqlite3.Connection) -> tuple[int, int | None]:
@@ -338,7 +354,7 @@ def probe(path: str) -> Literal["new", "ours"]:
         raise _not_ours(path, f"SQLite application_id is {app_id:#x}")
     base = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     try:
-        app_id, version = _identify(base, head)
+        app_id, version = _identify(path, base, head)
     except sqlite3.DatabaseError as exc:
         if is_corrupt(exc):  # it starts with SQLite's header: a damaged SQLite file
             raise database_corrupt(path, exc, untouched=True) from exc

@@ -41,7 +41,15 @@ from ._group import GroupCommitter
 from ._native import native_lock
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
-from ._schema import check_current, database_corrupt, is_corrupt, migrate, probe, unavailable
+from ._schema import (
+    check_current,
+    database_corrupt,
+    foreign_without_wal,
+    is_corrupt,
+    migrate,
+    probe,
+    unavailable,
+)
 from ._validate import (
     check_session_id,
     invalid,
@@ -150,9 +158,7 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         memory (a directory the reader cannot write), an ``immutable`` one."""
         base = "file:" + urllib.parse.quote(os.path.abspath(self.path))
         self._uri = base + "?mode=ro"
-        if self._foreign_without_wal():
-            # SQLite would make the WAL and its index as this user, and leave them:
-            # the owner's next writes would fail on files it cannot write.
+        if foreign_without_wal(self.path):
             self._uri = base + "?mode=ro&immutable=1"
             return self._connect()
         conn = self._connect()
@@ -171,13 +177,6 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             if is_corrupt(exc):
                 raise database_corrupt(self.path, exc) from exc
             raise unavailable(self.path, exc) from exc
-
-    def _foreign_without_wal(self) -> bool:
-        """Whether a reader other than the file's owner (and not root) finds no WAL
-        and index beside it (no writer has it open: the file holds everything)."""
-        if not hasattr(os, "geteuid") or os.geteuid() in (0, os.stat(self.path).st_uid):
-            return False
-        return not (os.path.exists(self.path + "-wal") and os.path.exists(self.path + "-shm"))
 
     def _connect(self) -> sqlite3.Connection:
         try:

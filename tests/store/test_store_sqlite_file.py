@@ -232,6 +232,45 @@ def test_a_file_another_process_is_committing_is_not_read_half_written(
     assert out == ["ours"]
 
 
+def test_identifying_a_file_being_checkpointed_reads_it_whole(
+    tmp_path: Path, make_header: MakeHeader
+) -> None:
+    """A live store's file, written and checkpointed into (a worker) while another
+    process identifies it (a worker restarting, ``subagents show``): no false
+    ``DATABASE_CORRUPT``. An immutable read of the main file read the pages a
+    checkpoint was writing: 7% of the identifications of a busy file failed."""
+    import threading
+
+    path = tmp_path / "busy.db"
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with SqliteStore(path) as store, _raw(path) as conn:
+                while not stop.is_set():
+                    for _ in range(20):
+                        store.create_session(make_header())
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except BaseException as exc:
+            failures.append(exc)
+
+    SqliteStore(path).close()
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        codes = []
+        for _ in range(1500):
+            try:
+                _schema.probe(str(path))
+            except SubagentError as exc:
+                codes.append(exc.code)
+    finally:
+        stop.set()
+        writer.join(30)
+    assert codes == [] and failures == []
+
+
 def test_several_processes_open_one_new_file_at_once(tmp_path: Path) -> None:
     """Real processes, 3 rounds of 6: every one opens the new file (none is told
     it is damaged or another application's), and it is ours after."""
