@@ -397,10 +397,10 @@ class SessionService(Acceptance, SessionReads):
             raise SubagentError("flush timed out", code=ErrorCode.TIMEOUT)
         if session_id is not None:
             failure = self._writer.take_failure(session_id)
-            if failure is not None:
+            if failure is not None:  # its own code: an outage is no bug of ours
+                code = failure.code if isinstance(failure, SubagentError) else ErrorCode.INTERNAL
                 raise SubagentError(
-                    f"session {session_id} did not reach persistence: {failure}",
-                    code=ErrorCode.INTERNAL,
+                    f"session {session_id} did not reach persistence: {failure}", code=code
                 ) from failure
 
     def close(self) -> None:

@@ -109,6 +109,9 @@ def test_a_failed_write_stops_its_session_and_only_it(
         assert stats.persistence_failures[0].code == ErrorCode.PERSISTENCE_UNAVAILABLE
         assert stats.failed_writes == 1
         assert stats.store is not None and stats.store.transactions > 0
+        with pytest.raises(SubagentError) as info:  # the failure's own code: not INTERNAL
+            rt.sessions.flush(a.session_id)
+        assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
 
         b.followup("fine")  # the rest of the runtime goes on
         assert b.wait_idle(10)
