@@ -34,7 +34,23 @@ __all__ = ["Holder", "Leases", "holder_ended"]
 
 logger = logging.getLogger("subagents")
 
-_HOST = socket.gethostname()
+
+def _host() -> str:
+    """This host as lease holders name it: its name, and -- where there is one --
+    the boot and PID namespace its pids belong to. A holder's pid means something
+    only there: two workers of one host name in different PID namespaces (a
+    container sharing the host's network) must not judge each other by it."""
+    name = socket.gethostname().replace(":", "_")
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()[:8]
+        space = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return name
+    return f"{name}~{boot}.{space}"
+
+
+_HOST = _host()
 
 
 class Holder:

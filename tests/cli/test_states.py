@@ -213,10 +213,11 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
     showed ``running`` for ever. So is one whose lease names a process of this
     host that has ended (killed: its lease has not expired yet); it showed
     ``running`` until the expiry."""
-    import socket
     import subprocess
     import sys
     import time
+
+    from subagents.actors._agents import Holder
 
     db = str(tmp_path / "open.db")
     held, lapsed, free = new_session_id(), new_session_id(), new_session_id()
@@ -245,7 +246,7 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
         store.acquire_lease(held, "alive", now=now, expires=now + 3600)
         store.acquire_lease(lapsed, "gone", now=now - 7200, expires=now - 3600)
         store.acquire_lease(relaxed, "gone", now=now - 7200, expires=now - 3600)
-        here = f"{socket.gethostname()}:{gone.pid}:0123456789ab"
+        here = f"{Holder().id.split(':')[0]}:{gone.pid}:0123456789ab"  # this host's
         store.acquire_lease(ended, here, now=now, expires=now + 3600)
     sessions = (held, lapsed, free, relaxed, ended)
     expected = ["running", "waiting", "waiting", "settled", "waiting"]

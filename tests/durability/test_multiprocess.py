@@ -237,6 +237,54 @@ def test_a_killed_holder_not_yet_reaped_counts_as_gone_at_once(
         victim.communicate()
 
 
+_RESUME = """
+import sys
+from subagents.actors import Runtime
+from subagents.protocol import SubagentError
+db, sid, backend = sys.argv[1:4]
+with Runtime(db, backend=backend, lease_ttl=30.0) as rt:
+    rt.models.register("mark", lambda _o: lambda turn: None)
+    try:
+        rt.agents.resume(sid)
+        print("resumed")
+    except SubagentError as exc:
+        print(exc.code)
+"""
+
+
+def test_a_holder_in_another_pid_namespace_is_not_judged_by_its_pid(
+    backend: Backend, db: str, tmp_path: Path
+) -> None:
+    """Two workers of one host name whose PID namespaces differ (containers sharing
+    the host's network, ``PrivatePIDs``): the holder's pid means nothing in the
+    other's namespace. The second took the live first's lease at once (its pid
+    was not found there), and both ran the session's turns; now it waits for the
+    lease as for another machine's holder: ``LEASE_HELD``."""
+    import shutil
+
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("no unshare --pid here (it needs root)")
+    sid = _session(db, backend)
+    holder = _worker("accept", db, sid, "-", "1", "-", str(tmp_path / "m"), backend.name, "30")
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "ready"
+        other = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _RESUME,
+             db, str(sid), backend.name],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert other.stdout.split() == [ErrorCode.LEASE_HELD], other.stderr[-2000:]
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("asked", [True, False], ids=["followed-up", "swept"])
 def test_a_killed_holders_continuable_child_runs_what_it_accepted(
