@@ -134,6 +134,9 @@ class Leases:
         self._task: TaskHandle | None = None
         self._stop: EventLike = backend.event()
         self._closed = False
+        # When the store last confirmed every lease held (monotonic): a renewal, or
+        # the first lease taken while none was held.
+        self._confirmed = time.monotonic()
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._store.blocking:
@@ -177,6 +180,8 @@ class Leases:
         with self._lock:
             if self._closed:
                 raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
+            if not self._held:
+                self._confirmed = time.monotonic()
             self._held[session_id] = epoch
             if self._task is None:
                 self._task = self._backend.spawn(self._renew_loop, name="subagents-leases")
@@ -213,6 +218,31 @@ class Leases:
     def holds(self, session_id: SessionId) -> bool:
         return session_id in self._held
 
+    def confirm(self, session_id: SessionId) -> bool:
+        """Whether this runtime still holds ``session_id``'s lease, before a turn of
+        it starts: at once while the last renewal is recent (two thirds of the
+        ttl: renewals come every third); after longer -- the process was stopped,
+        or starved -- the store is asked, renewing every lease held. False: it was
+        taken over (and is let go as a renewal would). A store that cannot answer
+        counts as held: every write is fenced anyway."""
+        if time.monotonic() - self._confirmed < self.ttl * 2 / 3:
+            return True
+        with self._lock:
+            held = dict(self._held)
+        if session_id not in held:
+            return False
+        asked = time.monotonic()
+        try:
+            renewed = set(
+                self._call(self._store.renew_leases, self.holder.id, self._clock() + self.ttl)
+            )
+        except SubagentError:
+            logger.warning("could not confirm the lease of %s", session_id, exc_info=True)
+            return True
+        self._confirmed = asked
+        lost = self._renewed(held, renewed)
+        return session_id in renewed or (session_id not in lost and self.holds(session_id))
+
     def count(self) -> int:
         """How many sessions this runtime holds the lease of."""
         return len(self._held)
@@ -231,8 +261,10 @@ class Leases:
             if not held:
                 continue
             try:
+                asked = time.monotonic()
                 until = self._clock() + self.ttl
                 count = self._call(self._store.renew_lease_count, self.holder.id, until)
+                self._confirmed = asked
                 if count == len(held):
                     # Every lease it holds was renewed (none is lost, each is stored):
                     # no list to read. A loss hidden by a lease taken meanwhile shows
@@ -244,18 +276,27 @@ class Leases:
             except SubagentError:
                 logger.exception("renewing the leases of %s failed", self.holder.id)
                 continue
-            with self._lock:
-                self._fresh -= renewed
-                fresh = set(self._fresh)
-            for sid, epoch in held.items():
-                if sid not in renewed and not (epoch == 1 and sid in fresh):
-                    with self._lock:
-                        still = self._held.get(sid) == epoch
-                        if still:
-                            del self._held[sid]
+            self._renewed(held, renewed)
+
+    def _renewed(self, held: dict[SessionId, int], renewed: set[SessionId]) -> list[SessionId]:
+        """After a renewal of the leases ``held`` (session -> epoch) that renewed
+        ``renewed``: the others were taken over -- unless created under a lease no
+        renewal has seen yet -- and are let go (``lost``). Returns them."""
+        with self._lock:
+            self._fresh -= renewed
+            fresh = set(self._fresh)
+        lost = []
+        for sid, epoch in held.items():
+            if sid not in renewed and not (epoch == 1 and sid in fresh):
+                with self._lock:
+                    still = self._held.get(sid) == epoch
                     if still:
-                        logger.error("the lease of session %s was taken over", sid)
-                        self._lost(sid)
+                        del self._held[sid]
+                if still:
+                    logger.error("the lease of session %s was taken over", sid)
+                    self._lost(sid)
+                    lost.append(sid)
+        return lost
 
     def close(self) -> None:
         with self._lock:

@@ -195,15 +195,28 @@ class TurnRunner:
             logger.warning("could not record %s taken: %s", d.message_id, exc)
         return True
 
+    def _still_held(self) -> bool:
+        """Whether this activation still holds its session's lease as a turn starts
+        (:meth:`Leases.confirm`: asked of the store only after a stall -- a process
+        stopped past its lease must not start a message the new holder ran)."""
+        leases = self._host.sessions.leases
+        session = self._session
+        if leases is None or leases.confirm(session.id):
+            return True
+        logger.warning("not running a turn of %s: its lease was taken over", session.id)
+        return False
+
     def run_turn(self, d: Deliver, unrun: str | None = None) -> None:
         """Run ``d`` as the next turn; with ``unrun`` (why), record it as a turn
         that ended ``cancelled`` without calling the behaviour."""
-        if d.redelivered == UNTAKEN and not self._take(d):
+        host = self._host
+        sessions = host.sessions
+        if (d.redelivered == UNTAKEN and not self._take(d)) or (
+            unrun is None and self._session.token is not None and not self._still_held()
+        ):
             if d.on_end is not None:
                 notify(d.on_end, TurnOutcome(-1, "cancelled", None, None, "not ours to run"))
             return
-        host = self._host
-        sessions = host.sessions
         clock = host.clock
         session = self._session
         index = self.next_turn

@@ -5,6 +5,7 @@ Usage::
     python mp_worker.py send DB SESSION NAME COUNT TOTAL MARKS BACKEND TTL
     python mp_worker.py hold DB SESSION - - - MARKS BACKEND TTL
     python mp_worker.py accept DB SESSION - COUNT - MARKS BACKEND TTL
+    python mp_worker.py stall DB SESSION NAME COUNT - MARKS BACKEND TTL
     python mp_worker.py tree DB - - COUNT - MARKS BACKEND TTL
 
 ``send``: sends COUNT messages ``NAME-i`` to SESSION with ``agents.send``,
@@ -22,6 +23,10 @@ and waits to be killed.
 
 With ``SUBAGENTS_TEST_HOST`` set, the worker's lease holder names that host
 instead of this one (a second machine, for the PostgreSQL tests).
+
+``stall``: resumes SESSION and follows it up with ``m0`` .. ``m{COUNT-1}``, each
+turn 0.2 s of work its signal does not cut; prints ``ready``, then ``lost`` once
+its agent was disposed (its lease taken over while the test had it stopped).
 
 ``hold``: resumes SESSION (taking its lease), prints ``held``, and waits for its
 agent to be disposed -- which happens when another process took the lease over
@@ -118,6 +123,26 @@ def main(argv: list[str]) -> int:
                 agent.followup(f"m{i}")
             print("ready", flush=True)
             agent.wait_disposed(3600)  # killed before
+        elif mode == "stall":
+            assert sid is not None
+
+            def slow(_options: Any) -> Any:
+                def on_turn(turn: Any) -> Any:
+                    _mark(marks, f"start {name} {turn.content}")
+                    until = time.monotonic() + 0.2  # work its turn's signal does not cut
+                    while time.monotonic() < until:
+                        rt.backend.sleep(0.01)
+                    return turn.content
+
+                return on_turn
+
+            rt.models.register("mark", slow, replace=True)
+            agent = rt.agents.resume(sid)
+            for i in range(int(count)):
+                agent.followup(f"m{i}")
+            print("ready", flush=True)
+            agent.wait_disposed(3600)  # its lease taken over while it was stopped
+            print("lost", flush=True)
         else:
             assert sid is not None
             agent = rt.agents.resume(sid)

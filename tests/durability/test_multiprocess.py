@@ -237,6 +237,55 @@ def test_a_killed_holder_not_yet_reaped_counts_as_gone_at_once(
         victim.communicate()
 
 
+def test_a_holder_stopped_past_its_lease_starts_no_turn_after_it(
+    backend: Backend, db: str, tmp_path: Path
+) -> None:
+    """A holder with follow-ups queued in memory is stopped (SIGSTOP) past its
+    lease; this runtime takes the session over and runs every message; then the
+    holder continues. It started the next message from its memory at once --
+    one the new holder had completed, not even flagged redelivered -- and only
+    its write after the turn failed. A turn now starts only under a lease known
+    to be held: after a stall, the holder asks the store first, finds the lease
+    gone, and runs nothing more."""
+    sid = _session(db, backend)
+    marks = tmp_path / "marks"
+    count = 8
+    stalled = _worker("stall", db, sid, "A", str(count), "-", str(marks), backend.name, str(TTL))
+    try:
+        assert stalled.stdout is not None
+        assert stalled.stdout.readline().strip() == "ready"
+        os.kill(stalled.pid, signal.SIGSTOP)
+        noted = Noted()
+        with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
+            noted.register(rt, "new")
+            rt.models.register("mark", rt.models.require("note"), replace=True)
+            deadline = time.monotonic() + 30
+            while True:  # the stopped holder's lease expires: a resume, or the sweep
+                try:
+                    agent = rt.agents.resume(sid)
+                    break
+                except SubagentError as exc:
+                    found = rt.agents.get(sid)
+                    if exc.code == ErrorCode.SESSION_EXISTS and found is not None:
+                        agent = found
+                        break
+                    assert exc.code == ErrorCode.LEASE_HELD and time.monotonic() < deadline
+                    rt.backend.sleep(0.1)
+            assert agent.wait_idle(30)
+            ran = [c for _, c, _ in noted.items()]
+            assert ran and ran[-1] == f"m{count - 1}", ran
+            before = marks.read_text().splitlines() if marks.exists() else []
+            os.kill(stalled.pid, signal.SIGCONT)
+            assert stalled.stdout.readline().strip() == "lost"
+            after = marks.read_text().splitlines()[len(before) :]
+            assert [line for line in after if line.startswith("start A")] == []
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+        if stalled.poll() is None:
+            stalled.kill()
+        stalled.communicate()
+
+
 _RESUME = """
 import sys
 from subagents.actors import Runtime
