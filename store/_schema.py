@@ -266,7 +266,7 @@ def _schema_is_empty(conn: sqlite3.Connection) -> bool:
     return bool(conn.execute("SELECT count(*) = 0 FROM sqlite_schema").fetchone()[0])
 
 
-def _identify(path: str, base: str, head: bytes) -> tuple[int, int | None]:
+def _identify(path: str, base: str, head: bytes, timeout: float) -> tuple[int, int | None]:
     """``(application_id, version)`` read in one snapshot of the file at ``base``
     (a ``mode=ro`` URI); version ``-1``: an empty schema, ``None``: no
     ``schema_version`` table.
@@ -287,7 +287,7 @@ def _identify(path: str, base: str, head: bytes) -> tuple[int, int | None]:
     live_wal = os.path.exists(path + "-wal") and os.path.exists(path + "-shm")
     if head[18] == head[19] == 1 or (ours and live_wal):
         try:
-            return _identify_in(sqlite3.connect(base, uri=True))
+            return _identify_in(sqlite3.connect(base, uri=True, timeout=timeout))
         except sqlite3.OperationalError as exc:
             name = getattr(exc, "sqlite_errorname", "")
             if not name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
@@ -316,8 +316,9 @@ def _identify_in(conn: sqlite3.Connection) -> tuple[int, int | None]:
         conn.close()
 
 
-def probe(path: str) -> Literal["new", "ours"]:
-    """Classify ``path`` without writing to it.
+def probe(path: str, timeout: float = 5.0) -> Literal["new", "ours"]:
+    """Classify ``path`` without writing to it; ``timeout``: seconds to wait for a
+    writer's lock (a file another process is setting up).
 
     Returns:
         ``"new"`` for a missing or empty file or an SQLite file with an empty
@@ -354,10 +355,12 @@ def probe(path: str) -> Literal["new", "ours"]:
         raise _not_ours(path, f"SQLite application_id is {app_id:#x}")
     base = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     try:
-        app_id, version = _identify(path, base, head)
+        app_id, version = _identify(path, base, head, timeout)
     except sqlite3.DatabaseError as exc:
         if is_corrupt(exc):  # it starts with SQLite's header: a damaged SQLite file
             raise database_corrupt(path, exc, untouched=True) from exc
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            raise unavailable(path, f"locked by another process past {timeout} s") from exc
         raise _not_ours(path, f"unreadable: {exc}") from exc
     except sqlite3.Error as exc:
         raise unavailable(path, exc) from exc

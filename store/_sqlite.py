@@ -130,7 +130,7 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._id_cache: dict[bytes, SessionId] = {}
         self._closed = False
 
-        if probe(fspath) == "new" and read_only:
+        if probe(fspath, self._timeout) == "new" and read_only:
             raise unavailable(fspath, "no subagents database to read")
         conn = self._connect_read_only() if read_only else self._connect()
         try:

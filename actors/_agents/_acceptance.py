@@ -41,6 +41,9 @@ logger = logging.getLogger("subagents")
 
 #: Message ids a relaxed runtime remembers for deduplication.
 SEEN_MAX: Final = 100_000
+#: Seconds a refused acceptance waits for this runtime's writes before it counts
+#: again (else it is refused as counted).
+_FULL_WAIT: Final = 2.0
 
 
 class Acceptance:
@@ -51,6 +54,7 @@ class Acceptance:
     leases: Any  # ._leases.Leases | None
     _live: dict[SessionId, LiveSession]
     flush: Callable[..., None]  # SessionService.flush
+    writes_behind: Callable[[], bool]  # SessionService.writes_behind
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -83,11 +87,16 @@ class Acceptance:
         }
         try:
             result: list[Accepted] = self._call(*args, now=time.time(), **kwargs)
-        except InboxFullError:
+        except InboxFullError as full:
             # Full as the store counts it -- perhaps of messages whose turns ended
             # here, their ``done`` still on its way to the store (write-behind):
             # once this runtime's writes are in, the count is what the caller saw.
-            self.flush(session_id)
+            if not self.writes_behind():
+                raise
+            try:
+                self.flush(session_id, timeout=_FULL_WAIT)
+            except SubagentError:
+                raise full from None
             result = self._call(*args, now=time.time(), **kwargs)
         for entry in result:
             if entry.duplicate:

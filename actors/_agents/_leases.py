@@ -94,6 +94,9 @@ def _unreaped(pid: int) -> bool:
     """Whether ``pid`` ended and only awaits its parent's ``wait`` (a zombie, which
     ``kill(pid, 0)`` still finds: a supervisor that kills a worker and resumes its
     sessions before reaping it). Where there is no ``/proc``, it counts as alive."""
+    # (A main thread that exited on its own while other threads run shows "Z" too;
+    # no Python process does that. The threads of a killed one may still be
+    # tearing down as its main thread shows "Z": it is dead all the same.)
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -134,9 +137,10 @@ class Leases:
         self._task: TaskHandle | None = None
         self._stop: EventLike = backend.event()
         self._closed = False
-        # When the store last confirmed every lease held (monotonic): a renewal, or
-        # the first lease taken while none was held.
-        self._confirmed = time.monotonic()
+        # Until when (monotonic) every lease held counts as held without asking the
+        # store: two thirds of the ttl past the last renewal that confirmed them
+        # all (its losses settled), or past the first lease taken while none was.
+        self._sure_until = time.monotonic() + ttl * 2 / 3
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._store.blocking:
@@ -181,7 +185,7 @@ class Leases:
             if self._closed:
                 raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
             if not self._held:
-                self._confirmed = time.monotonic()
+                self._sure_until = time.monotonic() + self.ttl * 2 / 3
             self._held[session_id] = epoch
             if self._task is None:
                 self._task = self._backend.spawn(self._renew_loop, name="subagents-leases")
@@ -225,8 +229,8 @@ class Leases:
         or starved -- the store is asked, renewing every lease held. False: it was
         taken over (and is let go as a renewal would). A store that cannot answer
         counts as held: every write is fenced anyway."""
-        if time.monotonic() - self._confirmed < self.ttl * 2 / 3:
-            return True
+        if time.monotonic() < self._sure_until:  # one clock read a turn, as a rule
+            return session_id in self._held
         with self._lock:
             held = dict(self._held)
         if session_id not in held:
@@ -239,9 +243,14 @@ class Leases:
         except SubagentError:
             logger.warning("could not confirm the lease of %s", session_id, exc_info=True)
             return True
-        self._confirmed = asked
         lost = self._renewed(held, renewed)
+        self._confirmed(asked)
         return session_id in renewed or (session_id not in lost and self.holds(session_id))
+
+    def _confirmed(self, asked: float) -> None:
+        """A renewal asked at ``asked`` confirmed every lease held, its losses let go."""
+        with self._lock:
+            self._sure_until = max(self._sure_until, asked + self.ttl * 2 / 3)
 
     def count(self) -> int:
         """How many sessions this runtime holds the lease of."""
@@ -264,19 +273,20 @@ class Leases:
                 asked = time.monotonic()
                 until = self._clock() + self.ttl
                 count = self._call(self._store.renew_lease_count, self.holder.id, until)
-                self._confirmed = asked
                 if count == len(held):
                     # Every lease it holds was renewed (none is lost, each is stored):
                     # no list to read. A loss hidden by a lease taken meanwhile shows
                     # in the next round's count; every write is fenced anyway.
                     with self._lock:
                         self._fresh -= held.keys()
+                    self._confirmed(asked)
                     continue
                 renewed = set(self._call(self._store.renew_leases, self.holder.id, until))
             except SubagentError:
                 logger.exception("renewing the leases of %s failed", self.holder.id)
                 continue
             self._renewed(held, renewed)
+            self._confirmed(asked)
 
     def _renewed(self, held: dict[SessionId, int], renewed: set[SessionId]) -> list[SessionId]:
         """After a renewal of the leases ``held`` (session -> epoch) that renewed

@@ -196,9 +196,12 @@ class AgentRegistry:
             replay(restored.agent, restored.pending)
         finally:
             self._claims.unclaim(session_id)
-        if restored.pending:
-            return restored.agent
-        restored.agent.dispose()
+        agent = restored.agent
+        # Live since its registration: a message sent to it meanwhile keeps it
+        # (the gate closes only on an agent with nothing in flight).
+        if restored.pending or not agent.close_if_idle():
+            return agent
+        agent.dispose()
         return None
 
     def _check_open(self) -> None:
@@ -372,7 +375,12 @@ class AgentRegistry:
         if agent is not None:
             if agent.parent_session is not None:  # resident or not, the same answer
                 raise _a_subagent(sid)
-            return agent.followup(content, source=source, message_id=mid)
+            try:
+                return agent.followup(content, source=source, message_id=mid)
+            except SubagentError as exc:
+                if exc.code != ErrorCode.AGENT_DISPOSED:
+                    raise
+                # Leaving (let go meanwhile): sent as to a session not live here.
         sessions = self._host.sessions
         header = sessions.header(sid)
         if header is None:

@@ -77,3 +77,60 @@ def test_sends_to_disposed_roots_leave_none_live(backend: Backend, db: str) -> N
         assert rt.agents.wait_stopped(10)
         live = [a.session_id for a in rt.agents.list()]
         assert live == []
+
+
+@pytest.mark.parametrize("when", ["registered", "gate-closed"])
+def test_a_send_racing_the_let_go_of_an_adoption_runs(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """Forced: the adoption found nothing waiting, and a message is sent to the
+    session while it lets its agent go -- once the agent is live (registered),
+    or once its gate closed. Nothing is discarded: the live agent keeps and runs
+    it, or the send goes on as to a session nobody holds (committed: its next
+    activation runs it). It was discarded unrun (the let-go was a plain
+    dispose)."""
+    from subagents.actors._agents import Agent
+    from subagents.protocol import TurnEnd
+
+    with Runtime(db, backend=backend, adopt=False) as rt:
+        rt.models.register("lead", lambda _o: lambda turn: f"ran {turn.content}")
+        root = rt.spawn("lead", label="root")
+        sid = root.session_id
+        root.dispose()
+        sent: list[Any] = []
+
+        def send() -> None:
+            if not sent:
+                sent.append(rt.agents.send(sid, "late"))
+
+        if when == "registered":
+            claims = type(rt.agents._claims)
+            unclaim = claims.unclaim
+            monkeypatch.setattr(claims, "unclaim", lambda self, s: (unclaim(self, s), send()))
+        else:
+            close_if_idle = Agent.close_if_idle
+            monkeypatch.setattr(
+                Agent, "close_if_idle", lambda self: (close_if_idle(self), send())[0]
+            )
+        stale = iter([[object()]])  # the adoption's read: something waited
+        real = rt.sessions.pending
+        monkeypatch.setattr(
+            rt.sessions, "pending", lambda s, **kw: next(stale, None) or real(s, **kw)
+        )
+        monkeypatch.setattr(_remote, "_only_quiet", lambda _pending: False)
+        _remote.adopt(rt.agents, rt.sessions, rt.continuation, sid)
+        monkeypatch.undo()
+        assert sent
+        assert rt.wait_idle(10)
+        rt.sessions.flush()
+        ends = [
+            (e.output, e.error) for r in rt.store.read(sid) if isinstance(e := r.event, TurnEnd)
+        ]
+        waiting = [e.event.content for e in rt.sessions.pending(sid)]
+        if when == "registered":  # the live agent kept it
+            assert (ends, waiting) == ([("ran late", None)], [])
+        else:  # committed as to a session nobody holds: its next activation runs it
+            assert (ends, waiting) == ([], ["late"])
+            again = rt.agents.resume(sid)
+            assert again.wait_idle(10)
+            assert rt.sessions.turn_ends(sid)[-1].output == "ran late"

@@ -100,3 +100,46 @@ def test_renewal_reads_no_list_until_a_lease_is_lost(backend: Backend, tmp_path:
     finally:
         leases.close()
         store.close()
+
+
+def test_a_turn_starting_while_a_renewal_settles_a_loss_is_not_told_held(
+    backend: Backend,
+) -> None:
+    """Forced: a runtime stopped past its lease continues; its renewal finds a
+    lease missing (the count) and, while it reads which, a turn starts and asks
+    ``confirm``. It was told "held" (the renewal had counted as a confirmation
+    already), and ran under a lost lease. Now it asks the store itself: lost."""
+    import threading
+
+    sid = new_session_id()
+    seen: dict[str, Any] = {}
+    lost: list[SessionId] = []
+
+    class TakenOver:
+        """The store after a takeover: this holder's lease is gone."""
+
+        blocking = False
+
+        def renew_lease_count(self, holder: str, until: float) -> int:
+            return 0
+
+        def renew_leases(self, holder: str, until: float) -> list[SessionId]:
+            if "confirm" not in seen:  # the renewal's read: a turn starts meanwhile
+                seen["confirm"] = None
+                turn = threading.Thread(target=lambda: seen.update(confirm=leases.confirm(sid)))
+                turn.start()
+                turn.join(10)
+            return []
+
+    leases = Leases(TakenOver(), backend, ttl=0.3, lost=lost.append)  # type: ignore[arg-type]
+    try:
+        leases._hold(sid, 3)
+        leases._sure_until = time.monotonic() - 1  # it was stopped past its lease
+        deadline = time.monotonic() + 10
+        while not lost:  # the renewal loop comes round every ttl / 3
+            assert time.monotonic() < deadline
+            backend.sleep(0.01)
+    finally:
+        leases.close()
+    assert seen["confirm"] is False
+    assert lost == [sid]

@@ -195,6 +195,23 @@ def test_a_placed_child_delegates_further(tree: Tree) -> None:
         assert _pid(helper) != os.getpid()
 
 
+def test_a_settled_grandchild_of_a_placed_child_is_reached_by_id(tree: Tree) -> None:
+    """The tree settled: the placed child's own continuable grandchild (started on
+    its host) is followed up by its parent's id from the parent's process. The
+    wake climbs to the root, wakes the placed child on a host, and the host wakes
+    the grandchild below it: the message runs. It was accepted and never ran (the
+    wake stopped at the placed child, which is no agent here; a host dropped
+    rings about the children of the sessions it held)."""
+    cid = tree.start("plan", model="delegator")
+    _helper, grandchild = tree.wait_outputs(cid, 1)[0].split("|")
+    gid = SessionId(grandchild)
+    tree.wait_outputs(gid, 1)
+    tree.wait_outputs(cid, 2)  # the grandchild's report ran
+    eventually(lambda: tree.settled(cid))
+    tree.rt.subagents.followup(cid, gid, "by id")
+    assert tree.wait_outputs(gid, 2)[1].startswith("by id@")
+
+
 def test_drain_cancels_and_releases_then_closes_admission(tree: Tree, tmp_path: Path) -> None:
     """R-DRAIN-1/R-DRAIN-3: drain cancels the running turn, releases the child
     (on its host too), and admission stays closed below the drained parent."""

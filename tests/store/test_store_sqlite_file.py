@@ -232,6 +232,30 @@ def test_a_file_another_process_is_committing_is_not_read_half_written(
     assert out == ["ours"]
 
 
+def test_a_file_locked_past_the_busy_timeout_is_unavailable_not_foreign(
+    tmp_path: Path, make_header: MakeHeader
+) -> None:
+    """A file of ours another process holds locked (setting it up) past the store's
+    busy timeout: ``PERSISTENCE_UNAVAILABLE`` -- a retry may succeed -- never
+    ``NOT_A_DATABASE`` ("unreadable: database is locked"), which says for good
+    that the file is not ours; the wait is the store's own ``busy_timeout_s``."""
+    path = tmp_path / "locked.db"
+    with SqliteStore(path) as store:
+        store.create_session(make_header())
+    with _raw(path) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+    writer = _raw(path)
+    writer.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(SubagentError) as info:
+            SqliteStore(path, busy_timeout_s=0.2)
+        assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE, info.value
+    finally:
+        writer.rollback()
+        writer.close()
+    SqliteStore(path).close()
+
+
 def test_identifying_a_file_being_checkpointed_reads_it_whole(
     tmp_path: Path, make_header: MakeHeader
 ) -> None:
