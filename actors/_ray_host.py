@@ -5,7 +5,7 @@ needs Ray: a host is a runtime of its own on the shared store."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.actors._children import Hosting
@@ -48,10 +48,11 @@ class PlacementHost:
         wait = 2 * lease_ttl if lease_wait is None else lease_wait
         self._hosting = Hosting(self.runtime, self.runtime.continuation.hosted, wait)
 
-    def run(self, child_id: str, call: int | None = None) -> None:
-        """Hold the child, run what waits for it, return once it is quiet (a run
-        asked before a release carried out already: nothing)."""
-        self._hosting.run(SessionId(child_id), call)
+    def run(self, child_id: str, call: int | None = None, wake: Sequence[str] = ()) -> None:
+        """Hold the child, run what waits for it (and for ``wake``, sessions below
+        it), return once it is quiet (a run asked before a release carried out
+        already: nothing)."""
+        self._hosting.run(SessionId(child_id), call, [SessionId(w) for w in wake])
 
     def settle(self, child_id: str) -> bool:
         """Release it if it is quiet (True), else False."""

@@ -257,7 +257,7 @@ class Runtime:
     def _orphan(self, session_id: SessionId) -> None:
         """Messages wait in the inbox of a session nobody holds: activate it here (a
         top-level agent, from its recorded options) or where its parent lives."""
-        if self._closed or not self._adopt:
+        if self._closed or (not self._adopt and not self._below_here(session_id)):
             return
         try:
             adopt(self.agents, self.sessions, self.continuation, session_id)
@@ -269,6 +269,17 @@ class Runtime:
                 logger.warning(
                     "messages wait for %s, which cannot be activated here: %s", session_id, exc
                 )
+
+    def _below_here(self, session_id: SessionId) -> bool:
+        """Whether ``session_id`` is a child of an agent live here: woken even by a
+        runtime that adopts nothing (a placement's host wakes the children of the
+        children it holds; a ring about one was dropped)."""
+        try:
+            header = self.sessions.header(session_id)
+        except SubagentError:
+            return False
+        parent = None if header is None else header.parent_session
+        return parent is not None and self.agents.get(parent) is not None
 
     def _leaving(self, live: LiveSession, descriptor: Any) -> None:
         retain_identity(

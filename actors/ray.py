@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -176,8 +176,11 @@ class RayPlacement:
 
     # -- the placement (what a PlacedChild calls) ---------------------------------------
 
-    def run(self, child_id: SessionId, call: int | None = None) -> None:
-        """Run what waits for ``child_id`` on its host; on another if that one died.
+    def run(
+        self, child_id: SessionId, call: int | None = None, wake: Sequence[SessionId] = ()
+    ) -> None:
+        """Run what waits for ``child_id`` on its host (and for ``wake``, sessions
+        below it, woken there); on another if that one died.
         A run asked before a release of the child returns once the release is
         asked, wherever it went: it is not carried to another host after it, nor
         waited on (a host that stopped answering)."""
@@ -187,7 +190,7 @@ class RayPlacement:
                 if self._released_after(child_id, call):
                     return
                 i = self._assign(child_id)
-            ref = self._hosts[i].run.remote(str(child_id), call)
+            ref = self._hosts[i].run.remote(str(child_id), call, [str(w) for w in wake])
             try:
                 while True:
                     try:

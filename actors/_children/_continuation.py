@@ -59,6 +59,7 @@ from ._events import EventBus
 from ._followups import Followups
 from ._intake import start_child_id
 from ._materialize import ADMISSION_TIMEOUT, Materializer
+from ._placed import PlacedChild
 from ._placement import PlacementLookup, release_placed
 from ._provider_registry import ProviderRegistry
 from ._requests import EndCutoff, Hold, RegistryInbox, Reserve, Unhold
@@ -276,6 +277,13 @@ class ContinuationManager(Followups):
             for i in range(1, len(chain)):
                 parent = agents.get(chain[i - 1])
                 if parent is None or not agents.is_live(parent):
+                    stand_in = held[-1].agent if held else None
+                    if (
+                        isinstance(stand_in, PlacedChild)
+                        and stand_in.session_id == chain[i - 1]
+                        and stand_in.wake_below(target)
+                    ):  # placed on a host: that host wakes the rest, below it
+                        break
                     self._unwoken(target, f"{chain[i - 1]} left")
                     return
                 act = self._wake_held(chain[i], parent, agents, last=i == len(chain) - 1)

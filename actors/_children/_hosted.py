@@ -19,11 +19,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, SessionService, replay
 from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
+
+from ._remote import wake_child
 
 __all__ = ["Hosting"]
 
@@ -63,10 +65,14 @@ class Hosting:
         """The children hosted here now."""
         return [sid for sid, a in list(self._hosted.items()) if not a.disposed]
 
-    def run(self, child_id: SessionId, call: int | None = None) -> None:
+    def run(
+        self, child_id: SessionId, call: int | None = None, wake: Sequence[SessionId] = ()
+    ) -> None:
         """Hold ``child_id`` (activating it if needed), run what waits in its durable
-        inbox, and return once it is idle and owns no resident child. A run whose
-        ``call`` is lower than a release already carried out does nothing.
+        inbox -- and in the inboxes of ``wake``, sessions below it (woken through
+        the settled ones between) -- and return once it is idle and owns no
+        resident child. A run whose ``call`` is lower than a release already
+        carried out does nothing.
 
         Raises:
             SubagentError: ``LEASE_HELD`` (another process kept it past the wait),
@@ -77,6 +83,8 @@ class Hosting:
             return  # asked before a release that came first: the child stays released
         if self._pickup is not None:
             self._pickup(child_id)
+        for below in wake:
+            self._wake(below)
         self._quiet(agent)
 
     def settle(self, child_id: SessionId) -> bool:
@@ -168,6 +176,20 @@ class Hosting:
                 agent.dispose(flush=False)
                 raise
             return agent
+
+    def _wake(self, session_id: SessionId) -> None:
+        """What waits for ``session_id``, below a child hosted here: woken here (its
+        chain climbs to that child). Errors are logged: the messages stay
+        accepted, and the sweeps look again."""
+        try:
+            header = self._sessions.header(session_id)
+            if header is not None and header.parent_session is not None:
+                wake_child(
+                    self._agents, self._sessions, self._continuation, session_id,
+                    header.parent_session,
+                )  # fmt: skip
+        except SubagentError as exc:
+            logger.warning("could not wake %s below a hosted child: %s", session_id, exc)
 
     def _forget(self, agent: Agent) -> None:
         if self._hosted.get(agent.session_id) is agent:

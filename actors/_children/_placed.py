@@ -24,7 +24,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from subagents.actors._kernel import Backend
@@ -56,10 +56,13 @@ class Placement(Protocol):
     :class:`SubagentError` when no host could do it.
     """
 
-    def run(self, child_id: SessionId, call: int | None = None) -> None:
+    def run(
+        self, child_id: SessionId, call: int | None = None, wake: Sequence[SessionId] = ()
+    ) -> None:
         """Have a host hold ``child_id`` (activating it from the store if no host
-        does) and run what waits in its durable inbox; return once it is idle there
-        and owns no resident child. ``call`` orders it against releases."""
+        does) and run what waits in its durable inbox -- and what waits for
+        ``wake``, sessions below it, woken there; return once it is idle there and
+        owns no resident child. ``call`` orders it against releases."""
 
     def settle(self, child_id: SessionId) -> bool:
         """Release ``child_id`` on its host if it is idle there (True); False when
@@ -102,6 +105,7 @@ class PlacedChild:
         self._dispose_listeners: list[Callable[[Any], object]] = []
         self.idle_since = time.monotonic()
         self.error: BaseException | None = None  # the last failed run's error
+        self._below: set[SessionId] = set()  # sessions below it the next run wakes
         self._task: Any = None  # the task making runs, while there is one
         self._settling: Any = None  # the task settling it, once disposed
 
@@ -211,6 +215,18 @@ class PlacedChild:
             self._accepted += 1
         self._kick()
 
+    def wake_below(self, session_id: SessionId) -> bool:
+        """Something waits for ``session_id``, a session below this child (a
+        grandchild): one more run, whose host wakes it there. False when it is
+        retiring (nothing asked)."""
+        with self._lock:
+            if self._gate == _CLOSED or self._disposed or not self._started:
+                return False
+            self._below.add(session_id)
+            self._accepted += 1
+        self._kick()
+        return True
+
     def start(self) -> None:
         """Begin running (after publication, once nobody here holds the lease):
         one run for what already waits in the durable inbox."""
@@ -239,8 +255,10 @@ class PlacedChild:
                 if call is None:
                     self._running = False
                     return
+                below = tuple(self._below)
+                self._below.clear()
             try:
-                self._backend.run_waiting(self._placement.run, self.session_id, call)
+                self._backend.run_waiting(self._placement.run, self.session_id, call, below)
                 self.error = None
             except BaseException as exc:  # the messages stay accepted, in the store
                 self.error = exc
