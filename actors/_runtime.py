@@ -58,7 +58,7 @@ from ._children import (
     ProviderRegistration,
     ProviderRegistry,
     SubagentService,
-    adopt,
+    wake_orphan,
 )
 from ._kernel import (
     GEVENT,
@@ -257,29 +257,11 @@ class Runtime:
     def _orphan(self, session_id: SessionId) -> None:
         """Messages wait in the inbox of a session nobody holds: activate it here (a
         top-level agent, from its recorded options) or where its parent lives."""
-        if self._closed or (not self._adopt and not self._below_here(session_id)):
-            return
-        try:
-            adopt(self.agents, self.sessions, self.continuation, session_id)
-        except SubagentError as exc:
-            if exc.code in (ErrorCode.LEASE_HELD, ErrorCode.SESSION_EXISTS):
-                return
-            if session_id not in self._unwakeable:  # said once: the sweep asks again
-                self._unwakeable.add(session_id)
-                logger.warning(
-                    "messages wait for %s, which cannot be activated here: %s", session_id, exc
-                )
-
-    def _below_here(self, session_id: SessionId) -> bool:
-        """Whether ``session_id`` is a child of an agent live here: woken even by a
-        runtime that adopts nothing (a placement's host wakes the children of the
-        children it holds; a ring about one was dropped)."""
-        try:
-            header = self.sessions.header(session_id)
-        except SubagentError:
-            return False
-        parent = None if header is None else header.parent_session
-        return parent is not None and self.agents.get(parent) is not None
+        if not self._closed:
+            wake_orphan(
+                self.agents, self.sessions, self.continuation, session_id,
+                everything=self._adopt, said=self._unwakeable,
+            )  # fmt: skip
 
     def _leaving(self, live: LiveSession, descriptor: Any) -> None:
         retain_identity(

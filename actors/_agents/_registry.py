@@ -25,9 +25,7 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     TurnStart,
-    check_value,
     new_message_id,
-    trusted_message,
 )
 
 from ._agent import Agent
@@ -35,9 +33,9 @@ from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._claims import SessionClaims
 from ._host import AgentHost
 from ._live import LiveSession
-from ._mail import wake_holder
 from ._options import AgentOptions
 from ._resume import Restored, replay, restore
+from ._send import send_unheld, subagent_refused
 from ._turn import Turn
 
 __all__ = ["AgentRegistry", "runtime_closed"]
@@ -162,7 +160,7 @@ class AgentRegistry:
         except SubagentError:
             header = None  # the restore says what is wrong with it
         if header is not None and header.parent_session is not None:
-            raise _a_subagent(sid)
+            raise subagent_refused(sid)
         return self._resume_top(
             sid, behaviour=behaviour, options=options, output_schema=output_schema, damaged=damaged
         )
@@ -374,43 +372,16 @@ class AgentRegistry:
         agent = self.get(sid)
         if agent is not None:
             if agent.parent_session is not None:  # resident or not, the same answer
-                raise _a_subagent(sid)
+                raise subagent_refused(sid)
             try:
                 return agent.followup(content, source=source, message_id=mid)
             except SubagentError as exc:
                 if exc.code != ErrorCode.AGENT_DISPOSED:
                     raise
                 # Leaving (let go meanwhile): sent as to a session not live here.
-        sessions = self._host.sessions
-        header = sessions.header(sid)
-        if header is None:
-            raise SubagentError(f"no session {sid}", code=ErrorCode.SESSION_NOT_FOUND)
-        if header.parent_session is not None:
-            raise _a_subagent(sid)
-        if not sessions.strict or sessions.leases is None:
-            try:
-                agent = self._resume_top(sid)
-            except SubagentError as exc:
-                if exc.code != ErrorCode.SESSION_EXISTS or (agent := self.get(sid)) is None:
-                    raise
-            return agent.followup(content, source=source, message_id=mid)
-        check_value(content)  # refuse what the log cannot hold before anything is accepted
-        (accepted,) = sessions.accept(sid, [trusted_message(mid, content, source)])
-        if accepted.duplicate:
-            return mid
-        try:
-            self._resume_top(sid)  # its replay runs the message
-        except SubagentError as exc:
-            if exc.code == ErrorCode.LEASE_HELD:
-                wake_holder(sessions, exc, sid)
-            elif exc.code == ErrorCode.SESSION_EXISTS:
-                # Live here since we looked: its pickup takes what nobody took.
-                sessions.wake_pickup(sid)
-            elif sessions.retract(sid, mid, accepted_at=accepted.at):
-                raise
-            # Not ours to take back (a duplicate acceptance answered for it, or it
-            # was taken meanwhile): it stays accepted.
-        return mid
+        return send_unheld(
+            self._host.sessions, self.get, self._resume_top, sid, content, source, mid
+        )
 
     def list(self) -> list[Agent]:
         """Every live agent."""
@@ -428,10 +399,3 @@ def runtime_closed() -> SubagentError:
     """``RUNTIME_CLOSED``: what an activation, or a call the closed runtime's actors
     would answer, gets once the runtime closes."""
     return SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
-
-
-def _a_subagent(sid: SessionId) -> SubagentError:
-    return SubagentError(
-        f"session {sid} is a subagent: follow it up through its parent",
-        code=ErrorCode.UNAUTHORIZED,
-    )

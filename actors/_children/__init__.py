@@ -15,7 +15,7 @@ from ._hosted import Hosting
 from ._placed import PlacedChild, Placement
 from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._providers import ForkProvider, LocalProvider
-from ._remote import adopt, wake_child
+from ._remote import adopt, wake_child, wake_orphan
 from ._reports import ReportReceipt
 from ._service import SubagentService
 from ._setup import ContinuableScope, SetupRegistration
@@ -65,4 +65,5 @@ __all__ = [
     "UserAuthority",
     "adopt",
     "wake_child",
+    "wake_orphan",
 ]

@@ -21,6 +21,7 @@ a direct subagent of ``parent_id``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from subagents.actors._agents import (
@@ -51,7 +52,17 @@ from ._intake import kept
 from ._types import ContinuableHandle, ContinuableStartSpec
 from ._validate import check_start_spec
 
-__all__ = ["adopt", "followup_by_id", "start_by_id", "start_child", "steer_by_id", "wake_child"]
+__all__ = [
+    "adopt",
+    "followup_by_id",
+    "start_by_id",
+    "start_child",
+    "steer_by_id",
+    "wake_child",
+    "wake_orphan",
+]
+
+logger = logging.getLogger("subagents")
 
 #: How far up a chain of settled parents a wake climbs (a bound, not a tuning knob).
 _MAX_CHAIN = 64
@@ -251,6 +262,45 @@ def adopt(
         wake_child(agents, sessions, continuation, session_id, header.parent_session)
     elif agents.get(session_id) is None:
         agents.resume_waiting(session_id)
+
+
+def wake_orphan(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    session_id: SessionId,
+    *,
+    everything: bool,
+    said: set[SessionId],
+) -> None:
+    """A runtime's sweep or a ring found messages waiting for a session nobody holds
+    here: :func:`adopt` it. ``everything=False`` (a runtime that adopts nothing, a
+    placement's host): only a child of an agent live here -- a ring about one was
+    dropped, and the grandchildren of placed children stranded. Errors other than
+    somebody else having it are logged once per session (``said``): the sweep
+    asks again."""
+    if not everything and not _below_live(agents, sessions, session_id):
+        return
+    try:
+        adopt(agents, sessions, continuation, session_id)
+    except SubagentError as exc:
+        if exc.code in (ErrorCode.LEASE_HELD, ErrorCode.SESSION_EXISTS):
+            return
+        if session_id not in said:
+            said.add(session_id)
+            logger.warning(
+                "messages wait for %s, which cannot be activated here: %s", session_id, exc
+            )
+
+
+def _below_live(agents: AgentRegistry, sessions: SessionService, session_id: SessionId) -> bool:
+    """Whether ``session_id`` is a child of an agent live here."""
+    try:
+        header = sessions.header(session_id)
+    except SubagentError:
+        return False
+    parent = None if header is None else header.parent_session
+    return parent is not None and agents.get(parent) is not None
 
 
 def _only_quiet(pending: list[Any]) -> bool:
