@@ -20,7 +20,6 @@ the demo itself).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shlex
 import time
 from collections.abc import Callable
@@ -43,14 +42,18 @@ from subagents.store import redacted_url
 
 from ._defaults import DEFAULT_DB
 from ._demo_model import register_models, run_model_first
-from ._demo_view import Show, headers, render, summary
+from ._demo_view import (
+    ROOT_ID,
+    ROOT_LABEL,
+    SIDE_LABEL,
+    Show,
+    headers,
+    render,
+    side_projects,
+    summary,
+)
 
 __all__ = ["run_demo"]
-
-ROOT_LABEL = "demo-root"
-SIDE_LABEL = "side-project"
-#: The demo root's session id: the same in every run (a get-or-create).
-ROOT_ID = SessionId(hashlib.blake2b(b"subagents demo root", digest_size=16).hexdigest())
 
 
 @dataclass
@@ -195,17 +198,8 @@ def _unfinished_script(rt: Runtime, root_id: SessionId) -> bool:
         return False
     found = headers(rt)
     below = {h.label for h in found if h.parent_session == root_id}
-    sketches = [h for h in found if h.parent_session in _side_projects(found)]
+    sketches = [h for h in found if h.parent_session in side_projects(found)]
     return not ({"researcher-A", "researcher-B", "writer"} <= below and len(sketches) >= 3)
-
-
-def _side_projects(found: list[Any]) -> set[SessionId]:
-    """The demo's side projects: top-level, labelled so, with only sketches below."""
-    sides = {h.id for h in found if h.parent_session is None and h.label == SIDE_LABEL}
-    for h in found:
-        if h.parent_session in sides and not (h.label or "").startswith("sketch-"):
-            sides.discard(h.parent_session)
-    return sides
 
 
 def _answered(rt: Runtime, root_id: SessionId) -> bool:
@@ -226,7 +220,7 @@ def _discard(rt: Runtime, root: Any) -> Any:
     projects'), deepest first, and make the root again. The caller holds the root
     (nothing of the tree runs: this runtime adopts nothing)."""
     found = sorted(headers(rt), key=lambda h: h.delegation_depth)
-    doomed = {root.session_id} | _side_projects(found)
+    doomed = {root.session_id} | side_projects(found)
     while below := {h.id for h in found if h.parent_session in doomed} - doomed:
         doomed |= below
     for sid in doomed:

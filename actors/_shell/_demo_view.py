@@ -3,6 +3,7 @@ redrawn while the demo waits (:class:`Show`), and the closing summary table."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,7 +82,24 @@ _STYLE = {
 }
 
 
+ROOT_LABEL = "demo-root"
+SIDE_LABEL = "side-project"
+#: The demo root's session id: the same in every run (a get-or-create).
+ROOT_ID = SessionId(hashlib.blake2b(b"subagents demo root", digest_size=16).hexdigest())
+
+
+def side_projects(found: list[SessionHeader]) -> set[SessionId]:
+    """The demo's side projects: top-level, labelled so, with only sketches below."""
+    sides = {h.id for h in found if h.parent_session is None and h.label == SIDE_LABEL}
+    for h in found:
+        if h.parent_session in sides and not (h.label or "").startswith("sketch-"):
+            sides.discard(h.parent_session)
+    return sides
+
+
 def headers(rt: Runtime) -> list[SessionHeader]:
+    """The demo's sessions, by ``(created_at, id)``: its root's tree and its side
+    projects' -- not whatever else the store holds (``--db`` names a file in use)."""
     rt.sessions.flush()
     found: dict[SessionId, SessionHeader] = {}
     if rt.store is not None:
@@ -91,7 +109,12 @@ def headers(rt: Runtime) -> list[SessionHeader]:
         live = rt.sessions.live(sid)
         if live is not None:
             found[sid] = live.header
-    return sorted(found.values(), key=lambda h: (h.created_at, h.id))
+    every = sorted(found.values(), key=lambda h: (h.created_at, h.id))
+    family = {ROOT_ID} | side_projects(every)
+    for h in sorted(every, key=lambda h: h.delegation_depth):
+        if h.parent_session in family:
+            family.add(h.id)
+    return [h for h in every if h.id in family]
 
 
 def render(rt: Runtime, status: str) -> tuple[Group, list[_Node]]:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.actors._shell._cli import main
 from subagents.protocol import SubagentError
@@ -33,6 +34,20 @@ def test_demo_builds_then_resumes(tmp_path: Path, backend: Backend, capsys) -> N
     assert "resuming it" in second
     assert "cold-resumed researcher-A" in second and "cold-resumed writer" in second
     assert "resumed: 11 sessions" in second
+
+
+def test_demo_in_a_file_in_use_counts_and_shows_its_own_tree(
+    tmp_path: Path, backend: Backend, capsys
+) -> None:
+    """``--db`` names a file that holds other sessions: the demo shows and counts
+    its own tree only. It said "created: 16 sessions", and listed the others."""
+    db = str(tmp_path / "shared.db")
+    with Runtime(db, backend=backend) as rt:
+        for i in range(5):
+            rt.spawn("echo", label=f"someone-else-{i}")
+    assert main(["demo", "--db", db, "--backend", backend.name]) == 0
+    out = capsys.readouterr().out
+    assert "created: 11 sessions" in out and "someone-else" not in out, out
 
 
 @pytest.mark.slow
