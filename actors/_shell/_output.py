@@ -3,8 +3,10 @@
 Event content is free-form, so a log may hold values JSON has no literal for.
 They are rendered, never dropped: bytes as hex, datetimes in ISO 8601, a float
 that is not finite as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``,
-anything else as its ``repr``. :func:`dumps` refuses a non-finite float outright
-(``allow_nan=False``), so the output always parses with a strict JSON reader.
+anything else as its ``repr``. A map key that is no string is rendered so too,
+then as its JSON text (``None`` as ``"null"``, ``1`` as ``"1"``, bytes as hex).
+:func:`dumps` refuses a non-finite float outright (``allow_nan=False``), so the
+output always parses with a strict JSON reader.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def _float(value: float) -> float | str:
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data (see the module docstring)."""
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {_key(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, bool) or value is None:
@@ -43,6 +45,15 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return repr(value)
+
+
+def _key(key: Any) -> str:
+    """A map key as a JSON object key: a string as it is, else rendered as a value
+    is, as JSON text unless that is a string (``str(key)`` gave ``"b'\\x01'"``)."""
+    if isinstance(key, str):
+        return key
+    rendered = jsonable(key)
+    return rendered if isinstance(rendered, str) else json.dumps(rendered, allow_nan=False)
 
 
 def dumps(value: Any) -> str:

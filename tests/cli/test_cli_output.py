@@ -87,3 +87,16 @@ def test_a_reader_that_leaves_ends_nothing_early(tmp_path: Path, backend: Backen
         root = next(h.id for h in rt.agents.roots() if h.label == "demo-root")
     status, err = _first_line_then_leave(["show", db, str(root)])
     assert (status, err) == (0, "")
+
+
+def test_json_output_renders_keys_as_it_renders_values() -> None:
+    """``--json`` of content whose map keys are no strings: bytes keys in hex as
+    bytes values are (they came out as ``"b'\\x01\\x02'"``), others as their JSON
+    text; the output parses with a strict reader."""
+    import json
+
+    from subagents.actors._shell._output import dumps
+
+    text = dumps({b"\x01\x02": b"\x03", None: 1, 3: 2, True: 3, 1.5: 4, float("nan"): 5, "k": 6})
+    assert json.loads(text) == {"0102": "03", "null": 1, "3": 2, "true": 3, "1.5": 4,
+                                "NaN": 5, "k": 6}  # fmt: skip
