@@ -42,6 +42,7 @@ from ._base import LogRecord, SessionStore
 from ._committed import StoreStatistics
 from ._critical import critical, defer_interrupt, set_interrupt_delivery
 from ._durable import Accepted, InboxEntry, Lease, LeaseToken, Listener, NewLease, Release
+from ._holders import Holder, holder_ended
 from ._keys import StoredKey
 from ._location import is_postgres_url, redacted_url
 from ._memory import MemoryStore
@@ -59,6 +60,7 @@ __all__ = [
     "PG_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "Accepted",
+    "Holder",
     "InboxEntry",
     "Lease",
     "LeaseToken",
@@ -75,6 +77,7 @@ __all__ = [
     "StoredKey",
     "critical",
     "defer_interrupt",
+    "holder_ended",
     "is_postgres_url",
     "open_store",
     "redacted_url",

@@ -10,7 +10,7 @@ from ._agent import Agent
 from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviour, echo
 from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
-from ._leases import Holder, Leases, holder_ended
+from ._leases import Holder, Leases
 from ._live import LiveSession
 from ._mail import Mailman, interrupt_ring, wake_holder
 from ._messages import UNTAKEN, plain
@@ -60,7 +60,6 @@ __all__ = [
     "check_steer",
     "dispose_by_depth",
     "echo",
-    "holder_ended",
     "interrupt_ring",
     "not_open",
     "plain",

@@ -154,6 +154,7 @@ class AgentRegistry:
                 ``CORRUPT_RECORD``, ``DESCRIPTOR_CORRUPT`` /
                 ``DESCRIPTOR_UNSUPPORTED``, ``MODEL_NOT_FOUND``, ``INVALID_ARGUMENT``.
         """
+        self._host.check_thread()
         sid = _as_session_id(session_id)
         try:
             header = self._host.sessions.header(sid)
@@ -365,6 +366,7 @@ class AgentRegistry:
                 :meth:`resume` (the message is then taken back: nothing accepted);
                 ``ENCODE_ERROR``, ``INVALID_ARGUMENT``, the store's error.
         """
+        self._host.check_thread()
         sid = _as_session_id(session_id)
         if source is not None and not isinstance(source, MessageSource):
             raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)

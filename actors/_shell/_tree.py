@@ -33,7 +33,6 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
-from subagents.actors._agents import holder_ended
 from subagents.actors._catalog import (
     Catalog,
     Detached,
@@ -48,7 +47,7 @@ from subagents.actors._catalog import (
     subagent_unit,
 )
 from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
-from subagents.store import SessionStore, StoredKey
+from subagents.store import SessionStore, StoredKey, holder_ended
 
 from ._output import dumps
 from ._tree_text import active_text, entry_outline, printable, state_text

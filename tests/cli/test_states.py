@@ -217,7 +217,7 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
     import sys
     import time
 
-    from subagents.actors._agents import Holder
+    from subagents.store import Holder
 
     db = str(tmp_path / "open.db")
     held, lapsed, free = new_session_id(), new_session_id(), new_session_id()

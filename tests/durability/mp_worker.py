@@ -79,9 +79,9 @@ def _fake_host() -> None:
     # holder id names that host), as a second machine on one PostgreSQL store would.
     host = os.environ.get("SUBAGENTS_TEST_HOST")
     if host:
-        from subagents.actors._agents import _leases
+        from subagents.store import _holders
 
-        _leases._HOST = host
+        _holders._HOST = host
 
 
 def main(argv: list[str]) -> int:

@@ -234,3 +234,34 @@ def test_an_output_the_log_cannot_hold_fails_its_turn_and_the_session_goes_on(
         assert not agent.disposed
         if rt.store is not None:
             assert [r.event for r in rt.store.read(agent.session_id)] == live
+
+
+@pytest.mark.backend_specific
+def test_gevent_calls_on_agents_from_a_foreign_thread_are_refused(
+    tmp_path: Any, start_os_thread: Any
+) -> None:
+    """``agents.send`` and ``agents.resume`` -- which may resume a session and wait
+    for its claim -- from another OS thread than a gevent runtime's are
+    ``WRONG_THREAD``, as its other blocking calls are, and change nothing: they
+    ran there, on greenlet primitives that thread cannot use. (A plain
+    ``agent.followup`` only enqueues: accepted from anywhere.)"""
+    rt = Runtime(str(tmp_path / "s.db"), backend="gevent")
+    try:
+        agent = rt.spawn("echo", label="a")
+        other = rt.spawn("echo", label="b")
+        other.dispose()
+        calls = {
+            "send": lambda: rt.agents.send(agent.session_id, "from afar"),
+            "resume": lambda: rt.agents.resume(other.session_id),
+        }
+        for name, call in calls.items():
+            thread = start_os_thread(call)
+            thread.join(30)
+            assert isinstance(thread.error, SubagentError), name
+            assert thread.error.code == ErrorCode.WRONG_THREAD, (name, thread.error)
+        assert not agent.disposed and rt.agents.get(other.session_id) is None
+        assert rt.sessions.turn_ends(agent.session_id) == []
+        agent.followup("here")
+        assert agent.wait_idle(10)
+    finally:
+        rt.close()

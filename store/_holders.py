@@ -1,0 +1,88 @@
+"""Lease holders: who holds a session's lease, and whether a holder of this host
+has ended (its lease then counts as gone at once, rather than at its expiry).
+
+A holder's id is ``host:pid:nonce``, ``host`` naming this machine's name and --
+where there is one -- its boot and the PID namespace its pids belong to: a pid
+means something only there (two workers of one host name in different PID
+namespaces, containers sharing the host's network, must not judge each other by
+it). Nothing here needs the actor runtime: the command line's readers use it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+__all__ = ["Holder", "holder_ended"]
+
+
+def _host() -> str:
+    """This host as lease holders name it: its name, and -- where there is one --
+    the boot and PID namespace its pids belong to. A holder's pid means something
+    only there: two workers of one host name in different PID namespaces (a
+    container sharing the host's network) must not judge each other by it."""
+    name = socket.gethostname().replace(":", "_")
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()[:8]
+        space = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return name
+    return f"{name}~{boot}.{space}"
+
+
+_HOST = _host()
+
+
+class Holder:
+    """A lease holder's identity: ``host:pid:nonce``; and who else is known dead."""
+
+    __slots__ = ("id", "pid")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.id = f"{_HOST}:{self.pid}:{uuid.uuid4().hex[:12]}"
+
+    def __repr__(self) -> str:
+        return f"<Holder {self.id}>"
+
+    def dead(self, other: str) -> bool:
+        """True when ``other`` is a holder of this host whose process has ended."""
+        return other != self.id and holder_ended(other)
+
+
+def holder_ended(holder: str) -> bool:
+    """True when ``holder`` (a lease holder's id) names a process of this host that
+    has ended -- or awaits its reaping; False for this process, another host's, or
+    an id of another form (nothing can be said of those)."""
+    host, _, rest = holder.partition(":")
+    pid_text, _, _nonce = rest.partition(":")
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False  # another runtime of this process: it is alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # someone else's: alive, unless it ended and awaits its reaping
+    return _unreaped(pid)
+
+
+def _unreaped(pid: int) -> bool:
+    """Whether ``pid`` ended and only awaits its parent's ``wait`` (a zombie, which
+    ``kill(pid, 0)`` still finds: a supervisor that kills a worker and resumes its
+    sessions before reaping it). Where there is no ``/proc``, it counts as alive."""
+    # (A main thread that exited on its own while other threads run shows "Z" too;
+    # no Python process does that. The threads of a killed one may still be
+    # tearing down as its main thread shows "Z": it is dead all the same.)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    end = stat.rfind(b")")  # the command name, in parentheses, may hold anything
+    return stat[end + 2 : end + 3] in (b"Z", b"X")
