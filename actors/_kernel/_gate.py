@@ -13,6 +13,7 @@ import threading
 
 from subagents.protocol import ErrorCode, SubagentError
 
+from ._checks import check_timeout
 from ._signal import AbortController, AbortSignal
 
 __all__ = ["Gate", "Latch"]
@@ -74,8 +75,10 @@ class Gate:
         """Announce arrival, then wait for release; ``CANCELLED`` if ``signal`` aborts first.
 
         Raises:
-            SubagentError: ``TIMEOUT`` when not released within ``timeout``.
+            SubagentError: ``TIMEOUT`` when not released within ``timeout``;
+                ``INVALID_ARGUMENT`` for a timeout that is no number of seconds.
         """
+        timeout = check_timeout(timeout)
         with self._lock:
             self.arrivals += 1
         self._reached.set()

@@ -14,7 +14,9 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -359,6 +361,14 @@ class _Console(Console):
             os.dup2(devnull, sys.stdout.fileno())
 
 
+class _Terminated(Exception):
+    """``SIGTERM`` reached a long-running command (``serve``, ``tree --watch``)."""
+
+
+def _terminate(_signum: int, _frame: Any) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subagents`` command (a bare ``subagents`` prints help)."""
     parser = _parser()
@@ -366,6 +376,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    # A service manager stops ``serve`` (or a watch) with SIGTERM: it ends as
+    # Ctrl-C does, its store closed, rather than dying of the signal.
+    previous = None
+    if args.command in ("serve", "tree") and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     # soft_wrap: lines stay whole when piped (grep-able), tables still fit the width.
     console = _Console(soft_wrap=True)
     if not console.is_terminal:
@@ -389,6 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except _Terminated:
+        err.print("terminated")
+        return 143
     except BrokenPipeError:  # `subagents tree DB | head`: the reader left, so do we
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet

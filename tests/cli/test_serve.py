@@ -285,3 +285,20 @@ def test_the_page_shows_a_child_appear_and_change_state(
             wait.until(lambda d: state_of(handle.child_id)(d) == "settled")
         finally:
             server.stop()
+
+
+def test_serve_stops_cleanly_on_sigterm(tmp_path: Path, backend: Backend) -> None:
+    """``SIGTERM`` (a service manager stopping it) ends ``serve`` as Ctrl-C does:
+    its store closed, one line, the status of a terminated process (143). It died
+    of the signal, closing nothing."""
+    import signal
+
+    db = str(tmp_path / "s.db")
+    with Runtime(db, backend=backend) as rt:
+        rt.spawn("echo", label="root")
+    server = _Server(db, "--interval", "0.05")
+    assert server.get("/tree.json")[0] == 200
+    server.proc.send_signal(signal.SIGTERM)
+    _out, err = server.proc.communicate(timeout=30)
+    assert server.proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "terminated" and "Traceback" not in err

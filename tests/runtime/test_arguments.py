@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from subagents.actors import AbortSignal, AgentOptions, Runtime, SubagentStartRequest
 from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
 from subagents.protocol import ErrorCode, SubagentError
 
 
@@ -156,6 +157,10 @@ def test_ids_and_timeouts_of_reads_and_waits_are_checked(backend: Backend) -> No
             assert _code(agent.cancel, "c", keep_inbox=keep) == ErrorCode.INVALID_ARGUMENT
         for signal in (5, "x", None, _Opaque()):  # raised AttributeError
             assert _code(AbortSignal.any, AbortSignal(), signal) == ErrorCode.INVALID_ARGUMENT
+        gate = Gate("g")
+        for bad in BAD_TIMEOUTS:  # -1 was TIMEOUT, after counting an arrival
+            assert _code(gate.pass_through, None, bad) == ErrorCode.INVALID_ARGUMENT
+        assert gate.arrivals == 0
 
 
 @pytest.mark.backend_specific
