@@ -381,3 +381,6 @@ class ContinuationManager(Followups):
             waiters, act.waiters = act.waiters, None
             for request in waiters or ():
                 request.reply.set_exception(runtime_closed())
+        # And those whose admission never reached it (a tell racing its stop is
+        # dropped): their wait ends now too.
+        self._materializer.stopped.set()

@@ -79,6 +79,9 @@ class Materializer:
         self._backend = backend
         self._ask = ask
         self._tell = tell
+        #: Set once the registry actor stopped: an admission it never answered
+        #: stops being waited for (the ask that withdraws it says RUNTIME_CLOSED).
+        self.stopped = Latch()
         self._setups = setups
         self._announcer = announcer
         self._supervisor = supervisor
@@ -95,7 +98,7 @@ class Materializer:
         if not reply.done():
             arrived = Latch()
             reply.add_done_callback(lambda _reply: arrived.set())
-            AbortSignal.any(arrived.signal, signal).wait(ADMISSION_TIMEOUT)
+            AbortSignal.any(arrived.signal, signal, self.stopped.signal).wait(ADMISSION_TIMEOUT)
         if not reply.done() and self._ask(Withdraw(request)):
             signal.raise_if_aborted()
             raise SubagentError(

@@ -120,3 +120,42 @@ def test_a_create_refused_by_the_close_leaves_no_session(
     rt.close()
     with SqliteStore(db, read_only=True) as store:
         assert [h.label for h in store.all_headers()] == []
+
+
+def test_an_admission_the_stopping_registry_dropped_ends_with_the_close(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced: a follow-up to a settled child asks the registry actor to admit it
+    just as the close stops that actor, and the ask is lost (a pykka ``tell``
+    racing an actor's stop is dropped). The follow-up ends with the close --
+    ``RUNTIME_CLOSED``, its message kept -- where it waited out the admission's
+    60 s (found by 300 rounds of the race above)."""
+    rt = Runtime(str(tmp_path / "dropped.db"), backend=backend)
+    pid, cid = _family(rt)
+    materializer = rt.continuation._materializer
+    told = backend.event()
+    tell = materializer._tell
+
+    def lost_in_the_stop(message: Any) -> None:
+        if type(message).__name__ == "Admit":
+            told.set()  # never reaches the registry
+            return
+        tell(message)
+
+    while rt.continuation.activation(cid) is not None:  # settled: a cold follow-up
+        backend.sleep(0.01)
+    monkeypatch.setattr(materializer, "_tell", lost_in_the_stop)
+    out: list[Any] = []
+
+    def follow() -> None:
+        try:
+            out.append(rt.subagents.followup(pid, cid, "lost admission"))
+        except SubagentError as exc:
+            out.append(exc.code)
+
+    task = backend.spawn(follow)
+    assert told.wait(10)
+    rt.close()
+    task.join(10)
+    assert not task.is_alive(), "the follow-up waited out its admission"
+    assert out in ([ErrorCode.RUNTIME_CLOSED], [out[0]]) and out != [ErrorCode.TIMEOUT], out
