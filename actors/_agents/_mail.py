@@ -48,17 +48,22 @@ __all__ = ["Mailman", "interrupt_ring", "wake_holder"]
 logger = logging.getLogger("subagents")
 
 _ID = 16  # bytes of a session id in a ring
-#: An interrupt ring: ``b"I"``, the child's id, its parent's id, when it was asked
-#: (wall-clock seconds): 41 bytes.
+#: An interrupt ring: ``b"I"`` (asked by the child's parent's address) or ``b"A"``
+#: (by an ancestor, live in the asking process), the child's id, the asker's id,
+#: when it was asked (wall-clock seconds): 41 bytes. (A runtime of an earlier
+#: version skips an ``A`` ring: the interrupt is lost, as any ring may be.)
 _INTERRUPT = struct.Struct(">c16s16sd")
 
-#: ``interrupt(child, parent, asked_at)``: an interrupt another process asked.
-InterruptAsked = Callable[[SessionId, SessionId, float], object]
+#: ``interrupt(child, by, asked_at, ancestor)``: an interrupt another process asked.
+InterruptAsked = Callable[[SessionId, SessionId, float, bool], object]
 
 
-def interrupt_ring(child: SessionId, parent: SessionId, asked_at: float) -> bytes:
-    """The ring that asks a child's holder to interrupt it (see the module docstring)."""
-    return _INTERRUPT.pack(b"I", child.to_bytes(), parent.to_bytes(), asked_at)
+def interrupt_ring(
+    child: SessionId, by: SessionId, asked_at: float, *, ancestor: bool = False
+) -> bytes:
+    """The ring that asks a child's holder to interrupt it (see the module docstring):
+    ``by`` its parent's address, or an ``ancestor`` live in the asking process."""
+    return _INTERRUPT.pack(b"A" if ancestor else b"I", child.to_bytes(), by.to_bytes(), asked_at)
 
 
 class Mailman:
@@ -154,11 +159,13 @@ class Mailman:
         if handle is None:
             return
         for payload in rings:
-            if len(payload) != _INTERRUPT.size or payload[:1] != b"I":
+            if len(payload) != _INTERRUPT.size or payload[:1] not in (b"I", b"A"):
                 continue
-            _, child, parent, asked_at = _INTERRUPT.unpack(payload)
+            kind, child, by, asked_at = _INTERRUPT.unpack(payload)
             try:
-                handle(SessionId.from_bytes(child), SessionId.from_bytes(parent), asked_at)
+                handle(
+                    SessionId.from_bytes(child), SessionId.from_bytes(by), asked_at, kind == b"A"
+                )
             except SubagentError as exc:  # not authorized, or it left residency
                 logger.warning("an interrupt asked from another process failed: %s", exc)
             except Exception:  # the batch's pickups still run

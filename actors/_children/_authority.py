@@ -13,6 +13,7 @@ from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.supervision import INTERRUPTIBLE, Activation, Phase, Trigger, advance
 from subagents.supervision import Latch as ActivationLatch
 
+from ._requests import RemoteAncestor
 from ._types import AncestorAuthority, UserAuthority
 
 __all__ = ["Authority"]
@@ -59,11 +60,13 @@ class Authority:
     # -- interrupt authority -----------------------------------------------------------
 
     def _interrupt(
-        self, target: SessionId, authority: UserAuthority | AncestorAuthority
+        self, target: SessionId, authority: UserAuthority | AncestorAuthority | RemoteAncestor
     ) -> tuple[Any, str, SessionId | None] | None:
         act = self.index.get(target)
         if act is None or act.phase not in INTERRUPTIBLE:
             return None  # an absent target is an accepted no-op
+        if isinstance(authority, RemoteAncestor):  # checked by the caller (interrupt_asked)
+            return act.agent, "ancestor", authority.session_id
         if isinstance(authority, UserAuthority):
             try:
                 ok = SessionId(authority.parent_session_id) == act.parent_session

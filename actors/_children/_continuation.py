@@ -54,7 +54,7 @@ from subagents.supervision import VISIBLE, Activation, Supervisor, SupervisorInb
 from ._admission import Registry
 from ._announce import Announcer
 from ._child import ChildContext, StoredParent
-from ._control import drain, interrupt
+from ._control import drain, interrupt, stored_ancestor
 from ._events import EventBus
 from ._followups import Followups
 from ._intake import start_child_id
@@ -62,7 +62,7 @@ from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._placed import PlacedChild
 from ._placement import PlacementLookup, release_placed
 from ._provider_registry import ProviderRegistry
-from ._requests import EndCutoff, Hold, RegistryInbox, Reserve, Unhold
+from ._requests import EndCutoff, Hold, RegistryInbox, RemoteAncestor, Reserve, Unhold
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
 from ._start import Prepared, create_unheld, prepare_start
@@ -329,12 +329,25 @@ class ContinuationManager(Followups):
             target, authority, ask=self._ask, sessions=self._ctx.sessions, clock=self._ctx.clock
         )
 
-    def interrupt_asked(self, target: SessionId, parent: SessionId, asked_at: float) -> None:
+    def interrupt_asked(
+        self, target: SessionId, by: SessionId, asked_at: float, ancestor: bool = False
+    ) -> None:
         """An interrupt another process asked at ``asked_at`` of a child live here, by
-        its parent's address (this runtime's mail task calls it)."""
+        its parent's address -- or by an ``ancestor`` live there, whose ancestry is
+        checked in the store here (this runtime's mail task calls it).
+
+        Raises:
+            SubagentError: ``UNAUTHORIZED`` for an ancestor that is none.
+        """
+        sessions = self._ctx.sessions
+        authority: Any = UserAuthority(by)
+        if ancestor:
+            if not stored_ancestor(sessions, target, by):
+                raise _err(ErrorCode.UNAUTHORIZED, f"{by} is no ancestor of {target}")
+            authority = RemoteAncestor(by)
         interrupt(
-            target, UserAuthority(parent), ask=self._ask, sessions=self._ctx.sessions,
-            clock=self._ctx.clock, asked_at=asked_at,
+            target, authority, ask=self._ask, sessions=sessions, clock=self._ctx.clock,
+            asked_at=asked_at,
         )  # fmt: skip
 
     # -- setup contributions -------------------------------------------------------------

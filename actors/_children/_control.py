@@ -3,10 +3,11 @@
 ``interrupt``: the registry decides the authority (a user at the durable parent
 address, or an ancestor) and answers with the target's live agent; the caller
 cancels its turn, keeping its inbox, and logs the interrupt. A target live in
-another process sharing the store (a user's interrupt: an ancestor is live where
-its descendants are) is asked of its holder (:func:`forward_interrupt`), whose
-mail task runs this same function with the time it was asked: the turn running
-then is cut, one that began after it is not.
+another process sharing the store is asked of its holder -- a user's interrupt
+(:func:`forward_interrupt`), or an ancestor's where the target lives on another
+host below a placed child (:func:`forward_ancestor_interrupt`) -- whose mail
+task runs this same function with the time it was asked: the turn running then
+is cut, one that began after it is not.
 
 ``drain_continuable_descendants``: the registry owns the cutoff (``Cutoff``
 closes admission below the given host-owned parents and answers with their
@@ -29,11 +30,17 @@ from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentErr
 from subagents.supervision import VISIBLE, Activation
 
 from ._placed import PlacedChild
-from ._requests import Cutoff, Interrupt
+from ._requests import Cutoff, Interrupt, RemoteAncestor
 from ._types import AncestorAuthority, UserAuthority
 from ._validate import bad
 
-__all__ = ["drain", "forward_interrupt", "interrupt"]
+__all__ = [
+    "drain",
+    "forward_ancestor_interrupt",
+    "forward_interrupt",
+    "interrupt",
+    "stored_ancestor",
+]
 
 
 def interrupt(
@@ -53,12 +60,14 @@ def interrupt(
         SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``.
     """
     tid = SessionId(target)
-    if not isinstance(authority, (UserAuthority, AncestorAuthority)):
+    if not isinstance(authority, (UserAuthority, AncestorAuthority, RemoteAncestor)):
         raise bad("authority is a UserAuthority or an AncestorAuthority")
     verdict = ask(Interrupt(tid, authority))
     if verdict is None:
         if asked_at is None and isinstance(authority, UserAuthority):
             forward_interrupt(sessions, tid, authority, clock)
+        elif asked_at is None and isinstance(authority, AncestorAuthority):
+            forward_ancestor_interrupt(sessions, tid, authority, clock)
         return
     agent, kind, by = verdict
     if isinstance(agent, PlacedChild):  # its host cancels the turn and logs it
@@ -101,6 +110,46 @@ def forward_interrupt(
         raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
     assert parent is not None
     sessions.ring(address, interrupt_ring(target, parent, clock().timestamp()))
+
+
+def forward_ancestor_interrupt(
+    sessions: SessionService,
+    target: SessionId,
+    authority: AncestorAuthority,
+    clock: Callable[[], _dt.datetime],
+) -> None:
+    """``target`` is not live here, and the authority is an agent live here: when
+    another runtime holds the target (a grandchild a placed child started on its
+    host), ring that holder with the interrupt, as the ancestor's.
+
+    Raises:
+        SubagentError: ``UNAUTHORIZED`` for an agent that is not live, or not an
+            ancestor of ``target`` (by the stored headers).
+    """
+    agent = authority.agent
+    if not isinstance(agent, Agent) or agent.disposed:
+        raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
+    address = sessions.wake_address(target)
+    if address is None:
+        return  # live nowhere else: absent, a no-op
+    if not stored_ancestor(sessions, target, agent.session_id):
+        raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
+    ring = interrupt_ring(target, agent.session_id, clock().timestamp(), ancestor=True)
+    sessions.ring(address, ring)
+
+
+def stored_ancestor(sessions: SessionService, target: SessionId, ancestor: SessionId) -> bool:
+    """Whether ``ancestor`` is above ``target`` by the stored headers (a chain of
+    subagent sessions; at most 64 levels climbed)."""
+    sid = target
+    for _ in range(64):
+        header = sessions.header(sid)
+        if header is None or header.origin != "subagent" or header.parent_session is None:
+            return False
+        if header.parent_session == ancestor:
+            return True
+        sid = header.parent_session
+    return False
 
 
 def drain(

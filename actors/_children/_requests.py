@@ -30,6 +30,7 @@ __all__ = [
     "Interrupt",
     "Publish",
     "RegistryInbox",
+    "RemoteAncestor",
     "Request",
     "Reserve",
     "Unhold",
@@ -157,10 +158,23 @@ class EndCutoff:
         self.parent = parent
 
 
+class RemoteAncestor:
+    """An interrupt's authority: an ancestor of the target live in another process,
+    which asked by a ring (its runtime checked the ancestor live; this one checked
+    the ancestry in the store before asking the registry)."""
+
+    __slots__ = ("session_id",)
+
+    def __init__(self, session_id: SessionId) -> None:
+        self.session_id = session_id
+
+
 class Interrupt:
     __slots__ = ("authority", "target")
 
-    def __init__(self, target: SessionId, authority: UserAuthority | AncestorAuthority) -> None:
+    def __init__(
+        self, target: SessionId, authority: UserAuthority | AncestorAuthority | RemoteAncestor
+    ) -> None:
         self.target = target
         self.authority = authority
 

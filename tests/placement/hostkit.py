@@ -52,6 +52,17 @@ def delegator(turn: Any) -> Any:
     return note(turn)
 
 
+def spawner(turn: Any) -> Any:
+    """First turn: a continuable grandchild of its own (``hold``, content the
+    turn's own); returns the grandchild's id. Later turns: as ``note``."""
+    if turn.index == 0:
+        handle = turn.subagents.start_continuable(
+            "local", f"hold:{turn.content}", label="grandchild", model="hold"
+        )
+        return str(handle.child_id)
+    return note(turn)
+
+
 def parent_model(turn: Any) -> Any:
     return f"parent saw {turn.content}"
 
@@ -60,6 +71,7 @@ MODELS = {
     "note": note,
     "hold": hold,
     "reporter": reporter,
+    "spawner": spawner,
     "delegator": delegator,
     "parent": parent_model,
 }

@@ -167,6 +167,25 @@ def test_interrupt_cancels_the_running_turn_and_keeps_the_inbox(tree: Tree, tmp_
     assert [(e.authority, e.by_session) for e in interrupts] == [("ancestor", tree.root.session_id)]
 
 
+def test_an_ancestor_interrupts_a_grandchild_wherever_it_runs(tree: Tree, tmp_path: Path) -> None:
+    """R-INT-1: the root interrupts its grandchild -- started by a (placed) child
+    where that child runs -- as an ancestor: the grandchild's running turn is
+    cancelled, and the interrupt logged as the root's. Placed, it returned at
+    once and did nothing (the grandchild is live only on the child's host)."""
+    marker = tmp_path / "grand"
+    cid = tree.start(str(marker), model="spawner")
+    gid = SessionId(tree.wait_outputs(cid, 1)[0])
+    eventually(lambda: Path(f"{marker}.started").exists())
+    with pytest.raises(SubagentError) as caught:  # an agent that is no ancestor
+        tree.rt.subagents.interrupt(gid, AncestorAuthority(tree.rt.spawn("parent")))
+    assert caught.value.code == ErrorCode.UNAUTHORIZED
+    tree.rt.subagents.interrupt(gid, AncestorAuthority(tree.root))
+    assert tree.wait_outputs(gid, 1)[0] == "cancelled"
+    events = [r.event for r in tree.rt.sessions.read(gid)]
+    interrupts = [e for e in events if isinstance(e, InterruptEvent)]
+    assert [(e.authority, e.by_session) for e in interrupts] == [("ancestor", tree.root.session_id)]
+
+
 def test_a_waking_report_reaches_the_parent_once(tree: Tree) -> None:
     """R-REP-1/R-REP-3: a placed child's waking report starts one parent turn."""
     cid = tree.start("hello", model="reporter")
