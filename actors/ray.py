@@ -117,6 +117,8 @@ class RayPlacement:
         elif type(tracing) is not bool:
             raise _bad("tracing is a bool or None")
         self.name = name
+        #: The store the hosts open (a runtime registering this pool must be on it).
+        self.store = store
         self.placement = self  # this provider places its children (see _placed)
         remote_options: dict[str, Any] = {
             "num_cpus": num_cpus,

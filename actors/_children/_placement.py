@@ -4,6 +4,8 @@ follow-up and release (see :mod:`._placed` for the stand-in itself)."""
 from __future__ import annotations
 
 import logging
+import os
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -16,13 +18,52 @@ from subagents.protocol import (
     trusted_message,
     try_fold_subagent_descriptor,
 )
+from subagents.store import is_postgres_url, redacted_url
 
 from ._intake import kept
 from ._placed import PlacedChild, Placement
 
-__all__ = ["PlacementLookup", "followup_placed", "placement_of", "release_placed"]
+__all__ = [
+    "PlacementLookup",
+    "check_same_store",
+    "followup_placed",
+    "placement_of",
+    "release_placed",
+]
 
 logger = logging.getLogger("subagents")
+
+
+def check_same_store(provider: Any, store: Any) -> None:
+    """``INVALID_ARGUMENT`` when ``provider`` places its children on hosts that open
+    another store than ``store`` (its ``placement.store``: a path, or a
+    ``postgresql://`` URL): their starts would be accepted and never run. The
+    same SQLite file by another spelling, or the same PostgreSQL schema, is the
+    same store; what cannot be told apart is let through."""
+    placement = getattr(provider, "placement", None)
+    where = getattr(placement, "store", None)
+    if not isinstance(where, str) or store is None:
+        return
+    here = getattr(store, "path", None) or getattr(store, "url", None)
+    if not isinstance(here, str):
+        return
+    if is_postgres_url(where) != is_postgres_url(here):
+        same = False
+    elif is_postgres_url(where):
+        same = _schema_of(where) == _schema_of(here)
+    else:
+        same = os.path.realpath(where) == os.path.realpath(here)
+    if not same:
+        raise SubagentError(
+            f"provider {getattr(provider, 'name', '?')!r} places its children on hosts of"
+            f" {redacted_url(where)!r}, not this runtime's store {redacted_url(here)!r}",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+
+
+def _schema_of(url: str) -> str | None:
+    values = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("schema")
+    return values[0] if values else None
 
 
 class PlacementLookup:

@@ -33,6 +33,7 @@ from subagents.protocol import (
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
 from ._oneshot import start_oneshot
+from ._placement import check_same_store
 from ._provider_registry import ProviderRegistration, ProviderRegistry
 from ._remote import start_child
 from ._reports import ReportReceipt, report_from, report_receipt
@@ -77,8 +78,10 @@ class SubagentService(CatalogReads):
 
         Raises:
             SubagentError: ``PROVIDER_EXISTS`` for a name already registered
-                (nothing changes), ``INVALID_ARGUMENT`` for a malformed provider.
+                (nothing changes), ``INVALID_ARGUMENT`` for a malformed provider,
+                or one that places its children on hosts of another store.
         """
+        check_same_store(provider, self._ctx.sessions.persistence)
         return self._providers.register(provider)
 
     def get_provider(self, name: str) -> SubagentProvider | None:

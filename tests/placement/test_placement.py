@@ -327,7 +327,7 @@ def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_po
     placement = ray_pool[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
-        rt = Runtime(str(tmp_path / "relaxed.db"), backend=backend, durability="relaxed")
+        rt = Runtime(ray_pool[0], backend=backend, durability="relaxed")  # the pool's store
     try:
         hostkit.setup(rt)
         registration = rt.subagents.register_provider(placement)
@@ -344,6 +344,31 @@ def test_placement_arguments_and_limits(backend: Backend, tmp_path: Path, ray_po
         registration.dispose()
     finally:
         rt.close()
+
+
+def test_a_pool_on_another_store_is_refused_when_registered(
+    backend: Backend, tmp_path: Path, ray_pool: Any
+) -> None:
+    """A placement whose hosts open another store than the runtime registering it:
+    ``INVALID_ARGUMENT`` at ``register_provider`` (its children's starts were
+    accepted and never ran, the hosts warning every sweep that the session did
+    not exist). The same file by another spelling is the same store."""
+    db, placement = ray_pool
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        other = Runtime(str(tmp_path / "other.db"), backend=backend)
+        same = Runtime(
+            os.path.join(os.path.dirname(db), ".", os.path.basename(db)), backend=backend
+        )
+    try:
+        with pytest.raises(SubagentError) as caught:
+            other.subagents.register_provider(placement)
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+        assert other.subagents.get_provider("ray") is None
+        same.subagents.register_provider(placement).dispose()
+    finally:
+        other.close()
+        same.close()
 
 
 def test_a_pool_whose_hosts_cannot_start_is_refused_at_once(
