@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import urllib.parse
 from typing import Any, Final
 
@@ -138,7 +139,7 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
                 check_current(conn, fspath)
             else:
                 migrate(conn, fspath)
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = _to_wal(conn, self._timeout)
                 if mode != "wal":
                     raise unavailable(fspath, f"cannot switch to WAL (journal_mode is {mode!r})")
                 conn.execute(f"PRAGMA synchronous = {self._sync}")
@@ -237,3 +238,20 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<SqliteStore {self.path!r} {state}>"
+
+
+def _to_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """Switch to WAL: the journal mode after it. The switch needs the file to
+    itself, and SQLite answers ``SQLITE_BUSY`` at once -- not after its busy
+    timeout -- while other processes opening it hold a read lock: it is tried
+    again until ``timeout`` seconds passed (several workers starting on one new
+    file, each identifying it with a locking read)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+            if not busy or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)

@@ -505,9 +505,13 @@ def test_runtime_open_turn_in_the_live_watermark(backend: Backend) -> None:
 
 
 def _watermarks() -> int:
+    import warnings
+
     from subagents.actors._catalog import _projections
 
-    gc.collect()
+    with warnings.catch_warnings():  # another test's leftovers are not this one's
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
     return sum(1 for o in gc.get_objects() if type(o) is _projections._Watermark)
 
 

@@ -320,9 +320,8 @@ def test_several_processes_open_one_new_file_at_once(tmp_path: Path) -> None:
             )
             for _ in range(6)
         ]
-        for proc in procs:
-            _out, err = proc.communicate(timeout=60)
-            assert proc.returncode == 0, (i, err[-600:])
+        errors = [(p.communicate(timeout=60)[1], p.returncode) for p in procs]
+        assert [code for _err, code in errors] == [0] * 6, (i, errors)
         assert _schema.probe(str(path)) == "ours"
 
 
