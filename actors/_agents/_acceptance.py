@@ -79,25 +79,25 @@ class Acceptance:
         store = self.persistence
         assert store is not None
         token = live.token if live is not None else None
-        args = (store.accept, session_id, events)
-        kwargs: dict[str, Any] = {
-            "epoch": None if token is None else token[1],
-            "lease": token,
-            "limit": limit,
-        }
-        try:
-            result: list[Accepted] = self._call(*args, now=time.time(), **kwargs)
-        except InboxFullError as full:
-            # Full as the store counts it -- perhaps of messages whose turns ended
-            # here, their ``done`` still on its way to the store (write-behind):
-            # once this runtime's writes are in, the count is what the caller saw.
-            if not self.writes_behind():
-                raise
+        epoch = None if token is None else token[1]
+        for counted_again in (False, True):
             try:
-                self.flush(session_id, timeout=_FULL_WAIT)
-            except SubagentError:
-                raise full from None
-            result = self._call(*args, now=time.time(), **kwargs)
+                result: list[Accepted] = self._call(
+                    store.accept, session_id, events,
+                    epoch=epoch, now=time.time(), lease=token, limit=limit,
+                )  # fmt: skip
+                break
+            except InboxFullError as full:
+                # Full as the store counts it -- perhaps of messages whose turns
+                # ended here, their ``done`` still on its way to the store
+                # (write-behind): once this runtime's writes are in, the count is
+                # what the caller saw. Counted once more, at most.
+                if counted_again or not self.writes_behind():
+                    raise
+                try:
+                    self.flush(session_id, timeout=_FULL_WAIT)
+                except SubagentError:
+                    raise full from None
         for entry in result:
             if entry.duplicate:
                 self._deduplicated(session_id, live)

@@ -191,13 +191,18 @@ class AgentRegistry:
         """
         self._claim(session_id, wait=True)
         try:
+            # Looked at under the claim, before any agent is live: a message sent
+            # from now on resumes the session after this claim, itself.
+            if not self._host.sessions.pending(session_id):
+                return None
             restored = self._restore(session_id)
             replay(restored.agent, restored.pending)
         finally:
             self._claims.unclaim(session_id)
         agent = restored.agent
-        # Live since its registration: a message sent to it meanwhile keeps it
-        # (the gate closes only on an agent with nothing in flight).
+        # (Taken meanwhile by another process.) Live since its registration: a
+        # message sent to it since keeps it (the gate closes only on an agent with
+        # nothing in flight).
         if restored.pending or not agent.close_if_idle():
             return agent
         agent.dispose()

@@ -209,20 +209,17 @@ class PlacedChild:
     def wake(self) -> None:
         """Something waits in the durable inbox (committed by another process):
         one more run, unless it is retiring."""
-        with self._lock:
-            if self._gate == _CLOSED or self._disposed or not self._started:
-                return
-            self._accepted += 1
-        self._kick()
+        self.wake_below(None)
 
-    def wake_below(self, session_id: SessionId) -> bool:
+    def wake_below(self, session_id: SessionId | None) -> bool:
         """Something waits for ``session_id``, a session below this child (a
-        grandchild): one more run, whose host wakes it there. False when it is
-        retiring (nothing asked)."""
+        grandchild; ``None``: for the child itself): one more run, whose host wakes
+        it there. False when it is retiring (nothing asked)."""
         with self._lock:
             if self._gate == _CLOSED or self._disposed or not self._started:
                 return False
-            self._below.add(session_id)
+            if session_id is not None:
+                self._below.add(session_id)
             self._accepted += 1
         self._kick()
         return True

@@ -83,12 +83,12 @@ def test_sends_to_disposed_roots_leave_none_live(backend: Backend, db: str) -> N
 def test_a_send_racing_the_let_go_of_an_adoption_runs(
     backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
-    """Forced: the adoption found nothing waiting, and a message is sent to the
-    session while it lets its agent go -- once the agent is live (registered),
-    or once its gate closed. Nothing is discarded: the live agent keeps and runs
-    it, or the send goes on as to a session nobody holds (committed: its next
-    activation runs it). It was discarded unrun (the let-go was a plain
-    dispose)."""
+    """Forced: the adoption's resume found nothing waiting (taken since its look
+    under the claim), and a message is sent to the session while it lets its
+    agent go -- once the agent is live (registered), or once its gate closed.
+    Nothing is discarded: the live agent keeps and runs it, or the send goes on
+    as to a session nobody holds (committed: its next activation runs it). It
+    was discarded unrun (the let-go was a plain dispose)."""
     from subagents.actors._agents import Agent
     from subagents.protocol import TurnEnd
 
@@ -100,8 +100,9 @@ def test_a_send_racing_the_let_go_of_an_adoption_runs(
         sent: list[Any] = []
 
         def send() -> None:
-            if not sent:
-                sent.append(rt.agents.send(sid, "late"))
+            if not sent:  # once (the send's own resume unclaims too)
+                sent.append(None)
+                sent[0] = rt.agents.send(sid, "late")
 
         if when == "registered":
             claims = type(rt.agents._claims)
@@ -112,7 +113,9 @@ def test_a_send_racing_the_let_go_of_an_adoption_runs(
             monkeypatch.setattr(
                 Agent, "close_if_idle", lambda self: (close_if_idle(self), send())[0]
             )
-        stale = iter([[object()]])  # the adoption's read: something waited
+        # The adoption's read and its look under the claim: something waited (then
+        # taken by another process, say: the resume finds nothing).
+        stale = iter([[object()], [object()]])
         real = rt.sessions.pending
         monkeypatch.setattr(
             rt.sessions, "pending", lambda s, **kw: next(stale, None) or real(s, **kw)
@@ -120,7 +123,7 @@ def test_a_send_racing_the_let_go_of_an_adoption_runs(
         monkeypatch.setattr(_remote, "_only_quiet", lambda _pending: False)
         _remote.adopt(rt.agents, rt.sessions, rt.continuation, sid)
         monkeypatch.undo()
-        assert sent
+        assert sent and sent[0] is not None
         assert rt.wait_idle(10)
         rt.sessions.flush()
         ends = [

@@ -60,6 +60,21 @@ def _kill_when_ready(victim: subprocess.Popen[str]) -> None:
         victim.communicate()
 
 
+def _stop_when(worker: subprocess.Popen[str], said: str) -> None:
+    """SIGSTOP ``worker`` once it said ``said`` (a line on its stdout)."""
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == said
+    os.kill(worker.pid, signal.SIGSTOP)
+
+
+def _taking_over(rt: Runtime) -> Noted:
+    """``rt`` runs the shared session's ``mark`` turns, noted as ``new``."""
+    noted = Noted()
+    noted.register(rt, "new")
+    rt.models.register("mark", rt.models.require("note"), replace=True)
+    return noted
+
+
 def _env(backend: Backend) -> tuple[str, str]:
     return backend.name, str(TTL)
 
@@ -147,13 +162,9 @@ def test_a_stalled_holder_is_taken_over_and_loses_its_lease_when_it_wakes(
     sid = _session(db, backend)
     holder = _worker("hold", db, sid, "old", "-", "-", str(marks), *_env(backend))
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "held"
-        os.kill(holder.pid, signal.SIGSTOP)
-        noted = Noted()
+        _stop_when(holder, "held")
         with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
-            noted.register(rt, "new")
-            rt.models.register("mark", rt.models.require("note"), replace=True)
+            noted = _taking_over(rt)
             rt.agents.send(sid, "while stopped")
             assert noted.wait_for(lambda items: len(items) == 1, timeout=30)
             assert noted.items() == [("new", "while stopped", False)]
@@ -187,10 +198,8 @@ def test_a_killed_holder_is_taken_over_after_expiry_and_its_messages_replay(
     count = 5
     victim = _worker("accept", db, sid, "-", str(count), "-", str(tmp_path / "m"), *_env(backend))
     _kill_when_ready(victim)
-    noted = Noted()
     with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
-        noted.register(rt, "new")
-        rt.models.register("mark", rt.models.require("note"), replace=True)
+        noted = _taking_over(rt)
         expected = ["first", *(f"m{i}" for i in range(count))]
         assert noted.wait_for(lambda items: len(items) >= len(expected), timeout=30)
         agent = rt.agents.get(sid)
@@ -252,13 +261,9 @@ def test_a_holder_stopped_past_its_lease_starts_no_turn_after_it(
     count = 8
     stalled = _worker("stall", db, sid, "A", str(count), "-", str(marks), backend.name, str(TTL))
     try:
-        assert stalled.stdout is not None
-        assert stalled.stdout.readline().strip() == "ready"
-        os.kill(stalled.pid, signal.SIGSTOP)
-        noted = Noted()
+        _stop_when(stalled, "ready")
         with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
-            noted.register(rt, "new")
-            rt.models.register("mark", rt.models.require("note"), replace=True)
+            noted = _taking_over(rt)
             deadline = time.monotonic() + 30
             while True:  # the stopped holder's lease expires: a resume, or the sweep
                 try:
