@@ -54,7 +54,6 @@ class Acceptance:
     leases: Any  # ._leases.Leases | None
     _live: dict[SessionId, LiveSession]
     flush: Callable[..., None]  # SessionService.flush
-    writes_behind: Callable[[], bool]  # SessionService.writes_behind
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -92,7 +91,7 @@ class Acceptance:
                 # ended here, their ``done`` still on its way to the store
                 # (write-behind): once this runtime's writes are in, the count is
                 # what the caller saw. Counted once more, at most.
-                if counted_again or not self.writes_behind():
+                if counted_again:
                     raise
                 try:
                     self.flush(session_id, timeout=_FULL_WAIT)

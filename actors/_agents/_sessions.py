@@ -403,10 +403,6 @@ class SessionService(Acceptance, SessionReads):
                     f"session {session_id} did not reach persistence: {failure}", code=code
                 ) from failure
 
-    def writes_behind(self) -> bool:
-        """Whether some write submitted here is not committed yet."""
-        return self._writer is not None and self._writer.behind
-
     def close(self) -> None:
         """Stop the writer after it drained, and the lease renewals; idempotent."""
         if self._writer is not None:

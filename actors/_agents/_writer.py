@@ -235,11 +235,6 @@ class Writer:
     def ticket(self) -> int:
         return self._ticket
 
-    @property
-    def behind(self) -> bool:
-        """Whether writes submitted are not all committed yet."""
-        return self._committed < self._ticket
-
     def close(self) -> None:
         with self._lock:
             self._closing = True
