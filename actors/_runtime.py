@@ -14,7 +14,8 @@ are: an unmounted one (None) makes those operations fail loud.
 
 Leaving it disposes every live agent (deepest first, so children go before
 their parents), drains the session writer, and closes the store; nothing is left
-running on either backend.
+running on either backend. In the child of a fork it is the parent's: every call
+refuses with ``WRONG_PROCESS``, and ``close()`` does nothing (``_kernel/_fork.py``).
 """
 
 from __future__ import annotations
@@ -64,12 +65,14 @@ from ._kernel import (
     GEVENT,
     Backend,
     Telemetry,
+    check_born,
     check_runtime_arguments,
     check_timeout,
     checked_clock,
     close_at_exit,
     closed,
     deliver_interrupt,
+    fork_generation,
     get_backend,
     install_sigint,
     native_get_ident,
@@ -226,6 +229,7 @@ class Runtime:
         )
         self._closed = False
         self._close_lock = threading.Lock()
+        self._born = fork_generation()  # in a later one, this is the parent's (_kernel/_fork)
         # A script that forgets close() still exits, and loses nothing it accepted;
         # Ctrl-C reaches the main greenlet (gevent) and never splits a store write.
         close_at_exit(self)
@@ -315,7 +319,9 @@ class Runtime:
         )
 
     def _check_thread(self) -> None:
-        """Refuse a blocking call from a foreign OS thread on a gevent runtime."""
+        """Refuse a blocking call from a foreign OS thread on a gevent runtime, and
+        any call in the child of a fork (``WRONG_PROCESS``)."""
+        check_born(self._born, "this Runtime")
         home = self._home_thread
         if home is not None and native_get_ident() != home:
             raise SubagentError(
@@ -340,6 +346,7 @@ class Runtime:
     def statistics(self) -> RuntimeStatistics:
         """Live agents, resident children, leases held, mailboxes and turns (see
         :class:`RuntimeStatistics`): counters only, no store read."""
+        check_born(self._born, "this Runtime")
         leases = self.sessions.leases
         return runtime_statistics(
             self.agents.list(),
@@ -362,7 +369,12 @@ class Runtime:
                 from one of this runtime's turns, which it would wait for (before
                 anything changed: call it from the runtime's own thread, outside
                 its agents).
+
+        In the child of a fork it returns at once and changes nothing: the
+        runtime, its sessions and their leases are the parent's.
         """
+        if fork_generation() != self._born:
+            return
         self._check_thread()
         agent = self.agents.running_here()
         if agent is not None:

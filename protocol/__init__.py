@@ -44,6 +44,7 @@ from ._errors import (
     ErrorCode,
     InboxFullError,
     SubagentError,
+    WrongProcessError,
 )
 from ._events import (
     ENVELOPE,
@@ -131,6 +132,7 @@ __all__ = [
     "TurnRecord",
     "TurnStart",
     "UnknownEvent",
+    "WrongProcessError",
     "agent_options_event",
     "assert_subagent_max_depth",
     "check_name",

@@ -21,6 +21,7 @@ __all__ = [
     "ErrorCode",
     "InboxFullError",
     "SubagentError",
+    "WrongProcessError",
 ]
 
 
@@ -65,6 +66,7 @@ class ErrorCode:
     LEASE_LOST: Final = "LEASE_LOST"
     RUNTIME_CLOSED: Final = "RUNTIME_CLOSED"
     WRONG_THREAD: Final = "WRONG_THREAD"
+    WRONG_PROCESS: Final = "WRONG_PROCESS"
     RESOURCE_RELEASE_FAILED: Final = "RESOURCE_RELEASE_FAILED"
     MODEL_ERROR: Final = "MODEL_ERROR"
     TURN_NOT_OPEN: Final = "TURN_NOT_OPEN"
@@ -146,6 +148,23 @@ class InboxFullError(SubagentError):
         self.session_id = session_id
         self.limit = limit
         self.pending = pending
+
+
+class WrongProcessError(SubagentError):
+    """A runtime or store this process inherited at a ``fork()``: it is the parent's.
+
+    ``what`` names it, ``pid`` is the process it belongs to, ``instead`` what the
+    caller should do in this one.
+    """
+
+    default_code = ErrorCode.WRONG_PROCESS
+
+    def __init__(self, what: str, pid: int, instead: str) -> None:
+        super().__init__(
+            f"{what} belongs to process {pid}: this process inherited it at a fork; {instead}",
+            hint={"pid": pid},
+        )
+        self.pid = pid
 
 
 class DescriptorInvalidError(SubagentError, ValueError):

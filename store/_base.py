@@ -25,6 +25,7 @@ from subagents.protocol import (
 )
 
 from ._durable import DurableQueues, LeaseToken, Listener, NewLease
+from ._forked import inherited_error
 from ._validate import check_session_ids
 
 __all__ = ["LogRecord", "SessionStore", "not_found", "session_exists", "store_closed"]
@@ -39,7 +40,11 @@ class LogRecord:
 
 
 def store_closed(store: object) -> SubagentError:
-    """The error every call on a closed store raises."""
+    """The error every call on a closed store raises; ``WRONG_PROCESS`` for a store
+    this process inherited at a fork (see :mod:`._forked`)."""
+    pid = getattr(store, "_forked_from", None)
+    if pid is not None:
+        return inherited_error(type(store).__name__, pid)
     return SubagentError(f"{type(store).__name__} is closed", code=ErrorCode.STORE_CLOSED)
 
 

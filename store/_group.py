@@ -222,6 +222,24 @@ class GroupCommitter:
                 raise self._closed_error()
             return job()
 
+    def pause(self, timeout: float) -> bool:
+        """Wait for the batch in flight, and let none start until :meth:`unpause`
+        (a fork, see ``_forked.py``); False when it did not end in ``timeout``."""
+        return self._exec.acquire(True, timeout)
+
+    def unpause(self) -> None:
+        self._exec.release()
+
+    def forked(self) -> None:
+        """In the child of a fork: refuse every request from now on (with the closed
+        error), taking none of the copy's locks -- a thread of the parent may have
+        held them as it forked, and it is not here to release them."""
+        self._mu = native_lock()
+        self._exec = native_lock()
+        self._pending = []
+        self._leading = False
+        self._closed = True
+
     def close(self, finish: Callable[[], None]) -> None:
         """Refuse new requests, wait for the batch in flight, then run ``finish``.
 

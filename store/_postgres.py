@@ -31,6 +31,7 @@ schema that is not ours or is newer, left untouched.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import urllib.parse
@@ -50,6 +51,7 @@ from subagents.protocol import (
 
 from ._base import SessionStore, store_closed
 from ._committed import CommittedWrites
+from ._forked import track
 from ._group import GroupCommitter
 from ._location import is_postgres_url, redacted_url
 from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
@@ -192,6 +194,17 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         )
         self._writer = PgWriter(self.connect, self._lost_server)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
+        self._pid = os.getpid()
+        track(self)
+
+    def _forked(self) -> None:
+        """In the child of a fork (see :mod:`._forked`): refuse every call, and
+        never close a connection: that would end the parent's session (freeing
+        one does not: psycopg ends a connection only in the process that made it)."""
+        self._close_lock = threading.Lock()
+        self._committer.forked()
+        self._forked_from = self._pid
+        self._closed = True
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection to the store's schema (the caller closes it)."""
@@ -297,9 +310,15 @@ class PgListener:
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
         self._open()
+        track(self)
 
     def __repr__(self) -> str:
         return f"<PgListener {self.address}>"
+
+    def _forked(self) -> None:
+        """In the child of a fork: the parent's channel; never read nor closed here."""
+        self._conn = None
+        self._closed = True
 
     def _open(self) -> bool:
         try:

@@ -38,6 +38,7 @@ from subagents.protocol import (
 
 from ._base import SessionStore, store_closed
 from ._committed import CommittedWrites, StoreStatistics
+from ._forked import ForkGate, never_free, track
 from ._group import GroupCommitter
 from ._native import native_lock
 from ._queue_reads import SqlQueueReads
@@ -153,6 +154,37 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             raise
         self._writer = Writer(conn)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
+        self._pid = os.getpid()
+        self._gate = ForkGate()  # statements in flight on pooled connections
+        self._paused = self._quiet = False
+        track(self)
+
+    def _quiesce(self, timeout: float) -> bool:
+        """Before a fork: no statement in flight, none starting (see :mod:`._forked`)."""
+        self._paused = self._committer.pause(timeout)
+        self._quiet = self._gate.close(timeout) and self._paused
+        return self._quiet
+
+    def _resume(self) -> None:
+        self._gate.open()
+        if self._paused:
+            self._committer.unpause()
+
+    def _forked(self) -> None:
+        """In the child of a fork (see :mod:`._forked`): refuse every call; close the
+        copy's connections if no statement was in flight in them, else keep them
+        (open, never used)."""
+        if self._quiet:
+            for conn in (*self._idle, self._writer.conn):
+                conn.close()
+        else:
+            never_free(self._idle, self._writer.conn)
+        self._idle = []
+        self._gate = ForkGate()
+        self._pool_lock = native_lock()
+        self._committer.forked()
+        self._forked_from = self._pid
+        self._closed = True
 
     def _connect_read_only(self) -> sqlite3.Connection:
         """A ``mode=ro`` connection; where SQLite cannot make the WAL's shared
@@ -197,19 +229,22 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             if self._closed:
                 raise store_closed(self)
             conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._connect()
         try:
-            return conn.execute(sql, params).fetchall()
+            with self._gate:
+                if conn is None:
+                    conn = self._connect()
+                return conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise storage_error(exc, self.path) from exc
         finally:
-            with self._pool_lock:
-                keep = not self._closed and len(self._idle) < _IDLE_READERS
-                if keep:
-                    self._idle.append(conn)
-            if not keep:
-                conn.close()
+            if conn is not None:
+                with self._pool_lock:
+                    keep = not self._closed and len(self._idle) < _IDLE_READERS
+                    if keep:
+                        self._idle.append(conn)
+                if not keep:
+                    with self._gate:
+                        conn.close()
 
     def flush(self, session_id: SessionId | str | None = None) -> None:
         if session_id is not None:

@@ -199,8 +199,11 @@ class Agent(Followups):
 
         Raises:
             SubagentError: ``INVALID_ARGUMENT`` for a ``keep_inbox`` that is no bool
-                (``"no"`` is true: it kept the inbox it was meant to drop).
+                (``"no"`` is true: it kept the inbox it was meant to drop);
+                ``WRONG_PROCESS`` in the child of a fork (as every call but
+                ``Runtime.close``: the agent is the parent's).
         """
+        self._host.sessions.check_process()
         if type(keep_inbox) is not bool:
             raise SubagentError(
                 f"keep_inbox must be a bool, got {type(keep_inbox).__name__}",
@@ -249,6 +252,7 @@ class Agent(Followups):
         ``checkpoint=True`` (a continuable child settling) writes its folded state
         first, so a cold resume reads the checkpoint instead of the whole log.
         """
+        self._host.sessions.check_process()
         timeout = check_timeout(timeout)
         with self._lock:
             first = not self._disposed
@@ -339,6 +343,7 @@ class Agent(Followups):
 
     def wait_disposed(self, timeout: float | None = None) -> bool:
         """Wait until its disposal finished (its session released); False on timeout."""
+        self._host.sessions.check_process()
         return bool(self._stopped.wait(check_timeout(timeout)))
 
     def disposed_now(self) -> bool:

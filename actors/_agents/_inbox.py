@@ -100,10 +100,19 @@ class Inbox:
         raise NotImplementedError
 
     def _disposed_error(self) -> SubagentError:
-        # Stopped by a failed write: say so, whichever check met the disposal first.
-        return self._host.sessions.failures.error(self.session_id) or SubagentError(
-            f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED
+        # Stopped by a failed write (or a fork): say so, whichever check met it first.
+        sessions = self._host.sessions
+        return (
+            sessions.inherited
+            or sessions.failures.error(self.session_id)
+            or SubagentError(f"agent {self.session_id} is disposed", code=ErrorCode.AGENT_DISPOSED)
         )
+
+    def forked(self) -> None:
+        """In the child of a fork: the parent's agent; it accepts nothing here (no
+        lock taken: a thread of the parent's may have held it)."""
+        self._disposed = True
+        self._gate = CLOSED
 
     # -- admission -------------------------------------------------------------------
 
@@ -305,6 +314,7 @@ class Inbox:
         (the durable inbox's depth).
         """
         sessions = self._host.sessions
+        sessions.check_process()
         durable = None
         if sessions.strict and sessions.persistence is not None:
             durable = len(sessions.pending(self.session_id))

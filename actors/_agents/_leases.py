@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from subagents.actors._kernel._backend import Backend, EventLike, TaskHandle
+from subagents.actors._kernel._fork import abandon_if_forked, fork_generation
 from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.store import Holder, Lease, LeaseToken, SessionStore
 
@@ -184,9 +185,11 @@ class Leases:
 
     def _renew_loop(self) -> None:
         period = self.ttl / 3
+        born = fork_generation()
         while True:
             if self._stop.wait(period):
                 return
+            abandon_if_forked(born)  # the parent's leases: never renewed by the child
             with self._lock:
                 if self._closed:
                     return

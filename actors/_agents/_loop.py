@@ -18,6 +18,7 @@ from typing import Any
 
 from greenlet import GreenletExit
 from subagents.actors._kernel._checks import utcnow
+from subagents.actors._kernel._fork import abandon
 from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
     ErrorCode,
@@ -211,6 +212,8 @@ class TurnRunner:
         that ended ``cancelled`` without calling the behaviour."""
         host = self._host
         sessions = host.sessions
+        if sessions.inherited is not None:
+            abandon()  # a copy's turn, in the child of a fork: not the child's to run
         if (d.redelivered == UNTAKEN and not self._take(d)) or (
             unrun is None and self._session.token is not None and not self._still_held()
         ):

@@ -36,7 +36,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from subagents.actors._kernel import Backend, Doorbell, TaskHandle, ring
+from subagents.actors._kernel import (
+    Backend,
+    Doorbell,
+    TaskHandle,
+    abandon_if_forked,
+    fork_generation,
+    ring,
+)
 from subagents.protocol import SessionId, SubagentError
 
 from ._agent import Agent
@@ -138,8 +145,10 @@ class Mailman:
     # -- the task ------------------------------------------------------------------
 
     def _run(self) -> None:
+        born = fork_generation()
         while True:
             rings = self.doorbell.wait(self._period)
+            abandon_if_forked(born)  # the parent's rings are not the child's to answer
             if rings == []:
                 return  # closed
             try:

@@ -34,6 +34,13 @@ class SessionReads:
     persistence: SessionStore | None
     _live: dict[SessionId, LiveSession]
     _lock: threading.Lock
+    #: ``WRONG_PROCESS``, in the child of a fork: every session here is the parent's.
+    inherited: SubagentError | None = None
+
+    def check_process(self) -> None:
+        """Raise ``WRONG_PROCESS`` in the child of a fork (see ``_kernel/_fork.py``)."""
+        if self.inherited is not None:
+            raise self.inherited
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -43,6 +50,7 @@ class SessionReads:
 
     def header(self, session_id: SessionId) -> SessionHeader | None:
         """Live header, else the persisted one, else None."""
+        self.check_process()
         live = self._live.get(session_id)
         if live is not None:
             return live.header
@@ -52,6 +60,7 @@ class SessionReads:
 
     def roots(self) -> list[SessionHeader]:
         """Every session without a parent, live or persisted, by ``(created_at, id)``."""
+        self.check_process()
         with self._lock:
             found = {
                 sid: live.header
@@ -70,6 +79,7 @@ class SessionReads:
             SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row;
                 ``INVALID_ARGUMENT`` for a ``from_seq`` that is no int from 0.
         """
+        self.check_process()
         if type(from_seq) is not int or from_seq < 0:
             raise SubagentError(
                 f"from_seq must be an int >= 0, got {from_seq!r}", code=ErrorCode.INVALID_ARGUMENT

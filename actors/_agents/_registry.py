@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from subagents.actors._kernel._fork import inherited_error as inherited_runtime
+from subagents.actors._kernel._fork import track as track_fork
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
@@ -61,6 +64,8 @@ class AgentRegistry:
         # agent is still disposing (it holds the lease until its release).
         self._claims = SessionClaims(self._host, self._lock, self._agents)
         self._closing = False  # the runtime closes: no agent is registered any more
+        self._pid = os.getpid()
+        track_fork(self)
 
     def create(
         self,
@@ -286,6 +291,14 @@ class AgentRegistry:
         ``RUNTIME_CLOSED``, so :meth:`list` holds every agent the close must stop."""
         with self._lock:
             self._closing = True
+
+    def _forked(self) -> None:
+        """In the child of a fork (``_kernel/_fork.py``): the runtime's agents and
+        sessions are the parent's. No lock is taken (a thread of the parent's may
+        have held it) and nothing is written."""
+        self._host.sessions.inherited = inherited_runtime("this Runtime", self._pid)
+        for agent in list(self._agents.values()):
+            agent.forked()
 
     def _register(self, agent: Agent, *, claimed: bool = False) -> None:
         sid = agent.session_id

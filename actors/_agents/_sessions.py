@@ -176,6 +176,7 @@ class SessionService(Acceptance, SessionReads):
 
     def statistics(self) -> SessionStatistics:
         """Live sessions, persistence failures, and the store's own counters."""
+        self.check_process()
         stats = getattr(self.persistence, "statistics", None)
         return SessionStatistics(
             live_sessions=len(self._live),
@@ -379,6 +380,7 @@ class SessionService(Acceptance, SessionReads):
             SubagentError: the write failure of ``session_id``, ``TIMEOUT``, or
                 ``INVALID_ARGUMENT`` (a bad id or timeout).
         """
+        self.check_process()
         if session_id is not None:
             session_id = SessionId(session_id)
         timeout = check_timeout(timeout)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.actors._kernel._backend import Backend, TaskHandle
+from subagents.actors._kernel._fork import abandon_if_forked, fork_generation
 from subagents.actors._kernel._future import Waiter
 from subagents.protocol import (
     ErrorCode,
@@ -128,8 +129,10 @@ class Writer:
         return None
 
     def _run(self) -> None:
+        born = fork_generation()
         while True:
             self._wake.wait()
+            abandon_if_forked(born)  # the parent's writer, in the child of a fork
             self._wake.clear()
             self._drain()
             with self._lock:

@@ -31,6 +31,7 @@ from ._checks import (
 from ._dispatch import DispatchBox, Dispatcher
 from ._doorbell import Doorbell, ring
 from ._exit import close_at_exit, closed, deliver_interrupt, install_sigint
+from ._fork import abandon, abandon_if_forked, check_born, fork_generation
 from ._future import ResultFuture, Waiter
 from ._gate import Gate, Latch
 from ._gevent import GeventActor, GeventFuture, native_get_ident
@@ -63,7 +64,10 @@ __all__ = [
     "Telemetry",
     "ThreadActor",
     "Waiter",
+    "abandon",
+    "abandon_if_forked",
     "actor_class",
+    "check_born",
     "check_max_inbox",
     "check_runtime_arguments",
     "check_timeout",
@@ -72,6 +76,7 @@ __all__ = [
     "closed",
     "current_backend",
     "deliver_interrupt",
+    "fork_generation",
     "get_backend",
     "install_sigint",
     "native_get_ident",

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from . import _fork
 from ._backend import Backend, EventLike, TaskHandle
 
 __all__ = ["Alarm"]
@@ -54,7 +55,9 @@ class Alarm:
         self._wake.set()
 
     def _run(self) -> None:
+        born = _fork.generation
         while True:
+            _fork.abandon_if_forked(born)
             with self._lock:
                 if self._closed:
                     return

@@ -4,7 +4,9 @@
   exits without its ``close()``: before the interpreter waits for its non-daemon
   threads (``threading._register_atexit``, the hook ``concurrent.futures`` uses),
   so a forgotten threading runtime neither hangs the exit nor loses what it
-  accepted; a ``ResourceWarning`` names it, as an unclosed file does.
+  accepted; a ``ResourceWarning`` names it, as an unclosed file does. The child
+  of a fork closes none of the runtimes it inherited (they are its parent's:
+  :mod:`._fork`), only those it made itself.
 * :func:`install_sigint` makes Ctrl-C land where Python code expects it -- in
   the main thread's root greenlet, never inside an actor's greenlet on gevent
   (where it used to end one turn and leave the script running) -- and never
@@ -18,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import signal
 import threading
 import warnings
@@ -57,6 +60,17 @@ def close_at_exit(obj: _Closeable) -> None:
         register(_close_all)
     except RuntimeError:  # an old Python, or registered while the interpreter exits
         atexit.register(_close_all)
+
+
+def _forget_inherited() -> None:
+    """In the child of a fork: the runtimes so far are the parent's (and a thread
+    of the parent's may have held the lock as it forked)."""
+    global _open, _lock
+    _open = weakref.WeakSet()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def closed(obj: _Closeable) -> None:

@@ -40,6 +40,8 @@ import pykka
 from gevent._hub_local import get_hub_if_exists
 from greenlet import GreenletExit, getcurrent, greenlet
 
+from . import _fork
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -208,12 +210,15 @@ class _Inbox:
         hub = self._hub
         if hub is None:
             hub = self._hub = gevent.get_hub()
+        born = _fork.generation
         self._waiter = getcurrent()
         try:
             if not self.queued:
                 hub.switch()
         finally:
             self._waiter = None
+        if _fork.generation != born:
+            _fork.abandon()  # a copy's actor, woken in the child of a fork
 
     def _wake(self) -> None:
         # Runs in the hub greenlet.

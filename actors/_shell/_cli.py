@@ -361,8 +361,13 @@ class _Console(Console):
             os.dup2(devnull, sys.stdout.fileno())
 
 
-class _Terminated(Exception):
-    """``SIGTERM`` reached a long-running command (``serve``, ``tree --watch``)."""
+class _Terminated(BaseException):
+    """``SIGTERM`` reached a long-running command (``serve``, ``tree --watch``).
+
+    A ``BaseException``, as ``KeyboardInterrupt``: the server's loop handles a
+    request's ``Exception`` and goes on serving -- a SIGTERM that landed while it
+    started a request's thread was logged as that request's failure, and the
+    server kept running."""
 
 
 def _terminate(_signum: int, _frame: Any) -> None:

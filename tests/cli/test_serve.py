@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -302,3 +304,32 @@ def test_serve_stops_cleanly_on_sigterm(tmp_path: Path, backend: Backend) -> Non
     _out, err = server.proc.communicate(timeout=30)
     assert server.proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "terminated" and "Traceback" not in err
+
+
+def test_a_sigterm_while_a_request_starts_ends_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM's exception raised in the server's loop as it hands a request to its
+    thread (where the signal handler runs) ends the loop: it is not the request's
+    failure, which the loop logs and serves on past."""
+    from subagents.actors._shell._cli import _terminate
+    from subagents.actors._shell._serve import TreeFeed, TreeServer
+    from subagents.store import MemoryStore
+
+    store = MemoryStore()
+    feed = TreeFeed(store, "mem", None, 60.0)
+    server = TreeServer(feed, "127.0.0.1", 0, None)
+    try:
+
+        def started(request: Any, client_address: Any) -> None:
+            _terminate(signal.SIGTERM, None)  # the handler, at this very point
+
+        monkeypatch.setattr(server, "process_request", started)
+        address = server.server_address[:2]
+        with socket.create_connection(address, timeout=10), pytest.raises(BaseException) as caught:
+            server._handle_request_noblock()
+        assert type(caught.value).__name__ == "_Terminated"
+    finally:
+        server.server_close()
+        feed.close()
+        store.close()
