@@ -168,6 +168,7 @@ class Runtime:
             clock=clock,
             max_inbox=max_inbox,
             adopt=adopt,
+            keep_warm=keep_warm,
         )
         self.max_delegation_depth = max_delegation_depth
         self.max_inbox = max_inbox

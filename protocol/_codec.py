@@ -80,18 +80,27 @@ def _default(obj: Any) -> Any:
     raise EncodeError(f"cannot pack a value of type {type(obj).__name__}")
 
 
+#: Types that hold nothing to walk (what most values are made of): the shape check
+#: asks the others whether they are a tuple subclass.
+LEAVES: Final = frozenset({str, int, float, bool, type(None), bytes, SessionId, MessageId, RunId})
+_LEAVES = LEAVES
+
+
 def _check_shape(obj: Any, max_depth: int) -> None:
     """Refuse nesting deeper than ``max_depth``, containers used as map keys, and
     datetimes the log could not read back (:func:`._time.storable_datetime`).
 
-    Tuples count as arrays (they pack as arrays). A container key would decode as
-    an unhashable list. Exact types suffice: packing refuses other subclasses.
+    Tuples count as arrays (they pack as arrays), and so do tuple subclasses
+    (a namedtuple): packing makes them lists. A container key would decode as an
+    unhashable list. Other subclasses of the builtin containers need no walk:
+    packing refuses them.
     """
     kind = type(obj)
     if kind is not dict and kind is not list and kind is not tuple:
         if kind is _dt.datetime and not storable_datetime(obj):
             raise _unreadable(obj)
-        return
+        if kind in _LEAVES or not isinstance(obj, tuple):
+            return
     stack: list[tuple[Any, int]] = [(obj, 1)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -105,11 +114,15 @@ def _check_shape(obj: Any, max_depth: int) -> None:
                     raise EncodeError(f"a map key must not be a container, got {kind.__name__}")
                 if kind is _dt.datetime and not storable_datetime(k):
                     raise _unreadable(k)
+                if kind not in _LEAVES and isinstance(k, tuple):
+                    raise EncodeError(f"a map key must not be a container, got {kind.__name__}")
                 kind = type(v)
                 if kind is dict or kind is list or kind is tuple:
                     push((v, depth + 1))
                 elif kind is _dt.datetime and not storable_datetime(v):
                     raise _unreadable(v)
+                elif kind not in _LEAVES and isinstance(v, tuple):
+                    push((v, depth + 1))
         else:
             for v in value:
                 kind = type(v)
@@ -117,6 +130,8 @@ def _check_shape(obj: Any, max_depth: int) -> None:
                     push((v, depth + 1))
                 elif kind is _dt.datetime and not storable_datetime(v):
                     raise _unreadable(v)
+                elif kind not in _LEAVES and isinstance(v, tuple):
+                    push((v, depth + 1))
 
 
 def _unreadable(value: _dt.datetime) -> EncodeError:

@@ -20,7 +20,7 @@ from dataclasses import fields
 from typing import Any, Final
 
 from . import _fields as field
-from ._codec import check_shape, pack_shaped, packb, unpackb
+from ._codec import LEAVES, check_shape, pack_shaped, packb, unpackb
 from ._errors import DecodeError, EncodeError, ErrorCode, SubagentError
 from ._hot_read import HOT_READ, hot_header
 from ._hot_wire import HOT_WIRE
@@ -212,7 +212,8 @@ def check_value(value: Any, within: int = 1) -> None:
     keeps :data:`ENVELOPE` bytes for the rest of the record. ``ENCODE_ERROR``, before
     anything is accepted; also where nothing is encoded yet (a memory store,
     relaxed durability)."""
-    if type(value) in _SHAPED:
+    kind = type(value)
+    if kind in _SHAPED or (kind not in LEAVES and isinstance(value, tuple)):
         check_shape(value, DEFAULT_LIMITS.max_depth - within)
     pack_shaped(value, _VALUE_LIMITS)
 
@@ -333,7 +334,8 @@ def encode_event(event: Event) -> bytes:
     depth = DEFAULT_LIMITS.max_depth - 1  # free-form values sit one level inside the map
     for name in _FREE_FORM:
         value = wire.get(name)
-        if value is not None and type(value) in _SHAPED:
+        kind = type(value)
+        if kind in _SHAPED or (kind not in LEAVES and isinstance(value, tuple)):
             check_shape(value, depth)
     return pack_shaped(wire)
 

@@ -33,6 +33,10 @@ class _Id(str):
     def __new__(cls, value: str) -> _Id:
         if type(value) is cls:
             return value
+        if type(value) is not str and isinstance(value, str):
+            # Its value, not its __str__ (a (str, Enum) member's is its name), and
+            # read through str's own methods, not the subclass's.
+            value = str.__str__(value)
         if not isinstance(value, str) or len(value) != 32 or not _HEX.issuperset(value):
             # Not repr(value): another object's repr is its own code (it may raise).
             shown = str.__repr__(value) if isinstance(value, str) else type(value).__name__

@@ -108,6 +108,12 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         fspath = os.fspath(path)
         if not isinstance(fspath, str) or not fspath or fspath == ":memory:":
             raise invalid(f"not a database file path: {fspath!r} (use MemoryStore for memory)")
+        try:
+            if "\0" in fspath:
+                raise ValueError("a NUL character")
+            os.fsencode(fspath)  # a lone surrogate no file system name can hold
+        except (ValueError, UnicodeError) as exc:
+            raise invalid(f"not a database file path: {exc}") from None
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNC_MODES:
             raise invalid(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}")
         if type(busy_timeout_s) not in (int, float) or not busy_timeout_s >= 0:

@@ -236,7 +236,9 @@ class Acceptance:
         if store is None or leases is None:
             return None
         try:
-            lease = store.get_lease(session_id)
+            # Off the hub on gevent, as every store call: a server that hangs must
+            # hang this call only, not every greenlet.
+            lease = self._call(store.get_lease, session_id)
         except SubagentError:
             return None
         if lease is None or lease.holder in (None, leases.holder.id):

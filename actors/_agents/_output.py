@@ -1,37 +1,92 @@
-"""Structured output: JSON Schemas for a run's final result (``output_schema``)."""
+"""Structured output: JSON Schemas for a run's final result (``output_schema``).
+
+Nothing is fetched at run time: a ``$ref`` resolves within the schema or not at
+all -- jsonschema would otherwise fetch a remote one over HTTP at every turn's
+end, with no timeout (a server that never answers hung the turn, and on gevent
+the hub). A schema whose ``$ref`` names a remote document is refused up front.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jsonschema
+import referencing
+import referencing.exceptions
 from subagents.protocol import ErrorCode, SubagentError, error_text
 
-__all__ = ["check_output_schema", "validate_output"]
+from ._options import AgentOptions
+
+__all__ = ["check_agent_arguments", "check_output_schema", "validate_output"]
+
+#: The only documents a schema's ``$ref`` can reach: the schema itself.
+_NOTHING_ELSE: referencing.Registry[Any] = referencing.Registry()
+
+
+def _invalid(why: str) -> SubagentError:
+    return SubagentError(
+        f"output_schema is not a valid JSON Schema: {why}"[:500], code=ErrorCode.INVALID_ARGUMENT
+    )
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    """Every ``$ref`` string in ``schema`` (iteratively: a schema may nest deep; once
+    per node: it may hold itself under a keyword the meta-schema does not walk)."""
+    stack, seen = [schema], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                yield ref
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def check_output_schema(schema: Any) -> None:
-    """Refuse anything but a valid JSON Schema mapping (``INVALID_ARGUMENT``)."""
+    """Refuse anything but a valid JSON Schema mapping whose references stay within
+    it (``INVALID_ARGUMENT``)."""
     if not isinstance(schema, Mapping):
         raise SubagentError(
             "output_schema must be a JSON Schema mapping", code=ErrorCode.INVALID_ARGUMENT
         )
     try:
+        dialect = schema.get("$schema")
+        if dialect is not None and not isinstance(dialect, str):
+            raise _invalid(f"$schema must be a URI string, got {type(dialect).__name__}")
         jsonschema.validators.validator_for(schema).check_schema(schema)
+        for ref in _refs(schema):
+            if urllib.parse.urlsplit(ref).scheme:
+                raise _invalid(f"$ref {ref!r} names another document (nothing is fetched)")
+    except SubagentError:
+        raise
     except jsonschema.SchemaError as exc:
-        raise SubagentError(
-            f"output_schema is not a valid JSON Schema: {exc.message}",
-            code=ErrorCode.INVALID_ARGUMENT,
-        ) from exc
+        raise _invalid(exc.message) from exc
+    except Exception as exc:  # a cycle (RecursionError), a mapping that raises ...
+        raise _invalid(error_text(exc)) from exc
+
+
+def check_agent_arguments(options: Any, output_schema: Any) -> None:
+    """A top-level agent's ``options`` (``AgentOptions`` or None) and ``output_schema``
+    (see :func:`check_output_schema`), as ``spawn`` and ``agents.resume`` take them."""
+    if options is not None and not isinstance(options, AgentOptions):
+        raise SubagentError("options must be AgentOptions", code=ErrorCode.INVALID_ARGUMENT)
+    if output_schema is not None:
+        check_output_schema(output_schema)
 
 
 def validate_output(schema: Mapping[str, Any], output: Any) -> tuple[Any, str | None]:
     """``(structured, None)`` when ``output`` satisfies ``schema``, else ``(None, error)``."""
-    validator = jsonschema.validators.validator_for(schema)(schema)
     try:
+        validator = jsonschema.validators.validator_for(schema)(schema, registry=_NOTHING_ELSE)
         error = jsonschema.exceptions.best_match(validator.iter_errors(output))
-    except Exception as exc:  # an output it cannot walk: a cycle, a raising __eq__ ...
+    except Exception as exc:  # an output it cannot walk, a $ref it cannot resolve ...
         return None, error_text(exc, "output cannot be validated: ")
     if error is None:
         return output, None

@@ -49,8 +49,10 @@ class SessionReads:
         raise NotImplementedError
 
     def header(self, session_id: SessionId) -> SessionHeader | None:
-        """Live header, else the persisted one, else None."""
+        """Live header, else the persisted one, else None (``INVALID_ARGUMENT``: no id)."""
         self.check_process()
+        if type(session_id) is not SessionId:
+            session_id = SessionId(session_id)  # before the lookup: a list is unhashable
         live = self._live.get(session_id)
         if live is not None:
             return live.header
@@ -80,6 +82,8 @@ class SessionReads:
                 ``INVALID_ARGUMENT`` for a ``from_seq`` that is no int from 0.
         """
         self.check_process()
+        if type(session_id) is not SessionId:
+            session_id = SessionId(session_id)  # before the lookup: a list is unhashable
         if type(from_seq) is not int or from_seq < 0:
             raise SubagentError(
                 f"from_seq must be an int >= 0, got {from_seq!r}", code=ErrorCode.INVALID_ARGUMENT

@@ -37,6 +37,7 @@ from ._claims import SessionClaims
 from ._host import AgentHost
 from ._live import LiveSession
 from ._options import AgentOptions
+from ._output import check_agent_arguments
 from ._resume import Restored, replay, restore
 from ._send import send_unheld, subagent_refused
 from ._turn import Turn
@@ -161,6 +162,7 @@ class AgentRegistry:
         """
         self._host.check_thread()
         sid = _as_session_id(session_id)
+        check_agent_arguments(options, output_schema)
         try:
             header = self._host.sessions.header(sid)
         except SubagentError:

@@ -27,7 +27,7 @@ from subagents.protocol import (
 from ._agent import Agent
 from ._behaviours import ModelRegistry, as_behaviour
 from ._options import AgentOptions, recorded_model
-from ._output import check_output_schema
+from ._output import check_agent_arguments
 from ._registry import AgentRegistry
 from ._sessions import SessionService
 
@@ -51,10 +51,7 @@ def spawn_agent(
     """Create a top-level agent (see ``Runtime.spawn``): arguments checked before
     anything is created."""
     check_name(label, "label")
-    if options is not None and not isinstance(options, AgentOptions):
-        raise SubagentError("options must be AgentOptions", code=ErrorCode.INVALID_ARGUMENT)
-    if output_schema is not None:
-        check_output_schema(output_schema)
+    check_agent_arguments(options, output_schema)
     built = None
     seed: tuple[Event, ...] = ()
     if isinstance(behaviour, str):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from subagents.actors._kernel import (
     Dispatcher,
     Latch,
     actor_class,
+    check_keep_warm,
 )
 from subagents.protocol import (
     ErrorCode,
@@ -96,8 +98,9 @@ class ContinuationManager(Followups):
         events: EventBus,
         keep_warm: float = 0.0,
     ) -> None:
-        if type(keep_warm) not in (int, float) or math.isnan(keep_warm) or keep_warm < 0:
-            raise bad("keep_warm is a number of seconds >= 0")
+        check_keep_warm(keep_warm)
+        # An int past a float's range: for ever.
+        keep_warm = math.inf if keep_warm > sys.float_info.max else float(keep_warm)
         self._ctx = ctx
         self._providers = providers
         self._events = events

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import threading
 
-from subagents.protocol import ErrorCode, SubagentError
+from subagents.protocol import (
+    ErrorCode,
+    OneShotDescriptor,
+    SubagentError,
+    check_name,
+    snapshot_subagent_descriptor,
+)
 
 from ._events import EventBus
 from ._types import CAPABILITIES, SubagentEvent, SubagentProvider
@@ -55,6 +61,11 @@ class ProviderRegistry:
         name = getattr(provider, "name", None)
         if type(name) is not str or not name:
             raise _bad("a provider needs a non-empty str name")
+        check_name(name, "a provider's name")  # UTF-8 can encode it
+        try:  # every child it starts records it in a descriptor
+            snapshot_subagent_descriptor(OneShotDescriptor(provider=name))
+        except SubagentError as exc:
+            raise _bad(f"a provider's name must fit a descriptor: {exc}") from None
         if not callable(getattr(provider, "start", None)):
             raise _bad(f"provider {name!r} has no start(request, descriptor)")
         caps = getattr(provider, "capabilities", None)

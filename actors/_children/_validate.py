@@ -10,9 +10,11 @@ from subagents.actors._kernel import AbortSignal, check_max_inbox
 from subagents.protocol import (
     ErrorCode,
     MessageId,
+    MessageSource,
     SessionId,
     SubagentError,
     check_name,
+    check_source,
     check_value,
 )
 
@@ -83,6 +85,10 @@ def check_start_spec(spec: Any) -> None:
     _optional_strs(spec, ("model", "persona"), "spec")
     check_tool_filter(spec.tool_filter)
     check_max_inbox(spec.max_inbox, "spec.max_inbox")
+    if spec.source is not None:
+        if not isinstance(spec.source, MessageSource):
+            raise bad("spec.source must be a MessageSource or None")
+        check_source(spec.source)  # what the log holds, also where nothing is encoded yet
     if spec.message_id is not None:
         MessageId(spec.message_id)  # INVALID_ARGUMENT unless 32 lowercase hex digits
     check_value(spec.prompt)

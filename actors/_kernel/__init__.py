@@ -21,6 +21,7 @@ from ._backend import (
     threading_is_patched,
 )
 from ._checks import (
+    check_keep_warm,
     check_max_inbox,
     check_runtime_arguments,
     check_timeout,
@@ -68,6 +69,7 @@ __all__ = [
     "abandon_if_forked",
     "actor_class",
     "check_born",
+    "check_keep_warm",
     "check_max_inbox",
     "check_runtime_arguments",
     "check_timeout",

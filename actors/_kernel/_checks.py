@@ -7,6 +7,7 @@ import logging
 import math
 import reprlib
 from collections.abc import Callable
+from typing import Final
 
 from subagents.protocol import ErrorCode, SubagentError, storable_datetime
 
@@ -68,6 +69,7 @@ def check_runtime_arguments(
     clock: object,
     max_inbox: object = None,
     adopt: object = True,
+    keep_warm: object = 0.0,
 ) -> None:
     """The ``Runtime`` constructor's arguments, checked before anything is built.
 
@@ -84,13 +86,14 @@ def check_runtime_arguments(
     if durability not in ("strict", "relaxed"):
         raise SubagentError("durability is 'strict' or 'relaxed'", code=ErrorCode.INVALID_ARGUMENT)
     if (
-        type(lease_ttl) not in (int, float)
-        or not math.isfinite(lease_ttl)  # type: ignore[arg-type]
-        or lease_ttl <= 0  # type: ignore[operator]
+        type(lease_ttl) not in (int, float) or not 0 < lease_ttl <= MAX_LEASE_TTL  # type: ignore[operator]
     ):
+        # (Bounded: its renewals wait a third of it, and a wait has a longest.)
         raise SubagentError(
-            "lease_ttl is a finite number of seconds > 0", code=ErrorCode.INVALID_ARGUMENT
+            f"lease_ttl is a number of seconds > 0 and <= {MAX_LEASE_TTL:g}",
+            code=ErrorCode.INVALID_ARGUMENT,
         )
+    check_keep_warm(keep_warm)
     if max_delegation_depth is not None and (
         type(max_delegation_depth) is not int or max_delegation_depth < 1
     ):
@@ -102,10 +105,26 @@ def check_runtime_arguments(
     check_max_inbox(max_inbox, "max_inbox")
 
 
+#: The longest lease (seconds; some 31 years).
+MAX_LEASE_TTL: Final = 1e9
+
+
+def check_keep_warm(value: object) -> None:
+    """Seconds an idle child stays resident: a number >= 0 (``inf``: until drained),
+    ``INVALID_ARGUMENT`` otherwise -- an int past a float's range too."""
+    if type(value) not in (int, float) or value != value or value < 0:  # type: ignore[operator]
+        raise SubagentError(
+            "keep_warm is a number of seconds >= 0", code=ErrorCode.INVALID_ARGUMENT
+        )
+
+
 def check_max_inbox(value: object, name: str) -> None:
-    """An inbox bound: an int >= 1, or None (``INVALID_ARGUMENT``)."""
-    if value is not None and (type(value) is not int or value < 1):
-        raise SubagentError(f"{name} is an int >= 1 or None", code=ErrorCode.INVALID_ARGUMENT)
+    """An inbox bound: an int from 1 to 2**63 - 1 (what the log holds), or None
+    (``INVALID_ARGUMENT``)."""
+    if value is not None and (type(value) is not int or not 1 <= value < 2**63):
+        raise SubagentError(
+            f"{name} is an int from 1 to 2**63 - 1, or None", code=ErrorCode.INVALID_ARGUMENT
+        )
 
 
 def checked_clock(clock: Clock) -> Clock:

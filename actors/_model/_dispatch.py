@@ -181,8 +181,10 @@ class ToolDispatcher:
         mapping. A refusal is returned as ``{"error": {"code", "message"}}``.
 
         Raises:
-            SubagentError: ``CANCELLED`` only when the turn itself was cancelled.
+            SubagentError: ``CANCELLED`` only when the turn itself was cancelled --
+                and then before the tool runs, if it was by the time it would.
         """
+        turn.signal.raise_if_aborted()  # a cancelled turn starts nothing more
         self.dispose_settled(turn)
         try:
             tool, args = self._arguments(turn, name, arguments)

@@ -172,7 +172,9 @@ def _structured(schema: Mapping[str, Any], content: str) -> Any:
 def _parallel(turn: Turn, jobs: list[Callable[[], None]]) -> None:
     """Run ``jobs`` in at most :data:`PARALLEL_TOOL_CALLS` tasks of the agent's
     backend (the turn's own thread or greenlet is one) and join them all; re-raise
-    the first failure (a cancelled turn's ``CANCELLED``) once every one has ended."""
+    the first failure (a cancelled turn's ``CANCELLED``) once every one has ended.
+    Once the turn is cancelled no further job starts (the ones running end as
+    their tools see the cancel)."""
     backend = turn.agent.host.backend
     errors: list[BaseException] = []
     queue = iter(jobs)
@@ -181,7 +183,7 @@ def _parallel(turn: Turn, jobs: list[Callable[[], None]]) -> None:
     def worker() -> None:
         while True:
             with lock:
-                job = next(queue, None)
+                job = None if turn.signal.aborted else next(queue, None)
             if job is None:
                 return
             try:

@@ -249,3 +249,54 @@ def test_a_waiting_request_stalls_no_one(rt: Runtime, fake: FakeOpenAI) -> None:
     fake.release()
     assert thinker.wait_idle(10)
     assert rt.sessions.turn_ends(thinker.session_id)[-1].output == "at last"
+
+
+def test_no_tool_call_starts_after_its_turn_was_cancelled(rt: Runtime, fake: FakeOpenAI) -> None:
+    """R-INT-1: an answer asks for more tool calls than run at once; the turn is
+    interrupted while the first eight run. None of the queued ones starts after
+    that -- no side effect, no child started for a cancelled turn (all twelve
+    used to run, and six children were started)."""
+    from subagents.actors import UserAuthority
+    from subagents.actors._model._openai import PARALLEL_TOOL_CALLS
+    from subagents.actors.testing import Gate
+
+    lock = rt.backend.lock()
+    started: list[tuple[int, bool]] = []
+    running = rt.backend.event()
+    gate = Gate("tools")
+
+    def send_email(turn: Any, n: int) -> str:
+        """A tool with a side effect."""
+        with lock:
+            started.append((n, turn.cancelled))
+            if len(started) == PARALLEL_TOOL_CALLS:
+                running.set()
+        gate.pass_through()
+        return f"sent {n}"
+
+    rt.tools.register("send_email", send_email)
+    register(rt, fake)
+    parent = rt.spawn("echo", label="parent")
+    fake.script(Answer(content="ready"))
+    cid, _ = rt.subagents.start_continuable(
+        ContinuableStartSpec(
+            parent=parent, provider="local", prompt="hi", label="w", model="planner"
+        )
+    )
+    assert rt.wait_idle(20)
+    calls = [FakeCall("send_email", {"n": i}) for i in range(12)]
+    calls += [
+        FakeCall("start_agent", {"prompt": f"p{i}", "label": f"kid{i}", "model": "echo"})
+        for i in range(6)
+    ]
+    fake.script(Answer(tool_calls=calls), Answer(content="never"))
+    try:
+        rt.subagents.followup(parent, cid, "go")
+        assert running.wait(20)  # the first eight run, and wait
+        rt.subagents.interrupt(cid, UserAuthority(parent.session_id))
+    finally:
+        gate.release()
+    assert rt.wait_idle(30)
+    assert rt.sessions.turn_ends(cid)[-1].stop_reason == "cancelled"
+    assert len(started) == PARALLEL_TOOL_CALLS and not any(late for _, late in started)
+    assert rt.subagents.list_children(cid).rows == ()

@@ -90,3 +90,27 @@ def test_waiting_calls_keep_no_pool_of_a_destroyed_hub(start_os_thread: Any) -> 
     for _ in range(6):
         start_os_thread(one_hub).result(10)
     assert len(_waiting._POOLS) <= 2  # the last one's, and this thread's if it made one
+
+
+def test_the_lease_lookup_of_a_wake_runs_off_the_hub(tmp_path: Path) -> None:
+    """Where is the holder of a session that is not live here (an interrupt, a report
+    or an adoption forwarded to it): asked of the store in the hub's threadpool, so
+    a store that hangs -- a stopped PostgreSQL server -- hangs that call only, not
+    every greenlet (it was asked on the hub)."""
+    import threading
+
+    with Runtime(str(tmp_path / "s.db"), backend="gevent") as rt:
+        agent = rt.spawn("echo")
+        store = rt.store
+        assert store is not None
+        asked_on: list[bool] = []
+        hub_thread = threading.get_ident()
+        real = store.get_lease
+
+        def get_lease(session_id: Any) -> Any:
+            asked_on.append(threading.get_ident() == hub_thread)
+            return real(session_id)
+
+        store.get_lease = get_lease  # type: ignore[method-assign]
+        rt.sessions.wake_address(agent.session_id)
+        assert asked_on == [False]
