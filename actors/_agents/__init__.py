@@ -12,6 +12,7 @@ from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
 from ._leases import Holder, Leases
 from ._live import LiveSession
+from ._loop import KEPT
 from ._mail import Mailman, interrupt_ring, wake_holder
 from ._messages import UNTAKEN, plain
 from ._options import AgentOptions, recorded_model
@@ -28,6 +29,7 @@ from ._turn import Message, Turn, TurnAgent
 
 __all__ = [
     "CUT_SHORT",
+    "KEPT",
     "STEER_OUTCOMES",
     "UNTAKEN",
     "Agent",

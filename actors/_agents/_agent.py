@@ -368,14 +368,19 @@ class _AgentActor:
         # before it reaches on_receive (kernel/_pykka.py lists this override).
         if type(message) in OWN:
             agent = self._agent
-            agent._handle(message)
-            if type(message) is Deliver:
-                # The turns queued right behind it run here, in order, without a
-                # pass through pykka's loop each (no stop, call or other message is
-                # taken out of turn: the run ends at the first that is not a turn).
-                queued = self.actor_inbox.queued
-                while queued and type(queued[0]) is Deliver:
-                    agent._handle(queued.popleft())
+            try:
+                agent._handle(message)
+                if type(message) is Deliver:
+                    # The turns queued right behind it run here, in order, without a
+                    # pass through pykka's loop each (no stop, call or other message
+                    # is taken out of turn: the run ends at the first not a turn).
+                    queued = self.actor_inbox.queued
+                    while queued and type(queued[0]) is Deliver:
+                        agent._handle(queued.popleft())
+            except greenlet.GreenletExit:
+                # Killed mid-turn on gevent (or the behaviour raised it): this actor
+                # stops -- out of here, pykka would stop every actor of the process.
+                self._stop()  # type: ignore[attr-defined]
             return None
         return super()._handle_receive(message)  # type: ignore[misc]
 

@@ -56,7 +56,7 @@ from ._loop import TurnRunner
 from ._messages import UNTAKEN, Call, Deliver, Quiet
 from ._outcome import TurnOutcome
 from ._stats import AgentStatistics, agent_statistics
-from ._steering import SteerBox
+from ._steering import SteerBox, discard_leftovers
 from ._turn import Message
 
 __all__ = ["CLOSED", "DRAINED", "OPEN", "Inbox"]
@@ -251,7 +251,12 @@ class Inbox:
         was a turn (``ended``), the messages steered into it that it never took run
         as turns of their own, in order -- counted in the same locked step, so the
         agent is never idle in between. The lock orders this after every steer
-        that saw the turn open."""
+        that saw the turn open. A cancel that dropped the inbox (``keep_inbox=False``:
+        a dispose, a drain) after the turn was accepted drops those too: they were
+        accepted before it (``_steering.discard_leftovers``)."""
+        box = None if ended is None else ended._steer
+        if box is not None and ended._delivered.n <= self._discard_through:
+            discard_leftovers(box, self._lock, self._turns.discard)
         rest: list[Message] | None = None
         with self._lock:
             if ended is not None:

@@ -39,7 +39,7 @@ from ._output import validate_output
 from ._stats import WINDOW
 from ._turn import Message, Turn, TurnAgent
 
-__all__ = ["TurnRunner"]
+__all__ = ["KEPT", "TurnRunner"]
 
 logger = logging.getLogger("subagents")
 
@@ -263,8 +263,10 @@ class TurnRunner:
         except Exception as exc:
             stop, error = "failed", error_text(exc)
             logger.exception("turn %d of %s failed", index, session.id)
-        except GreenletExit:
-            raise  # the actor's greenlet is being killed: it stops
+        except GreenletExit as exc:
+            if host.backend.name == "gevent":
+                raise  # the actor's greenlet is being killed: this agent stops (_agent.py)
+            stop, error = "failed", error_text(exc)  # a behaviour's own (threads have no kill)
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt, GeneratorExit raised by the behaviour (a
             # tool's sys.exit, say) fail this turn alone: out of the actor, pykka
@@ -294,6 +296,8 @@ class TurnRunner:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:
                 stop = "failed"
+        elif stop == "cancelled" and self.keep_accepted and sessions.strict and error is None:
+            error = KEPT  # its messages stay accepted: a model's history leaves them here
         usage = turn._usage
         # An injected clock is asked again; the system's dates the end by the
         # turn's own duration (record.elapsed).
@@ -337,6 +341,9 @@ class TurnRunner:
 
 
 DISCARDED = "discarded unrun"
+#: The error text of a turn the closing runtime cancelled (strict durability): its
+#: messages stay accepted and run again at the next activation, as after a crash.
+KEPT = "cancelled: the runtime closed; its messages run again"
 
 
 def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:

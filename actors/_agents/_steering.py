@@ -23,9 +23,12 @@ sees or requeues it, or refused -- never both, never neither.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Literal, NamedTuple
 
 from subagents.protocol import ErrorCode, MessageId, SubagentError
+
+from ._messages import Deliver
 
 __all__ = ["STEER_OUTCOMES", "SteerBox", "Steered", "check_steer", "not_open"]
 
@@ -68,6 +71,17 @@ class SteerBox:
         rest = self.messages[self.taken :]
         del self.messages[self.taken :]
         return rest
+
+
+def discard_leftovers(box: SteerBox, lock: Any, discard: Callable[[Any], object]) -> None:
+    """What was steered into a turn and never taken, when a cancel that dropped the
+    inbox covered that turn: discarded as the queued messages were (``discard``, the
+    turn runner's) -- in the actor, before the turn settles, so the agent stays
+    busy until they are recorded."""
+    with lock:
+        rest = box.leftovers()
+    for m in rest:
+        discard(Deliver(0, m.message_id, m.content, m.source, "message", (), None, False))
 
 
 def check_steer(steer: Any) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from subagents.actors._agents import CUT_SHORT, Turn
+from subagents.actors._agents import CUT_SHORT, KEPT, Turn
 from subagents.protocol import Event, MessageEvent, ReportEvent, TurnEnd, TurnStart
 
 __all__ = ["history_messages", "text"]
@@ -42,6 +42,10 @@ def _from(source: Any, kind: str) -> str:
     return f"[{kind} from {source.kind} {source.session_id}] "
 
 
+#: The ends of turns whose messages run again (a crash, a closing runtime).
+_RUN_AGAIN = (CUT_SHORT, KEPT)
+
+
 def _settled_events(turn: Turn) -> list[Event]:
     """The history without the messages of cut-short turns, each message once (last)."""
     kept: list[Event] = []
@@ -51,7 +55,7 @@ def _settled_events(turn: Turn) -> list[Event]:
         if isinstance(event, TurnStart):
             open_from = len(kept)
         elif isinstance(event, TurnEnd):
-            if runs_again and open_from is not None and event.error == CUT_SHORT:
+            if runs_again and open_from is not None and event.error in _RUN_AGAIN:
                 kept[open_from:] = [e for e in kept[open_from:] if not _is_message(e)]
             open_from = None
         kept.append(event)

@@ -96,3 +96,45 @@ def test_the_model_steers_its_child(rt: Runtime, fake: FakeOpenAI) -> None:
     assert seen == ["hurry"]
     tool = fake.requests[1].messages[-1]
     assert tool["role"] == "tool" and '"delivered": "steered"' in tool["content"]
+
+
+def test_a_close_mid_turn_shows_a_steered_message_once(backend: Any, tmp_path: Any) -> None:
+    """A runtime closed while a model turn holds a steered message keeps the turn's
+    messages accepted (they run again at the next activation). After a resume the
+    model sees each once, where it runs -- the replayed turn's request used to
+    hold the steered message too, before the original one."""
+    from subagents.actors.testing import FakeCall
+
+    db = str(tmp_path / "c.db")
+    gate = Gate("tool")
+
+    def users(request: Any) -> list[Any]:
+        return [m["content"] for m in request.messages if m["role"] == "user"]
+
+    with FakeOpenAI(api_key="k") as fake:
+        rt = Runtime(db, backend=backend)
+        try:
+            rt.tools.register("hold", lambda turn: gate.pass_through(turn.signal) or "held")
+            rt.models.register("m", openai_chat("g", base_url=fake.base_url, api_key="k"))
+            agent = rt.spawn("m", label="victim")
+            sid = agent.session_id
+            fake.script(Answer(tool_calls=[FakeCall("hold")]), Answer(content="no", stall=True))
+            agent.followup("original")
+            assert gate.wait_reached(20)
+            assert agent.followup("steered", steer=True).outcome == "steered"
+            gate.release()
+            assert fake.wait_requests(2, 20)  # the second request holds the steered one
+            assert users(fake.requests[1]) == ["original", "steered"]
+        finally:
+            gate.release()
+            rt.close()  # cancels the running turn; what it accepted stays
+            fake.release()
+    with FakeOpenAI(api_key="k") as fake, Runtime(db, backend=backend) as rt:
+        rt.models.register("m", openai_chat("g", base_url=fake.base_url, api_key="k"))
+        fake.script(Answer(content="original done"), Answer(content="steered done"))
+        rt.agents.resume(sid)
+        assert rt.wait_idle(30)
+        seen = [users(request) for request in fake.requests]
+        flat = [content for request in seen for content in request]
+        assert seen[0] == ["original"], seen
+        assert flat.count("steered") == 1 and "steered" in seen[-1], seen

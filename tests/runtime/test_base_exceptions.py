@@ -20,6 +20,42 @@ RAISED = {
 }
 
 
+def test_a_behaviour_raising_greenlet_exit_stops_no_other_agent(backend: Backend) -> None:
+    """A behaviour's ``GreenletExit`` (a greenlet's kill, on gevent) never reaches
+    pykka's loop, which would stop every actor of the process -- another runtime's
+    too. On threads it fails its turn alone; on gevent the agent whose greenlet it
+    ends stops, and only it: what it accepted stays for its next activation."""
+    import greenlet
+
+    def raiser(turn: Any) -> Any:
+        if turn.content == "quit":
+            raise greenlet.GreenletExit
+        return f"still here: {turn.content}"
+
+    with (
+        Runtime(MemoryStore(), backend=backend) as other,
+        Runtime(MemoryStore(), backend=backend) as rt,
+    ):
+        bystander = other.spawn("echo", label="bystander")
+        agent = rt.spawn(raiser)
+        neighbour = rt.spawn("echo", label="neighbour")
+        agent.followup("quit")
+        if backend.name == "gevent":
+            assert agent.wait_disposed(10)
+        else:
+            assert agent.wait_idle(10)
+            ends = rt.sessions.turn_ends(agent.session_id)
+            assert ends[-1].stop_reason == "failed"
+            assert (ends[-1].error or "").startswith("GreenletExit")
+            agent.followup("again")
+            assert agent.wait_idle(10)
+            assert rt.sessions.turn_ends(agent.session_id)[-1].output == "still here: again"
+        for someone, runtime in ((bystander, other), (neighbour, rt)):
+            someone.followup("ping")
+            assert someone.wait_idle(10)
+            assert runtime.sessions.turn_ends(someone.session_id)[-1].output == "ping"
+
+
 @pytest.mark.parametrize("kind", list(RAISED))
 def test_a_base_exception_fails_its_turn_alone(backend: Backend, kind: str) -> None:
     raise_it = RAISED[kind]

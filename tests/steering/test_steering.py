@@ -201,3 +201,51 @@ def test_child_steering_and_no_cold_resume(rts: Runtime) -> None:
     assert rts.wait_idle(10)
     ends = [e for e in rts.sessions.turn_ends(child.child_id) if isinstance(e, TurnEnd)]
     assert ends[-1].output == ["next"]
+
+
+@pytest.mark.parametrize("how", ["cancel", "dispose", "drain"])
+def test_a_cancel_that_drops_the_inbox_drops_what_was_steered(rts: Runtime, how: str) -> None:
+    """R-INT-1, R-DRAIN-1: a message steered into the open turn and not taken yet
+    was accepted before a cancel without ``keep_inbox`` (a drain, a dispose): it is
+    discarded with the rest -- logged as a turn that ended ``cancelled``
+    (``discarded unrun``), gone from the durable inbox. It used to run as a new
+    turn after the cancel or the drain, and after a dispose it stayed in the
+    durable inbox for the sweep to bring the disposed agent back."""
+    gate = Gate("no safe point")
+    rts.models.register("busy", lambda _o: ScriptedBehaviour([Block(gate), Reply("done")]))
+    if how == "drain":
+        parent = rts.spawn("echo", label="parent")
+        spec = ContinuableStartSpec(
+            parent=parent, provider="local", prompt="first", label="kid", model="busy"
+        )
+        sid, _ = rts.subagents.start_continuable(spec)
+        agent = rts.agents.get(sid)
+        assert agent is not None
+    else:
+        agent = rts.spawn("busy")
+        sid = agent.session_id
+        agent.followup("first")
+    try:
+        assert gate.wait_reached(10)
+        assert agent.followup("by the way", steer=True).outcome == "steered"
+        if how == "cancel":
+            agent.cancel("stop", keep_inbox=False)
+        elif how == "dispose":
+            agent.dispose(wait=False)
+        else:
+            rts.subagents.drain_continuable_descendants([parent])
+    finally:
+        gate.release()
+    if how == "cancel":
+        assert agent.wait_idle(10)
+    else:
+        assert agent.wait_disposed(10)
+    assert rts.wait_idle(10)
+    ends = rts.sessions.turn_ends(sid)
+    assert [e.stop_reason for e in ends] == ["cancelled", "cancelled"], ends
+    assert ends[1].error == "discarded unrun"
+    assert _turns(rts, sid) == [["first"], ["by the way"]]
+    store = rts.sessions.persistence
+    if store is not None and rts.sessions.strict:
+        rts.sessions.flush()
+        assert store.pending(sid) == []
