@@ -180,7 +180,7 @@ class Runtime:
             native_get_ident() if self.backend is GEVENT and not threading_is_patched() else None
         )
         self.clock: Callable[[], _dt.datetime] = utcnow if clock is None else checked_clock(clock)
-        self.store: SessionStore | None = open_store(store)
+        self.store: SessionStore | None = self.backend.run_blocking(open_store, store)  # off hub
         durable = self.store is not None and self.store.durable
         leases = (
             Leases(self.store, self.backend, ttl=float(lease_ttl), lost=self._lease_lost)
@@ -231,8 +231,7 @@ class Runtime:
         self._closed = False
         self._close_lock = threading.Lock()
         self._born = fork_generation()  # in a later one, this is the parent's (_kernel/_fork)
-        # A script that forgets close() still exits, and loses nothing it accepted;
-        # Ctrl-C reaches the main greenlet (gevent) and never splits a store write.
+        # A forgotten close() loses nothing; Ctrl-C never splits a store write.
         close_at_exit(self)
         install_sigint(defer_interrupt)
         set_interrupt_delivery(deliver_interrupt)
@@ -364,15 +363,13 @@ class Runtime:
         together, each depth once the deeper ones ended), drain writes, close the
         store. Idempotent. A close interrupted part way (Ctrl-C) is not done: the
         next ``close()`` finishes it, and one runs at interpreter exit if none does.
+        In the child of a fork it does nothing (all of it is the parent's).
 
         Raises:
             SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent, or
                 from one of this runtime's turns, which it would wait for (before
                 anything changed: call it from the runtime's own thread, outside
                 its agents).
-
-        In the child of a fork it returns at once and changes nothing: the
-        runtime, its sessions and their leases are the parent's.
         """
         if fork_generation() != self._born:
             return
@@ -420,7 +417,7 @@ class Runtime:
         self.continuation.close()
         self.sessions.close()
         if self.store is not None:
-            self.store.close()
+            self.backend.run_blocking(self.store.close)  # waits for a write in flight
 
     def __enter__(self) -> Runtime:
         return self

@@ -30,6 +30,20 @@ __all__ = ["Followups"]
 _USER = MessageSource(kind="user")
 
 
+def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseException) -> bool:
+    """Take back a message committed and then refused; True when it cannot be taken
+    back -- the runtime closed its store meanwhile -- after a refusal of ours: it
+    stays accepted (it runs at the session's next activation), and the caller says
+    so rather than raise the store's ``STORE_CLOSED`` over a message it kept."""
+    try:
+        sessions.retract(sid, mid, live)
+    except SubagentError:
+        if isinstance(refused, SubagentError):
+            return True
+        raise refused from None  # a Ctrl-C stays a Ctrl-C
+    return False
+
+
 class Followups(Inbox):
     """The follow-up half of :class:`~._agent.Agent` (built on its inbox)."""
 
@@ -133,8 +147,9 @@ class Followups(Inbox):
             return mid
         try:
             return self.deliver(content, source, message_id=mid)
-        except BaseException:
-            sessions.retract(self.session_id, mid, self._session)
+        except BaseException as refused:
+            if _kept(sessions, self.session_id, mid, self._session, refused):
+                return mid
             raise
 
     def _steer(
@@ -160,8 +175,9 @@ class Followups(Inbox):
             return Steered(mid, "duplicate")
         try:
             return self._steer_or_queue(content, source, mid, strict)
-        except BaseException:
-            sessions.retract(self.session_id, mid, self._session)
+        except BaseException as refused:
+            if _kept(sessions, self.session_id, mid, self._session, refused):
+                return Steered(mid, "queued")
             raise
 
     def _steer_or_queue(

@@ -277,11 +277,15 @@ class Turn:
         (``prompt_tokens_details``) flattened as ``prompt_tokens_details.cached_tokens``;
         anything else is ignored, so a provider's extra fields never fail the turn:
         a name UTF-8 cannot encode, a counter past what the log stores (2**64 - 1;
-        a sum stops there).
+        a sum stops there), names beyond the first :data:`MAX_COUNTERS` of a turn
+        (a turn's end must stay a record the log holds).
         """
         usage = self._usage if self._usage is not None else {}
         for name, value in _counters(counts, ""):
-            usage[name] = min(usage.get(name, 0) + value, _MAX_COUNT)
+            if name in usage:
+                usage[name] = min(usage[name] + value, _MAX_COUNT)
+            elif len(usage) < MAX_COUNTERS:
+                usage[name] = value
         self._usage = usage
 
     @property
@@ -294,6 +298,8 @@ class Turn:
 
 
 _MAX_COUNT = 2**64 - 1  # the largest int the log's msgpack holds
+#: The most usage counters a turn records (an OpenAI usage block has about ten).
+MAX_COUNTERS = 256
 
 
 def _storable_name(name: str) -> bool:

@@ -115,3 +115,33 @@ def test_usage_the_log_cannot_hold_is_ignored(
         ends = rt.sessions.turn_ends(sid)
         assert [e.stop_reason for e in ends] == ["completed", "completed"]
         assert ends[0].usage == {"total_tokens": 2**64 - 1, "completion_tokens": 2}
+
+
+def test_a_turn_keeps_at_most_max_counters_usage_counters(backend: Any, tmp_path: Any) -> None:
+    """Counters past :data:`MAX_COUNTERS` of a turn are dropped (those it has still
+    sum): a behaviour adding 100,001 made the turn's end a record the log could
+    not hold -- the session's writes stopped, and its message ran again (and
+    failed again) at every resume."""
+    from subagents.actors._agents._turn import MAX_COUNTERS
+
+    db = str(tmp_path / "usage.db")
+
+    def counting(turn: Any) -> str:
+        turn.add_usage({f"c{i}": 1 for i in range(100_001)})
+        turn.add_usage({"c0": 2, "brand new": 1})
+        return "counted"
+
+    with Runtime(db, backend=backend) as rt:
+        agent = rt.spawn(counting)
+        agent.followup("go")
+        assert agent.wait_idle(20)
+        agent.followup("again")
+        assert agent.wait_idle(20)
+        assert rt.sessions.statistics().persistence_failures == ()
+        sid = agent.session_id
+    with Runtime(db, backend=backend) as rt:
+        ends = rt.sessions.turn_ends(sid)
+        assert [e.stop_reason for e in ends] == ["completed", "completed"]
+        usage = ends[0].usage
+        assert usage is not None and len(usage) == MAX_COUNTERS
+        assert usage["c0"] == 3 and "brand new" not in usage

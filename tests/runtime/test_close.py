@@ -99,3 +99,36 @@ def test_close_from_a_turn_refuses_and_changes_nothing(backend: Backend) -> None
     assert (end.stop_reason, end.output) == ("completed", "still here")
     rt.close()
     assert agent.disposed_now()
+
+
+@pytest.mark.parametrize("steer", [False, True])
+def test_a_followup_its_store_closed_under_stays_accepted(
+    rt_sqlite: Runtime, monkeypatch: pytest.MonkeyPatch, steer: bool
+) -> None:
+    """A follow-up committed, then refused by an agent the closing runtime disposes,
+    whose take-back finds the store closed: the message stays in the durable inbox
+    (it runs at the next activation), so the call returns its id -- it raised the
+    store's ``STORE_CLOSED``, for a message that was accepted after all. A take-back
+    that works still raises the refusal, and leaves nothing."""
+    agent = rt_sqlite.spawn("echo")
+    store = rt_sqlite.sessions.persistence
+    assert store is not None
+
+    def refuse(*_a: Any, **_k: Any) -> Any:
+        raise SubagentError("disposed", code=ErrorCode.AGENT_DISPOSED)
+
+    monkeypatch.setattr(agent, "deliver", refuse)
+    with pytest.raises(SubagentError) as caught:
+        agent.followup("refused", steer=steer)
+    assert caught.value.code == ErrorCode.AGENT_DISPOSED
+    assert store.pending(agent.session_id) == []
+
+    def store_closed(*_a: Any, **_k: Any) -> Any:
+        raise SubagentError("closed", code=ErrorCode.STORE_CLOSED)
+
+    monkeypatch.setattr(rt_sqlite.sessions, "retract", store_closed)
+    answer = agent.followup("kept", steer=steer)
+    mid = answer.message_id if steer else answer
+    if steer:
+        assert answer.outcome == "queued"
+    assert [e.message_id for e in store.pending(agent.session_id)] == [mid]

@@ -114,3 +114,36 @@ def test_the_lease_lookup_of_a_wake_runs_off_the_hub(tmp_path: Path) -> None:
         store.get_lease = get_lease  # type: ignore[method-assign]
         rt.sessions.wake_address(agent.session_id)
         assert asked_on == [False]
+
+
+def test_a_store_is_opened_and_closed_off_the_hub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening a store (connecting to a database server, identifying a file) and
+    closing it (which waits for a write in flight) run in the hub's threadpool: a
+    server that hangs stalls the caller, not every greenlet (both ran on the hub)."""
+    import threading
+
+    from subagents.actors import _runtime
+
+    hub_thread = threading.get_ident()
+    on_hub: list[tuple[str, bool]] = []
+    real_open = _runtime.open_store
+
+    def open_store(location: Any) -> Any:
+        on_hub.append(("open", threading.get_ident() == hub_thread))
+        store = real_open(location)
+        real_close = store.close
+
+        def close() -> None:
+            on_hub.append(("close", threading.get_ident() == hub_thread))
+            real_close()
+
+        store.close = close
+        return store
+
+    monkeypatch.setattr(_runtime, "open_store", open_store)
+    with Runtime(str(tmp_path / "s.db"), backend="gevent") as rt:
+        rt.spawn("echo").followup("x")
+        assert rt.wait_idle(10)
+    assert on_hub == [("open", False), ("close", False)]
