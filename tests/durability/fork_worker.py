@@ -25,9 +25,10 @@ on threads. MODE says what the child does:
 The child writes its notes as JSON to a pipe; the parent prints them as the line
 ``child {...}`` with the child's exit status, then accepts ``after``, waits for
 it, prints ``parent ok`` and closes. On PostgreSQL the parent also prints
-``connections N M``: the server's other connections to the database before the
-fork and after the child's exit (a child that closed an inherited connection
-would have ended the parent's). Every wait is bounded.
+``connections N M``: how many of the parent's long-lived connections (its
+writer's, its listener's) the server runs before the fork and after the child's
+exit (a child that closed an inherited connection would have ended the
+parent's). Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -150,13 +151,25 @@ def _busy(rt: Runtime, agent: Any, backend: str, db: str, record: Any, fork: Any
     rt.close()
 
 
-def _connections(db: str) -> int:
+def _backends(rt: Runtime) -> list[int]:
+    """The server processes of the parent's long-lived connections: its writer's
+    and its listener's (the test's other workers share the server)."""
+    store: Any = rt.store
+    mail: Any = rt.mail
+    conns = [store._writer.conn.raw, getattr(mail, "_listener", None)]
+    pids = [int(conns[0].info.backend_pid)]
+    if conns[1] is not None and conns[1]._conn is not None:
+        pids.append(int(conns[1]._conn.info.backend_pid))
+    return pids
+
+
+def _connections(db: str, backends: list[int]) -> int:
+    """How many of ``backends`` the server still runs."""
     import psycopg
 
     with psycopg.connect(db.split("?")[0], autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (backends,)
         ).fetchone()
     return int(row[0]) if row else -1
 
@@ -190,7 +203,8 @@ def main() -> None:
         _busy(rt, agent, backend, db, record, fork)
         return
     postgres = db.startswith("postgresql://")
-    before = _connections(db) if postgres else 0
+    backends = _backends(rt) if postgres else []
+    before = _connections(db, backends) if postgres else 0
     read_end, write_end = os.pipe()
     pid = fork()
     if pid == 0:
@@ -214,7 +228,7 @@ def main() -> None:
     _, status = os.waitpid(pid, 0)
     print(f"child {os.waitstatus_to_exitcode(status)} {text}", flush=True)
     if postgres:
-        print(f"connections {before} {_connections(db)}", flush=True)
+        print(f"connections {before} {_connections(db, backends)}", flush=True)
     agent.followup("after")
     assert agent.wait_idle(BOUND * 2)
     print("parent ok", flush=True)
