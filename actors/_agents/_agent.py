@@ -204,9 +204,10 @@ class Agent(Followups):
                 ``Runtime.close``: the agent is the parent's).
         """
         self._host.sessions.check_process()
-        if type(keep_inbox) is not bool:
+        if type(keep_inbox) is not bool or type(keep_accepted) is not bool:
             raise SubagentError(
-                f"keep_inbox must be a bool, got {type(keep_inbox).__name__}",
+                "keep_inbox and keep_accepted must be bools, got"
+                f" {type(keep_inbox).__name__} and {type(keep_accepted).__name__}",
                 code=ErrorCode.INVALID_ARGUMENT,
             )
         super().cancel(cause, keep_inbox=keep_inbox, keep_accepted=keep_accepted)
@@ -254,6 +255,9 @@ class Agent(Followups):
         """
         self._host.sessions.check_process()
         timeout = check_timeout(timeout)
+        for flag, value in (("flush", flush), ("wait", wait), ("checkpoint", checkpoint)):
+            if type(value) is not bool:  # "no" is true: it would do what it was told not to
+                raise SubagentError(f"{flag} must be a bool", code=ErrorCode.INVALID_ARGUMENT)
         with self._lock:
             first = not self._disposed
             self._disposed = True

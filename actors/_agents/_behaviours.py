@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from subagents.protocol import ErrorCode, SubagentError
+from subagents.protocol import ErrorCode, SubagentError, check_name
 
 from ._options import AgentOptions
 
@@ -80,6 +80,7 @@ class ModelRegistry:
         """
         if type(name) is not str or not name:
             raise SubagentError("a model name is a non-empty str", code=ErrorCode.INVALID_ARGUMENT)
+        check_name(name, "a model name")  # recorded in logs: UTF-8 must encode it
         if not callable(factory):
             raise SubagentError("a model factory is callable", code=ErrorCode.INVALID_ARGUMENT)
         with self._lock:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from subagents.protocol import ErrorCode, SubagentError
+from subagents.protocol import ErrorCode, SubagentError, check_name
 
 __all__ = ["ToolFn", "ToolRegistry"]
 
@@ -34,6 +34,7 @@ class ToolRegistry:
             raise SubagentError(
                 "a tool is a non-empty name and a callable", code=ErrorCode.INVALID_ARGUMENT
             )
+        check_name(name, "a tool name")  # a model sees it: UTF-8 must encode it
         with self._lock:
             self._tools[name] = fn
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from subagents.actors._catalog import Listing
 from subagents.actors._kernel import AbortSignal
 from subagents.actors._kernel._checks import check_timeout
-from subagents.protocol import MessageId, SessionId
+from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
 
 from ._types import (
     AncestorAuthority,
@@ -49,10 +49,12 @@ class BoundSubagents:
     def start(
         self, provider: str, prompt: Any, *, signal: AbortSignal | None = None, **fields: Any
     ) -> SubagentRun:
-        """Start a one-shot child (see ``SubagentService.start``)."""
-        request = SubagentStartRequest(
-            parent=self._agent, prompt=prompt, signal=self._signal(signal), **fields
-        )
+        """Start a one-shot child (see ``SubagentService.start``); ``fields`` are
+        :class:`SubagentStartRequest`'s (``INVALID_ARGUMENT`` for another name)."""
+        request = _built(
+            SubagentStartRequest,
+            parent=self._agent, prompt=prompt, signal=self._signal(signal), **fields,
+        )  # fmt: skip
         return self._service.start(provider, request)
 
     def delegate(
@@ -80,10 +82,12 @@ class BoundSubagents:
     def start_continuable(
         self, provider: str, prompt: Any, *, label: str, **fields: Any
     ) -> ContinuableHandle:
-        """Start a continuable child; returns ``(child_id, message_id)``."""
-        spec = ContinuableStartSpec(
-            parent=self._agent, provider=provider, prompt=prompt, label=label, **fields
-        )
+        """Start a continuable child; returns ``(child_id, message_id)``. ``fields``
+        are :class:`ContinuableStartSpec`'s (``INVALID_ARGUMENT`` for another name)."""
+        spec = _built(
+            ContinuableStartSpec,
+            parent=self._agent, provider=provider, prompt=prompt, label=label, **fields,
+        )  # fmt: skip
         return self._service.start_continuable(spec)
 
     def followup(
@@ -125,3 +129,12 @@ class BoundSubagents:
         The signal defaults to the turn's.
         """
         return self._service.list_descendants(self._agent.session_id, self._signal(signal))
+
+
+def _built(cls: Any, **fields: Any) -> Any:
+    """``cls(**fields)``; a field it does not have is the caller's mistake
+    (``INVALID_ARGUMENT``, not the dataclass's ``TypeError``)."""
+    try:
+        return cls(**fields)
+    except TypeError as exc:
+        raise SubagentError(f"{cls.__name__}: {exc}", code=ErrorCode.INVALID_ARGUMENT) from None

@@ -752,12 +752,14 @@ def test_a_cyclic_output_under_a_recursive_schema_fails_the_turn(backend: Backen
 def test_names_the_log_cannot_hold_and_objects_whose_repr_raises_are_refused_typed(
     backend: Backend,
 ) -> None:
-    """Issue 19 point 1, R-ERR-1: a model registered under a name the log cannot hold
-    is refused when spawned (the name is recorded); an object whose ``repr`` / ``==``
+    """Issue 19 point 1, R-ERR-1: a model name the log cannot hold is refused at its
+    registration (it was refused only when spawned: the name is recorded); an
+    object whose ``repr`` / ``==``
     raise, as an id, a name, a source kind or a delivery, is refused with a
     SubagentError, not its own exception."""
     with Runtime(MemoryStore(), backend=backend, keep_warm=float("inf")) as rt:
-        rt.models.register("m\ud800", lambda _o: lambda turn: "x")
+        factory = lambda _o: lambda turn: "x"  # noqa: E731
+        assert _code(rt.models.register, "m\ud800", factory) == "INVALID_ARGUMENT"
         assert _code(rt.spawn, "m\ud800") == "INVALID_ARGUMENT"
         agent = rt.spawn("echo")
         child, _ = rt.subagents.start_continuable(

@@ -227,3 +227,54 @@ def test_a_reference_within_the_schema_resolves_and_nothing_is_fetched(rt: Runti
     assert nowhere.wait_idle(10)
     end = rt.sessions.turn_ends(nowhere.session_id)[-1]
     assert end.structured is None and "cannot be validated" in (end.error or "")
+
+
+@pytest.mark.parametrize("name", ["\ud800", "m" * 5000])
+def test_a_model_or_tool_name_no_log_can_hold_is_refused(rt: Runtime, name: str) -> None:
+    """R-ERR-1: refused at registration, not at every later use."""
+    assert _code(lambda: rt.models.register(name, lambda _o: None)) == ErrorCode.INVALID_ARGUMENT
+    assert _code(lambda: rt.tools.register(name, lambda turn: None)) == ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: a.dispose(flush="no"),
+        lambda a: a.dispose(wait=0),
+        lambda a: a.dispose(checkpoint="x"),
+        lambda a: a.cancel(keep_accepted="x"),
+    ],
+)
+def test_an_agent_s_flags_are_bools(rt: Runtime, call: Any) -> None:
+    """R-ERR-1: ``"no"`` is true -- a flag that is no bool is refused, the agent
+    untouched (it did what it was told not to)."""
+    agent = rt.spawn("echo")
+    assert _code(lambda: call(agent)) == ErrorCode.INVALID_ARGUMENT
+    agent.followup("still here")
+    assert agent.wait_idle(10)
+
+
+def test_a_turn_s_start_with_a_field_no_request_has_is_refused(rt: Runtime) -> None:
+    """R-ERR-1: ``turn.subagents.start``/``delegate``/``start_continuable`` pass their
+    extra keywords to the request: one it has not is ``INVALID_ARGUMENT`` (it was
+    the dataclass's ``TypeError``), and nothing is started."""
+    codes: list[str] = []
+
+    def parent(turn: Any) -> Any:
+        subs = turn.subagents
+        for call in (
+            lambda: subs.start("local", "x", bogus=1),
+            lambda: subs.delegate("local", "x", bogus=1),
+            lambda: subs.start_continuable("local", "x", label="kid", bogus=1),
+        ):
+            try:
+                call()
+            except SubagentError as exc:
+                codes.append(str(exc.code))
+        return "done"
+
+    agent = rt.spawn(parent)
+    agent.followup("go")
+    assert agent.wait_idle(10)
+    assert codes == [ErrorCode.INVALID_ARGUMENT] * 3
+    assert rt.subagents.list_children(agent.session_id).rows == ()
