@@ -111,9 +111,13 @@ def inherited_error(what: str, pid: int) -> WrongProcessError:
 
 
 _quiesced: list[Any] = []  # the stores a fork in progress holds still
+# One fork at a time quiesces the stores: two threads forking at once would pause
+# the same store twice, and each resume what the other paused.
+_forking = native_lock()
 
 
 def _before_fork() -> None:
+    _forking.acquire()
     _quiesced[:] = [obj for obj in list(_open) if hasattr(obj, "_quiesce")]
     for obj in _quiesced:
         if not obj._quiesce(QUIESCE_TIMEOUT):
@@ -123,12 +127,16 @@ def _before_fork() -> None:
 
 def _after_fork_in_parent() -> None:
     held, _quiesced[:] = list(_quiesced), []
-    for obj in held:
-        obj._resume()
+    try:
+        for obj in held:
+            obj._resume()
+    finally:
+        _forking.release()
 
 
 def _after_fork_in_child() -> None:
-    global _open
+    global _open, _forking
+    _forking = native_lock()  # the copy is held (by this fork)
     _quiesced.clear()
     inherited, _open = list(_open), weakref.WeakSet()
     for obj in inherited:

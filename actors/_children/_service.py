@@ -23,7 +23,7 @@ from subagents.actors._agents import (
     Agent,
     Steered,
 )
-from subagents.actors._kernel import AbortSignal, Telemetry, traced
+from subagents.actors._kernel import AbortSignal, Telemetry, check_born, fork_generation, traced
 from subagents.protocol import (
     MessageId,
     MessageSource,
@@ -70,6 +70,12 @@ class SubagentService(CatalogReads):
         self._events = events
         self._continuation = continuation
         self._check_thread = check_thread
+        self._born = fork_generation()
+
+    def _check_process(self) -> None:
+        """``WRONG_PROCESS`` in the child of a fork (for the calls a foreign thread
+        may make, which ``check_thread`` would refuse on gevent)."""
+        check_born(self._born, "this Runtime")
 
     # -- provider registry ---------------------------------------------------------------
 
@@ -265,6 +271,7 @@ class SubagentService(CatalogReads):
     def hold_residency(self, agent: Agent) -> Callable[[], None] | None:
         """Keep ``agent`` resident until the returned release (None: it is not a
         resident continuable child); see ``BoundSubagents.hold_residency``."""
+        self._check_process()
         return self._continuation.hold(agent)
 
     def interrupt(
@@ -284,6 +291,7 @@ class SubagentService(CatalogReads):
             SubagentError: ``UNAUTHORIZED`` for a wrong parent address or a stale,
                 self-targeting or non-ancestor agent.
         """
+        self._check_process()
         self._continuation.interrupt(target_session_id, authority)
 
     def report_from(
@@ -315,6 +323,7 @@ class SubagentService(CatalogReads):
                 live), ``SESSION_NOT_FOUND`` (by id), ``INVALID_ARGUMENT``,
                 ``CANCELLED``.
         """
+        self._check_process()
         continuation = self._continuation
         agents = continuation.require_agents()
         tel = self._ctx.telemetry
@@ -339,6 +348,7 @@ class SubagentService(CatalogReads):
             SubagentError: ``SESSION_NOT_FOUND``, ``UNAUTHORIZED`` (not a subagent),
                 ``INVALID_ARGUMENT``.
         """
+        self._check_process()
         cid = child.session_id if isinstance(child, Agent) else SessionId(child)
         return report_receipt(self._ctx.sessions, cid, MessageId(message_id))
 

@@ -43,6 +43,7 @@ class CatalogReads:
     _ctx: ServiceContext
     _continuation: ContinuationManager
     _check_thread: Callable[[], None]
+    _check_process: Callable[[], None]
     # (sessions, projections, the Catalog for them): made by the first read.
     _catalog_for: tuple[Any, Any, Catalog] | None = None
 
@@ -89,6 +90,7 @@ class CatalogReads:
         Raises:
             SubagentError: ``INVALID_ARGUMENT``, ``SESSION_NOT_FOUND``.
         """
+        self._check_process()
         return child_statistics(self._continuation, self._ctx.sessions, child_id)
 
     def list_descendants(

@@ -42,7 +42,7 @@ import sys
 import time
 from typing import Any
 
-from subagents.actors import Runtime
+from subagents.actors import Runtime, UserAuthority
 from subagents.protocol import SubagentError, new_message_id
 
 BOUND = 5.0  # seconds any wait of the child may take
@@ -87,6 +87,11 @@ def _calls(rt: Runtime, agent: Any, record: Any) -> dict[str, str]:
         ("runtime_wait_idle", lambda: rt.wait_idle(BOUND)),
         ("runtime_statistics", lambda: rt.statistics()),
         ("list_children", lambda: rt.subagents.list_children(sid)),
+        ("interrupt", lambda: rt.subagents.interrupt(sid, UserAuthority(sid))),
+        ("report_from", lambda: rt.subagents.report_from(agent, "report")),
+        ("report_receipt", lambda: rt.subagents.report_receipt(sid, new_message_id())),
+        ("child_statistics", lambda: rt.subagents.statistics(sid)),
+        ("hold_residency", lambda: rt.subagents.hold_residency(agent)),
         ("store_read", lambda: store.read(sid)),
         ("store_header", lambda: store.header(sid)),
         ("store_flush", lambda: store.flush()),

@@ -129,3 +129,48 @@ def test_forks_amid_writes_and_reads(backend: Backend, db: str, tmp_path: Path) 
     (forks,) = [line for line in proc.stdout.splitlines() if line.startswith("forks ")]
     assert forks == "forks [0, 0, 0, 0, 0, 0, 0, 0]", f"{proc.stdout}\n{proc.stderr}"
     assert sum(content == "own" for _, content in _turns(pids)) == 8
+
+
+_TWO_FORKERS = """
+import os, sys, threading, time
+sys.setswitchinterval(1e-6)  # widen the window between the fork hooks
+from subagents.protocol import new_session_id
+from subagents.store import SqliteStore
+
+store = SqliteStore(sys.argv[1])
+done = []
+
+def forker():
+    for _ in range(40):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    done.append(1)
+
+threads = [threading.Thread(target=forker, daemon=True) for _ in range(2)]
+for t in threads:
+    t.start()
+deadline = time.monotonic() + 25
+for t in threads:
+    t.join(max(0, deadline - time.monotonic()))
+reader = threading.Thread(target=lambda: store.header(new_session_id()), daemon=True)
+reader.start()
+reader.join(5)
+print("forks", len(done), "reader", "stuck" if reader.is_alive() else "done", flush=True)
+os._exit(0)
+"""
+
+
+def test_two_threads_forking_at_once(tmp_path: Path) -> None:
+    """Two threads fork at once (a pool, ``subprocess`` with ``preexec_fn``): one
+    fork at a time quiesces the stores -- each used to pause the store again and
+    resume what the other paused, and forks or the parent's reads hung on the
+    store's locks."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWO_FORKERS, str(tmp_path / "s.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.stdout.strip() == "forks 2 reader done", f"{proc.stdout}\n{proc.stderr}"
