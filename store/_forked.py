@@ -38,15 +38,18 @@ from typing import Any, Final, Protocol
 
 from subagents.protocol import WrongProcessError
 
-from ._native import native_lock
+from ._native import native_lock, original_sleep
 
 __all__ = ["ForkGate", "inherited_error", "never_free", "track"]
 
 logger = logging.getLogger("subagents")
 
-#: How long a fork waits for the statements in flight of one store (seconds): a
-#: write waiting for another process's lock may take the store's busy timeout.
-QUIESCE_TIMEOUT: Final = 30.0
+#: How long a fork waits for the statements in flight of one store (seconds). Any
+#: fork waits (``subprocess`` with ``preexec_fn`` too), so it is short: a write
+#: waiting for another process's lock may take the store's busy timeout, and then
+#: the child keeps the copy's connections open instead (:func:`never_free`).
+QUIESCE_TIMEOUT: Final = 2.0
+_sleep = original_sleep()  # the hook must not yield to a hub: it holds native locks
 
 
 class ForkGate:
@@ -77,7 +80,7 @@ class ForkGate:
         self._entry.acquire()
         deadline = time.monotonic() + timeout
         while self._using and time.monotonic() < deadline:
-            time.sleep(0.001)
+            _sleep(0.001)
         return not self._using
 
     def open(self) -> None:

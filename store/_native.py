@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import _thread
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["native_lock"]
+__all__ = ["native_lock", "original_sleep"]
 
 
 def _resolve() -> Callable[[], Any]:
@@ -25,3 +26,13 @@ def _resolve() -> Callable[[], Any]:
 
 
 native_lock: Callable[[], _thread.LockType] = _resolve()
+
+
+def original_sleep() -> Callable[[float], None]:
+    """``time.sleep`` as the OS has it, even when gevent patched it (then it would
+    switch to the hub)."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("time"):
+        sleep: Callable[[float], None] = monkey.get_original("time", "sleep")
+        return sleep
+    return time.sleep

@@ -31,16 +31,19 @@ _USER = MessageSource(kind="user")
 
 
 def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseException) -> bool:
-    """Take back a message committed and then refused; True when it cannot be taken
-    back -- the runtime closed its store meanwhile -- after a refusal of ours: it
-    stays accepted (it runs at the session's next activation), and the caller says
-    so rather than raise the store's ``STORE_CLOSED`` over a message it kept."""
+    """Take back a message committed and then refused; True when the refusal was the
+    closing runtime's (``AGENT_DISPOSED``) and the take-back found its store closed:
+    the message stays accepted (it runs at the session's next activation), and the
+    caller says so rather than raise ``STORE_CLOSED`` over a message it kept. Any
+    other failure of the take-back is raised (a strict steer's ``TURN_NOT_OPEN``
+    never turns into a queued message)."""
     try:
         sessions.retract(sid, mid, live)
-    except SubagentError:
-        if isinstance(refused, SubagentError):
+    except SubagentError as exc:
+        closing = isinstance(refused, SubagentError) and refused.code == ErrorCode.AGENT_DISPOSED
+        if closing and exc.code == ErrorCode.STORE_CLOSED:
             return True
-        raise refused from None  # a Ctrl-C stays a Ctrl-C
+        raise
     return False
 
 

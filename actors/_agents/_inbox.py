@@ -257,6 +257,7 @@ class Inbox:
         box = None if ended is None else ended._steer
         if box is not None and ended._delivered.n <= self._discard_through:
             discard_leftovers(box, self._lock, self._turns.discard)
+            self._turns.ended = None  # the discards' own ends: nothing to settle
         rest: list[Message] | None = None
         with self._lock:
             if ended is not None:

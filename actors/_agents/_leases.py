@@ -46,6 +46,8 @@ class Leases:
         clock: Callable[[], float] = time.time,
         wake: str | None = None,
     ) -> None:
+        # A fork before this runs its first round: the child's copy still abandons.
+        self._born = fork_generation()
         self.holder = Holder()
         self.ttl = ttl
         self.wake = wake
@@ -185,7 +187,7 @@ class Leases:
 
     def _renew_loop(self) -> None:
         period = self.ttl / 3
-        born = fork_generation()
+        born = self._born
         while True:
             if self._stop.wait(period):
                 return

@@ -234,7 +234,8 @@ class TurnRunner:
         turn = Turn(
             self._agent, index, d, context, session.next_seq - 1, self._lock, self, record.at
         )
-        self.current = turn  # a reference swap; cancel() reads it under the agent's lock
+        if unrun is None:  # a turn recorded unrun is no open turn: nothing steers into it
+            self.current = turn  # a reference swap; cancel() reads it under the agent's lock
         if d.redelivered is True:
             self.replayed += 1
         output: Any = None

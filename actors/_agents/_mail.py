@@ -88,6 +88,8 @@ class Mailman:
         period: float,
         interrupt: InterruptAsked | None = None,
     ) -> None:
+        # A fork before this runs its first round: the child's copy still abandons.
+        self._born = fork_generation()
         self._sessions = sessions
         self._interrupt = interrupt
         self._backend = backend
@@ -145,7 +147,7 @@ class Mailman:
     # -- the task ------------------------------------------------------------------
 
     def _run(self) -> None:
-        born = fork_generation()
+        born = self._born
         while True:
             rings = self.doorbell.wait(self._period)
             abandon_if_forked(born)  # the parent's rings are not the child's to answer

@@ -49,6 +49,8 @@ class Writer:
         failed: Callable[[SessionId, BaseException], object],
         waiting: Callable[[SessionId], object] | None = None,
     ) -> None:
+        # A fork before this runs its first round: the child's copy still abandons.
+        self._born = fork_generation()
         self._store = store
         self._on_waiting = waiting  # a released session has messages nobody took
         self._backend = backend
@@ -129,7 +131,7 @@ class Writer:
         return None
 
     def _run(self) -> None:
-        born = fork_generation()
+        born = self._born
         while True:
             self._wake.wait()
             abandon_if_forked(born)  # the parent's writer, in the child of a fork

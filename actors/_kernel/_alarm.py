@@ -31,6 +31,8 @@ class Alarm:
         clock: Callable[[], float] = time.monotonic,
         name: str = "subagents-alarm",
     ) -> None:
+        # A fork before this runs its first round: the child's copy still abandons.
+        self._born = _fork.generation
         self._backend = backend
         self._fire = fire
         self._clock = clock
@@ -55,7 +57,7 @@ class Alarm:
         self._wake.set()
 
     def _run(self) -> None:
-        born = _fork.generation
+        born = self._born
         while True:
             _fork.abandon_if_forked(born)
             with self._lock:

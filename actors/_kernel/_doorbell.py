@@ -37,6 +37,7 @@ from typing import Any, Final, Protocol
 import gevent.select
 import gevent.socket
 
+from . import _fork
 from ._backend import Backend
 
 __all__ = ["Doorbell", "ring"]
@@ -90,9 +91,23 @@ class Doorbell:
         self._sock = module.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.bind(_sockaddr(self.local_address))
         self._closed = False
+        _fork.track(self)
 
     def __repr__(self) -> str:
         return f"<Doorbell {self.address}>"
+
+    def _forked(self) -> None:
+        """In the child of a fork: the parent's rings are not the child's to read.
+        The socket's descriptor is pointed at ``/dev/null`` -- no watcher touched,
+        nothing the parent shares closed -- so a wait woken in the child reads none
+        of them (it fails, and finds the doorbell closed)."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_RDONLY)
+            try:
+                os.dup2(null, self._sock.fileno())
+            finally:
+                os.close(null)
 
     def _closed_now(self) -> bool:
         # A call, so a type checker does not take the flag for fixed after the

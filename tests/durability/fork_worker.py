@@ -17,6 +17,13 @@ on threads. MODE says what the child does:
 * ``fresh``: the child makes a runtime of its own on ``DB``, runs an agent of its
   own, tries to resume the parent's session (``LEASE_HELD``: the parent holds
   it), closes its runtime and exits;
+* ``preload``: the parent forks right after making its runtime, before its hub
+  (on gevent) ever ran the runtime's loops -- gunicorn ``--preload`` -- and the
+  child lets its hub run as ``pending`` does; then a ring to the parent's
+  doorbell, rung while the child's hub runs, must still be waiting on the
+  parent's socket on gevent, whose hub the parent blocks meanwhile (the child's
+  copy of the mail task must not read it); the parent prints ``ring kept`` or
+  ``ring lost``;
 * ``busy``: while two threads of the parent follow up and read its session in a
   loop (writes and reads in flight), the parent forks eight times in a row; each
   child does what ``fresh`` does. The parent prints ``forks`` and each child's
@@ -120,6 +127,39 @@ def _fresh(backend: str, db: str, sid: Any, record: Any) -> dict[str, Any]:
         return {"own": str(agent.session_id), "idle": idle, "resume": resumed}
 
 
+def _preload(rt: Runtime, fork: Any) -> None:
+    import socket
+
+    from subagents.actors._kernel._doorbell import ring
+
+    assert rt.mail is not None
+    bell = rt.mail.doorbell
+    read_end, write_end = os.pipe()
+    pid = fork()
+    if pid == 0:
+        os.close(read_end)
+        faulthandler.dump_traceback_later(30, exit=True)
+        notes = _pending(rt)
+        with os.fdopen(write_end, "w") as out:
+            out.write(json.dumps(notes))
+        os._exit(0)
+    os.close(write_end)
+    # The parent's hub does not run meanwhile: only the child could read its socket.
+    ring(bell.local_address, b"I" + b"x" * 40)
+    with os.fdopen(read_end) as inp:
+        text = inp.read()
+    _, status = os.waitpid(pid, 0)
+    print(f"child {os.waitstatus_to_exitcode(status)} {text}", flush=True)
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM, fileno=os.dup(bell._sock.fileno()))
+    try:
+        raw.recv(1024, socket.MSG_DONTWAIT)
+        print("ring kept", flush=True)
+    except BlockingIOError:
+        print("ring lost", flush=True)
+    finally:
+        raw.close()
+
+
 def _busy(rt: Runtime, agent: Any, backend: str, db: str, record: Any, fork: Any) -> None:
     import threading
 
@@ -197,6 +237,14 @@ def main() -> None:
     # where the parent forks eight times (waiting for each child, on gevent with
     # its hub blocked): its lease must outlast that.
     rt = Runtime(db, backend=backend, lease_ttl=30.0 if mode == "busy" else 0.6)
+    if mode == "preload":
+        _preload(rt, fork)
+        agent = rt.spawn(record, label="parent")
+        agent.followup("after")
+        assert agent.wait_idle(BOUND)
+        print("parent ok", flush=True)
+        rt.close()
+        return
     agent = rt.spawn(record, label="parent")
     agent.followup("before")
     assert agent.wait_idle(BOUND)

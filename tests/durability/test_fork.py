@@ -174,3 +174,18 @@ def test_two_threads_forking_at_once(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.stdout.strip() == "forks 2 reader done", f"{proc.stdout}\n{proc.stderr}"
+
+
+def test_a_fork_before_the_runtime_ran_leaves_the_copy_inert(
+    backend: Backend, db: str, tmp_path: Path
+) -> None:
+    """Forked right after the runtime was made (gunicorn ``--preload``: the master
+    never runs a hub), the copy's loops start in the child -- and still never run
+    there: nothing logged while the child's hub runs (they started in the child's
+    generation, renewed the parent's leases and swept), and a ring to the parent's
+    doorbell stays on its socket for the parent (the copy read it)."""
+    notes, lines = _run(backend, db, tmp_path / "pids", "preload")
+    assert notes == {"logged": []}
+    if backend.name == "gevent":  # (on threads the parent's own mail thread reads it)
+        assert "ring kept" in lines
+    assert [content for _, content in _turns(tmp_path / "pids")] == ["after"]

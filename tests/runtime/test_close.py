@@ -132,3 +132,21 @@ def test_a_followup_its_store_closed_under_stays_accepted(
     if steer:
         assert answer.outcome == "queued"
     assert [e.message_id for e in store.pending(agent.session_id)] == [mid]
+
+
+def test_a_strict_steer_whose_take_back_fails_is_not_queued(
+    rt_sqlite: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the closing runtime's refusal with its store closed keeps a message: a
+    strict steer that found no open turn, whose take-back then failed otherwise
+    (a busy timeout), raises that failure -- it was reported ``queued``, which a
+    strict steer never is."""
+    agent = rt_sqlite.spawn("echo")
+
+    def busy(*_a: Any, **_k: Any) -> Any:
+        raise SubagentError("database is locked", code=ErrorCode.TIMEOUT)
+
+    monkeypatch.setattr(rt_sqlite.sessions, "retract", busy)
+    with pytest.raises(SubagentError) as caught:
+        agent.followup("now or never", steer="strict")
+    assert caught.value.code == ErrorCode.TIMEOUT

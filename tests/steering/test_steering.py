@@ -249,3 +249,37 @@ def test_a_cancel_that_drops_the_inbox_drops_what_was_steered(rts: Runtime, how:
     if store is not None and rts.sessions.strict:
         rts.sessions.flush()
         assert store.pending(sid) == []
+
+
+def test_a_steer_while_a_leftover_is_discarded_is_a_turn_of_its_own(rts: Runtime) -> None:
+    """Race, forced: a message steered while a leftover of the cancelled turn is
+    being recorded as ``discarded unrun`` -- accepted after the cancel -- is no
+    part of that record: it queues and runs (it was steered into the record and
+    neither ran nor was logged, the agent idle)."""
+    gate = Gate("no safe point")
+    rts.models.register("busy", lambda _o: ScriptedBehaviour([Block(gate), Reply("done")]))
+    agent = rts.spawn("busy")
+    agent.followup("first")
+    late: list[Any] = []
+    try:
+        assert gate.wait_reached(10)
+        assert agent.followup("by the way", steer=True).outcome == "steered"
+        agent.cancel("stop", keep_inbox=False)
+        begin = rts.sessions.begin_turn
+
+        def begin_turn(live: Any, record: Any) -> None:
+            begin(live, record)
+            if record.delivered.content == "by the way" and not late:
+                late.append(agent.followup("late", steer=True))  # from the actor itself
+
+        rts.sessions.begin_turn = begin_turn  # type: ignore[method-assign]
+    finally:
+        gate.release()
+    assert agent.wait_idle(10)
+    assert [steered.outcome for steered in late] == ["queued"]
+    assert _turns(rts, agent.session_id) == [["first"], ["by the way"], ["late"]]
+    ends = rts.sessions.turn_ends(agent.session_id)
+    assert [(e.stop_reason, e.error) for e in ends][1:] == [
+        ("cancelled", "discarded unrun"),
+        ("completed", None),
+    ]
