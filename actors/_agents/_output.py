@@ -1,9 +1,11 @@
 """Structured output: JSON Schemas for a run's final result (``output_schema``).
 
-Nothing is fetched at run time: a ``$ref`` resolves within the schema or not at
-all -- jsonschema would otherwise fetch a remote one over HTTP at every turn's
-end, with no timeout (a server that never answers hung the turn, and on gevent
-the hub). A schema whose ``$ref`` names a remote document is refused up front.
+Nothing is fetched at run time: a ``$ref`` resolves within the schema (by pointer,
+by its ``$id``, to an embedded resource's ``$id``) or to a bundled meta-schema, or
+not at all -- jsonschema would otherwise fetch a remote one over HTTP at every
+turn's end, with no timeout (a server that never answered hung the turn, and on
+gevent the hub). An absolute ``$ref`` that resolves to nothing here is refused up
+front; a relative one that does not resolve fails the turn's validation.
 """
 
 from __future__ import annotations
@@ -15,14 +17,19 @@ from typing import Any
 import jsonschema
 import referencing
 import referencing.exceptions
+import referencing.jsonschema
+from jsonschema_specifications import REGISTRY as _SPECIFICATIONS  # type: ignore[import-untyped]
 from subagents.protocol import ErrorCode, SubagentError, error_text
 
 from ._options import AgentOptions
 
 __all__ = ["check_agent_arguments", "check_output_schema", "validate_output"]
 
-#: The only documents a schema's ``$ref`` can reach: the schema itself.
-_NOTHING_ELSE: referencing.Registry[Any] = referencing.Registry()
+#: What a schema's ``$ref`` can reach besides the schema: the bundled meta-schemas
+#: (a registry that retrieves nothing).
+_NOTHING_ELSE: referencing.Registry[Any] = _SPECIFICATIONS
+#: Keywords whose values are data, not schemas: a ``"$ref"`` key there is no reference.
+_DATA = frozenset({"const", "default", "enum", "examples"})
 
 
 def _invalid(why: str) -> SubagentError:
@@ -44,7 +51,7 @@ def _refs(schema: Any) -> Iterator[str]:
             ref = node.get("$ref")
             if isinstance(ref, str):
                 yield ref
-            stack.extend(node.values())
+            stack.extend(v for k, v in node.items() if k not in _DATA)
         elif isinstance(node, list):
             stack.extend(node)
 
@@ -60,10 +67,21 @@ def check_output_schema(schema: Any) -> None:
         dialect = schema.get("$schema")
         if dialect is not None and not isinstance(dialect, str):
             raise _invalid(f"$schema must be a URI string, got {type(dialect).__name__}")
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        specification = referencing.jsonschema.specification_with(
+            cls.META_SCHEMA.get("$schema", ""), default=referencing.jsonschema.DRAFT202012
+        )
+        resolver = _NOTHING_ELSE.resolver_with_root(specification.create_resource(schema))
         for ref in _refs(schema):
-            if urllib.parse.urlsplit(ref).scheme:
-                raise _invalid(f"$ref {ref!r} names another document (nothing is fetched)")
+            if not urllib.parse.urlsplit(ref).scheme:
+                continue  # relative: resolved against its own base as the turn validates
+            try:
+                resolver.lookup(ref)
+            except referencing.exceptions.Unresolvable:
+                raise _invalid(
+                    f"$ref {ref!r} names a document outside the schema (nothing is fetched)"
+                ) from None
     except SubagentError:
         raise
     except jsonschema.SchemaError as exc:

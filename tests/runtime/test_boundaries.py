@@ -278,3 +278,44 @@ def test_a_turn_s_start_with_a_field_no_request_has_is_refused(rt: Runtime) -> N
     assert agent.wait_idle(10)
     assert codes == [ErrorCode.INVALID_ARGUMENT] * 3
     assert rt.subagents.list_children(agent.session_id).rows == ()
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad"),
+    [
+        (
+            {
+                "$id": "https://example.com/answer.json",
+                "$defs": {"word": {"type": "string"}},
+                "properties": {"w": {"$ref": "https://example.com/answer.json#/$defs/word"}},
+            },
+            {"w": "hi"},
+            {"w": 3},
+        ),
+        (
+            {
+                "$defs": {"word": {"$id": "urn:example:word", "type": "string"}},
+                "$ref": "urn:example:word",
+            },
+            "hi",
+            3,
+        ),
+        ({"$ref": "https://json-schema.org/draft/2020-12/schema"}, {"type": "string"}, 3),
+        ({"properties": {"link": {"const": {"$ref": "https://example.com/x"}}}}, {}, {"link": 1}),
+    ],
+    ids=["self-by-id", "embedded-id", "meta-schema", "data-with-ref-key"],
+)
+def test_a_reference_that_needs_nothing_fetched_is_kept(
+    rt: Runtime, schema: Any, good: Any, bad: Any
+) -> None:
+    """An absolute ``$ref`` to the schema itself (by its ``$id``), to an embedded
+    resource, or to a bundled meta-schema, and a ``"$ref"`` key in data, are no
+    remote documents: accepted, and validated with nothing fetched."""
+    outputs = iter([good, bad])
+    agent = rt.spawn(lambda turn: next(outputs), output_schema=schema)
+    agent.followup("one")
+    agent.followup("two")
+    assert agent.wait_idle(10)
+    ends = rt.sessions.turn_ends(agent.session_id)
+    assert [e.stop_reason for e in ends] == ["completed", "failed"]
+    assert ends[0].structured == good
