@@ -83,7 +83,6 @@ def _default(obj: Any) -> Any:
 #: Types that hold nothing to walk (what most values are made of): the shape check
 #: asks the others whether they are a tuple subclass.
 LEAVES: Final = frozenset({str, int, float, bool, type(None), bytes, SessionId, MessageId, RunId})
-_LEAVES = LEAVES
 
 
 def _check_shape(obj: Any, max_depth: int) -> None:
@@ -99,7 +98,7 @@ def _check_shape(obj: Any, max_depth: int) -> None:
     if kind is not dict and kind is not list and kind is not tuple:
         if kind is _dt.datetime and not storable_datetime(obj):
             raise _unreadable(obj)
-        if kind in _LEAVES or not isinstance(obj, tuple):
+        if kind in LEAVES or not isinstance(obj, tuple):
             return
     stack: list[tuple[Any, int]] = [(obj, 1)]
     pop, push = stack.pop, stack.append
@@ -114,14 +113,14 @@ def _check_shape(obj: Any, max_depth: int) -> None:
                     raise EncodeError(f"a map key must not be a container, got {kind.__name__}")
                 if kind is _dt.datetime and not storable_datetime(k):
                     raise _unreadable(k)
-                if kind not in _LEAVES and isinstance(k, tuple):
+                if kind not in LEAVES and isinstance(k, tuple):
                     raise EncodeError(f"a map key must not be a container, got {kind.__name__}")
                 kind = type(v)
                 if kind is dict or kind is list or kind is tuple:
                     push((v, depth + 1))
                 elif kind is _dt.datetime and not storable_datetime(v):
                     raise _unreadable(v)
-                elif kind not in _LEAVES and isinstance(v, tuple):
+                elif kind not in LEAVES and isinstance(v, tuple):
                     push((v, depth + 1))
         else:
             for v in value:
@@ -130,7 +129,7 @@ def _check_shape(obj: Any, max_depth: int) -> None:
                     push((v, depth + 1))
                 elif kind is _dt.datetime and not storable_datetime(v):
                     raise _unreadable(v)
-                elif kind not in _LEAVES and isinstance(v, tuple):
+                elif kind not in LEAVES and isinstance(v, tuple):
                     push((v, depth + 1))
 
 

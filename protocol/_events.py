@@ -14,7 +14,6 @@ uses the same codec and the same kind of checks.
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, Final
@@ -212,8 +211,7 @@ def check_value(value: Any, within: int = 1) -> None:
     keeps :data:`ENVELOPE` bytes for the rest of the record. ``ENCODE_ERROR``, before
     anything is accepted; also where nothing is encoded yet (a memory store,
     relaxed durability)."""
-    kind = type(value)
-    if kind in _SHAPED or (kind not in LEAVES and isinstance(value, tuple)):
+    if type(value) not in LEAVES:  # a container, a time (check_shape says which)
         check_shape(value, DEFAULT_LIMITS.max_depth - within)
     pack_shaped(value, _VALUE_LIMITS)
 
@@ -322,8 +320,6 @@ def table_event(type_name: str, wire: dict[str, Any]) -> Event:
 
 #: Fields holding caller values of any shape; the rest of an event map is shallow.
 _FREE_FORM: Final = ("content", "output", "structured", "payload")
-#: The free-form values :func:`check_shape` looks into (a datetime: is it readable).
-_SHAPED: Final = frozenset({dict, list, tuple, _dt.datetime})
 
 
 def encode_event(event: Event) -> bytes:
@@ -334,8 +330,7 @@ def encode_event(event: Event) -> bytes:
     depth = DEFAULT_LIMITS.max_depth - 1  # free-form values sit one level inside the map
     for name in _FREE_FORM:
         value = wire.get(name)
-        kind = type(value)
-        if kind in _SHAPED or (kind not in LEAVES and isinstance(value, tuple)):
+        if type(value) not in LEAVES:  # a container, a time (check_shape says which)
             check_shape(value, depth)
     return pack_shaped(wire)
 

@@ -255,9 +255,11 @@ class Agent(Followups):
         """
         self._host.sessions.check_process()
         timeout = check_timeout(timeout)
-        for flag, value in (("flush", flush), ("wait", wait), ("checkpoint", checkpoint)):
-            if type(value) is not bool:  # "no" is true: it would do what it was told not to
-                raise SubagentError(f"{flag} must be a bool", code=ErrorCode.INVALID_ARGUMENT)
+        if not (type(flush) is bool and type(wait) is bool and type(checkpoint) is bool):
+            # "no" is true: it would do what it was told not to.
+            raise SubagentError(
+                "flush, wait and checkpoint must be bools", code=ErrorCode.INVALID_ARGUMENT
+            )
         with self._lock:
             first = not self._disposed
             self._disposed = True

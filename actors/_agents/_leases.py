@@ -187,11 +187,10 @@ class Leases:
 
     def _renew_loop(self) -> None:
         period = self.ttl / 3
-        born = self._born
         while True:
             if self._stop.wait(period):
                 return
-            abandon_if_forked(born)  # the parent's leases: never renewed by the child
+            abandon_if_forked(self._born)  # the parent's leases: never renewed by the child
             with self._lock:
                 if self._closed:
                     return

@@ -147,10 +147,9 @@ class Mailman:
     # -- the task ------------------------------------------------------------------
 
     def _run(self) -> None:
-        born = self._born
         while True:
             rings = self.doorbell.wait(self._period)
-            abandon_if_forked(born)  # the parent's rings are not the child's to answer
+            abandon_if_forked(self._born)  # the parent's rings are not the child's to answer
             if rings == []:
                 return  # closed
             try:

@@ -30,7 +30,7 @@ from subagents.protocol import ErrorCode, MessageId, SubagentError
 
 from ._messages import Deliver
 
-__all__ = ["STEER_OUTCOMES", "SteerBox", "Steered", "check_steer", "not_open"]
+__all__ = ["STEER_OUTCOMES", "SteerBox", "Steered", "check_steer", "discard_leftovers", "not_open"]
 
 #: What a steering follow-up can report.
 STEER_OUTCOMES: Final = ("steered", "queued", "duplicate")

@@ -131,10 +131,9 @@ class Writer:
         return None
 
     def _run(self) -> None:
-        born = self._born
         while True:
             self._wake.wait()
-            abandon_if_forked(born)  # the parent's writer, in the child of a fork
+            abandon_if_forked(self._born)  # the parent's writer, in the child of a fork
             self._wake.clear()
             self._drain()
             with self._lock:

@@ -57,9 +57,8 @@ class Alarm:
         self._wake.set()
 
     def _run(self) -> None:
-        born = self._born
         while True:
-            _fork.abandon_if_forked(born)
+            _fork.abandon_if_forked(self._born)
             with self._lock:
                 if self._closed:
                     return
