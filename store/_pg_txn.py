@@ -38,6 +38,7 @@ from subagents.protocol import SessionHeader, SessionId, SubagentError
 from ._base import not_found
 from ._durable import LeaseToken, Release, lease_lost
 from ._group import WriteRequest
+from ._pg_deadline import deadline_passed
 from ._pg_schema import pg_error, reorder, translate
 from ._writer import Txn, apply_batch, finish_batch
 
@@ -225,8 +226,11 @@ class PgWriter:
         conn = self._connection()
         try:
             conn.execute("BEGIN")
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as exc:
             conn.raw.close()
+            if deadline_passed(exc):  # it hangs: another connection would too
+                self._unreachable()
+                raise
             self.conn = None
             conn = self._connection()
             conn.execute("BEGIN")

@@ -54,6 +54,7 @@ from ._committed import CommittedWrites
 from ._forked import track
 from ._group import GroupCommitter
 from ._location import is_postgres_url, redacted_url
+from ._pg_deadline import DeadlineConnection, deadline_passed
 from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
@@ -87,6 +88,12 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         connect_timeout_s: how long to wait for the server (connecting, or for a
             free pooled connection).
         lock_timeout_s: how long a write waits for another process's row lock.
+        statement_timeout_s: how long any statement waits for the server's answer
+            (None: for ever). A server that hangs -- alive to TCP, answering
+            nothing -- fails the call ``PERSISTENCE_UNAVAILABLE`` after it
+            instead of blocking it (``Runtime.close()`` too); what the statement
+            did is then unknown, as for a connection killed mid-transaction. Keep
+            it above ``lock_timeout_s`` and the longest listing you run.
         limits: decoding bounds applied to stored bytes.
         create: create the store when the schema holds none (False: refuse with
             ``NOT_A_DATABASE``, writing nothing -- what a reader wants).
@@ -111,6 +118,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         pool_size: int = 8,
         connect_timeout_s: float = 10.0,
         lock_timeout_s: float = 30.0,
+        statement_timeout_s: float | None = 60.0,
         limits: Limits = DEFAULT_LIMITS,
         create: bool = True,
         read_only: bool = False,
@@ -132,6 +140,13 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         ):
             if type(value) not in (int, float) or not value > 0:
                 raise invalid(f"{name} must be a number > 0, got {value!r}")
+        if statement_timeout_s is not None and (
+            type(statement_timeout_s) not in (int, float) or not 0 < statement_timeout_s < 1e9
+        ):
+            raise invalid(
+                f"statement_timeout_s must be None or a number of seconds > 0,"
+                f" got {statement_timeout_s!r}"
+            )
         if not isinstance(limits, Limits):
             raise invalid(f"limits must be a Limits, got {type(limits).__name__}")
         if type(read_only) is not bool:
@@ -155,8 +170,9 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             + (" -c default_transaction_read_only=on" if read_only else ""),
         }
         self._conninfo = conninfo
+        self._deadline = None if statement_timeout_s is None else float(statement_timeout_s)
         try:
-            admin = psycopg.connect(conninfo, **self._kwargs)
+            admin = self.connect()
         except psycopg.Error as exc:
             raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
         try:
@@ -185,6 +201,8 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             conninfo,
             kwargs=self._kwargs,
+            connection_class=DeadlineConnection,
+            configure=self._configure,
             min_size=1,
             max_size=pool_size,
             timeout=self._timeout,
@@ -207,8 +225,14 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._closed = True
 
     def connect(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection to the store's schema (the caller closes it)."""
-        return psycopg.connect(self._conninfo, **self._kwargs)
+        """A new autocommit connection to the store's schema (the caller closes it),
+        its waits bounded by ``statement_timeout_s``."""
+        conn = DeadlineConnection.connect(self._conninfo, **self._kwargs)
+        conn.deadline_s = self._deadline
+        return conn
+
+    def _configure(self, conn: DeadlineConnection) -> None:
+        conn.deadline_s = self._deadline  # a pooled connection, as it is made
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         if self._closed:
@@ -223,7 +247,8 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
                     rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
                     return rows
             except psycopg.OperationalError as exc:
-                if attempt == 2 or self._closed:
+                # A server that did not answer in time is not tried again: it hangs.
+                if attempt == 2 or self._closed or deadline_passed(exc):
                     self._unreachable = True
                     raise pg_error(exc) from exc
                 # A pooled connection the server dropped (restarted): one more try,

@@ -28,7 +28,7 @@ from typing import Any
 import greenlet
 import pykka
 from subagents.actors._kernel._actorclass import actor_class
-from subagents.actors._kernel._checks import check_timeout
+from subagents.actors._kernel._checks import check_listener, check_timeout
 from subagents.actors._kernel._pykka import STOP
 from subagents.protocol import (
     ErrorCode,
@@ -221,7 +221,9 @@ class Agent(Followups):
 
     def add_cancel_listener(self, fn: Callable[[Any], object]) -> None:
         """Call ``fn(cause)`` at each cancel without ``keep_inbox`` (in the caller's
-        context, after the turn's signal was aborted)."""
+        context, after the turn's signal was aborted; ``INVALID_ARGUMENT`` when ``fn``
+        is not callable)."""
+        check_listener(fn)
         if self._cancel_listeners is None:
             self._cancel_listeners = []
         self._cancel_listeners.append(fn)

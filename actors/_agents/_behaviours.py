@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from subagents.protocol import ErrorCode, SubagentError, check_name
+from subagents.protocol import ErrorCode, SubagentError, check_name, error_text
 
 from ._options import AgentOptions
 
@@ -111,5 +111,20 @@ class ModelRegistry:
         return factory
 
     def create(self, name: str, options: AgentOptions) -> Behaviour:
-        """Build a fresh behaviour for ``options``."""
-        return as_behaviour(self.require(name)(options))
+        """Build a fresh behaviour for ``options``.
+
+        Raises:
+            SubagentError: ``MODEL_NOT_FOUND``; ``MODEL_ERROR`` when the factory
+                raises (its exception is the cause; a ``SubagentError`` of its own
+                is raised as it is); ``INVALID_ARGUMENT`` for what is no behaviour.
+        """
+        factory = self.require(name)
+        try:
+            made = factory(options)
+        except SubagentError:
+            raise
+        except Exception as exc:
+            raise SubagentError(
+                error_text(exc, f"model {name!r}: its factory raised "), code=ErrorCode.MODEL_ERROR
+            ) from exc
+        return as_behaviour(made)

@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import pykka
 from subagents.actors._kernel._backend import EventLike
-from subagents.actors._kernel._checks import check_timeout
+from subagents.actors._kernel._checks import check_listener, check_timeout
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -399,11 +399,13 @@ class Inbox:
 
     def add_idle_listener(self, fn: Callable[[Any], object]) -> Callable[[], None]:
         """Call ``fn(agent)`` in the actor's context whenever it becomes idle."""
+        check_listener(fn)
         self._idle_listeners.append(fn)
         return lambda: self._idle_listeners.remove(fn) if fn in self._idle_listeners else None
 
     def add_dispose_listener(self, fn: Callable[[Any], object]) -> None:
         """Call ``fn(agent)`` once the agent is disposed (in its actor's ``on_stop``)."""
+        check_listener(fn)
         self._dispose_listeners.append(fn)
 
     def _settle_one(self) -> bool:

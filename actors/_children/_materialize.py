@@ -51,7 +51,7 @@ from ._placed import PlacedChild, Placement
 from ._placement import PlacementLookup
 from ._requests import Abandon, Admit, Delivery, Hold, Publish, Request, Withdraw
 from ._setup import SetupRegistry
-from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec
+from ._types import ContinuableHandle, ContinuableStartSpec, created_seed
 
 __all__ = ["ADMISSION_TIMEOUT", "Materializer"]
 
@@ -187,12 +187,7 @@ class Materializer:
         signal = spec.signal or AbortSignal.never()
         agent: Agent | None = None
         try:
-            create = prepare(spec)
-            if not isinstance(create, ContinuableCreateSpec):
-                raise SubagentError(
-                    f"prepare_continuable returned {type(create).__name__}",
-                    code=ErrorCode.INTERNAL,
-                )
+            seed = created_seed(prepare(spec), spec.provider)
             source = spec.source if isinstance(spec.source, MessageSource) else parent.parent_source
             prompt = trusted_message(message_id, spec.prompt, source)
             agent = create_child(
@@ -202,7 +197,7 @@ class Materializer:
                 label=spec.label,
                 depth=depth,
                 options=options,
-                seed=tuple(create.seed or ()),
+                seed=seed,
                 own=(descriptor_event(descriptor),),
                 inbox=(prompt,) if ctx.sessions.strict else (),
                 max_inbox=spec.max_inbox if spec.max_inbox is not None else ctx.max_inbox,

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from subagents.actors._kernel import Backend
+from subagents.actors._kernel._checks import check_listener
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -198,10 +199,12 @@ class PlacedChild:
         return self._accepted == self._done and not self._running
 
     def add_idle_listener(self, fn: Callable[[Any], object]) -> Callable[[], None]:
+        check_listener(fn)
         self._idle_listeners.append(fn)
         return lambda: self._idle_listeners.remove(fn) if fn in self._idle_listeners else None
 
     def add_dispose_listener(self, fn: Callable[[Any], object]) -> None:
+        check_listener(fn)
         self._dispose_listeners.append(fn)
 
     # -- runs ------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from ._child import ChildContext, StoredParent, child_header, child_options
 from ._intake import start_child_id
 from ._placement import placement_of
 from ._provider_registry import ProviderRegistry
-from ._types import ContinuableCreateSpec, ContinuableHandle, ContinuableStartSpec
+from ._types import ContinuableHandle, ContinuableStartSpec, created_seed
 
 __all__ = ["Prepared", "create_unheld", "prepare_start"]
 
@@ -136,9 +136,7 @@ def create_unheld(
         if _answered(sessions, child_id, mid):
             return ContinuableHandle(child_id, mid), False
     create = p.prepare(dataclasses.replace(spec, parent=parent.session_id))
-    if not isinstance(create, ContinuableCreateSpec):
-        raise _err(ErrorCode.INTERNAL, f"prepare_continuable returned {type(create).__name__}")
-    seed = tuple(create.seed or ())
+    seed = created_seed(create, spec.provider)
     source = spec.source
     if not isinstance(source, MessageSource):
         source = MessageSource(kind="parent", session_id=parent.session_id)

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 
 from subagents.actors._kernel._future import ResultFuture
 from subagents.actors._kernel._signal import AbortSignal
-from subagents.protocol import ErrorCode, Event, MessageId, RunId, SessionId, SubagentError
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    MessageId,
+    RunId,
+    SessionId,
+    SubagentError,
+    encode_event,
+)
 
 if TYPE_CHECKING:
     from subagents.actors._agents._agent import Agent
@@ -72,6 +80,41 @@ class ContinuableCreateSpec:
     """
 
     seed: tuple[Event, ...] | None = None
+
+
+def created_seed(create: object, provider: str) -> tuple[Event, ...]:
+    """The seed events of provider ``provider``'s ``prepare_continuable`` answer,
+    checked before anything of the child exists: the answer is a
+    :class:`ContinuableCreateSpec` whose ``seed`` is None or a list or tuple of
+    events the log can hold.
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for another answer or seed,
+            ``ENCODE_ERROR`` for an event the log cannot hold.
+    """
+    if not isinstance(create, ContinuableCreateSpec):
+        raise SubagentError(
+            f"provider {provider!r}: prepare_continuable returned {type(create).__name__},"
+            " not a ContinuableCreateSpec",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+    seed: object = create.seed  # whatever the provider put there
+    if seed is None:
+        return ()
+    if type(seed) is not tuple and type(seed) is not list:
+        raise SubagentError(
+            f"provider {provider!r}: a seed is a list or tuple of events,"
+            f" got {type(seed).__name__}",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+    for event in seed:
+        if not isinstance(event, Event):
+            raise SubagentError(
+                f"provider {provider!r}: a seed holds events, got {type(event).__name__}",
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
+        encode_event(event)  # write-behind would find it only after the child exists
+    return tuple(seed)
 
 
 @dataclass(kw_only=True, eq=False)

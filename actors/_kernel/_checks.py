@@ -12,6 +12,7 @@ from typing import Final
 from subagents.protocol import ErrorCode, SubagentError, storable_datetime
 
 __all__ = [
+    "check_listener",
     "check_max_inbox",
     "check_runtime_arguments",
     "check_timeout",
@@ -32,6 +33,15 @@ def utcnow() -> _dt.datetime:
     """The system's UTC time: the runtime's clock unless one is injected. With it,
     a turn reads the time once and dates its end by the time it took."""
     return _now(_UTC)
+
+
+def check_listener(fn: object, what: str = "a listener") -> None:
+    """Refuse a listener that cannot be called (``INVALID_ARGUMENT``): taken, it
+    would fail at every event it was meant to hear, far from the mistake."""
+    if not callable(fn):
+        raise SubagentError(
+            f"{what} is callable, got {type(fn).__name__}", code=ErrorCode.INVALID_ARGUMENT
+        )
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:

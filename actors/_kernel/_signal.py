@@ -29,6 +29,7 @@ import gevent
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._backend import GEVENT, current_backend
+from ._checks import check_listener
 from ._gevent import native_allocate_lock, native_get_ident
 
 __all__ = ["AbortController", "AbortSignal"]
@@ -101,7 +102,11 @@ class AbortSignal:
         signal is aborted already. An exception from ``fn`` is logged to the
         ``subagents`` logger and does not stop the other listeners. Removing is
         idempotent and harmless after the abort.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` when ``fn`` is not callable.
         """
+        check_listener(fn)
         if self._inert:
             return _noop
         with self._lock:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sqlite3
 import time
 import warnings
 import weakref
@@ -715,6 +716,26 @@ def _held(host: Any) -> tuple[bool, set[str]] | None:
         return None
 
 
+def _stop_outside_a_write(pid: int, db: str) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no write lock on ``db``: stopped inside
+    one (a lease renewal's), it would make every writer wait SQLite's busy timeout
+    (30 s) -- a stall no design avoids, not the one the caller measures."""
+    import signal
+
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(db, timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)  # mid-write: let it finish, then again
+        finally:
+            probe.close()
+    raise AssertionError("the host held the write lock at every try")
+
+
 def test_a_close_does_not_wait_on_a_stopped_host_once_per_child(
     backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
 ) -> None:
@@ -735,7 +756,7 @@ def test_a_close_does_not_wait_on_a_stopped_host_once_per_child(
             for i, m in enumerate(markers):
                 tree.start(f"hold:{m}", model="hold", label=f"c{i}")
             eventually(lambda: all(Path(f"{m}.started").exists() for m in markers))
-            os.kill(pid, signal.SIGSTOP)
+            _stop_outside_a_write(pid, db)
             began = time.monotonic()
             tree.rt.close()
             took = time.monotonic() - began
