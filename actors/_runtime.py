@@ -349,7 +349,7 @@ class Runtime:
         check_born(self._born, "this Runtime")
         leases = self.sessions.leases
         return runtime_statistics(
-            self.agents.list(),
+            self.agents.list,
             self._counters,
             activations=len(self.continuation.activations()),
             leases_held=0 if leases is None else leases.count(),

@@ -376,7 +376,7 @@ class MemoryQueues(DurableQueues):
             if self._closed:
                 raise store_closed(self)
             beats = self._holders
-            beats[holder] = until
+            beats[holder] = max(until, beats.get(holder, until))  # never backwards
             for gone in [h for h, beat in beats.items() if beat < until - HOLDER_RETENTION]:
                 del beats[gone]
             return [

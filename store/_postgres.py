@@ -66,6 +66,15 @@ __all__ = ["PgListener", "PostgresStore"]
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
+#: How long the server lets a connection of ours sit in a transaction with no
+#: statement running before it ends the connection. A write transaction runs its
+#: statements back to back, so only a process stopped or starved mid-batch meets
+#: it -- and its row locks, held meanwhile, stalled every other process's writes
+#: to those sessions, their takeover, and (a group commit waiting on the lock)
+#: everything they wrote at all, lease renewals too.
+_IDLE_IN_TRANSACTION_MS: Final = 10_000
+
+
 def _split_url(url: str) -> tuple[str, str | None]:
     """``(conninfo, schema)``: our ``schema`` query parameter taken out of the URL."""
     parts = urllib.parse.urlsplit(url)
@@ -167,6 +176,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout_s)),
             "options": f"-c search_path={schema} -c lock_timeout={round(lock_timeout_s * 1000)}"
+            f" -c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
             + (" -c default_transaction_read_only=on" if read_only else ""),
         }
         self._conninfo = conninfo

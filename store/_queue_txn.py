@@ -34,9 +34,12 @@ LEASE: Final = (
     f"SELECT l.holder, l.epoch, {EXPIRY}, l.wake FROM leases l"
     " LEFT JOIN holders h ON h.holder = l.holder WHERE l.session = ?"
 )
+# Never backwards: a renewal committed late (its batch waited on a lock) must not
+# shorten the heartbeat a later renewal already wrote.
 _HEARTBEAT: Final = (
     "INSERT INTO holders (holder, expires) VALUES (?, ?)"
-    " ON CONFLICT (holder) DO UPDATE SET expires = excluded.expires"
+    " ON CONFLICT (holder) DO UPDATE SET expires ="
+    " CASE WHEN excluded.expires > holders.expires THEN excluded.expires ELSE holders.expires END"
 )
 _UPSERT_LEASE: Final = (
     "INSERT INTO leases (session, holder, epoch, expires, wake) VALUES (?, ?, ?, ?, ?)"

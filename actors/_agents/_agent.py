@@ -272,6 +272,7 @@ class Agent(Followups):
             if wait and not self._in_own_loop():
                 self._stopped.wait(timeout)
             return
+        self._host.counters.leave(self)  # summed as live until it retires
         self._host.forget(self)
         self._flush_on_stop = flush
         self.cancel("disposed", keep_inbox=False)
@@ -293,9 +294,10 @@ class Agent(Followups):
             self._gate = CLOSED
         host = self._host
         if not by_dispose:
+            host.counters.leave(self)
             host.forget(self)
         _running, _inbox, turns, accepted, replayed, _reports = self._counts()
-        host.counters.retire(turns, accepted, replayed)
+        host.counters.retire(self, turns, accepted, replayed)
         sessions = host.sessions
         try:
             self._let_go(sessions)

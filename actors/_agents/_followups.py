@@ -27,7 +27,7 @@ from ._steering import Steered, check_steer, not_open
 __all__ = ["Followups"]
 
 #: A top-level follow-up's source when it names none and must carry a trace.
-_USER = MessageSource(kind="user")
+USER = MessageSource(kind="user")
 
 
 def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseException) -> bool:
@@ -112,7 +112,7 @@ class Followups(Inbox):
             check_value(content)  # refuse what the log cannot hold before anything is accepted
         tel = self._host.telemetry
         if tel is not None:  # a span of its own; the message carries it (a user's, unsaid)
-            accept, src = self._accept, _USER if source is None else source
+            accept, src = self._accept, USER if source is None else source
             return traced(
                 tel, "subagents.followup", {"session_id": self.session_id},
                 lambda: accept(content, stamp(tel, src), message_id, strict_steer),

@@ -283,16 +283,16 @@ class TurnRunner:
         record.elapsed = elapsed = time.perf_counter() - started
         if traced is not None:
             Telemetry.leave_turn(traced)
-        if unrun is None:  # a turn that never ran has no time to count
+        if unrun is None:  # a turn that never ran is no turn to count, nor its time
             times = self.times
             if len(times) < WINDOW:
                 times.append(elapsed)
-            else:
+            else:  # the ring's next slot: turns_ended counts exactly what it holds
                 times[self.turns_ended % WINDOW] = elapsed
             host.counters.times.append(elapsed)
+            self.turns_ended += 1
         self.current = None
         self.ended = turn
-        self.turns_ended += 1
         if stop == "completed" and self._output_schema is not None:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:

@@ -401,8 +401,9 @@ class AgentRegistry:
                 if exc.code != ErrorCode.AGENT_DISPOSED:
                     raise
                 # Leaving (let go meanwhile): sent as to a session not live here.
+        host = self._host
         return send_unheld(
-            self._host.sessions, self.get, self._resume_top, sid, content, source, mid
+            host.sessions, self.get, self._resume_top, sid, content, source, mid, host.telemetry
         )
 
     def list(self) -> list[Agent]:

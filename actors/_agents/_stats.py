@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -107,23 +107,43 @@ class RuntimeStatistics:
 
 class RuntimeCounters:
     """The runtime-wide part: its turn-time window and the totals of agents that
-    were disposed. Written by turn loops (``times``) and disposals (the totals)."""
+    were disposed. Written by turn loops (``times``) and disposals (the totals).
 
-    __slots__ = ("_lock", "accepted", "replayed", "times", "turns")
+    An agent leaves the registry when its disposal starts and hands its totals
+    over when it ends, maybe a turn later: in between it is *leaving*, still
+    summed as live. Each step and :meth:`snapshot` take one lock, so a sum counts
+    every agent once -- totals never go backwards."""
+
+    __slots__ = ("_leaving", "_lock", "accepted", "replayed", "times", "turns")
 
     def __init__(self) -> None:
         self.times: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.turns = 0
         self.accepted = 0
         self.replayed = 0
+        self._leaving: dict[int, Any] = {}
         self._lock = threading.Lock()  # actors of several threads retire at once
 
-    def retire(self, turns: int, accepted: int, replayed: int) -> None:
+    def leave(self, agent: Any) -> None:
+        """``agent``'s disposal starts (before it leaves the registry)."""
+        with self._lock:
+            self._leaving[id(agent)] = agent
+
+    def retire(self, agent: Any, turns: int, accepted: int, replayed: int) -> None:
         """Keep a disposed agent's totals (called once per agent, from its actor)."""
         with self._lock:
+            self._leaving.pop(id(agent), None)
             self.turns += turns
             self.accepted += accepted
             self.replayed += replayed
+
+    def snapshot(self, live: Callable[[], list[Any]]) -> tuple[list[Any], int, int, int]:
+        """The agents to sum -- ``live()`` and the leaving ones, each once -- and the
+        retired totals ``(turns, accepted, replayed)``, in one step."""
+        with self._lock:
+            agents = {id(a): a for a in live()}
+            agents.update(self._leaving)
+            return list(agents.values()), self.turns, self.accepted, self.replayed
 
 
 def percentiles(seconds: Iterable[float]) -> tuple[float | None, float | None]:
@@ -167,19 +187,20 @@ def agent_statistics(
 
 
 def runtime_statistics(
-    agents: Iterable[Any],
+    live: Callable[[], list[Any]],
     counters: RuntimeCounters,
     *,
     activations: int,
     leases_held: int,
     deduplicated: int,
 ) -> RuntimeStatistics:
-    """Sum live ``agents`` (their counters, read without the store) with the totals
-    of the disposed ones in ``counters``."""
-    live = inbox = running = turns = accepted = replayed = reports = 0
+    """Sum the ``live()`` agents (their counters, read without the store) with the
+    totals of the disposed ones in ``counters``."""
+    agents, retired_turns, retired_accepted, retired_replayed = counters.snapshot(live)
+    n = inbox = running = turns = accepted = replayed = reports = 0
     for agent in agents:
         counts = agent._counts()
-        live += 1
+        n += 1
         running += counts[0]
         inbox += counts[1]
         turns += counts[2]
@@ -188,16 +209,16 @@ def runtime_statistics(
         reports += counts[5]
     p50, p99 = percentiles(counters.times)
     return RuntimeStatistics(
-        live_agents=live,
+        live_agents=n,
         activations=activations,
         leases_held=leases_held,
         inbox=inbox,
         running=running,
-        turns=turns + counters.turns,
+        turns=turns + retired_turns,
         turn_p50_ms=p50,
         turn_p99_ms=p99,
-        accepted=accepted + counters.accepted,
-        replayed=replayed + counters.replayed,
+        accepted=accepted + retired_accepted,
+        replayed=replayed + retired_replayed,
         deduplicated=deduplicated,
         reports_pending=reports,
     )

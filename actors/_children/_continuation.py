@@ -86,6 +86,10 @@ def _err(code: str, message: str) -> SubagentError:
     return SubagentError(message, code=code)
 
 
+def _barrier() -> None:
+    """Asked of an owner actor: answered once what was queued before it is done."""
+
+
 class ContinuationManager(Followups):
     """Admission, residency and release of continuable children (see the module docstring)."""
 
@@ -384,6 +388,14 @@ class ContinuationManager(Followups):
         self._hooks.closing = True
         release_placed(list(self._index.copy().values()), "runtime closing")
         self._alarm.close()
+        owners = (self._supervisor, self._registry, self._dispatcher)
+        # The agents are stopped; their last notices travel supervisor -> registry
+        # -> dispatcher (a release, its retirement, its subagent/end). Twice through
+        # the three, each done with what came before it, so none is left behind
+        # an owner that already stopped (a child's end went unheard, its span open).
+        for ref in owners * 2:
+            with contextlib.suppress(Exception):
+                ref.ask(_barrier, timeout=30)
         for ref in (self._registry, self._supervisor, self._dispatcher):
             try:
                 ref.stop(block=True, timeout=30)

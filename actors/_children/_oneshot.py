@@ -80,6 +80,7 @@ def _end_with(span: Any, run: Any) -> None:
         Telemetry.end(span, "failed", "the provider returned no SubagentRun")
         return
     span.set_attribute("subagents.child_id", str(run.id))
+    span.set_attribute("subagents.run_id", str(run.id))  # the same id, by its name
 
     def settled(future: Any) -> None:
         exc = future.exception(0)

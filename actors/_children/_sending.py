@@ -37,6 +37,7 @@ def send_followup(
     """See :meth:`SubagentService.followup`."""
     wait = check_timeout(wait_for_room, "wait_for_room")
     call: Callable[[], MessageId | Steered]
+    waits_for_room = True
     if isinstance(parent, Agent):
         parent_id = parent.session_id
 
@@ -48,22 +49,28 @@ def send_followup(
             )  # fmt: skip
     else:
         parent_id = SessionId(parent)
-        where = (agents, sessions, continuation, parent_id)
-        if steer is not False:
-            return steer_by_id(*where, SessionId(child_id), content, source, steer)
+        where = (agents, sessions, continuation, parent_id, SessionId(child_id), content)
         default = MessageSource(kind="parent", session_id=parent_id)
 
-        def call() -> MessageId | Steered:
-            src = (
-                source
-                if telemetry is None
-                else stamp(telemetry, default if source is None else source)
-            )
-            return followup_by_id(
-                *where, SessionId(child_id), content, source=src, message_id=message_id
-            )
+        def stamped() -> Any:  # inside the span: the message carries its context
+            if telemetry is None:
+                return source
+            return stamp(telemetry, default if source is None else source)
+
+        if steer is not False:  # a steer waits for no room; traced as any follow-up
+            waits_for_room = False
+
+            def call() -> MessageId | Steered:
+                return steer_by_id(*where, stamped(), steer)
+        else:
+
+            def call() -> MessageId | Steered:
+                return followup_by_id(*where, source=stamped(), message_id=message_id)
+
+    def run() -> MessageId | Steered:
+        return until_room(call, wait, signal) if waits_for_room else call()
 
     if telemetry is None:
-        return until_room(call, wait, signal)
+        return run()
     attrs = {"child_id": child_id, "parent_session_id": parent_id}
-    return traced(telemetry, "subagents.followup", attrs, lambda: until_room(call, wait, signal))
+    return traced(telemetry, "subagents.followup", attrs, run)

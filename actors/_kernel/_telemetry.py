@@ -26,12 +26,17 @@ provider was configured globally -- ``opentelemetry.trace.set_tracer_provider``)
 Without the package installed, ``None`` and ``False`` are off and the rest
 ``INVALID_ARGUMENT``. Off, the runtime keeps no tracer and pays one ``is None``
 check per turn.
+
+Tracing never changes what happens: a span processor (or anything the provider
+runs) that raises loses its span, never the work. The first such failure is
+logged with its traceback to the ``subagents`` logger, later ones at DEBUG.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -47,6 +52,25 @@ except ImportError:  # pragma: no cover - exercised where the extra is absent
 __all__ = ["Telemetry", "stamp", "telemetry_for", "traced"]
 
 R = TypeVar("R")
+
+logger = logging.getLogger("subagents")
+
+#: How many times tracing failed in this process (only the first is logged loudly).
+_failures = 0
+
+
+def _failed() -> None:
+    """Log the exception being handled: a span lost, the work unharmed."""
+    global _failures
+    _failures += 1
+    if _failures == 1:
+        logger.exception(
+            "tracing failed: the span is dropped, the work goes on"
+            " (later tracing failures are logged at DEBUG)"
+        )
+    else:
+        logger.debug("tracing failed: the span is dropped", exc_info=True)
+
 
 _SCOPE = "subagents"
 _PROPAGATOR = TraceContextTextMapPropagator() if trace is not None else None
@@ -90,16 +114,41 @@ class Telemetry:
     @contextlib.contextmanager
     def producing(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
         """A PRODUCER span, current in this block (an exception fails it)."""
-        with self.tracer.start_as_current_span(
-            name, kind=trace.SpanKind.PRODUCER, attributes=_attrs(attributes)
-        ) as span:
+        span: Any = trace.INVALID_SPAN
+        token = None
+        try:
+            span = self.tracer.start_span(
+                name, kind=trace.SpanKind.PRODUCER, attributes=_attrs(attributes)
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+        except Exception:
+            _failed()
+        try:
             yield span
+        except BaseException as exc:
+            try:
+                span.record_exception(exc)
+                text = f"{type(exc).__name__}: {exc}"
+                span.set_status(trace.Status(trace.StatusCode.ERROR, text))
+            except Exception:
+                _failed()
+            raise
+        finally:
+            try:
+                if token is not None:
+                    otel_context.detach(token)
+                span.end()
+            except Exception:
+                _failed()
 
     def stamp(self, source: MessageSource) -> MessageSource:
         """``source`` carrying the current span's context (unchanged when no span is
         recording)."""
         carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier)
+        try:
+            _PROPAGATOR.inject(carrier)
+        except Exception:
+            _failed()
         parent = carrier.get("traceparent")
         if parent is None or parent == source.trace:
             return source
@@ -107,45 +156,79 @@ class Telemetry:
 
     def start(self, name: str, attributes: Mapping[str, Any]) -> Any:
         """A span below the current one, not made current (ended by :meth:`end`)."""
-        return self.tracer.start_span(name, attributes=_attrs(attributes))
+        try:
+            return self.tracer.start_span(name, attributes=_attrs(attributes))
+        except Exception:
+            _failed()
+            return trace.INVALID_SPAN
 
     def turn(self, source: MessageSource | None, attributes: Mapping[str, Any]) -> Any:
         """The ``deliver`` span of a turn's message (below the context it carries)
         and the ``turn`` span below it, made current: returns what :meth:`end_turn`
         takes."""
-        parent = None
-        if source is not None and source.trace is not None:
-            parent = _PROPAGATOR.extract({"traceparent": source.trace})
-        attrs = _attrs(attributes)
-        deliver = self.tracer.start_span(
-            "subagents.deliver", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attrs
-        )
-        deliver.end()
-        span = self.tracer.start_span(
-            "subagents.turn", context=trace.set_span_in_context(deliver), attributes=attrs
-        )
-        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            parent = None
+            if source is not None and source.trace is not None:
+                parent = _PROPAGATOR.extract({"traceparent": source.trace})
+            attrs = _attrs(attributes)
+            deliver = self.tracer.start_span(
+                "subagents.deliver", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attrs
+            )
+            deliver.end()
+            span = self.tracer.start_span(
+                "subagents.turn", context=trace.set_span_in_context(deliver), attributes=attrs
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+        except Exception:
+            _failed()
+            return trace.INVALID_SPAN, None
         return span, token
 
     @staticmethod
     def leave_turn(started: Any) -> None:
         """The behaviour returned: the turn's span is no longer current."""
-        otel_context.detach(started[1])
+        if started[1] is not None:
+            try:
+                otel_context.detach(started[1])
+            except Exception:
+                _failed()
 
     @contextlib.contextmanager
     def current(self, span: Any) -> Iterator[Any]:
         """``span`` current in this block (an exception records on it; not ended)."""
-        with trace.use_span(span, end_on_exit=False):
+        token = None
+        try:
+            token = otel_context.attach(trace.set_span_in_context(span))
+        except Exception:
+            _failed()
+        try:
             yield span
+        except BaseException as exc:
+            try:
+                span.record_exception(exc)
+            except Exception:
+                _failed()
+            raise
+        finally:
+            if token is not None:
+                try:
+                    otel_context.detach(token)
+                except Exception:
+                    _failed()
 
     @staticmethod
     def end(span: Any, stop_reason: str | None = None, error: str | None = None) -> None:
-        """End ``span``, recording how its work ended."""
-        if stop_reason is not None:
-            span.set_attribute("subagents.stop_reason", stop_reason)
-        if error is not None:
-            span.set_status(trace.Status(trace.StatusCode.ERROR, error))
-        span.end()
+        """End ``span``, recording how its work ended: an error status when it
+        ``failed`` (or, with no stop reason, ended on ``error``); a cancelled one
+        keeps none, whatever text its end records."""
+        try:
+            if stop_reason is not None:
+                span.set_attribute("subagents.stop_reason", stop_reason)
+            if stop_reason == "failed" or (stop_reason is None and error is not None):
+                span.set_status(trace.Status(trace.StatusCode.ERROR, error or "failed"))
+            span.end()
+        except Exception:
+            _failed()
 
 
 def traced(
@@ -158,11 +241,14 @@ def traced(
         return call()
     with telemetry.producing(name, attributes) as span:
         result = call()
-        mid = getattr(result, "message_id", result)
-        span.set_attribute("subagents.message_id", str(mid))
-        child = getattr(result, "child_id", None)
-        if child is not None:
-            span.set_attribute("subagents.child_id", str(child))
+        try:  # the call is done: nothing of the span may undo it
+            mid = getattr(result, "message_id", result)
+            span.set_attribute("subagents.message_id", str(mid))
+            child = getattr(result, "child_id", None)
+            if child is not None:
+                span.set_attribute("subagents.child_id", str(child))
+        except Exception:
+            _failed()
         return result
 
 

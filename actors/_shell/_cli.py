@@ -194,6 +194,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
             why = f"no record from here on could be read: {exc}"
             rows.append({"seq": expected, "corrupt": why})
             diagnostics.append({"seq": expected, "kind": "corrupt", "detail": str(exc)})
+        inbox_from = len(diagnostics)  # what the state adds: the damaged inbox entries
         state = fold.state(store, sid, None if header is None else header.created_at, diagnostics)
     status = 1 if diagnostics else 0
     if args.json:
@@ -218,6 +219,8 @@ def _show(args: argparse.Namespace, console: Console) -> int:
         kind = row.pop("type", "corrupt")
         fields = "  ".join(f"{k}={v!r}" for k, v in row.items() if v is not None)
         console.print(f"{seq:>6}  {kind:<20} {fields}", markup=False, highlight=False)
+    for diag in diagnostics[inbox_from:]:
+        console.print(f"  [corrupt] inbox: {diag['detail']}", markup=False, highlight=False)
     return status
 
 
@@ -272,9 +275,10 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     from ._serve import TreeFeed, TreeServer
 
     interval = args.interval
-    if not 0 < interval < float("inf") or not 0 <= args.port <= 65535 or args.token == "":
+    token = args.token if args.token is not None else "-"  # spaces, non-ASCII: unsendable
+    if not 0 < interval < float("inf") or not 0 <= args.port <= 65535 or not _TOKEN.match(token):
         raise SubagentError(
-            "--interval takes seconds > 0, --port 0..65535, --token a non-empty string",
+            "--interval takes seconds > 0, --port 0..65535, --token visible ASCII (no spaces)",
             code=ErrorCode.INVALID_ARGUMENT,
         )
     if args.root is not None:
@@ -326,6 +330,7 @@ def _version() -> str:
 
 
 _SESSION_ID = re.compile(r"[0-9a-f]{32}")
+_TOKEN = re.compile(r"[\x21-\x7e]+\Z")
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

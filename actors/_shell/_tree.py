@@ -117,7 +117,7 @@ class _Trees:
     ) -> dict[str, Any]:
         """The session's raw projection states, folded from its log (``{}`` when it
         cannot be read, which adds its diagnostic to ``diags``: the catalog reads
-        no root's log)."""
+        no root's log). A damaged row is a diagnostic; the others are folded."""
         if not isinstance(sid, SessionId):
             return {}
         try:
@@ -132,6 +132,13 @@ class _Trees:
                 diags.append(self.diag(sid, f"seq {gap} missing from the log"))
             return units.fold((r.seq, r.event) for r in records)
         except SubagentError as exc:
+            if exc.code == ErrorCode.CORRUPT_RECORD:  # fold around it, as `show` does
+                with contextlib.suppress(SubagentError):
+                    items = list(self.store.scan(sid))
+                    for bad in (i for i in items if isinstance(i, SubagentError)):
+                        diags.append(self.diag(sid, str(bad)))
+                    good = [(i.seq, i.event) for i in items if not isinstance(i, SubagentError)]
+                    return (self.all_units if identity else self.facts_units).fold(good)
             if exc.code in (ErrorCode.CORRUPT_RECORD, ErrorCode.DATABASE_CORRUPT):
                 diags.append(self.diag(sid, str(exc)))
             return {}

@@ -193,6 +193,8 @@ def test_a_root_not_in_the_store_is_served_as_one_error(tmp_path: Path, backend:
         ["--interval", "inf"],
         ["--port", "70000"],
         ["--token", ""],
+        ["--token", " spaced "],  # the server strips what it is sent: nobody could get in
+        ["--token", "clé"],  # an HTTP header cannot carry it
         ["nothex"],  # a ROOT that is no session id, refused as `tree` refuses it
     ],
 )

@@ -289,6 +289,9 @@ def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, c
     shown = json.loads(capsys.readouterr().out)
     assert shown["state"]["state"] == "waiting"
     assert [d["detail"] for d in shown["diagnostics"]] == ["inbox entry 2 does not decode"]
+    # And as text: it exited 1 and named nothing.
+    assert main(["show", db, str(sid)]) == 1
+    assert "[corrupt] inbox: inbox entry 2 does not decode" in capsys.readouterr().out
 
 
 def test_a_quiet_report_alone_does_not_make_its_parent_wait(tmp_path: Path, capsys) -> None:
@@ -340,6 +343,37 @@ def test_a_gap_in_a_log_is_a_diagnostic_of_tree_as_of_show(tmp_path: Path, capsy
     assert [d["detail"] for d in tree["diagnostics"]] == ["seq 1 missing from the log"]
     assert main(["show", db, str(sid), "--json"]) == 1
     capsys.readouterr()
+
+
+def test_a_damaged_old_event_leaves_tree_the_rest_of_the_log(tmp_path: Path, capsys) -> None:
+    """One undecodable early event row: ``tree`` folded the session's state from
+    nothing (no last turn; a settled session read as the fold of an empty log)
+    where ``show`` folds around it. Now ``tree`` says what ``show`` says, and names
+    the damaged row (exit 1). ("Damage stays local": errors.md.)"""
+    import sqlite3
+
+    db = str(tmp_path / "damaged.db")
+    with Runtime(db) as rt:
+        agent = rt.spawn("echo", label="damaged")
+        for text in ("one", "two"):
+            agent.followup(text)
+        assert agent.wait_idle(10)
+        sid = agent.session_id
+    with sqlite3.connect(db) as conn:
+        changed = conn.execute(
+            "UPDATE events SET body = ? WHERE session = ? AND seq = 0",
+            (b"\xc1garbage", sid.to_bytes()),
+        ).rowcount
+        assert changed == 1
+    conn.close()
+    capsys.readouterr()
+    assert main(["show", db, str(sid), "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)["state"]
+    assert main(["tree", db, "--json"]) == 1
+    (tree,) = json.loads(capsys.readouterr().out)
+    assert (tree["state"], tree["last_turn"]) == (shown["state"], shown["last_turn"])
+    assert tree["last_turn"] == "completed"
+    assert len(tree["diagnostics"]) == 1 and "seq 0" in tree["diagnostics"][0]["detail"]
 
 
 def _fold(events: list[Any], held: bool = True) -> str:

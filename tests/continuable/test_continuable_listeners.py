@@ -164,3 +164,30 @@ def test_blocking_setup_contributions_and_releases_stall_no_admission(kit: Kit) 
     installer.result(10)
     kit.wait_settled("slow-setup", epochs=1)
     kit.wait_settled("slow-release", epochs=1)
+
+
+def test_every_start_heard_is_ended_when_the_runtime_closes_as_children_settle(
+    backend: Any, tmp_path: Any
+) -> None:
+    """R-EVT-2, R-EVT-3: a runtime closed while its continuable child settles
+    announces that child's ``subagent/end`` -- its release travelled supervisor ->
+    registry -> dispatcher, and the registry used to be stopped first, dropping it
+    (about one close in four on threads). Run many times: it is a race."""
+    from subagents.actors import Runtime
+
+    def lead(turn: Any) -> Any:
+        turn.subagents.start_continuable("local", "hello", label="w", model="echo")
+
+    for i in range(30):
+        events: list[str] = []
+        rt = Runtime(str(tmp_path / f"l{i}.db"), backend=backend)
+        try:
+            rt.subagents.subscribe(lambda e, seen=events: seen.append(e.type))
+            rt.models.register("lead", lambda _o: lead)
+            root = rt.spawn("lead")
+            root.followup("go")
+            assert root.wait_idle(30)
+        finally:
+            rt.close()
+        assert events.count("subagent/start") == 1, (i, events)
+        assert events.count("subagent/end") == 1, (i, events)

@@ -94,6 +94,41 @@ def test_turn_times_are_those_of_the_last_window_of_turns(kit: Kit) -> None:
     assert stats.turn_p99_ms == pytest.approx(math.ceil(0.99 * WINDOW), abs=0.01)
 
 
+def test_messages_discarded_unrun_are_no_turns_and_leave_the_window_alone(
+    backend: Backend, rt_mem: Runtime
+) -> None:
+    """Issue 18 point 1: ``turns`` counts turns that ran, and the percentiles stay
+    over the last WINDOW of them when messages are discarded unrun between. The
+    ring's slot was picked by a count that discarded messages raised too: slots
+    were skipped and slow times outlived WINDOW fast turns (p99 stayed slow)."""
+    from subagents.actors.testing import Gate
+
+    gates: list[Gate] = []
+    with freeze_time("2026-12-02 12:00:00") as frozen:
+
+        def behaviour(turn: Any) -> None:
+            if turn.content == "slow":
+                frozen.tick(dt.timedelta(seconds=1))
+            elif turn.content == "block":
+                gates[-1].pass_through(turn.signal)
+
+        agent = rt_mem.spawn(behaviour)
+        for _ in range(WINDOW):
+            agent.followup("slow")
+        assert agent.wait_idle(60)
+        for _ in range(WINDOW + 40):
+            gates.append(Gate())
+            agent.followup("block")
+            assert gates[-1].wait_reached(10)
+            agent.followup("discarded")
+            agent.cancel("drop", keep_inbox=False)
+            assert agent.wait_idle(10)
+        stats = agent.statistics()
+    assert stats.turns == WINDOW + WINDOW + 40  # the discarded ones are not turns
+    assert stats.accepted == stats.turns + WINDOW + 40
+    assert stats.turn_p99_ms is not None and stats.turn_p99_ms < 1000  # no slow one left
+
+
 def test_a_replayed_turn_is_counted(backend: Backend, tmp_path: Path) -> None:
     """Issue 18 point 1: a message an earlier activation took (its turn cut short by
     the runtime closing) runs again in the next one, counted as replayed."""
@@ -184,6 +219,44 @@ def test_statistics_read_while_producers_follow_up(backend: Backend, rt_mem: Run
         assert all(s.inbox >= 0 and s.turns <= s.accepted <= sent for s in seen), attempt
         assert (seen[-1].accepted, seen[-1].turns, seen[-1].inbox) == (sent, sent, 0)
         agent.dispose()
+
+
+def test_runtime_totals_never_go_back_as_agents_dispose(backend: Backend, tmp_path: Path) -> None:
+    """Issue 18 point 1, a race: the runtime's ``turns`` / ``accepted`` count
+    "agents disposed since included", so a reader polling while children settle
+    and dispose never sees them drop, and ``live_agents`` counts an agent until
+    its totals are kept. A disposing agent left the registry a turn before it
+    handed its totals over: reads in between lost its counts (a drop at nearly
+    every settle on gevent)."""
+    with Runtime(str(tmp_path / "s.db"), backend=backend) as rt:
+
+        def lead(turn: Any) -> None:
+            for i in range(4):
+                turn.subagents.start_continuable("local", f"p{i}", label=f"w{i}", model="echo")
+
+        rt.models.register("lead", lambda _o: lead)
+        root = rt.spawn("lead")
+        done = backend.event()
+        drops: list[Any] = []
+
+        def reader() -> None:
+            last = rt.statistics()
+            while not done.is_set():
+                now = rt.statistics()
+                if now.turns < last.turns or now.accepted < last.accepted:
+                    drops.append((last, now))
+                last = now
+                backend.sleep(0)
+
+        watcher = backend.spawn(reader)
+        for _ in range(15):
+            root.followup("go")
+            assert rt.wait_idle(30)
+        done.set()
+        assert watcher.join(30)
+        assert drops == []
+        final = rt.statistics()
+        assert (final.turns, final.accepted) == (15 * 5, 15 * 5)  # the root's and 4 kids'
 
 
 def test_a_child_activation_as_the_runtime_sees_it(kitp: Kit) -> None:

@@ -172,6 +172,172 @@ def test_a_failed_acceptance_fails_its_span(
     assert any(e.name == "exception" for e in span.events)
 
 
+class _Broken(SpanProcessor):
+    """A span processor that raises for every span, at its start or at its end."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.calls = 0
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self.where == "start":
+            self.calls += 1
+            raise RuntimeError("processor broke at on_start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.where == "end":
+            self.calls += 1
+            raise RuntimeError("processor broke at on_end")
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+def test_a_span_processor_that_raises_loses_spans_not_work(
+    backend: Backend,
+    tmp_path: Path,
+    where: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18 point 3: tracing never changes what happens. A processor raising
+    for every span used to kill the agent whose turn it traced (pykka's unhandled
+    exception; the runtime still counted it live, its next follow-up raised
+    ``AGENT_DISPOSED``, and a parent delegating to a one-shot child never got its
+    result), and to fail an acceptance after the message was accepted. Now the
+    whole tree runs -- turns, a one-shot run, continuable children and their
+    reports -- every call returns, and the failure is logged once loudly."""
+    from subagents.actors._kernel import _telemetry
+
+    monkeypatch.setattr(_telemetry, "_failures", 0)  # loud once per process: this one
+    provider = TracerProvider()
+    broken = _Broken(where)
+    provider.add_span_processor(broken)
+    with Runtime(str(tmp_path / "t.db"), backend=backend, tracing=provider) as rt:
+        rt.models.register("tree", lambda options: tree)
+        root = rt.spawn("tree", label="root")
+        root.followup("root")
+        assert rt.wait_idle(30)
+        rt.sessions.flush()
+        ends = rt.sessions.turn_ends(root.session_id)
+        assert [(e.stop_reason, e.output) for e in ends] == [("completed", "root saw ran oneshot")]
+        assert not root.disposed
+        root.followup("again")  # the agent lives on
+        assert root.wait_idle(30)
+        kids = rt.subagents.list_descendants(root.session_id).rows
+        assert len([r for r in kids if r.mode == "continuable"]) == 2  # kid, grandkid
+        for kid in kids:
+            if kid.mode == "continuable":
+                outputs = [e.output for e in rt.sessions.turn_ends(kid.id)]
+                assert outputs[0] in ("ran kid", "ran grandkid"), outputs
+    assert broken.calls > 10
+    loud = [r for r in caplog.records if r.levelname == "ERROR" and "tracing failed" in r.message]
+    assert len(loud) == 1
+
+
+def test_a_send_to_another_process_and_a_steer_by_id_are_traced(
+    backend: Backend, tmp_path: Path, exporter: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """Issue 18 point 3: ``agents.send`` to a session another runtime holds, and a
+    steer naming the parent by id, each make a ``subagents.followup`` span whose
+    context the message carries: the holder's delivery and turn hang below it. Both
+    paths accepted the message with no span (the send's turn began a trace of its
+    own), unlike the same calls on a live agent."""
+    from subagents.actors.testing import Gate
+
+    provider, spans_out = exporter
+    tracer = provider.get_tracer("test")
+    gate = Gate("steered")
+
+    def worker(turn: Any) -> Any:
+        if turn.content == "block":
+            gate.pass_through(turn.signal)
+            return [m.content for m in turn.steering()]
+        return turn.content
+
+    def lead(turn: Any) -> Any:
+        if turn.content == "go":
+            turn.subagents.start_continuable("local", "hello", label="w", model="worker")
+        return turn.content
+
+    db = str(tmp_path / "t.db")
+    with (
+        Runtime(db, backend=backend, tracing=provider, keep_warm=60) as holder,
+        Runtime(db, backend=backend, tracing=provider) as other,
+    ):
+        holder.models.register("worker", lambda _o: worker)
+        holder.models.register("lead", lambda _o: lead)
+        root = holder.spawn("lead")
+        root.followup("go")
+        assert holder.wait_idle(30)
+        (kid,) = holder.subagents.list_children(root.session_id).rows
+        spans_out.clear()
+        with tracer.start_as_current_span("caller") as caller:
+            sent = other.agents.send(root.session_id, "sent from elsewhere")
+        holder.subagents.followup(root, kid.id, "block")
+        assert gate.wait_reached(30)
+        steered = holder.subagents.followup(root.session_id, kid.id, "by id", steer=True)
+        assert steered.outcome == "steered"
+        gate.release()
+        assert holder.wait_idle(30)
+        assert holder.sessions.turn_ends(kid.id)[-1].output == ["by id"]
+        for _ in range(300):  # the holder runs the sent message when its wake-up lands
+            if any(
+                e.output == "sent from elsewhere"
+                for e in holder.sessions.turn_ends(root.session_id)
+            ):
+                break
+            backend.sleep(0.05)
+        else:
+            raise AssertionError("never ran")
+    spans = spans_out.get_finished_spans()
+    index = _by_id(spans)
+    followups = {_attr(s, "message_id"): s for s in spans if s.name == "subagents.followup"}
+    assert str(steered.message_id) in followups
+    sent_span = followups[str(sent)]
+    assert sent_span.context.trace_id == caller.get_span_context().trace_id
+    (turn,) = [
+        s for s in spans if s.name == "subagents.turn" and _attr(s, "message_id") == str(sent)
+    ]
+    deliver = _parent(turn, index)
+    assert deliver is not None and _parent(deliver, index) is sent_span
+
+
+def test_failed_work_has_an_error_status_and_cancelled_work_none(
+    backend: Backend, tmp_path: Path, exporter: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """Issue 18 point 3: a failed turn and a failed one-shot run have an error
+    status (the run's was unset), and the run names its id (``subagents.run_id``,
+    as tracing.md lists); a turn the closing runtime cancels has none, as an
+    interrupted one (it had one: the text its end records read as an error)."""
+    from subagents.actors.testing import Gate
+
+    provider, spans_out = exporter
+    gate = Gate("held")
+
+    def behaviour(turn: Any) -> Any:
+        if turn.content == "fail":
+            raise RuntimeError("it broke")
+        if turn.content == "delegate":
+            return turn.subagents.delegate("local", "fail", model="mine", timeout=30).stop_reason
+        gate.pass_through(turn.signal)
+        return None
+
+    with Runtime(str(tmp_path / "t.db"), backend=backend, tracing=provider) as rt:
+        rt.models.register("mine", lambda _o: behaviour)
+        agent = rt.spawn("mine")
+        agent.followup("delegate")
+        assert agent.wait_idle(30)
+        agent.followup("hold")
+        assert gate.wait_reached(30)
+    spans = spans_out.get_finished_spans()
+    turns = {_attr(s, "stop_reason"): s for s in spans if s.name == "subagents.turn"}
+    assert set(turns) == {"completed", "failed", "cancelled"}
+    assert not turns["failed"].status.is_ok and not turns["failed"].status.is_unset
+    assert turns["cancelled"].status.is_unset and turns["completed"].status.is_unset
+    (run,) = [s for s in spans if s.name == "subagents.run"]
+    assert _attr(run, "stop_reason") == "failed" and not run.status.is_unset
+    assert _attr(run, "run_id") == _attr(run, "child_id") is not None
+
+
 def test_tracing_off_makes_no_spans_and_leaves_sources_alone(
     backend: Backend, exporter: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:

@@ -179,3 +179,32 @@ def test_a_deadline_cuts_only_the_wait_it_guards(pg_url: str) -> None:
         t.join()
     assert failures == []
     assert cut[0] > 0
+
+
+def test_a_writer_stopped_inside_a_transaction_holds_its_locks_no_longer(
+    pg_url: str, make_header: Any, make_events: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stopped (or starved) in the middle of a write transaction kept its
+    session row locks for as long as its connection lived: every other process's
+    writes to those sessions waited ``lock_timeout_s`` and failed ``TIMEOUT`` (and
+    a group commit waiting so held up everything else it wrote, lease renewals
+    too). The server now ends a connection idle in a transaction (10 s; 1 s
+    here), and the other process's write goes through."""
+    from subagents.store import _pg_txn, _postgres
+
+    monkeypatch.setattr(_postgres, "_IDLE_IN_TRANSACTION_MS", 1000)
+    header = make_header()
+    with PostgresStore(pg_url, lock_timeout_s=20.0) as first, PostgresStore(pg_url) as other:
+        first.create_session(header)
+        stalled = first.connect()  # a connection as the store's writer has it
+        try:
+            stalled.execute("BEGIN")
+            stalled.execute(_pg_txn._LOCK_SESSION.replace("?", "%s"), (header.id.to_bytes(),))
+            start = time.monotonic()
+            other.accept(header.id, make_events(1), now=1.0)  # waited 20 s, then TIMEOUT
+            assert time.monotonic() - start < 15
+            assert len(other.pending(header.id)) == 1
+            with pytest.raises(Exception):  # noqa: B017 - the server ended it
+                stalled.execute("SELECT 1")
+        finally:
+            stalled.close()

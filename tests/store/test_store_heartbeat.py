@@ -117,6 +117,23 @@ def _raw_rows(store: SessionStore, sql: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in pg.execute(sql).fetchall()]  # type: ignore[arg-type]
 
 
+def test_a_late_renewal_never_shortens_the_heartbeat(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
+    """A renewal committed late (its batch waited on a lock, its process stalled)
+    does not move its holder's heartbeat back behind one a later renewal wrote:
+    the holder's leases stayed live only until the older expiry, and another
+    process could take them over while they were held."""
+    head = make_header()
+    store.create_session(head)
+    store.acquire_lease(head.id, "me", now=NOW, expires=NOW + 1)
+    store.renew_lease_count("me", NOW + 50)
+    store.renew_lease_count("me", NOW + 20)  # the late one
+    lease = store.get_lease(head.id)
+    assert lease is not None and lease.expires == NOW + 50
+    _held(store, head.id, by="other", at=NOW + 30)
+
+
 def test_a_renewal_writes_no_lease_row(store: SessionStore, make_header: MakeHeader) -> None:
     """On SQLite and PostgreSQL a renewal of 200 leases leaves the 200 lease rows as
     they were (no row rewritten, no dead tuple) and writes the holder's heartbeat."""
