@@ -402,8 +402,11 @@ class Runtime:
             # First: a pickup in flight may activate a session; none may start after
             # the agents below are listed.
             self.mail.close()
-        # Nor may anything else (a send, a follow-up waking a child, a resume).
+        # Nor may anything else (a send, a follow-up waking a child, a resume); one
+        # begun before must end first, or its agent is in no list and its lease kept.
         self.agents.close()
+        if not self.agents.wait_activations(30.0):
+            logger.warning("an activation was still in flight when the runtime closed")
         agents = self.agents.list()
         for agent in agents:
             # What they accepted and did not run stays in their durable inboxes

@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         from subagents.store import PostgresStore
 
         store = PostgresStore(args.db)
-        owners = Owners(None, connection=store.connect())
+        owners = Owners(None, connect=store.connect)
     else:
         owners = Owners(f"{args.db}.owners")
     with Runtime(store, backend="gevent") as rt:

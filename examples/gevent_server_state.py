@@ -22,21 +22,24 @@ logger = logging.getLogger("gevent_server")
 
 class Owners:
     """Which client created which session, kept in SQLite beside the session store
-    (``None``: in memory, for a memory runtime), or -- given a connection -- in a
-    table of a PostgreSQL store's schema (``PostgresStore.connect()``).
+    (``None``: in memory, for a memory runtime), or -- given ``connect`` -- in a
+    table of a PostgreSQL store's schema (``PostgresStore.connect``).
 
     A new row is committed (fsynced) in gevent's thread pool, so the hub serves
     other requests meanwhile; on a file, reads use a second connection (WAL: they
-    never wait for a commit)."""
+    never wait for a commit). On PostgreSQL every statement runs in the thread
+    pool (a row lock or a slow server must not stop the hub), and a connection
+    the server dropped (a restart) is made again for the next statement."""
 
-    def __init__(self, path: str | None, *, connection: Any = None) -> None:
-        self._db: Any = connection
+    def __init__(self, path: str | None, *, connect: Any = None) -> None:
+        self._connect = connect
+        self._db: Any = connect() if connect is not None else None
         # psycopg spells its placeholders %s, sqlite3 ?.
-        self._mark = "%s" if connection is not None else "?"
-        if connection is None:
+        self._mark = "%s" if connect is not None else "?"
+        if connect is None:
             self._db = _sqlite(path or ":memory:")
         self._writer = self._db
-        if path is not None and connection is None:
+        if path is not None and connect is None:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._writer = _sqlite(path)
         self._lock = threading.Lock()
@@ -51,30 +54,38 @@ class Owners:
         return sql.replace("?", self._mark)
 
     def add(self, session_id: str, client: str, *, root: bool) -> None:
-        gevent.get_hub().threadpool.apply(self._insert, (session_id, client, root))
-
-    def _insert(self, session_id: str, client: str, root: bool) -> None:
-        with self._write_lock:
-            self._writer.execute(
-                self._sql("INSERT INTO owners VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
-                (session_id, client, int(root)),
-            )
+        sql = self._sql("INSERT INTO owners VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+        args = (session_id, client, int(root))
+        gevent.get_hub().threadpool.apply(self._run, (self._write_lock, True, sql, args))
 
     def get(self, session_id: str) -> str | None:
-        with self._lock:
-            row = self._db.execute(
-                self._sql("SELECT client FROM owners WHERE session_id = ?"),
-                (session_id,),
-            ).fetchone()
-        return None if row is None else str(row[0])
+        sql = self._sql("SELECT client FROM owners WHERE session_id = ?")
+        rows = self._read(sql, (session_id,))
+        return None if not rows else str(rows[0][0])
 
     def roots(self, client: str) -> set[str]:
-        with self._lock:
-            rows = self._db.execute(
-                self._sql("SELECT session_id FROM owners WHERE client = ? AND root = 1"),
-                (client,),
-            ).fetchall()
-        return {r[0] for r in rows}
+        sql = self._sql("SELECT session_id FROM owners WHERE client = ? AND root = 1")
+        return {r[0] for r in self._read(sql, (client,))}
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        if self._connect is None:  # SQLite: a local read, never waiting for a writer
+            return self._run(self._lock, False, sql, args)
+        return gevent.get_hub().threadpool.apply(self._run, (self._lock, False, sql, args))
+
+    def _run(self, lock: Any, write: bool, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        with lock:
+            conn = self._writer if write else self._db
+            try:
+                cursor = conn.execute(sql, args)
+            except Exception:
+                if self._connect is None or not (conn.closed or conn.broken):
+                    raise
+                # The server dropped the connection (a restart): once more, anew.
+                with contextlib.suppress(Exception):
+                    conn.close()
+                conn = self._db = self._writer = self._connect()
+                cursor = conn.execute(sql, args)
+            return [] if write else cursor.fetchall()
 
     def close(self) -> None:
         with self._write_lock:

@@ -105,6 +105,21 @@ class SessionClaims:
         if event is not None:
             event.set()
 
+    def wait_none(self, timeout: float) -> bool:
+        """Wait until no activation is in flight (True), or ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._activating:
+                    return True
+                sid, event = next(iter(self._activating.items()))
+                if event is None:
+                    event = self._activating[sid] = self._host.backend.event()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            event.wait(left)
+
     def drop(self, sid: SessionId) -> Any:
         """:meth:`unclaim` inside the registry's lock (registering in the same step):
         returns the waiters' event, for the caller to set once out of it."""

@@ -294,6 +294,12 @@ class AgentRegistry:
         with self._lock:
             self._closing = True
 
+    def wait_activations(self, timeout: float) -> bool:
+        """Wait for the activations begun before :meth:`close` to end (True), each
+        registered or given up -- a refused one releasing its lease -- or
+        ``timeout`` seconds: after, :meth:`list` holds every agent to stop."""
+        return self._claims.wait_none(timeout)
+
     def _forked(self) -> None:
         """In the child of a fork (``_kernel/_fork.py``): the runtime's agents and
         sessions are the parent's. No lock is taken (a thread of the parent's may

@@ -204,10 +204,12 @@ class Writer:
         try:
             results = self._call(self._store.write_many, ops)
         except Exception as exc:  # the store itself failed: every session in the batch
+            abandon_if_forked(self._born)  # forked mid-batch: the parent's, not ours
             logger.exception("persisting a batch of %d writes failed", len(ops))
             results = [exc] * len(ops)
         for sid, done, result in zip(owners, ops, results):
             if isinstance(result, BaseException):
+                abandon_if_forked(self._born)  # (a store refusing the copy: WRONG_PROCESS)
                 if done[0] != "projection":  # derived data: a lost cache row is harmless
                     logger.error("persisting session %s failed: %s", sid, result)
                     self._failed[sid] = result

@@ -270,13 +270,15 @@ class ContinuationManager(Followups):
                 if exc.code != ErrorCode.SESSION_EXISTS:  # another process created it
                     raise
 
-    def wake_chain(self, chain: Sequence[SessionId]) -> None:
+    def wake_chain(self, chain: Sequence[SessionId], *, last_try: bool = True) -> bool:
         """Run what waits in ``chain[-1]``'s durable inbox below ``chain[0]``, live
         here, through the settled sessions between (each a child of the one
         before): each is woken held -- kept from settling, though idle -- until the
         last is woken, which then keeps it resident as its owner. Errors are logged
         (a warning the first time for a child, until it is woken): the messages
-        stay accepted, and the holders' sweeps look again."""
+        stay accepted, and the holders' sweeps look again. False when a session of
+        the chain left residency meanwhile (unless ``last_try``, not logged: the
+        caller tries again)."""
         agents = self.require_agents()
         held: list[Activation] = []
         target = chain[-1]
@@ -291,8 +293,9 @@ class ContinuationManager(Followups):
                         and stand_in.wake_below(target)
                     ):  # placed on a host: that host wakes the rest, below it
                         break
-                    self._unwoken(target, f"{chain[i - 1]} left")
-                    return
+                    if last_try:
+                        self._unwoken(target, f"{chain[i - 1]} left")
+                    return False
                 act = self._wake_held(chain[i], parent, agents, last=i == len(chain) - 1)
                 if act is not None:
                     held.append(act)
@@ -300,11 +303,14 @@ class ContinuationManager(Followups):
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_HELD:  # another process has it: it runs the rest
                 wake_holder(self._ctx.sessions, exc, target)
+            elif exc.code == ErrorCode.UNAUTHORIZED and not last_try:
+                return False  # a parent of it left residency meanwhile: tried again
             else:
                 self._unwoken(target, str(exc))
         finally:
             for act in held:
                 self._tell_quietly(Unhold(act))
+        return True
 
     def _unwoken(self, child_id: SessionId, why: str) -> None:
         # Said once per child: a sweep asks again every ttl/3 while, say, its tree

@@ -66,6 +66,8 @@ logger = logging.getLogger("subagents")
 
 #: How far up a chain of settled parents a wake climbs (a bound, not a tuning knob).
 _MAX_CHAIN = 64
+#: How many times a wake starts again when the chain's top left residency meanwhile.
+_WAKE_TRIES = 3
 
 
 def followup_by_id(
@@ -89,7 +91,13 @@ def followup_by_id(
     """
     parent = agents.get(parent_id)
     if parent is not None:
-        return _local(continuation, parent, child_id, content, source, message_id)
+        try:
+            return _local(continuation, parent, child_id, content, source, message_id)
+        except SubagentError as exc:
+            if exc.code != ErrorCode.UNAUTHORIZED or agents.is_live(parent):
+                raise
+            # The parent left residency since it was looked up (nothing was
+            # accepted): the caller vouches for it, so as where it is not live.
     header = sessions.header(child_id)
     if header is None:
         raise SubagentError(f"no session {child_id}", code=ErrorCode.SESSION_NOT_FOUND)
@@ -163,7 +171,13 @@ def start_by_id(
         return _start_unheld(agents, sessions, continuation, spec, parent_id)
     if parent is None:
         parent = _resume(agents, parent_id)
-    return continuation.start_continuable(dataclasses.replace(spec, parent=parent))
+    try:
+        return continuation.start_continuable(dataclasses.replace(spec, parent=parent))
+    except SubagentError as exc:
+        if exc.code != ErrorCode.UNAUTHORIZED or agents.is_live(parent):
+            raise
+        # Left residency since it was looked up (nothing was created): as above.
+        return start_by_id(agents, sessions, continuation, spec)
 
 
 def _start_unheld(
@@ -207,11 +221,27 @@ def wake_child(
     Raises:
         SubagentError: resuming the top-level agent failed (not ``LEASE_HELD``).
     """
+    # The chain's top may leave residency while it is woken (it settled, or was
+    # disposed): then once more from the start, where it is not live.
+    for attempt in range(_WAKE_TRIES):
+        if _wake_once(agents, sessions, continuation, child_id, parent_id, attempt):
+            return
+
+
+def _wake_once(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    child_id: SessionId,
+    parent_id: SessionId,
+    attempt: int,
+) -> bool:
+    """One try of :func:`wake_child`: False when the chain's top left meanwhile."""
     # A holder's doorbell nobody answers (its process died, on this host) counts as
     # no holder: the lease of a dead holder here is taken over at once.
     child_holder = sessions.wake_address(child_id)
     if child_holder is not None and sessions.ring(child_holder, child_id.to_bytes()):
-        return  # live in another process: its pickup takes it
+        return True  # live in another process: its pickup takes it
     chain = [child_id]
     sid = parent_id
     for _ in range(_MAX_CHAIN):
@@ -220,10 +250,10 @@ def wake_child(
             break  # live here: wake the chain below it
         holder = sessions.wake_address(sid)
         if holder is not None and sessions.ring(holder, child_id.to_bytes()):
-            return  # live in another process: it wakes the chain there
+            return True  # live in another process: it wakes the chain there
         header = sessions.header(sid)
         if header is None:
-            return  # no such parent: nothing can run it
+            return True  # no such parent: nothing can run it
         if header.origin == "subagent" and header.parent_session is not None:
             sid = header.parent_session
             continue
@@ -233,12 +263,12 @@ def wake_child(
             if exc.code != ErrorCode.LEASE_HELD:
                 raise
             wake_holder(sessions, exc, child_id)  # resumed elsewhere meanwhile
-            return
+            return True
         break
     else:
-        return
+        return True
     chain.reverse()
-    continuation.wake_chain(chain)
+    return continuation.wake_chain(chain, last_try=attempt == _WAKE_TRIES - 1)
 
 
 def adopt(

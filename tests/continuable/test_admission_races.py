@@ -14,6 +14,7 @@ rules raced (R-FUP-1, R-FUP-4, R-RES-3, R-DRAIN-1, R-DRAIN-6):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from typing import Any
 import greenlet
 import pytest
 from continuable_kit import CountingStore, Kit, spawn
-from subagents.actors import Runtime
+from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._children._admission import Registry
 from subagents.actors._kernel import Backend
 from subagents.protocol import ErrorCode, SubagentError
@@ -246,3 +247,54 @@ def test_a_followup_that_read_a_stale_phase_meets_the_closed_gate(kit: Kit) -> N
     assert isinstance(error, SubagentError) and error.code == ErrorCode.ADMISSION_CLOSED
     drain.result(20)
     assert "too late" not in kit.contents("kid")
+
+
+def test_a_followup_by_parent_id_never_meets_its_parent_leaving(
+    backend: Backend, tmp_path: Any
+) -> None:
+    """R-FUP-1, R-FUP-4: a follow-up naming the parent by id (the caller vouches
+    for it) while the parent is disposed and resumed over and over: each call is
+    accepted -- it raised ``UNAUTHORIZED`` (about one in three) when the parent it
+    found live left before the child admitted the message -- and each accepted
+    message runs once, in order."""
+    with Runtime(str(tmp_path / "p.db"), backend=backend, lease_ttl=1.5) as rt:
+        rt.models.register("w", lambda _o: lambda turn: turn.content)
+        root = rt.spawn("w", label="root")
+        pid = root.session_id
+        child = rt.subagents.start_continuable(
+            ContinuableStartSpec(parent=root, provider="local", prompt="p", label="k", model="w")
+        ).child_id
+        assert rt.wait_idle(10)
+        done = [False]
+        sent: list[str] = []
+        refused: list[str] = []
+
+        def churn() -> None:
+            while not done[0]:
+                parent = rt.agents.get(pid)
+                if parent is not None:
+                    parent.dispose()
+                else:
+                    with contextlib.suppress(SubagentError):
+                        rt.agents.resume(pid)
+                backend.sleep(0)
+
+        churner = backend.spawn(churn)
+        try:
+            for i in range(150):
+                try:
+                    rt.subagents.followup(pid, child, f"m{i}")
+                    sent.append(f"m{i}")
+                except SubagentError as exc:
+                    refused.append(exc.code)
+                backend.sleep(0)
+        finally:
+            done[0] = True
+            churner.join(30)
+        assert refused == []
+        for _ in range(400):  # what a wake missed, the holders' sweep (ttl / 3) runs
+            ran = [e.output for e in rt.sessions.turn_ends(child)][1:]
+            if len(ran) >= len(sent):
+                break
+            backend.sleep(0.05)
+        assert ran == sent

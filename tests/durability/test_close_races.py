@@ -20,6 +20,13 @@ from subagents.store import SqliteStore
 ROUNDS = 12
 
 
+class _Free:
+    holder = None
+
+
+_FREE = _Free()  # what an unheld session's lease reads as
+
+
 def _family(rt: Runtime) -> tuple[Any, Any]:
     parent = rt.spawn("echo", label="parent")
     child = rt.subagents.start_continuable(
@@ -159,3 +166,56 @@ def test_an_admission_the_stopping_registry_dropped_ends_with_the_close(
     task.join(10)
     assert not task.is_alive(), "the follow-up waited out its admission"
     assert out in ([ErrorCode.RUNTIME_CLOSED], [out[0]]) and out != [ErrorCode.TIMEOUT], out
+
+
+def _close_among_activations(backend: Backend, db: str, cut_at: int) -> list[Any]:
+    """Producers wake cold sessions; the runtime closes after ``cut_at`` calls of
+    each. The sessions whose lease is still held after the close."""
+    rt = Runtime(db, backend=backend)
+    families = [_family(rt) for _ in range(3)]
+    for agent in rt.agents.list():
+        if agent.parent_session is None:
+            agent.dispose()
+    stop = [False]
+    started = backend.event()
+
+    def poke(seed: int) -> None:
+        n = seed
+        while not stop[0]:
+            n += 1
+            pid, cid = families[n % len(families)]
+            try:
+                if n % 2:
+                    rt.agents.send(pid, "x")
+                else:
+                    rt.subagents.followup(pid, cid, "y")
+            except SubagentError:
+                pass  # refused by the close: typed (checked by the tests above)
+            if n - seed == cut_at:
+                started.set()
+            backend.sleep(0)
+
+    tasks = [backend.spawn(poke, seed) for seed in range(3)]
+    assert started.wait(10)
+    rt.close()
+    stop[0] = True
+    for task in tasks:
+        task.join(20)
+    with SqliteStore(db, read_only=True) as store:
+        return [h.id for h in store.all_headers() if (store.get_lease(h.id) or _FREE).holder]
+
+
+def test_a_close_racing_cold_activations_leaves_no_lease_held(
+    backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R-DUR, R-LIFE: producers wake cold sessions (a send to a top-level session,
+    a follow-up by parent id to a settled child) while the runtime closes. An
+    activation that began before the close and registered after it was refused,
+    and released its lease through a writer the close had already shut: the
+    leases stayed held, and the next process waited a whole ``lease_ttl`` for
+    the messages (half the rounds on gevent). The close now waits for the
+    activations in flight: after it every lease is released."""
+    for round_ in range(ROUNDS):
+        held = _close_among_activations(backend, str(tmp_path / f"r{round_}.db"), 3 + round_)
+        assert held == [], round_
+    assert not [r for r in caplog.records if "releasing session" in r.getMessage()]

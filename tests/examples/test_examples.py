@@ -356,3 +356,26 @@ def _interrupted_elsewhere(a: Server, b: Server, agent: str, child: str) -> Any:
             return ends[-1]["output"]
         time.sleep(0.05)  # polling a server over HTTP, as a client would
     raise AssertionError("the turn was not interrupted")
+
+
+def test_a_server_on_postgres_outlives_a_database_restart(own_pg_server: Any) -> None:
+    """The server's ownership table on PostgreSQL used one connection that was
+    never made again: after the database restarted, every request asking who owns
+    a session answered 500 until the server itself was restarted. Now the
+    connection is made again, and the requests go on."""
+    import uuid
+
+    url = f"{own_pg_server.url}?schema=s_{uuid.uuid4().hex[:12]}"
+    srv = start_server(url)
+    try:
+        status, made = srv.call("POST", "/agents", {"label": "kept"}, client="alice")
+        assert status == 200, made
+        own_pg_server.restart()
+        status, listed = srv.call("GET", "/agents", client="alice")
+        assert status == 200, listed
+        assert [a["session_id"] for a in listed["agents"]] == [made["session_id"]]
+        status, again = srv.call("POST", "/agents", {"label": "new"}, client="alice")
+        assert status == 200, again
+        assert srv.call("GET", "/agents", client="mallory")[1] == {"agents": []}
+    finally:
+        stop_server(srv)
