@@ -153,12 +153,25 @@ def packb(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> bytes:
 _local = threading.local()
 
 
+#: A thread's packer starts with a buffer this size (msgpack's own default is
+#: 256 KiB: with an agent per thread, or a greenlet-local per actor under
+#: monkey-patching, that was 256 KiB an agent) ...
+_FIRST_BUFFER: Final = 4096
+#: ... and is dropped after packing a frame larger than this: its buffer never
+#: shrinks, and one large output would stay allocated for the thread's life.
+_KEPT_BUFFER: Final = 65536
+
+
 def _packer() -> msgpack.Packer:
     # One Packer per thread: building one per call costs ~0.7 us of a ~3 us pack.
     packer = getattr(_local, "packer", None)
     if packer is None:
         packer = _local.packer = msgpack.Packer(
-            default=_default, use_bin_type=True, datetime=True, strict_types=True
+            default=_default,
+            use_bin_type=True,
+            datetime=True,
+            strict_types=True,
+            buf_size=_FIRST_BUFFER,
         )
     return packer
 
@@ -181,6 +194,8 @@ def pack_shaped(obj: Any, limits: Limits = DEFAULT_LIMITS) -> bytes:
         _local.packer = None
         raise EncodeError(f"cannot pack value: {type(exc).__name__}: {exc}"[:500]) from exc
     size = len(data)
+    if size > _KEPT_BUFFER:
+        _local.packer = None
     # No str, bin, array or map in a frame can be longer than the frame itself, so
     # only a frame past the smallest of those bounds (or a max_ext_len below the
     # 16 bytes of an id) needs the exact check: read it back with the same limits.

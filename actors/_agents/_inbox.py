@@ -404,9 +404,10 @@ class Inbox:
         return lambda: self._idle_listeners.remove(fn) if fn in self._idle_listeners else None
 
     def add_dispose_listener(self, fn: Callable[[Any], object]) -> None:
-        """Call ``fn(agent)`` once the agent is disposed (in its actor's ``on_stop``)."""
+        """Call ``fn(agent)`` once the agent is disposed (in its ``on_stop``), once per fn."""
         check_listener(fn)
-        self._dispose_listeners.append(fn)
+        if fn not in self._dispose_listeners:  # (each drain of a parent adds its own)
+            self._dispose_listeners.append(fn)
 
     def _settle_one(self) -> bool:
         """One message settled that was no turn (True: the agent is idle now)."""

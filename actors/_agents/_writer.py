@@ -31,6 +31,21 @@ __all__ = ["Writer"]
 logger = logging.getLogger("subagents")
 
 
+def detached(exc: BaseException) -> BaseException:
+    """``exc`` with no traceback, nor its cause's or context's: a failure kept for
+    good (a session's, until it is activated here again) would otherwise keep the
+    frames of the failed batch alive, and every event the batch held."""
+    stack, seen = [exc], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return exc
+
+
 class Writer:
     """The write-behind queue to persistence: one task, writes in order.
 
@@ -116,7 +131,7 @@ class Writer:
             )
         except Exception as exc:
             logger.error("persisting session %s failed: %s", session_id, exc)
-            self._failed[session_id] = exc
+            self._failed[session_id] = detached(exc)
             self._on_failed(session_id, exc)
             return False
         return True
@@ -212,7 +227,7 @@ class Writer:
                 abandon_if_forked(self._born)  # (a store refusing the copy: WRONG_PROCESS)
                 if done[0] != "projection":  # derived data: a lost cache row is harmless
                     logger.error("persisting session %s failed: %s", sid, result)
-                    self._failed[sid] = result
+                    self._failed[sid] = detached(result)
                     self._on_failed(sid, result)
             elif done[0] == "append" and result:
                 self._on_committed(sid, result[-1])

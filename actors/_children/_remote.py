@@ -68,6 +68,8 @@ logger = logging.getLogger("subagents")
 _MAX_CHAIN = 64
 #: How many times a wake starts again when the chain's top left residency meanwhile.
 _WAKE_TRIES = 3
+#: Most sessions a runtime remembers having said it cannot activate.
+_SAID_MAX = 10_000
 
 
 def followup_by_id(
@@ -260,6 +262,8 @@ def _wake_once(
         try:
             _resume(agents, sid)
         except SubagentError as exc:
+            if exc.code == ErrorCode.SESSION_EXISTS:  # being activated here meanwhile:
+                return attempt == _WAKE_TRIES - 1  # again, through it (or the sweep)
             if exc.code != ErrorCode.LEASE_HELD:
                 raise
             wake_holder(sessions, exc, child_id)  # resumed elsewhere meanwhile
@@ -315,12 +319,17 @@ def wake_orphan(
         adopt(agents, sessions, continuation, session_id)
     except SubagentError as exc:
         if exc.code in (ErrorCode.LEASE_HELD, ErrorCode.SESSION_EXISTS):
+            said.discard(session_id)  # somebody runs it: said again if it strands again
             return
         if session_id not in said:
+            if len(said) >= _SAID_MAX:
+                said.clear()  # a bound: at worst a session is said twice
             said.add(session_id)
             logger.warning(
                 "messages wait for %s, which cannot be activated here: %s", session_id, exc
             )
+    else:
+        said.discard(session_id)
 
 
 def _below_live(agents: AgentRegistry, sessions: SessionService, session_id: SessionId) -> bool:
