@@ -31,6 +31,7 @@ class LiveSession:
         "events",
         "header",
         "id",
+        "inbox_n",
         "last_ticket",
         "next_seq",
         "projection_mark",
@@ -58,6 +59,10 @@ class LiveSession:
         # Messages this activation took and stops without running (the runtime is
         # closing): its lease release gives them back to nobody.
         self.unrun: list[MessageId] | None = None
+        # The last durable inbox place this activation committed a message at (0:
+        # none yet): a follow-up committed further on, past a gap, may have been
+        # preceded by messages another process committed that nobody took yet.
+        self.inbox_n = 0
         self.deduplicated = 0  # messages offered again under an accepted id (statistics)
         self._lock = threading.Lock()
 

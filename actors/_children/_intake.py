@@ -29,7 +29,14 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from subagents.actors._agents import Agent, SessionService, Steered, not_open, wake_holder
+from subagents.actors._agents import (
+    Agent,
+    SessionService,
+    Steered,
+    not_open,
+    replay,
+    wake_holder,
+)
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -83,6 +90,9 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
         raise
     if accepted.duplicate:
         return DONE
+    if accepted.n != live.inbox_n + 1:
+        _take_ahead(sessions, agent, accepted.n)
+    live.inbox_n = accepted.n
     try:
         admitted = agent.admit_followup(d.content, d.source, d.message_id)
     except BaseException:
@@ -99,6 +109,25 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
             logger.warning("could not give %s back", d.message_id, exc_info=True)
     d.committed = True
     return ROUTE
+
+
+def _take_ahead(sessions: SessionService, agent: Agent, n: int) -> None:
+    """Take and deliver, first and in order, the messages committed before place
+    ``n`` of ``agent``'s durable inbox that nobody took yet: another process
+    committed them (a follow-up by the parent's id, sent to a worker that does not
+    hold the tree) and rang this one, whose pickup has not run yet. Delivered
+    after the follow-up at ``n`` instead, they would run after a message sent
+    after them. (A first follow-up of an activation looks once: it cannot know
+    the place it follows.)"""
+    try:
+        sid = agent.session_id
+        ahead = [e for e in sessions.pending(sid) if e.epoch is None and e.n < n]
+        if not ahead:
+            return
+        taken = set(sessions.hand_over(sid, [e.message_id for e in ahead], agent.session))
+        replay(agent, [e for e in ahead if e.message_id in taken])
+    except SubagentError as exc:  # the pickup takes them, later: they stay accepted
+        logger.warning("taking the messages ahead of a follow-up failed: %s", exc)
 
 
 def steer_resident(

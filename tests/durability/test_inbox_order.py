@@ -1,0 +1,48 @@
+"""The inbox is FIFO across processes too (R-FUP-1): a follow-up another worker
+committed for a child this process holds runs before one sent after it here,
+even when this process's pickup of the first has not run yet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._agents import _mail
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
+
+
+def test_a_followup_committed_elsewhere_runs_before_one_sent_after_it(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker B (not holding the tree) commits m1 for the child and rings A; A's
+    pickup is held at a gate; the client then sends m2 to A, which holds the child
+    resident. m2 was admitted at once and ran before m1 (the two-servers example
+    test saw it now and then). Now A takes m1 ahead of m2, in order."""
+    db = str(tmp_path / "o.db")
+    pickup = Gate("pickup")
+    held = _mail.Mailman.pickup
+
+    def gated(self: Any, sid: Any) -> None:
+        pickup.pass_through()
+        held(self, sid)
+
+    with Runtime(db, backend=backend, keep_warm=60) as a, Runtime(db, backend=backend) as b:
+        a.models.register("w", lambda _o: lambda turn: turn.content)
+        root = a.spawn("w")
+        child = a.subagents.start_continuable(
+            ContinuableStartSpec(parent=root, provider="local", prompt="p", label="k", model="w")
+        ).child_id
+        assert a.wait_idle(10)
+        monkeypatch.setattr(_mail.Mailman, "pickup", gated)
+        b.subagents.followup(root.session_id, child, "m1")  # committed there, A rung
+        a.subagents.followup(root, child, "m2")
+        pickup.release()
+        for _ in range(200):
+            ran = [e.output for e in a.sessions.turn_ends(child)]
+            if len(ran) >= 3:
+                break
+            backend.sleep(0.05)
+        assert ran == ["p", "m1", "m2"]
