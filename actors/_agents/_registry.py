@@ -389,7 +389,9 @@ class AgentRegistry:
         Raises:
             SubagentError: ``SESSION_NOT_FOUND``; ``UNAUTHORIZED`` for a subagent's
                 session (message it through its parent); the errors of
-                :meth:`resume` (the message is then taken back: nothing accepted);
+                :meth:`resume` (the message is then taken back: nothing accepted),
+                ``LEASE_HELD`` among them under relaxed durability or on a memory
+                store when another process holds the session;
                 ``ENCODE_ERROR``, ``INVALID_ARGUMENT``, the store's error.
         """
         self._host.check_thread()
