@@ -171,7 +171,7 @@ def test_the_threading_runtime_leaves_ctrl_c_to_the_main_thread(tmp_path: Path) 
 
     from subagents.actors._kernel import THREADING
 
-    before = {t.ident for t in threading.enumerate()}
+    before = set(threading.enumerate())  # objects: a thread ended since may lend its ident
     started = THREADING.event()
     release = THREADING.event()
 
@@ -185,7 +185,7 @@ def test_the_threading_runtime_leaves_ctrl_c_to_the_main_thread(tmp_path: Path) 
         agent.followup("hold the actor's thread")
         try:
             assert started.wait(30)
-            ours = [t for t in threading.enumerate() if t.ident not in before]
+            ours = [t for t in threading.enumerate() if t not in before]
             names = [t.name for t in ours]
             assert any(n.startswith("subagents-") for n in names), names  # tasks
             assert any(n.startswith("_AgentActor[") for n in names), names  # the agent's actor
