@@ -174,7 +174,30 @@ class Leases:
             return True
         lost = self._renewed(held, renewed)
         self._confirmed(asked)
-        return session_id in renewed or (session_id not in lost and self.holds(session_id))
+        if session_id in renewed or session_id in lost or not self.holds(session_id):
+            return session_id in renewed
+        return self._still_ours(session_id, held[session_id])
+
+    def _still_ours(self, session_id: SessionId, epoch: int) -> bool:
+        """A lease no renewal has seen yet (taken as its session was created), met
+        after a stall: the renewal cannot say it was lost -- its row may not be
+        written yet -- so its row is read. Another holder's, or a later epoch: it
+        was taken over while this process stood still (it is let go)."""
+        try:
+            lease = self._call(self._store.get_lease, session_id)
+        except SubagentError:
+            return True  # every write is fenced anyway
+        if lease is None or (lease.holder == self.holder.id and lease.epoch == epoch):
+            return True
+        with self._lock:
+            still = self._held.get(session_id) == epoch
+            if still:
+                del self._held[session_id]
+                self._fresh.discard(session_id)
+        if still:
+            logger.error("the lease of session %s was taken over", session_id)
+            self._lost(session_id)
+        return False
 
     def _confirmed(self, asked: float) -> None:
         """A renewal asked at ``asked`` confirmed every lease held, its losses let go."""

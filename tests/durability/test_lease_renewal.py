@@ -143,3 +143,33 @@ def test_a_turn_starting_while_a_renewal_settles_a_loss_is_not_told_held(
         leases.close()
     assert seen["confirm"] is False
     assert lost == [sid]
+
+
+def test_a_session_created_then_taken_over_during_a_stall_is_not_told_held(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A process made a session (its lease: epoch 1, which no renewal had seen yet)
+    and was stopped; another took the lease over; the first continued. Its
+    ``confirm`` before the next turn renewed, did not find the session -- and kept
+    it, as a lease too new to be written yet: it ran a turn of a message the new
+    holder had already run (found with real SIGSTOP / SIGCONT workers). Now the
+    store's lease row is read: taken over, let go."""
+    store = SqliteStore(tmp_path / "s.db")
+    lost: list[SessionId] = []
+    leases = Leases(store, backend, ttl=30.0, lost=lost.append)
+    try:
+        header = dataclasses.replace(ROOT, id=new_session_id())
+        holder, expires, wake = leases.new(header.id)
+        store.create_session(header, lease=(holder, expires, wake))
+        later = time.time() + 3600  # the other process, once the lease expired
+        store.acquire_lease(header.id, "the other", now=later, expires=later + 60)
+        leases._sure_until = time.monotonic() - 1  # it was stopped past its lease
+        assert leases.confirm(header.id) is False
+        assert lost == [header.id]
+        own = new_session_id()  # a fresh lease not written yet is still held
+        leases.new(own)
+        leases._sure_until = time.monotonic() - 1
+        assert leases.confirm(own) is True
+    finally:
+        leases.close()
+        store.close()
