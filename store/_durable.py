@@ -60,6 +60,7 @@ __all__ = [
     "inbox_full",
     "lease_held",
     "lease_lost",
+    "quiet_report",
 ]
 
 #: A renewal forgets heartbeats that lapsed this long (seconds) before it: a process
@@ -147,6 +148,11 @@ def lease_lost(session_id: SessionId, token: LeaseToken) -> SubagentError:
     )
 
 
+def quiet_report(event: Event) -> bool:
+    """Whether ``event`` is a quiet report, which no inbox bound counts."""
+    return type(event) is ReportEvent and event.delivery == "quiet"
+
+
 def inbox_full(session_id: SessionId, limit: int, pending: int) -> InboxFullError:
     """``INBOX_FULL``: an acceptance bounded by ``limit`` found ``pending`` messages
     accepted and not yet done (nothing was accepted)."""
@@ -202,7 +208,8 @@ class DurableQueues(abc.ABC):
         ``limit`` bounds the inbox: when the messages not yet done, with the new
         ones (ids not accepted before), would be more than ``limit``, nothing is
         accepted -- decided in the same transaction as the insert, so concurrent
-        acceptances never overfill it.
+        acceptances never overfill it. Quiet reports take no place: they wait for
+        a turn that only a message starts (:func:`quiet_report`).
 
         Raises:
             SubagentError: ``SESSION_NOT_FOUND``, ``LEASE_LOST``, ``INVALID_ARGUMENT``,

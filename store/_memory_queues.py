@@ -25,6 +25,7 @@ from ._durable import (
     inbox_full,
     lease_held,
     lease_lost,
+    quiet_report,
 )
 from ._validate import (
     check_acquire,
@@ -174,7 +175,9 @@ class MemoryQueues(DurableQueues):
             self._fence(sid, state, token)
             if bound is not None:
                 new = {e.message_id for e in messages if e.message_id not in state.inbox}
-                pending = sum(1 for e in state.inbox.values() if not e.done)
+                pending = sum(
+                    1 for e in state.inbox.values() if not e.done and not quiet_report(e.event)
+                )
                 if new and pending + len(new) > bound:
                     raise inbox_full(sid, bound, pending)
             return [state.add(event, epoch, at) for event in messages]

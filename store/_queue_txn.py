@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, Protocol
 
-from subagents.protocol import SessionId
+from subagents.protocol import DecodeError, SessionId, decode_event
 
 from ._durable import (
     HOLDER_RETENTION,
@@ -22,6 +22,7 @@ from ._durable import (
     inbox_full,
     lease_held,
     lease_lost,
+    quiet_report,
 )
 
 __all__ = ["ANSWERED", "EXPIRY", "INBOX_KEY", "LEASE", "AcceptOp", "QueueTxn", "SqlConn"]
@@ -111,6 +112,21 @@ class AcceptOp:
             and other.epoch == self.epoch
             and other.token == self.token
         )
+
+
+#: The pending entries that may be reports: an encoded event's map holds its type
+#: first (the on-disk format), so this prefix after the map's header is a report's.
+_REPORT_PREFIX: Final = b"\xa4type\xa6report"
+_PENDING_REPORTS: Final = "SELECT body FROM inbox WHERE session = ? AND done = 0"
+
+
+def _quiet(body: bytes) -> bool:
+    if body[1:13] != _REPORT_PREFIX:
+        return False
+    try:
+        return quiet_report(decode_event(body))
+    except DecodeError:
+        return False  # a damaged row counts, as any pending row does
 
 
 class SqlConn(Protocol):
@@ -228,7 +244,11 @@ class QueueTxn:
             if mid not in new and not conn.execute(_KNOWN, (key, mid)).fetchone():
                 new.add(mid)
         if new and int(pending) + len(new) > limit:
-            raise inbox_full(session_id, limit, int(pending))
+            # Quiet reports take no place: read only when it would be refused.
+            bodies = conn.execute(_PENDING_REPORTS, (key,)).fetchall()
+            pending = int(pending) - sum(1 for (body,) in bodies if _quiet(bytes(body)))
+            if pending + len(new) > limit:
+                raise inbox_full(session_id, limit, pending)
 
     def accept_many(self, ops: Sequence[AcceptOp]) -> list[list[Accepted]]:
         """Several acceptances for one session, epoch and lease (``AcceptOp.joins``)

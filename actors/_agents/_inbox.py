@@ -13,19 +13,17 @@ The gate is how admission is closed atomically with respect to quiescence:
   the continuation manager are refused with ``ADMISSION_CLOSED``;
 * ``CLOSED`` -- the agent is retiring or disposed: nothing is admitted.
 
-The registry asks for ``DRAINED`` (:meth:`Inbox.close_admission`) and for
-``CLOSED`` (:meth:`Inbox.close_if_idle`, which succeeds only while nothing is in
-flight); both are decisions the agent makes on its own state, so a follow-up is
-either admitted before the gate moved (and counted, so the agent is not idle) or
-refused after it.
+The registry asks for ``DRAINED`` (:meth:`Inbox.close_admission`) and ``CLOSED``
+(:meth:`Inbox.close_if_idle`: only while nothing is in flight), decided on the
+agent's own state: a follow-up is admitted before the gate moved (and counted:
+the agent is not idle) or refused after it.
 
 ``cancel(cause, keep_inbox=...)`` is out of band: it aborts the running turn's
-signal directly (the actor is busy running it), and with ``keep_inbox=False``
-also raises the discard watermark so every message accepted before the cancel is
-skipped unrun. Work already claimed into the interrupted turn is never requeued.
+signal (the actor is busy running it); ``keep_inbox=False`` skips unrun what was
+accepted before it (the discard watermark). What the cut turn took is not requeued.
 
-Quiescence: ``idle`` is "nothing in flight". Idle listeners run in the actor's
-context each time the agent becomes quiescent; ``wait_idle`` waits for it.
+Quiescence: ``idle`` is "nothing in flight"; idle listeners run in the actor's
+context each time, ``wait_idle`` waits for it.
 """
 
 from __future__ import annotations
@@ -79,15 +77,14 @@ class Inbox:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # Made by the first wait_idle() that finds the agent busy, set and dropped
-        # when it next goes idle: a threading.Event set and cleared every turn
-        # cost a threaded fan-out turn about 0.9 us of Python, for no waiter.
+        # Made by the first wait_idle() that finds the agent busy, dropped when it
+        # next goes idle (an Event set and cleared every turn cost 0.9 us a turn).
         self._idle_waiter: EventLike | None = None
         self._accepted = 0  # messages accepted so far (monotone)
-        # Of _accepted, not messages: calls in the loop, steered leftovers queued
-        # again; and messages steered into a turn (not in _accepted). Statistics.
+        # Statistics: calls, steered leftovers requeued (of _accepted), steered.
         self._calls = self._requeued = self._steered = 0
         self._inflight = 0
+        self._quiet = 0  # of _inflight, quiet reports: no inbox bound counts them
         self._discard_through = 0  # messages with n <= this are skipped (cancel without inbox)
         self._gate = OPEN
         self._disposed = False
@@ -125,12 +122,13 @@ class Inbox:
             raise self._disposed_error()
         ref.actor_inbox.put(message)
 
-    def _reserve(self, drop: bool = False, call: bool = False) -> int:
+    def _reserve(self, drop: bool = False, call: bool = False, quiet: bool = False) -> int:
         with self._lock:
             if self._gate is CLOSED or self._disposed:
                 raise self._disposed_error()
             self._accepted += 1
             self._inflight += 1
+            self._quiet += quiet
             if call:  # in the same step: accepted messages never count it, even briefly
                 self._calls += 1
             if drop:
@@ -189,8 +187,8 @@ class Inbox:
                         code=ErrorCode.ADMISSION_CLOSED,
                     )
                 return False
-            if limit is not None and self._inflight >= limit:
-                raise InboxFullError(str(self.session_id), limit, self._inflight)
+            if limit is not None and self._inflight - self._quiet >= limit:
+                raise InboxFullError(str(self.session_id), limit, self._inflight - self._quiet)
             self._accepted += 1
             self._inflight += 1
             n = self._accepted
@@ -208,7 +206,7 @@ class Inbox:
     ) -> None:
         """Accept a quiet report (context of the next turn); ``content`` is validated.
         ``drop`` as for :meth:`deliver`."""
-        n = self._reserve(drop)
+        n = self._reserve(drop, quiet=True)
         self._put(Quiet(n, message_id, content, source))
 
     def steer_in(
@@ -246,7 +244,7 @@ class Inbox:
             self._steered += 1
             return True
 
-    def _settle_handled(self, ended: Any) -> bool:
+    def _settle_handled(self, ended: Any, quiet: bool = False) -> bool:
         """The message just handled is settled (True: the agent is idle now); when it
         was a turn (``ended``), the messages steered into it that it never took run
         as turns of their own, in order -- counted in the same locked step, so the
@@ -269,6 +267,7 @@ class Inbox:
                     self._inflight += len(rest)
                     self._requeued += len(rest)
             self._inflight -= 1
+            self._quiet -= quiet
             idle = self._inflight == 0
             if idle:
                 self.idle_since = time.monotonic()
@@ -428,7 +427,8 @@ class Inbox:
             ended = turns.ended
             if ended is not None:
                 turns.ended = None
-            if self._settle_handled(ended) and self._idle_listeners:
+            quiet = ended is None and type(message) is Quiet
+            if self._settle_handled(ended, quiet) and self._idle_listeners:
                 for fn in list(self._idle_listeners):
                     try:
                         fn(self)

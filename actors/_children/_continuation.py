@@ -28,11 +28,11 @@ import logging
 import math
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentRegistry, runtime_closed, wake_holder
+from subagents.actors._agents import Agent, AgentRegistry, runtime_closed
 from subagents.actors._kernel import (
     AbortSignal,
     Alarm,
@@ -55,13 +55,13 @@ from subagents.supervision import VISIBLE, Activation, Supervisor, SupervisorInb
 
 from ._admission import Registry
 from ._announce import Announcer
+from ._chains import Chains
 from ._child import ChildContext, StoredParent
 from ._control import drain, interrupt, stored_ancestor
 from ._events import EventBus
 from ._followups import Followups
 from ._intake import start_child_id
 from ._materialize import ADMISSION_TIMEOUT, Materializer
-from ._placed import PlacedChild
 from ._placement import PlacementLookup, release_placed
 from ._provider_registry import ProviderRegistry
 from ._requests import EndCutoff, Hold, RegistryInbox, RemoteAncestor, Reserve, Unhold
@@ -76,10 +76,6 @@ __all__ = ["ContinuationManager"]
 logger = logging.getLogger("subagents")
 
 _NEVER = AbortSignal.never()
-
-#: How often a wake of a settled parent for its child is tried while the parent
-#: keeps leaving residency (it settles at once when idle).
-_HOLD_TRIES = 5
 
 
 def _err(code: str, message: str) -> SubagentError:
@@ -132,7 +128,10 @@ class ContinuationManager(Followups):
         )  # fmt: skip
         #: Children placed here by parents in other processes (:mod:`._hosted`).
         self.hosted: dict[SessionId, Agent] = {}
-        self._failed_wakes: set[SessionId] = set()  # warned of, not woken since
+        #: Waking chains of settled sessions below one live here (by id, sweeps).
+        self.chains = Chains(
+            self.require_agents, self._materializer, ctx.sessions, self._tell_quietly, self.left
+        )
 
     @property
     def keep_warm_seconds(self) -> float:
@@ -206,6 +205,16 @@ class ContinuationManager(Followups):
             return None
         return act if act is not None and act.phase in VISIBLE else None
 
+    def left(self, agent: Agent) -> bool:
+        """Whether ``agent``, live here a moment ago, is no longer: disposed, or a
+        child leaving residency -- then once it has left (its release announced,
+        so what comes next finds it gone)."""
+        act = self._index.get(agent.session_id)
+        if act is not None and act.agent is agent and act.phase not in VISIBLE:
+            act.released.wait(ADMISSION_TIMEOUT)
+            return True
+        return not self.require_agents().is_live(agent)
+
     def activations(self) -> list[Activation]:
         """Every resident Activation."""
         # dict.copy() is one C call: atomic under the GIL while the registry writes.
@@ -269,70 +278,6 @@ class ContinuationManager(Followups):
             except SubagentError as exc:
                 if exc.code != ErrorCode.SESSION_EXISTS:  # another process created it
                     raise
-
-    def wake_chain(self, chain: Sequence[SessionId], *, last_try: bool = True) -> bool:
-        """Run what waits in ``chain[-1]``'s durable inbox below ``chain[0]``, live
-        here, through the settled sessions between (each a child of the one
-        before): each is woken held -- kept from settling, though idle -- until the
-        last is woken, which then keeps it resident as its owner. Errors are logged
-        (a warning the first time for a child, until it is woken): the messages
-        stay accepted, and the holders' sweeps look again. False when a session of
-        the chain left residency meanwhile (unless ``last_try``, not logged: the
-        caller tries again)."""
-        agents = self.require_agents()
-        held: list[Activation] = []
-        target = chain[-1]
-        try:
-            for i in range(1, len(chain)):
-                parent = agents.get(chain[i - 1])
-                if parent is None or not agents.is_live(parent):
-                    stand_in = held[-1].agent if held else None
-                    if (
-                        isinstance(stand_in, PlacedChild)
-                        and stand_in.session_id == chain[i - 1]
-                        and stand_in.wake_below(target)
-                    ):  # placed on a host: that host wakes the rest, below it
-                        break
-                    if last_try:
-                        self._unwoken(target, f"{chain[i - 1]} left")
-                    return False
-                act = self._wake_held(chain[i], parent, agents, last=i == len(chain) - 1)
-                if act is not None:
-                    held.append(act)
-            self._failed_wakes.discard(target)
-        except SubagentError as exc:
-            if exc.code == ErrorCode.LEASE_HELD:  # another process has it: it runs the rest
-                wake_holder(self._ctx.sessions, exc, target)
-            elif exc.code == ErrorCode.UNAUTHORIZED and not last_try:
-                return False  # a parent of it left residency meanwhile: tried again
-            else:
-                self._unwoken(target, str(exc))
-        finally:
-            for act in held:
-                self._tell_quietly(Unhold(act))
-        return True
-
-    def _unwoken(self, child_id: SessionId, why: str) -> None:
-        # Said once per child: a sweep asks again every ttl/3 while, say, its tree
-        # is drained.
-        if child_id in self._failed_wakes:
-            logger.debug("still cannot wake %s: %s", child_id, why)
-            return
-        if len(self._failed_wakes) > 10_000:
-            self._failed_wakes.clear()
-        self._failed_wakes.add(child_id)
-        logger.warning("could not wake %s for what waits in its inbox: %s", child_id, why)
-
-    def _wake_held(
-        self, child_id: SessionId, parent: Agent, agents: AgentRegistry, *, last: bool
-    ) -> Activation | None:
-        """Wake ``child_id`` below ``parent``; unless ``last``, held (a few tries: it
-        may be leaving residency just then)."""
-        for _ in range(_HOLD_TRIES):
-            act = self._materializer.wake(child_id, parent, agents, hold=not last)
-            if last or act is not None:
-                return act
-        raise _err(ErrorCode.UNAUTHORIZED, f"{child_id} kept leaving residency")
 
     # -- interrupt ---------------------------------------------------------------------
 

@@ -14,8 +14,9 @@ a direct subagent of ``parent_id``.
   nobody holds the parent -- the parent is resumed here and wakes the child.
   Whatever moves meanwhile (a holder releasing, dying), the message is committed
   and the holders' sweeps find it.
-* On a memory store or under relaxed durability the parent is resumed here
-  first (nothing can be committed for another process to run).
+* On a memory store or under relaxed durability the parent is made live here
+  first (nothing can be committed for another process to run): see
+  :meth:`Chains.with_parent`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from subagents.protocol import (
     trusted_message,
 )
 
+from ._chains import MAX_CHAIN, WAKE_TRIES, resume_here
 from ._child import StoredParent
 from ._continuation import ContinuationManager
 from ._intake import kept
@@ -64,10 +66,6 @@ __all__ = [
 
 logger = logging.getLogger("subagents")
 
-#: How far up a chain of settled parents a wake climbs (a bound, not a tuning knob).
-_MAX_CHAIN = 64
-#: How many times a wake starts again when the chain's top left residency meanwhile.
-_WAKE_TRIES = 3
 #: Most sessions a runtime remembers having said it cannot activate.
 _SAID_MAX = 10_000
 
@@ -96,7 +94,7 @@ def followup_by_id(
         try:
             return _local(continuation, parent, child_id, content, source, message_id)
         except SubagentError as exc:
-            if exc.code != ErrorCode.UNAUTHORIZED or agents.is_live(parent):
+            if exc.code != ErrorCode.UNAUTHORIZED or not continuation.left(parent):
                 raise
             # The parent left residency since it was looked up (nothing was
             # accepted): the caller vouches for it, so as where it is not live.
@@ -108,8 +106,10 @@ def followup_by_id(
             f"session {child_id} is not a subagent of {parent_id}", code=ErrorCode.UNAUTHORIZED
         )
     if not sessions.strict or sessions.leases is None:
-        parent = _resume(agents, parent_id)
-        return _local(continuation, parent, child_id, content, source, message_id)
+        return continuation.chains.with_parent(
+            parent_id,
+            lambda parent: _local(continuation, parent, child_id, content, source, message_id),
+        )
     check_value(content)  # refuse what the log cannot hold before anything is accepted
     mid = new_message_id() if message_id is None else MessageId(message_id)
     src = source if source is not None else MessageSource(kind="parent", session_id=parent_id)
@@ -154,8 +154,8 @@ def start_by_id(
       the parent's behalf (its sweep finds the child if the ring is lost), or --
       nobody holds the parent -- the parent resumed here. Returns once committed,
       as a start does.
-    * On a memory store or under relaxed durability the parent is resumed here
-      first (nothing can be committed for another process to run).
+    * On a memory store or under relaxed durability the parent is made live
+      here first (:meth:`Chains.with_parent`).
 
     Raises:
         SubagentError: ``SESSION_NOT_FOUND`` (no such parent), ``INVALID_ARGUMENT``,
@@ -166,20 +166,23 @@ def start_by_id(
     """
     assert not isinstance(spec.parent, Agent)
     parent_id = SessionId(spec.parent)
-    parent = agents.get(parent_id)
-    if parent is not None and not agents.is_live(parent):
-        parent = None  # leaving: started as where it is not live
-    if parent is None and sessions.strict and sessions.leases is not None:
+    for _attempt in range(WAKE_TRIES):
+        parent = agents.get(parent_id)
+        if parent is None or not agents.is_live(parent):
+            break  # started as where it is not live
+        try:
+            return continuation.start_continuable(dataclasses.replace(spec, parent=parent))
+        except SubagentError as exc:
+            if exc.code != ErrorCode.UNAUTHORIZED or not continuation.left(parent):
+                raise
+            # Left residency since it was looked up (nothing was created): as
+            # where it is not live, or through its next activation here.
+    if sessions.strict and sessions.leases is not None:
         return _start_unheld(agents, sessions, continuation, spec, parent_id)
-    if parent is None:
-        parent = _resume(agents, parent_id)
-    try:
-        return continuation.start_continuable(dataclasses.replace(spec, parent=parent))
-    except SubagentError as exc:
-        if exc.code != ErrorCode.UNAUTHORIZED or agents.is_live(parent):
-            raise
-        # Left residency since it was looked up (nothing was created): as above.
-        return start_by_id(agents, sessions, continuation, spec)
+    return continuation.chains.with_parent(
+        parent_id,
+        lambda live: continuation.start_continuable(dataclasses.replace(spec, parent=live)),
+    )
 
 
 def _start_unheld(
@@ -215,7 +218,7 @@ def wake_child(
     """Messages wait in a continuable child's durable inbox: wake whoever can run
     them -- the child's holder; else, climbing from its parent through settled
     subagent sessions, the first ancestor live here (the chain below it is woken
-    here, :meth:`ContinuationManager.wake_chain`) or held by another process
+    here, :meth:`Chains.wake`) or held by another process
     (rung about the child: it wakes the chain there); else the top-level agent is
     resumed here first. A committed message is never lost by a failure here: it
     runs at the child's next activation, and the holders' sweeps look again.
@@ -225,7 +228,7 @@ def wake_child(
     """
     # The chain's top may leave residency while it is woken (it settled, or was
     # disposed): then once more from the start, where it is not live.
-    for attempt in range(_WAKE_TRIES):
+    for attempt in range(WAKE_TRIES):
         if _wake_once(agents, sessions, continuation, child_id, parent_id, attempt):
             return
 
@@ -246,7 +249,7 @@ def _wake_once(
         return True  # live in another process: its pickup takes it
     chain = [child_id]
     sid = parent_id
-    for _ in range(_MAX_CHAIN):
+    for _ in range(MAX_CHAIN):
         chain.append(sid)
         if agents.get(sid) is not None:
             break  # live here: wake the chain below it
@@ -260,10 +263,10 @@ def _wake_once(
             sid = header.parent_session
             continue
         try:
-            _resume(agents, sid)
+            resume_here(agents, sid)
         except SubagentError as exc:
             if exc.code == ErrorCode.SESSION_EXISTS:  # being activated here meanwhile:
-                return attempt == _WAKE_TRIES - 1  # again, through it (or the sweep)
+                return attempt == WAKE_TRIES - 1  # again, through it (or the sweep)
             if exc.code != ErrorCode.LEASE_HELD:
                 raise
             wake_holder(sessions, exc, child_id)  # resumed elsewhere meanwhile
@@ -272,7 +275,7 @@ def _wake_once(
     else:
         return True
     chain.reverse()
-    return continuation.wake_chain(chain, last_try=attempt == _WAKE_TRIES - 1)
+    return continuation.chains.wake(chain, last_try=attempt == WAKE_TRIES - 1)
 
 
 def adopt(
@@ -344,17 +347,6 @@ def _below_live(agents: AgentRegistry, sessions: SessionService, session_id: Ses
 
 def _only_quiet(pending: list[Any]) -> bool:
     return all(isinstance(e.event, ReportEvent) and e.event.delivery == "quiet" for e in pending)
-
-
-def _resume(agents: AgentRegistry, parent_id: SessionId) -> Agent:
-    """The parent, live here (resumed from its recorded options if it was not)."""
-    try:
-        return agents.resume(parent_id)
-    except SubagentError as exc:
-        agent = agents.get(parent_id)  # resumed here meanwhile
-        if exc.code != ErrorCode.SESSION_EXISTS or agent is None:
-            raise
-        return agent
 
 
 def _local(

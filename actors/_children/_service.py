@@ -149,7 +149,8 @@ class SubagentService(CatalogReads):
         caller vouches for it (as :class:`UserAuthority` does), and the child is
         started wherever the parent lives -- here; in the process holding it, on a
         strict durable store (the child and its prompt are committed here, and
-        that process activates it); else the parent is resumed here first.
+        that process activates it); else the parent is made live here first
+        (resumed; a subagent parent woken below its lineage).
 
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``PROVIDER_NOT_FOUND``,

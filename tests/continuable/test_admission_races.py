@@ -26,6 +26,7 @@ from continuable_kit import CountingStore, Kit, spawn
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._children._admission import Registry
 from subagents.actors._kernel import Backend
+from subagents.actors._kernel._gate import Latch
 from subagents.protocol import ErrorCode, SubagentError
 
 ROUNDS = 12
@@ -298,3 +299,65 @@ def test_a_followup_by_parent_id_never_meets_its_parent_leaving(
                 break
             backend.sleep(0.05)
         assert ran == sent
+
+
+def test_by_id_meeting_its_parent_settling_waits_until_it_has_left(
+    kitp: Kit, monkeypatch: Any
+) -> None:
+    """R-FUP-1, R-CONT-1, forced interleaving, 3 rounds: a start and a follow-up
+    naming a continuable parent by id, while that parent is settling (retired, its
+    disposal held). The registry refuses the parent ("leaving residency") while it
+    is still registered live; the call used to raise ``UNAUTHORIZED``. Now it
+    waits until the parent has left, then goes through the parent's next
+    activation: each runs once, below it."""
+    kit = kitp
+    rt = kit.rt
+    root = kit.root()
+    c0, _ = kit.start(root, [["start", "c1", "hi"]], label="c0")
+    c1 = kit.sid("c1")
+    assert rt.wait_idle(10)
+    met = [Latch()]
+    reserve = Registry._reserve
+
+    def spied(self: Any, child_id: Any, parent: Any) -> Any:
+        try:
+            return reserve(self, child_id, parent)
+        except SubagentError as exc:
+            if parent.session_id == c0 and exc.code == ErrorCode.UNAUTHORIZED:
+                met[0].set()
+            raise
+
+    monkeypatch.setattr(Registry, "_reserve", spied)
+    hooks = rt.continuation._hooks
+    dispose = hooks.dispose
+    held: list[Any] = []
+
+    def held_dispose(act: Any) -> None:
+        if act.child_id == c0 and held:
+            held.pop().pass_through(None)  # the supervisor, preempted before disposing
+        dispose(act)
+
+    monkeypatch.setattr(hooks, "dispose", held_dispose)
+    for i in range(3):
+        for how in ("start", "followup"):
+            kit.wait_settled("c0")  # so the hold catches the next settle, the wake's
+            met[0] = Latch()
+            gate = kit.gate(f"{how}{i}")
+            held.append(gate)
+            rt.subagents.followup(root, c0, f"wake{how}{i}")  # it runs, then settles
+            assert gate.wait_reached(10)
+            assert rt.agents.is_live(rt.agents.get(c0))  # registered, though leaving
+            if how == "start":
+                spec = ContinuableStartSpec(
+                    parent=c0, provider="local", prompt=f"s{i}", label=f"s{i}", model="cmd"
+                )
+                task = spawn(rt, rt.subagents.start_continuable, spec)
+            else:
+                task = spawn(rt, rt.subagents.followup, c0, c1, f"f{i}")
+            assert met[0].wait(10)  # it met the parent leaving
+            gate.release()
+            task.result(10)
+            assert rt.wait_idle(10)
+    assert [t.content for t in kit.script.turns_of("c1")][1:] == ["f0", "f1", "f2"]
+    for i in range(3):
+        assert [t.content for t in kit.script.turns_of(f"s{i}")] == [f"s{i}"]

@@ -224,3 +224,44 @@ def test_the_count_includes_what_another_runtime_accepted(backend: Backend, tmp_
             assert sorted(kit.contents("kid")[1:]) == ["from a", "from b"]
         finally:
             kit.close()
+
+
+def test_quiet_reports_take_no_place_in_a_bounded_inbox(bkit: Kit) -> None:
+    """A child bounded at one message whose own children report quietly still
+    takes follow-ups: a quiet report waits for the child's next turn, which only a
+    follow-up starts, so one counted against the bound blocked the inbox for
+    good (``INBOX_FULL``, ``wait_for_room`` timing out). Race, 5 rounds: each
+    round's grandchild reports quietly, then the follow-up is accepted and its
+    turn sees the report. R-REP-5."""
+    kit = bkit
+    root = kit.root()
+    sub = kit.rt.subagents
+    child_id, _ = kit.start(root, "p", label="mid", max_inbox=1)
+    for i in range(5):
+        hire = [["start", f"g{i}", [["report", "quiet", f"fyi{i}"]]]]
+        sub.followup(root, child_id, hire, wait_for_room=10)
+        assert kit.rt.wait_idle(10)  # the grandchild ran: its report waits for "mid"
+        sub.followup(root, child_id, f"next{i}")  # not INBOX_FULL
+        assert kit.rt.wait_idle(10)
+        assert f"fyi{i}" in [r.content for r in kit.reports("mid")], i
+
+
+def test_a_quiet_report_waiting_behind_a_running_turn_takes_no_place(bkit: Kit) -> None:
+    """Race, 5 rounds: while a child bounded at two messages runs its turn (one
+    place), its own child reports quietly -- queued behind the turn, in memory and
+    (strict) in the store. A follow-up still finds a place: it was ``INBOX_FULL``
+    (2 of 2) until the turn ended. R-REP-5."""
+    kit = bkit
+    root = kit.root()
+    sub = kit.rt.subagents
+    for i in range(5):
+        prompt = [["start", f"g{i}", [["report", "quiet", f"fyi{i}"]]], ["block", f"b{i}"]]
+        child_id, _ = kit.start(root, prompt, label=f"mid{i}", max_inbox=2)
+        assert kit.gate(f"b{i}").wait_reached(10)
+        assert kit.script.notes.wait_for(
+            lambda items, i=i: any(n[:2] == ("reported", f"g{i}") for n in items)
+        )
+        sub.followup(root, child_id, f"next{i}")  # not INBOX_FULL
+        kit.gate(f"b{i}").release()
+        kit.wait_settled(f"mid{i}")
+        assert f"fyi{i}" in [r.content for r in kit.reports(f"mid{i}")], i

@@ -21,6 +21,7 @@ from durability_kit import Noted, two_runtimes, until
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
+from subagents.store import MemoryStore
 
 
 @pytest.fixture
@@ -130,3 +131,52 @@ def test_concurrent_wakes_of_siblings_below_a_settled_parent_leave_no_hold(
         for k in range(2):
             assert noted.runs(f"r{i}-{k}", ["a"]), (i, k)
         assert until(a, lambda: _settled(a, p, *kids)), i
+
+
+@pytest.mark.parametrize("where", ["memory", "relaxed"])
+def test_by_id_below_a_subagent_parent_where_nothing_is_committed_wakes_its_lineage(
+    backend: Backend, tmp_path: Any, where: str
+) -> None:
+    """On a memory store, or under relaxed durability, nothing is committed for
+    another process to run, so a follow-up or start naming a *subagent* parent by
+    id gets that parent live here: the top-level agent resumed, the levels below it
+    woken held. It used to resume the parent as if top-level, and raise
+    ``UNAUTHORIZED`` ("is a subagent"). Race, 10 rounds, the tree settling between
+    each: the root disposed (memory) or a new runtime on the same file (relaxed).
+    R-CONT-1, R-CONT-3."""
+    store: Any = MemoryStore() if where == "memory" else str(tmp_path / "relaxed.db")
+    durability = "strict" if where == "memory" else "relaxed"
+    noted = Noted()
+    rt = Runtime(store, backend=backend, durability=durability)
+    try:
+        _register(rt, noted, "here")
+        root = rt.spawn("note", label="root")
+        root_id = root.session_id
+        p, _mid = rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=root, provider="local", prompt="spawn", label="p", model="tree"
+            )
+        )
+        assert noted.runs("g", ["here"])
+        (g,) = [r.id for r in rt.subagents.list_children(p).rows]
+        for i in range(10):
+            assert until(rt, lambda rt=rt: _settled(rt, p, g)), i
+            if where == "memory":
+                rt.agents.get(root_id).dispose()  # type: ignore[union-attr]
+            else:
+                rt.close()
+                rt = Runtime(store, backend=backend, durability=durability)
+                _register(rt, noted, "here")
+            assert rt.agents.get(root_id) is None
+            rt.subagents.followup(p, g, f"m{i}")
+            assert noted.runs(f"m{i}", ["here"]), i
+            child, _mid = rt.subagents.start_continuable(
+                ContinuableStartSpec(
+                    parent=p, provider="local", prompt=f"s{i}", label="s", model="note"
+                )
+            )
+            assert noted.runs(f"s{i}", ["here"]), i
+            assert child in [r.id for r in rt.subagents.list_children(p).rows]
+        assert [c for _, c, _ in noted.items()].count("m7") == 1
+    finally:
+        rt.close()

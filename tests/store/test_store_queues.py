@@ -669,7 +669,7 @@ def test_a_bounded_acceptance_counts_every_pending_message(
     store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
 ) -> None:
     """``accept(..., limit=n)``: the messages not yet done (handed to an activation
-    or to nobody, reports too) and the new ones must fit ``n``, else ``INBOX_FULL``
+    or to nobody, waking reports too) and the new ones must fit ``n``, else ``INBOX_FULL``
     and nothing of the call is accepted; repeats of accepted ids take no room and
     are still answered as duplicates; a done message frees its place."""
     h = make_header()
@@ -677,7 +677,7 @@ def test_a_bounded_acceptance_counts_every_pending_message(
     first = make_events(2)
     store.accept(h.id, first[:1], epoch=3)  # handed to activation 3
     store.accept(h.id, first[1:])  # taken by nobody
-    report = ReportEvent(message_id=new_message_id(), content="r")
+    report = ReportEvent(message_id=new_message_id(), content="r", delivery="waking")
     store.accept(h.id, [report])
     a, b = make_events(2)
     with pytest.raises(SubagentError) as err:
@@ -704,6 +704,33 @@ def test_a_bounded_acceptance_counts_every_pending_message(
             store.accept(h.id, make_events(1), limit=bad)
         assert _code(err) == ErrorCode.INVALID_ARGUMENT
     assert len(store.pending(h.id)) == 3
+
+
+def test_quiet_reports_take_no_place_in_a_bounded_inbox(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """A quiet report waits for a turn that only a message starts: counted, a
+    child full of them could never be sent that message. The bound counts
+    messages and waking reports, not quiet reports (``pending`` in the refusal
+    says the same); a quiet report is still pending and still accepted."""
+    h = make_header()
+    store.create_session(h)
+    quiet = [
+        ReportEvent(message_id=new_message_id(), content={"n": i}, delivery="quiet")
+        for i in range(3)
+    ]
+    store.accept(h.id, quiet)
+    (first,) = make_events(1)
+    assert [x.duplicate for x in store.accept(h.id, [first], limit=1)] == [False]
+    waking = ReportEvent(message_id=new_message_id(), content="w", delivery="waking")
+    store.accept(h.id, [waking])
+    (over,) = make_events(1)
+    with pytest.raises(SubagentError) as err:
+        store.accept(h.id, [over], limit=2)
+    assert _code(err) == ErrorCode.INBOX_FULL
+    assert err.value.hint["pending"] == 2
+    assert len(store.pending(h.id)) == 5
+    store.accept(h.id, [over], limit=3)
 
 
 def test_racing_bounded_acceptances_never_overfill_the_inbox(
