@@ -344,7 +344,41 @@ def resume(ctx: Context) -> list[Row]:
                 )
         small, big = by_size[sizes[0]], by_size[sizes[1]]
         rows += [small, compare(big, small, target=2.0)]
+        rows += _resume_top_level(backend, sizes, reps)
     return rows
+
+
+def _resume_top_level(backend: str, sizes: tuple[int, int], reps: int) -> list[Row]:
+    """A top-level agent disposed and resumed (as a server disposing idle agents
+    does): a resume and one turn, at each log size. Its disposal's checkpoint
+    keeps the resume from refolding the whole log."""
+    by_size: dict[int, Row] = {}
+    with Runtime(MemoryStore(), backend=backend) as rt:
+        for size in sizes:
+            agent = rt.spawn("echo", label=f"top{size}")
+            sid = agent.session_id
+            for i in range(max(1, size // 3)):  # each turn appends 3 events
+                agent.followup(i)
+            agent.wait_idle(60)
+            agent.dispose()
+            lat = []
+            for i in range(reps):
+                t = time.perf_counter()
+                agent = rt.agents.resume(sid)
+                agent.followup(f"resume {i}")
+                agent.wait_idle(30)
+                lat.append(time.perf_counter() - t)
+                agent.dispose()
+            by_size[size] = Row(
+                workload=f"top-level resume after dispose, {size} prior events",
+                backend=backend,
+                store="memory",
+                value=statistics.median(lat) * 1e6,
+                unit="us",
+                better="lower",
+            )
+    small, big = by_size[sizes[0]], by_size[sizes[1]]
+    return [small, compare(big, small, target=2.0)]
 
 
 def _wait_settled(rt: Runtime, cid: Any, timeout: float = 30.0) -> None:

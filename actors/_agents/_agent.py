@@ -86,6 +86,9 @@ class Agent(Followups):
         self._flush_on_stop = True
         self._checkpoint_on_stop = False
         self._descriptor: Any = None  # a continuable child's folded descriptor
+        # A top-level agent's recorded options (its agent/options payload): its
+        # checkpoint carries them, the log's record of them being before it.
+        self._recorded: Any = None
         #: Seqs of the log's events that did not decode when it was resumed with
         #: ``damaged="skip"`` (they stay in the store); empty otherwise.
         self.damaged_seqs: tuple[int, ...] = ()
@@ -253,7 +256,9 @@ class Agent(Followups):
         Called from the agent's own turn, or with ``wait=False``, it does not wait
         for the actor: the release completes in the actor's ``on_stop``.
         ``checkpoint=True`` (a continuable child settling) writes its folded state
-        first, so a cold resume reads the checkpoint instead of the whole log.
+        first, so a cold resume reads the checkpoint instead of the whole log. A
+        top-level agent spawned by model name always writes one (with its
+        recorded options), unless resumed around damaged events.
         """
         self._host.sessions.check_process()
         timeout = check_timeout(timeout)
@@ -267,7 +272,7 @@ class Agent(Followups):
             self._disposed = True
             if first:
                 self._checkpoint_on_stop = checkpoint
-                self._turns.keeps_context = checkpoint and self._descriptor is not None
+                self._turns.keeps_context = self._checkpoints(checkpoint)
         if not first:
             if wait and not self._in_own_loop():
                 self._stopped.wait(timeout)
@@ -323,22 +328,27 @@ class Agent(Followups):
             self._stopped.set()
             host.released(self)
 
+    def _checkpoints(self, asked: bool) -> bool:
+        """Whether its disposal writes a checkpoint: a continuable child's when
+        ``asked`` (settling); a top-level agent's that records its options always,
+        unless it was resumed around damaged events (a checkpoint would hide them)."""
+        if self._descriptor is not None:
+            return asked
+        return self._recorded is not None and not self.damaged_seqs
+
     def _let_go(self, sessions: Any) -> None:
-        """Checkpoint (a settling child), flush and release the session."""
-        if self._checkpoint_on_stop and self._descriptor is not None:
+        """Checkpoint (a settling child, a top-level agent), flush and release the session."""
+        if self._checkpoints(self._checkpoint_on_stop):
             # Quiet reports not yet seen by a turn are folded state too: the next
             # turn of the next epoch sees them (R-REP-5).
             pending = self._turns.pending_context()
-            sessions.checkpoint(
-                self._session,
-                {
-                    "next_turn": self._turns.next_turn,
-                    "descriptor": descriptor_payload(self._descriptor),
-                    "context": pending,
-                },
-                # A descriptor payload nests two levels; report contents are free-form.
-                shaped=not pending,
-            )
+            state = {"next_turn": self._turns.next_turn, "context": pending}
+            if self._descriptor is not None:
+                state["descriptor"] = descriptor_payload(self._descriptor)
+            else:
+                state["options"] = dict(self._recorded)
+            # Descriptor and options payloads nest two levels; reports are free-form.
+            sessions.checkpoint(self._session, state, shaped=not pending)
         self._host.leaving(self._session, self._descriptor)
         if self._flush_on_stop and sessions.persistence is not None:
             try:

@@ -38,7 +38,7 @@ from ._host import AgentHost
 from ._live import LiveSession
 from ._options import AgentOptions
 from ._output import check_agent_arguments
-from ._resume import Restored, replay, restore
+from ._resume import Restored, recorded_payload, replay, restore
 from ._send import send_unheld, subagent_refused
 from ._turn import Turn
 
@@ -112,6 +112,8 @@ class AgentRegistry:
         except BaseException:
             self._claims.unclaim(sid)
             raise
+        if header.parent_session is None and seed:
+            agent._recorded = recorded_payload(seed)
         try:
             self._register(agent, claimed=True)  # one step: registered, claim ended
         except BaseException:

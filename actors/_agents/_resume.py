@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.protocol import (
+    AgentOptionsEvent,
     ContinuableDescriptor,
     CorruptRecordError,
     DescriptorFold,
@@ -36,6 +37,7 @@ from subagents.protocol import (
     SubagentError,
     TurnEnd,
     TurnStart,
+    agent_options_event,
     fold_agent_options,
     parse_descriptor_payload,
     try_fold_subagent_descriptor,
@@ -48,7 +50,15 @@ from ._host import AgentHost
 from ._options import AgentOptions
 from ._sessions import SessionService
 
-__all__ = ["CUT_SHORT", "DAMAGED_POLICIES", "Restored", "replay", "restore", "stored_options"]
+__all__ = [
+    "CUT_SHORT",
+    "DAMAGED_POLICIES",
+    "Restored",
+    "recorded_payload",
+    "replay",
+    "restore",
+    "stored_options",
+]
 
 logger = logging.getLogger("subagents")
 
@@ -111,7 +121,7 @@ def restore(
         events = [r.event for r in records]
         fold = _fold(header, state, events)
         if options is None:
-            options = options_from_fold(fold, sid, behaviour, events)
+            options = options_from_fold(fold, sid, behaviour, events, state)
         built: Behaviour = (
             as_behaviour(behaviour)
             if behaviour is not None
@@ -135,6 +145,8 @@ def restore(
     agent.damaged_seqs = tuple(skipped or ())
     if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
         agent._descriptor = fold.descriptor
+    elif header.parent_session is None:
+        agent._recorded = recorded_payload(events, state)
     try:
         open_turn = _open_turn(events)
         if open_turn is not None:
@@ -231,14 +243,39 @@ def stored_options(sessions: SessionService, sid: SessionId) -> tuple[SessionHea
     """
     header, _next_seq, state, records = sessions.load_state(sid)
     events = [r.event for r in records]
-    return header, options_from_fold(_fold(header, state, events), sid, None, events)
+    return header, options_from_fold(_fold(header, state, events), sid, None, events, state)
+
+
+def recorded_payload(
+    events: Sequence[Event], state: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """A top-level session's recorded options as its log (after ``state``, a
+    checkpoint that carries them) records them: the ``agent/options`` payload a
+    checkpoint of it keeps, or None (none recorded, or not readable: then its
+    resumes are told, as without a checkpoint)."""
+    recorded = fold_agent_options(_with_checkpointed(events, state))
+    if recorded.verdict != "ok" or recorded.options is None:
+        return None
+    return dict(agent_options_event(recorded.options).payload)
+
+
+def _with_checkpointed(events: Sequence[Event], state: dict[str, Any] | None) -> Sequence[Event]:
+    """``events``, after the options a checkpoint carries (the log's own record of
+    them is before the checkpoint; a later record wins)."""
+    kept = None if state is None else state.get("options")
+    return events if kept is None else [AgentOptionsEvent(payload=kept), *events]
 
 
 def options_from_fold(
-    fold: Any, sid: SessionId, behaviour: Any, events: Sequence[Event] = ()
+    fold: Any,
+    sid: SessionId,
+    behaviour: Any,
+    events: Sequence[Event] = (),
+    state: dict[str, Any] | None = None,
 ) -> AgentOptions:
     """The options a resumed agent is rebuilt with: from its continuable descriptor,
-    else (a top-level agent) from its recorded ``agent/options``."""
+    else (a top-level agent) from its recorded ``agent/options`` (``state``: a
+    checkpoint, which carries them)."""
     if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):
         d = fold.descriptor
         return AgentOptions(
@@ -256,7 +293,7 @@ def options_from_fold(
         raise SubagentError(
             f"session {sid} has a {fold.verdict} descriptor: {fold.reason}", code=code
         )
-    recorded = fold_agent_options(events)
+    recorded = fold_agent_options(_with_checkpointed(events, state))
     if recorded.verdict == "ok" and recorded.options is not None:
         o = recorded.options
         return AgentOptions(

@@ -21,6 +21,7 @@ from subagents.protocol import (
     MessageEvent,
     SessionId,
     SubagentError,
+    TurnEnd,
     TurnStart,
     new_message_id,
 )
@@ -83,9 +84,11 @@ def pending(db: str, session: SessionId) -> list[Any]:
         return [e.event.content for e in store.pending(session)]
 
 
-def build(db: str, backend: Backend) -> tuple[SessionId, SessionId, int]:
+def build(db: str, backend: Backend, checkpoint: bool = False) -> tuple[SessionId, SessionId, int]:
     """A root with two finished turns and a continuable child; the seq of the
-    root's first ``message`` event."""
+    root's first ``message`` event. Without ``checkpoint`` the root's checkpoint
+    (written at its disposal) is taken away, as a crash before it leaves none:
+    its resume reads the whole log."""
     with Runtime(db, backend=backend) as rt:
         root = rt.spawn("echo", label="root")
         child = rt.subagents.start_continuable(
@@ -97,6 +100,9 @@ def build(db: str, backend: Backend) -> tuple[SessionId, SessionId, int]:
         rt.sessions.flush()
         records = rt.sessions.read(root.session_id)
     seq = next(r.seq for r in records if isinstance(r.event, MessageEvent))
+    if not checkpoint:
+        gone = _sql(db, "DELETE FROM checkpoints WHERE session = ?", root.session_id.to_bytes())
+        assert gone == 1
     return root.session_id, child, seq
 
 
@@ -137,6 +143,34 @@ def test_a_damaged_parent_is_refused_and_resumed_around_the_damage(
         if not isinstance(r, SubagentError) and isinstance(r.event, TurnStart)
     ]
     assert len(turns) == len(set(turns)), turns  # no turn number reused
+
+
+def test_damage_behind_a_top_level_checkpoint_does_not_stop_its_resume(
+    backend: Backend, db: str
+) -> None:
+    """A top-level agent spawned by model name checkpoints at its disposal; a row
+    damaged before the checkpoint is not read by its resume (the checkpoint folds
+    it), so the damage stays local to that row: the agent resumes whole, with its
+    recorded model, its turns numbered on, while a scan still names the row.
+    R-ERR-1."""
+    root_id, child, seq = build(db, backend, checkpoint=True)
+    garble(db, root_id, seq)
+    with Runtime(db, backend=backend) as rt:
+        root = rt.agents.resume(root_id)
+        assert root.damaged_seqs == ()
+        assert root.options.model == "echo"
+        root.followup("after the damage")
+        rt.subagents.followup(root, child, "reached")
+        assert rt.wait_idle(10)
+        rt.sessions.flush()
+    with open_store(db) as store:
+        rows = list(store.scan(root_id))
+    assert [r.seq for r in rows if isinstance(r, SubagentError)] == [seq]
+    ends = [
+        r.event for r in rows if not isinstance(r, SubagentError) and isinstance(r.event, TurnEnd)
+    ]
+    assert [e.turn for e in ends] == list(range(len(ends)))
+    assert ends[-1].output == "after the damage"
 
 
 def test_a_child_without_its_descriptor_is_descriptor_corrupt(backend: Backend, db: str) -> None:
