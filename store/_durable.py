@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from subagents.protocol import (
+    DecodeError,
     ErrorCode,
     Event,
     InboxFullError,
@@ -43,6 +44,7 @@ from subagents.protocol import (
     ReportEvent,
     SessionId,
     SubagentError,
+    decode_event,
 )
 
 from ._validate import check_session_ids
@@ -60,6 +62,7 @@ __all__ = [
     "inbox_full",
     "lease_held",
     "lease_lost",
+    "quiet_body",
     "quiet_report",
 ]
 
@@ -151,6 +154,21 @@ def lease_lost(session_id: SessionId, token: LeaseToken) -> SubagentError:
 def quiet_report(event: Event) -> bool:
     """Whether ``event`` is a quiet report, which no inbox bound counts."""
     return type(event) is ReportEvent and event.delivery == "quiet"
+
+
+#: A report's stored body: an encoded event's map holds its type first (the on-disk
+#: format), so this prefix after the map's header is a report's.
+_REPORT_PREFIX: Final = b"\xa4type\xa6report"
+
+
+def quiet_body(body: object) -> bool:
+    """Whether a stored inbox body is a quiet report's (a damaged one is not)."""
+    if not isinstance(body, (bytes, bytearray, memoryview)) or body[1:13] != _REPORT_PREFIX:
+        return False
+    try:
+        return quiet_report(decode_event(bytes(body)))
+    except DecodeError:
+        return False
 
 
 def inbox_full(session_id: SessionId, limit: int, pending: int) -> InboxFullError:

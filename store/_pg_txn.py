@@ -36,6 +36,7 @@ from psycopg.pq import TransactionStatus
 from subagents.protocol import SessionHeader, SessionId, SubagentError
 
 from ._base import not_found
+from ._cells import STORED_VALUE_ERRORS, stored_value_error
 from ._durable import LeaseToken, Release, lease_lost
 from ._group import WriteRequest
 from ._pg_deadline import deadline_passed
@@ -199,7 +200,7 @@ class PgWriter:
             for request in batch:
                 request.finish(error=exc)
             return
-        except _RETRY:
+        except (*_RETRY, *STORED_VALUE_ERRORS):
             pass  # another process raced us (or one request broke a key): one by one
         except psycopg.Error as exc:
             # One request the server refused (a trigger, a check) must not fail the
@@ -216,6 +217,8 @@ class PgWriter:
                 request.finish(error=exc)
             except psycopg.Error as exc:
                 request.finish(error=pg_error(exc))
+            except STORED_VALUE_ERRORS as exc:
+                request.finish(error=stored_value_error(exc))
 
     def _begin(self) -> PgConn:
         """The write connection, in a new transaction. A connection the server

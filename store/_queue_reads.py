@@ -21,6 +21,7 @@ from subagents.protocol import (
 )
 
 from ._base import not_found
+from ._cells import integer, real, text_or_none
 from ._durable import DurableQueues, InboxEntry, Lease
 from ._queue_txn import EXPIRY, LEASE
 from ._validate import (
@@ -98,6 +99,8 @@ class SqlQueueReads(DurableQueues):
         """Decode one inbox row onto ``entries``; a bad one raises, or is named in
         ``damaged`` and skipped."""
         try:
+            if type(n) is not int or not (epoch is None or type(epoch) is int):
+                raise DecodeError("an inbox entry's place or epoch is no integer")
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise DecodeError(f"an inbox body is bytes, got {type(body).__name__}")
             event = decode_event(bytes(body), limits=self._limits)
@@ -106,9 +109,9 @@ class SqlQueueReads(DurableQueues):
         except DecodeError as exc:
             if damaged is None:
                 raise _corrupt_entry(sid, n, exc) from exc
-            damaged.append(int(n))
+            damaged.append(n if type(n) is int else -1)
             return
-        entries.append(InboxEntry(int(n), event, None if epoch is None else int(epoch)))
+        entries.append(InboxEntry(n, event, epoch))
 
     def orphans(self, now: float) -> list[SessionId]:
         at = check_seconds(now, "now")
@@ -143,7 +146,13 @@ class SqlQueueReads(DurableQueues):
         if not rows:
             return None
         holder, epoch, expires, wake = rows[0]
-        return Lease(sid, holder, int(epoch), float(expires), wake)
+        return Lease(
+            sid,
+            text_or_none(holder, sid, "lease holder"),
+            integer(epoch, sid, "lease epoch"),
+            real(expires, sid, "lease expiry"),
+            text_or_none(wake, sid, "lease wake address"),
+        )
 
 
 def _corrupt_entry(session_id: SessionId, n: int, exc: DecodeError) -> CorruptRecordError:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, Protocol
 
-from subagents.protocol import DecodeError, SessionId, decode_event
+from subagents.protocol import SessionId
 
+from ._cells import integer, real, text_or_none
 from ._durable import (
     HOLDER_RETENTION,
     Accepted,
@@ -22,7 +23,7 @@ from ._durable import (
     inbox_full,
     lease_held,
     lease_lost,
-    quiet_report,
+    quiet_body,
 )
 
 __all__ = ["ANSWERED", "EXPIRY", "INBOX_KEY", "LEASE", "AcceptOp", "QueueTxn", "SqlConn"]
@@ -114,19 +115,7 @@ class AcceptOp:
         )
 
 
-#: The pending entries that may be reports: an encoded event's map holds its type
-#: first (the on-disk format), so this prefix after the map's header is a report's.
-_REPORT_PREFIX: Final = b"\xa4type\xa6report"
-_PENDING_REPORTS: Final = "SELECT body FROM inbox WHERE session = ? AND done = 0"
-
-
-def _quiet(body: bytes) -> bool:
-    if body[1:13] != _REPORT_PREFIX:
-        return False
-    try:
-        return quiet_report(decode_event(body))
-    except DecodeError:
-        return False  # a damaged row counts, as any pending row does
+_PENDING_BODIES: Final = "SELECT body FROM inbox WHERE session = ? AND done = 0"
 
 
 class SqlConn(Protocol):
@@ -245,8 +234,8 @@ class QueueTxn:
                 new.add(mid)
         if new and int(pending) + len(new) > limit:
             # Quiet reports take no place: read only when it would be refused.
-            bodies = conn.execute(_PENDING_REPORTS, (key,)).fetchall()
-            pending = int(pending) - sum(1 for (body,) in bodies if _quiet(bytes(body)))
+            bodies = conn.execute(_PENDING_BODIES, (key,)).fetchall()
+            pending = int(pending) - sum(1 for (body,) in bodies if quiet_body(body))
             if pending + len(new) > limit:
                 raise inbox_full(session_id, limit, pending)
 
@@ -380,7 +369,10 @@ class QueueTxn:
         row = self.conn.execute(LEASE, (key,)).fetchone()
         epoch = 0
         if row is not None:
-            current, epoch, until, their_wake = row
+            current = text_or_none(row[0], session_id, "lease holder")
+            epoch = integer(row[1], session_id, "lease epoch")
+            until = real(row[2], session_id, "lease expiry")
+            their_wake = text_or_none(row[3], session_id, "lease wake address")
             if (
                 current is not None
                 and current != holder

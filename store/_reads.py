@@ -30,6 +30,7 @@ from subagents.protocol import (
 )
 
 from ._base import LogRecord, not_found
+from ._cells import blob, corrupt_cell, integer
 from ._committed import unit_name
 from ._keys import StoredKey, raw_key
 from ._validate import check_int, check_session_id, check_session_ids
@@ -78,6 +79,8 @@ class SqlReads:
         raise NotImplementedError
 
     def _decode(self, session_id: SessionId, seq: int, body: bytes) -> LogRecord:
+        if type(seq) is not int:  # SQLite keeps what a column is given
+            raise corrupt_cell(session_id, "event seq", seq)
         try:
             return LogRecord(seq, decode_event(body, limits=self._limits))
         except DecodeError as exc:
@@ -129,14 +132,18 @@ class SqlReads:
                 "SELECT seq, body FROM events WHERE session = ? AND seq >= ? ORDER BY seq LIMIT ?",
                 (key, seq, _SCAN_CHUNK),
             )
-            for seq, body in rows:
+            last = None
+            for row_seq, body in rows:
                 try:
-                    yield self._decode(sid, seq, body)
+                    yield self._decode(sid, row_seq, body)
                 except CorruptRecordError as exc:
                     yield exc
-            if len(rows) < _SCAN_CHUNK:
+                if type(row_seq) is int:
+                    last = row_seq
+            # Seqs that are no integers (a damaged file) sort after every integer.
+            if len(rows) < _SCAN_CHUNK or last is None:
                 return
-            seq += 1
+            seq = last + 1
 
     def header(self, session_id: SessionId | str) -> SessionHeader | None:
         sid = check_session_id(session_id)
@@ -281,8 +288,8 @@ class SqlReads:
         # as the default reads rows of decodable children only.
         for item, row in zip(found, rows):
             if type(item) is SessionHeader:
-                if row[4] is not None:
-                    cached[item.id] = (int(row[4]), bytes(row[5]))
+                if row[4] is not None and _cached(row[4], row[5]):
+                    cached[item.id] = (row[4], bytes(row[5]))
                 if row[6]:
                     branching.add(item.id)
         return found, cached, branching
@@ -321,7 +328,9 @@ class SqlReads:
     def get_checkpoint(self, session_id: SessionId | str) -> tuple[int, bytes] | None:
         sid = check_session_id(session_id)
         rows = self._query("SELECT seq, data FROM checkpoints WHERE session = ?", (sid.to_bytes(),))
-        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+        if not rows:
+            return None
+        return integer(rows[0][0], sid, "checkpoint seq"), blob(rows[0][1], sid, "checkpoint")
 
     # -- writes ---------------------------------------------------------------
 
@@ -331,7 +340,8 @@ class SqlReads:
             "SELECT seq, data FROM projection_cache WHERE session = ? AND unit = ?",
             (sid.to_bytes(), unit_name(unit)),
         )
-        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+        # Derived data: a row of the wrong kinds is as good as none.
+        return (rows[0][0], bytes(rows[0][1])) if rows and _cached(*rows[0]) else None
 
     def get_projections(self, unit: str) -> dict[SessionId, tuple[int, bytes]]:
         rows = self._query(
@@ -346,8 +356,8 @@ class SqlReads:
         out: dict[SessionId, tuple[int, bytes]] = {}
         for k, q, d in rows:
             key = k if type(k) is bytes and len(k) == 16 else raw_key(k)
-            if not isinstance(key, StoredKey):
-                out[ids(key)] = (int(q), bytes(d))
+            if not isinstance(key, StoredKey) and _cached(q, d):
+                out[ids(key)] = (q, bytes(d))
         return out
 
     def get_projections_of(
@@ -393,3 +403,8 @@ class SqlReads:
             chunk = keys[i : i + _IN_CHUNK]
             rows += self._query(sql.format(",".join("?" * len(chunk))), (*params, *chunk))
         return rows
+
+
+def _cached(seq: Any, data: Any) -> bool:
+    """Whether a projection-cache row holds what the store wrote (an int, bytes)."""
+    return type(seq) is int and isinstance(data, (bytes, bytearray, memoryview))

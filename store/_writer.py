@@ -41,6 +41,7 @@ from subagents.protocol import (
 )
 
 from ._base import not_found, session_exists
+from ._cells import STORED_VALUE_ERRORS, blob, stored_value_error
 from ._durable import LeaseToken, NewLease
 from ._group import WriteRequest
 from ._queue_txn import ANSWERED, INBOX_KEY, AcceptOp, Message, QueueTxn, SqlConn
@@ -75,7 +76,7 @@ HEADER_CACHE_MAX = 131_072
 
 def decode_header_row(
     session_id: SessionId,
-    blob: bytes,
+    stored: bytes,
     cache: dict[bytes, SessionHeader] | None = None,
     remember: bool = True,
 ) -> SessionHeader:
@@ -87,7 +88,7 @@ def decode_header_row(
     ``remember=False`` only reads the cache (a single header's read: a server
     reading one header per request must not grow it with every new session).
     """
-    key = bytes(blob)
+    key = blob(stored, session_id, "header")
     if cache is not None:
         cached = cache.get(key)
         if cached is not None and cached.id == session_id:
@@ -302,9 +303,10 @@ class Writer:
         try:
             self._transaction(batch)
             return
-        except sqlite3.IntegrityError:
+        except (sqlite3.IntegrityError, *STORED_VALUE_ERRORS):
             # Another writer took seqs we had cached (the cache is now dropped), or
-            # one request broke a constraint: retry each request on its own.
+            # one request broke a constraint or met a damaged value of its own
+            # session: retry each request on its own.
             pass
         except sqlite3.Error as exc:
             if len(batch) == 1 or _is_busy(exc):
@@ -317,6 +319,8 @@ class Writer:
                 self._transaction([request])
             except sqlite3.Error as exc:
                 request.finish(error=storage_error(exc))
+            except STORED_VALUE_ERRORS as exc:
+                request.finish(error=stored_value_error(exc))
 
     def _transaction(self, batch: list[WriteRequest]) -> None:
         conn = self.conn

@@ -136,6 +136,26 @@ def start(base: str | os.PathLike[str] | None = None, *, owner_pid: int | None =
     return cluster
 
 
+def outside_sql(db: str, statement: str, *params: object) -> int:
+    """Run one ``?``-placeholder statement on a store's rows from outside the store
+    (``db``: an SQLite path or a ``postgresql://...?schema=`` URL); the row count."""
+    if db.startswith("postgresql"):
+        import psycopg
+
+        base, _, schema = db.partition("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            return conn.execute(statement.replace("?", "%s"), params).rowcount
+    import sqlite3
+
+    conn3 = sqlite3.connect(db)
+    try:
+        with conn3:
+            return conn3.execute(statement, params).rowcount
+    finally:
+        conn3.close()
+
+
 def _wait_for_exit(pid: int) -> None:
     """Block until process ``pid`` has ended (a pidfd: no polling while it lives)."""
     try:

@@ -261,7 +261,7 @@ class Acceptance:
         """Wake the runtime at ``address`` (a lease's ``wake``) with ``payload``: through
         the store when the address is one of its channels, else the host's doorbell.
         A hint: False when it could not be delivered, never an error."""
-        if not address:
+        if not address or type(address) is not str:
             return False
         store = self.persistence
         if store is not None and not address.startswith(("@", "/")):

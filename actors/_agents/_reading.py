@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from subagents.protocol import (
+    CorruptRecordError,
     ErrorCode,
     SessionHeader,
     SessionId,
@@ -61,7 +62,9 @@ class SessionReads:
         return self._call(self.persistence.header, session_id)  # type: ignore[no-any-return]
 
     def roots(self) -> list[SessionHeader]:
-        """Every session without a parent, live or persisted, by ``(created_at, id)``."""
+        """Every session without a parent, live or persisted, by ``(created_at, id)``;
+        one whose stored header does not decode is left out (and logged): the
+        others are still listed."""
         self.check_process()
         with self._lock:
             found = {
@@ -70,9 +73,25 @@ class SessionReads:
                 if live.header.parent_session is None
             }
         if self.persistence is not None:
-            stored: list[SessionHeader] = self._call(self.persistence.list_headers, None)
+            try:
+                stored: list[SessionHeader] = self._call(self.persistence.list_headers, None)
+            except CorruptRecordError:
+                stored = self._readable_roots()
             found.update((h.id, h) for h in stored)
         return sorted(found.values(), key=lambda h: (h.created_at, h.id))
+
+    def _readable_roots(self) -> list[SessionHeader]:
+        """The stored roots whose headers decode (a scan of every header: only when
+        one of them does not)."""
+        assert self.persistence is not None
+        out = []
+        for found in self._call(self.persistence.scan_headers):
+            if isinstance(found, CorruptRecordError):
+                if found.hint.get("parent_session") is None:
+                    logger.warning("a root left out of roots(): %s", found)
+            elif found.parent_session is None:
+                out.append(found)
+        return out
 
     def read(self, session_id: SessionId, from_seq: int = 0) -> list[LogRecord]:
         """The log from ``from_seq``: persisted prefix plus the live tail.
@@ -144,19 +163,20 @@ class SessionReads:
         from_seq = 0
         # A store that cannot be read fails the resume; a checkpoint that does not
         # decode is only ignored (the whole log is read instead).
-        found = self._call(store.get_checkpoint, session_id)
+        try:
+            found = self._call(store.get_checkpoint, session_id)
+        except CorruptRecordError:
+            found = None  # its row holds values of the wrong kind
+            logger.warning("ignoring an unreadable checkpoint of %s", session_id)
         if found is not None:
             try:
                 decoded = unpackb(found[1])
             except SubagentError:
-                logger.warning("ignoring an unreadable checkpoint of %s", session_id)
                 decoded = None
-            if (
-                isinstance(decoded, dict)
-                and decoded.get("v") == 1
-                and decoded.get("seq") == found[0]
-            ):
+            if _checkpoint_state(decoded, found[0]):
                 state, from_seq = decoded, found[0] + 1
+            else:
+                logger.warning("ignoring an unreadable checkpoint of %s", session_id)
         if damaged is None:
             records: list[LogRecord] = self._call(store.read, session_id, from_seq)
         else:
@@ -168,3 +188,27 @@ class SessionReads:
                     damaged.append(row.seq)
         last = self._call(store.last_seq, session_id)
         return header, last + 1, state, records
+
+
+def _checkpoint_state(decoded: Any, seq: int) -> bool:
+    """Whether ``decoded`` is a checkpoint's state, valid through ``seq``, of the
+    shape a resume reads (a damaged one is ignored: the whole log is read)."""
+    if not isinstance(decoded, dict) or decoded.get("v") != 1 or decoded.get("seq") != seq:
+        return False
+    turn = decoded.get("next_turn", 0)
+    context = decoded.get("context")
+    return (
+        type(turn) is int
+        and turn >= 0
+        and (
+            context is None
+            or (
+                isinstance(context, list)
+                and all(isinstance(c, list) and 2 <= len(c) <= 4 for c in context)
+            )
+        )
+        and all(
+            decoded.get(k) is None or isinstance(decoded[k], dict)
+            for k in ("descriptor", "options")
+        )
+    )

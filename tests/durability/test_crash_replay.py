@@ -47,10 +47,12 @@ POINTS = [
     ("turn-mid", 3),
     ("turn-mid", 8),
     ("turn-mid", 13),
+    # A burst's turn ends may share one op and one transaction (write-behind):
+    # the prompt and the four bursts end in five at least, so k <= 5.
     ("end-in", 2),
-    ("end-in", 7),
+    ("end-in", 5),
+    ("end-out", 3),
     ("end-out", 5),
-    ("end-out", 10),
     ("checkpoint", 1),
     ("checkpoint", 3),
     ("release", 2),

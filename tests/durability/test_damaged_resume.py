@@ -14,6 +14,7 @@ import sqlite3
 from typing import Any
 
 import pytest
+from pgcluster import outside_sql
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import (
@@ -32,20 +33,7 @@ pytestmark = pytest.mark.timeout(60)
 GARBAGE = b"\xc1\xc1"  # 0xc1 is never used by msgpack
 
 
-def _sql(db: str, statement: str, *params: Any) -> int:
-    """Run one statement on the stored rows, from outside the store; the row count."""
-    if db.startswith("postgresql"):
-        import psycopg
-
-        base, _, schema = db.partition("?schema=")
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'SET search_path TO "{schema}"')
-            cur = conn.execute(statement.replace("?", "%s"), params)
-            return cur.rowcount
-    with sqlite3.connect(db) as conn:
-        count = conn.execute(statement, params).rowcount
-    conn.close()
-    return count
+_sql = outside_sql
 
 
 def garble(db: str, session: SessionId, seq: int) -> None:
