@@ -43,15 +43,19 @@ pytestmark = [
 _BACKEND: list[Backend] = []
 
 
-def eventually(check: Callable[[], Any], timeout: float = 60.0) -> Any:
+def eventually(
+    check: Callable[[], Any], timeout: float = 60.0, why: Callable[[], Any] | None = None
+) -> Any:
     """Poll ``check`` until it returns something true (effects in another process);
-    sleeping the backend's way, so a gevent runtime's tasks run meanwhile."""
+    sleeping the backend's way, so a gevent runtime's tasks run meanwhile. ``why``:
+    what the failure message shows of the state then."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
-        assert time.monotonic() < deadline, "the condition did not hold in time"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"the condition did not hold in time: {why() if why else ''}")
         _BACKEND[-1].sleep(0.02)
 
 
@@ -269,13 +273,25 @@ def test_a_host_killed_mid_turn_hands_the_child_to_another_host(
     assert second_host not in (first_host, os.getpid())
     Path(f"{marker}.go").write_text("go")
     ends = eventually(
-        lambda: (e := tree.rt.sessions.turn_ends(cid)) and len(e) >= 3 and e, timeout=90
+        lambda: (e := tree.rt.sessions.turn_ends(cid)) and len(e) >= 3 and e,
+        timeout=90,
+        why=lambda: _placed_state(tree, cid, ray_pool[1]),
     )
     assert [(e.stop_reason, e.output) for e in ends[:1]] == [("failed", None)]
     assert ends[1].output == f"released@{second_host}!"
     assert ends[2].output == f"behind the cut turn@{second_host}"
     placement = ray_pool[1]
     assert placement.host_of(cid) is not None
+    assert "log=" in _placed_state(tree, cid, placement)  # what a failure would show
+
+
+def _placed_state(tree: Tree, cid: SessionId, placement: Any) -> str:
+    """What a placed child's store and placement say of it (a failure's message)."""
+    store = tree.rt.store
+    log = [f"{r.seq}:{r.event.type}" for r in tree.rt.sessions.read(cid)]
+    pending = [(e.n, e.epoch, getattr(e.event, "content", None)) for e in store.pending(cid)]
+    host = placement.host_of(cid)
+    return f"lease={store.get_lease(cid)} pending={pending} host={host} log={log}"
 
 
 def _unpicklable_setup() -> Callable[[Any], None]:
