@@ -66,7 +66,10 @@ class Announcer:
                  "run_id": act.run_id, "provider": act.provider},
             )  # fmt: skip
         with self._lock:
-            behind = act.child_id in self._ending
+            # A previous epoch's end still queued (not this epoch's own: it may have
+            # settled already, and its end waits for this start, announced here).
+            ending = self._ending.get(act.child_id)
+            behind = ending is not None and ending is not act
         if behind:  # the previous epoch's end is queued: announce after it
             self._dispatch.call(self._start_later, act)
         else:

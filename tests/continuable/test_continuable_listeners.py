@@ -137,6 +137,58 @@ def test_a_blocking_start_listener_stalls_only_its_own_publisher(kit: Kit) -> No
     kit.wait_settled("slow-start", epochs=1)
 
 
+def test_a_start_announced_after_its_own_settle_stays_with_its_publisher(
+    kit: Kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-EVT-5, forced interleaving: the child runs and settles (its end queued in
+    the dispatcher) before its publisher announces its start. The start is still
+    the publisher's to announce -- it was posted to the dispatcher as if behind a
+    previous epoch's end, so a start listener that blocks blocked the dispatcher,
+    and no other child's end was announced ("elsewhere did not settle", now and
+    then under load)."""
+    from subagents.actors._children._announce import Announcer
+    from subagents.actors._kernel._gate import Latch
+
+    rt = kit.rt
+    stuck = kit.gate("start-listener")
+    late = kit.gate("late-start")
+    ended = Latch()
+    held: list[Any] = []
+    root = kit.root()
+    start = Announcer.start
+    hooks = rt.continuation._hooks
+    post_end = hooks._announce  # the announcer's, bound when the runtime was made
+
+    def start_late(self: Any, act: Any) -> None:
+        if not held:
+            held.append(act)
+            late.pass_through(None)  # the publisher, preempted before it announces
+        start(self, act)
+
+    def post_end_seen(act: Any) -> None:
+        post_end(act)
+        if held and act is held[0]:
+            ended.set()
+
+    def listener(event: SubagentEvent) -> None:
+        if event.type == "subagent/start":
+            stuck.pass_through(None)
+
+    monkeypatch.setattr(Announcer, "start", start_late)
+    monkeypatch.setattr(hooks, "_announce", post_end_seen)
+    rt.subagents.subscribe(listener, scope=root)
+    task = spawn(rt, kit.start, root, [["note", "ran"]], "slow-start")
+    assert late.wait_reached(10)
+    assert ended.wait(10)  # it ran and settled: its end is queued
+    late.release()
+    assert stuck.wait_reached(10)
+    _busy_elsewhere(kit, "elsewhere")
+    assert not task.done()
+    stuck.release()
+    task.result(10)
+    kit.wait_settled("slow-start", epochs=1)
+
+
 def test_blocking_setup_contributions_and_releases_stall_no_admission(kit: Kit) -> None:
     """A setup contribution that blocks holds up its own materialization; a release
     that blocks holds up its own child's disposal. Other children are admitted,
