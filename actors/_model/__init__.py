@@ -17,6 +17,7 @@ This room imports only downward (agents, children, catalog, kernel, protocol).
 from ._dispatch import ToolDispatcher
 from ._history import history_messages
 from ._openai import DEFAULT_BASE_URL, OpenAIChat, openai_chat
+from ._retry import retry_delay
 from ._schemas import SUBAGENT_TOOLS, ModelTool, tool_definition
 from ._wire import (
     MODEL_ERROR,
@@ -26,7 +27,6 @@ from ._wire import (
     SSEDecoder,
     ToolCall,
     completion_from_response,
-    retry_delay,
 )
 
 __all__ = [

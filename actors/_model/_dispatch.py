@@ -43,13 +43,28 @@ from typing import Any, Final
 
 import jsonschema
 from subagents.actors._agents import Turn
-from subagents.actors._catalog import Listing
 from subagents.actors._kernel import AbortController
 from subagents.protocol import ErrorCode, MessageSource, SessionId, SubagentError, error_text
 
 from ._background import Background, Countdown, dispose_later, dispose_quietly
-from ._runtime_tools import runtime_tool
-from ._schemas import SUBAGENT_TOOLS, ModelTool, parse_arguments, tool_definition
+from ._calls import (
+    call_message_id,
+    child_fields,
+    interrupt,
+    list_agents,
+    report,
+    send_message,
+    start_agent,
+)
+from ._runtime_tools import UnshownNames, runtime_tool
+from ._schemas import (
+    SUBAGENT_TOOLS,
+    TOOL_NAME_PATTERN,
+    ModelTool,
+    parse_arguments,
+    tool_definition,
+    valid_tool_name,
+)
 
 __all__ = ["ToolDispatcher"]
 
@@ -79,8 +94,9 @@ class ToolDispatcher:
 
     Raises:
         SubagentError: ``INVALID_ARGUMENT`` for an unknown subagent tool name, an
-            extra tool that is not a :class:`ModelTool` with a callable ``fn``, or
-            a schema that is not valid JSON Schema.
+            extra tool that is not a :class:`ModelTool` with a callable ``fn`` or
+            whose name the model API refuses (``^[a-zA-Z0-9_-]{1,64}$``), or a
+            schema that is not valid JSON Schema.
     """
 
     def __init__(
@@ -102,6 +118,12 @@ class ToolDispatcher:
             if type(name) is not str or not name or name in SUBAGENT_TOOLS:
                 raise SubagentError(
                     "an extra tool needs a name of its own", code=ErrorCode.INVALID_ARGUMENT
+                )
+            if not valid_tool_name(name):
+                raise SubagentError(
+                    f"extra tool {name[:80]!r}: the model API takes names matching"
+                    f" {TOOL_NAME_PATTERN}",
+                    code=ErrorCode.INVALID_ARGUMENT,
                 )
             if not isinstance(tool, ModelTool) or not callable(tool.fn):
                 raise SubagentError(
@@ -125,13 +147,14 @@ class ToolDispatcher:
         self.runtime_tools = runtime_tools
         self._lock = threading.Lock()
         self._background: dict[SessionId, Background] = {}
+        self._unshown = UnshownNames()  # runtime tools the model API would refuse
         self._handlers: dict[str, Callable[..., Any]] = {
             "delegate": self._delegate,
-            "start_agent": self._start_agent,
-            "send_message": self._send_message,
-            "interrupt": self._interrupt,
-            "report": self._report,
-            "list_agents": self._list_agents,
+            "start_agent": start_agent,
+            "send_message": send_message,
+            "interrupt": interrupt,
+            "report": report,
+            "list_agents": list_agents,
         }
 
     # -- what the model sees ------------------------------------------------------
@@ -167,6 +190,8 @@ class ToolDispatcher:
         for name in turn.tools if only is None else (only,):
             if name in self._tools:
                 continue
+            if self._unshown.skip(name):
+                continue
             fn = registry.lookup(agent.options.tool_filter, agent.extra_tools, name)
             if fn is not None:
                 shown[name] = runtime_tool(name, fn)
@@ -174,11 +199,22 @@ class ToolDispatcher:
 
     # -- calls ----------------------------------------------------------------------
 
-    def dispatch(self, turn: Turn, name: str, arguments: str | Mapping[str, Any] | None) -> Any:
+    def dispatch(
+        self,
+        turn: Turn,
+        name: str,
+        arguments: str | Mapping[str, Any] | None,
+        *,
+        place: str | None = None,
+    ) -> Any:
         """Run one tool call of the model for ``turn``; its JSON-able result.
 
         ``arguments`` is the call's JSON text (as the model produced it) or a
         mapping. A refusal is returned as ``{"error": {"code", "message"}}``.
+        ``place``: where the call is in the turn (e.g. round and position); with
+        it, ``start_agent``, ``send_message`` and ``report`` carry a message id
+        derived from the turn's message, ``place``, the name and the arguments,
+        so a replayed turn making the same call again takes effect once.
 
         Raises:
             SubagentError: ``CANCELLED`` only when the turn itself was cancelled --
@@ -190,7 +226,8 @@ class ToolDispatcher:
             tool, args = self._arguments(turn, name, arguments)
             handler = self._handlers.get(name)
             if handler is not None:
-                return handler(turn, **args)
+                mid = None if place is None else call_message_id(turn, place, name, args)
+                return handler(turn, mid, **args)
             return tool.fn(turn, **args)
         except SubagentError as exc:
             if turn.cancelled:
@@ -221,23 +258,17 @@ class ToolDispatcher:
 
     # -- the six tools --------------------------------------------------------------
 
-    @staticmethod
-    def _child_fields(args: dict[str, Any]) -> dict[str, Any]:
-        fields: dict[str, Any] = {k: args[k] for k in ("model", "persona", "label") if k in args}
-        if "tools" in args:
-            fields["tool_filter"] = tuple(args["tools"])
-        return fields
-
     def _delegate(
         self,
         turn: Turn,
+        _mid: str | None,  # a one-shot start takes no message id
         prompt: str,
         provider: str = "local",
         background: bool = False,
         **rest: Any,
     ) -> Any:
         subs = turn.subagents
-        fields = self._child_fields(rest)
+        fields = child_fields(rest)
         if not background:
             run = subs.start(provider, prompt, **fields)
             try:
@@ -302,47 +333,6 @@ class ToolDispatcher:
 
         run.result.add_done_callback(deliver)
         return {"id": str(run.id), "status": "running"}
-
-    def _start_agent(
-        self, turn: Turn, prompt: str, label: str, provider: str = "local", **rest: Any
-    ) -> Any:
-        fields = self._child_fields(rest)
-        fields.pop("label", None)
-        handle = turn.subagents.start_continuable(provider, prompt, label=label, **fields)
-        return {"id": str(handle.child_id), "message_id": str(handle.message_id)}
-
-    def _send_message(self, turn: Turn, id: str, content: str, steer: bool = False) -> Any:
-        if steer is True:
-            result = turn.subagents.followup(id, content, steer=True)
-            return {"message_id": str(result.message_id), "delivered": result.outcome}
-        return {"message_id": str(turn.subagents.followup(id, content)), "delivered": "queued"}
-
-    def _interrupt(self, turn: Turn, id: str) -> Any:
-        turn.subagents.interrupt(id)
-        # Accepted: a target that is not resident has no turn to cancel (a no-op).
-        return {"interrupt": "accepted", "id": id}
-
-    def _report(self, turn: Turn, content: str, delivery: str = "quiet") -> Any:
-        return {"message_id": str(turn.subagents.report(content, delivery=delivery))}
-
-    def _list_agents(self, turn: Turn, scope: str = "children") -> Any:
-        subs = turn.subagents
-        listing: Listing = subs.list_children() if scope == "children" else subs.list_descendants()
-        rows = []
-        for row in listing.rows:
-            entry = {
-                "id": str(row.id),
-                "label": row.label,
-                "mode": row.mode,
-                "state": row.activity,
-                "has_children": row.has_children,
-            }
-            if scope == "descendants":
-                entry["parent_id"] = str(row.parent_id)
-                entry["depth"] = row.depth
-            rows.append(entry)
-        problems = [{"id": str(d.id), "kind": d.kind} for d in listing.diagnostics]
-        return {"agents": rows, **({"problems": problems} if problems else {})}
 
     # -- background runs --------------------------------------------------------------
 

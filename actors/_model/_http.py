@@ -8,6 +8,8 @@ listens to the turn's signal. Each request runs through the backend's
 ``run_waiting``: on threads it blocks the turn's own thread; on gevent it runs
 in a pool of the hub's kept for waiting calls, so neither the hub nor the short
 I/O calls of the store (which use the hub's own threadpool) stall on the socket.
+A request waiting there for a free worker ends at once when the turn is
+cancelled, and at its ``timeout``, which counts from when it was queued.
 
 The body is encoded here, not by httpx: a lone surrogate in a text (a tool's
 result can carry one) becomes U+FFFD instead of failing the request.
@@ -24,39 +26,41 @@ own wait, so it ends early too.
 
 Refused requests are retried as the ``openai`` package does: connection errors,
 timeouts, 408, 409, 429 and 5xx (``x-should-retry`` overrides), up to
-``max_retries`` times, after :func:`~._wire.retry_delay`.
+``max_retries`` times, after :func:`~._retry.retry_delay`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import httpx
-from subagents.actors._kernel import AbortSignal
+from subagents.actors._kernel import GEVENT, AbortSignal, Backend, threading_is_patched
+from subagents.actors._kernel._waiting import NoWorkerInTime, run_waiting
 from subagents.protocol import ErrorCode, SubagentError
 
+from ._retry import retry_delay, should_retry
 from ._wire import (
     ChunkAccumulator,
     Completion,
     ModelError,
     SSEDecoder,
+    bad_request,
     completion_from_response,
     decode_json,
     encode_body,
     error_from_body,
-    retry_delay,
-    should_retry,
 )
 
-__all__ = ["ChatSession", "Endpoint"]
+__all__ = ["ChatSession", "Endpoint", "check_endpoint"]
 
 _SSL: list[ssl.SSLContext] = []
 _SSL_LOCK = threading.Lock()
@@ -103,6 +107,37 @@ class Endpoint:
         return headers
 
 
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_VALUE: Final = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?\Z")
+
+
+def check_endpoint(endpoint: Endpoint) -> None:
+    """Refuse what no request to ``endpoint`` could carry: a URL httpx cannot parse
+    or without a host, a header name that is not an HTTP token, a value that is
+    not printable ASCII (a CR, LF or NUL in it, or blanks around it) -- the API key
+    and account ids included. The message never shows a header's value.
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT``.
+    """
+    try:
+        url = httpx.URL(endpoint.url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise bad_request(f"base_url cannot be parsed: {exc}"[:300]) from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise bad_request(
+            f"base_url is an http(s) URL with a host, got {endpoint.base_url[:100]!r}"
+        )
+    for name, value in endpoint.request_headers().items():
+        if not _TOKEN.match(name):
+            raise bad_request(f"the header name {name[:100]!r} is not an HTTP token")
+        if not _VALUE.match(value):
+            what = "the API key" if name == "Authorization" else f"the header {name!r}"
+            raise bad_request(
+                f"{what} is not printable ASCII without blanks around it (HTTP cannot send it)"
+            )
+
+
 class _Retry(Exception):
     """An attempt failed in a way worth trying again."""
 
@@ -121,15 +156,10 @@ def _shutdown(sock: Any) -> None:
 class ChatSession:
     """One turn's HTTP session (see the module docstring). A context manager."""
 
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        signal: AbortSignal,
-        run_blocking: Callable[..., Any],
-    ) -> None:
+    def __init__(self, endpoint: Endpoint, signal: AbortSignal, backend: Backend) -> None:
         self._endpoint = endpoint
         self._signal = signal
-        self._run_blocking = run_blocking
+        self._backend = backend
         self._lock = threading.Lock()
         self._sockets: list[Any] = []
         self._client = httpx.Client(
@@ -188,8 +218,7 @@ class ChatSession:
             if self._signal.aborted:
                 raise self._cancelled()
             try:
-                result: Completion = self._run_blocking(self._attempt, body)
-                return result
+                return self._send(body)
             except _Retry as retry:
                 if self._signal.aborted:
                     raise self._cancelled() from None
@@ -200,11 +229,36 @@ class ChatSession:
                 if self._signal.wait(delay):
                     raise self._cancelled() from None
 
-    def _attempt(self, body: Mapping[str, Any]) -> Completion:
+    def _send(self, body: Mapping[str, Any]) -> Completion:
+        """One attempt through the backend's ``run_waiting``. On gevent it may wait
+        for a worker of the hub's waiting pool: the request's deadline starts now,
+        and a cancel or the deadline ends that wait (the attempt then never runs)."""
+        deadline = time.monotonic() + self._endpoint.timeout
+        backend = self._backend
+        if backend is not GEVENT and not threading_is_patched():
+            result: Completion = backend.run_waiting(self._attempt, body, deadline)
+            return result
+        try:
+            result = run_waiting(
+                self._attempt, (body, deadline), {}, signal=self._signal, deadline=deadline
+            )
+        except NoWorkerInTime:
+            raise _Retry(self._timed_out("no worker was free to send it"), None) from None
+        except SubagentError as exc:
+            if exc.code == ErrorCode.CANCELLED and self._signal.aborted:
+                raise self._cancelled() from None
+            raise
+        return result
+
+    def _timed_out(self, why: object) -> SubagentError:
+        return SubagentError(
+            f"the model API did not answer in time: {why}"[:300], code=ErrorCode.TIMEOUT
+        )
+
+    def _attempt(self, body: Mapping[str, Any], deadline: float) -> Completion:
         if self._signal.aborted:  # cancelled while it waited for a worker
             raise self._cancelled()
         self.requests += 1
-        deadline = time.monotonic() + self._endpoint.timeout
         try:
             with self._client.stream(
                 "POST",
@@ -228,13 +282,15 @@ class ChatSession:
                     return self._read_stream(response, deadline)
                 raw = b"".join(_until(response.iter_bytes(), deadline))
                 return completion_from_response(decode_json(raw, "answer"))
+        except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            # The request itself cannot be sent: trying again would not help.
+            if self._signal.aborted:
+                raise self._cancelled() from None
+            raise ModelError(f"the request cannot be sent: {exc}"[:300]) from None
         except httpx.TimeoutException as exc:
             if self._signal.aborted:
                 raise self._cancelled() from None
-            timeout = SubagentError(
-                f"the model API did not answer in time: {exc}"[:300], code=ErrorCode.TIMEOUT
-            )
-            raise _Retry(timeout, None) from None
+            raise _Retry(self._timed_out(exc), None) from None
         except httpx.TransportError as exc:
             if self._signal.aborted:
                 raise self._cancelled() from None

@@ -10,8 +10,10 @@ turn's message -- and runs the tool-call loop: ask the model; when it answers
 with tool calls, run them through the :class:`~._dispatch.ToolDispatcher`
 (up to eight at once when it asked for several), answer each with a ``tool``
 message carrying its ``tool_call_id``, and ask again; when it answers with text, that
-text is the turn's output. Every call's token ``usage`` is added to the turn
-(``turn/end`` records the sum). A turn that asks for tools in its last allowed
+text is the turn's output. An answer that is a refusal (``refusal``, streamed or
+not) or that the content filter stopped (``finish_reason: "content_filter"``)
+fails the turn with ``MODEL_ERROR`` naming it. Every call's token ``usage`` is
+added to the turn (``turn/end`` records the sum). A turn that asks for tools in its last allowed
 round (``max_tool_rounds``) fails with ``MODEL_ERROR`` before those tools run or
 a steered message is taken (that message runs as the next turn).
 
@@ -23,7 +25,9 @@ text as it is (``{"type": "string"}``) gets the text.
 The HTTP side (:mod:`._http`) streams by default, retries as the ``openai``
 package does, times out, and is aborted by the turn's signal. A turn's tool
 calls are not replayed in later turns' history, only its output: the model
-finds its children again with ``list_agents``.
+finds its children again with ``list_agents``. A turn a crash cut short runs
+again; the calls its model makes again at the same place -- start a child, send
+it a message, report -- take effect once (:mod:`._calls`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from subagents.protocol import ErrorCode, SubagentError
 
 from ._dispatch import ToolDispatcher
 from ._history import history_messages, text
-from ._wire import Completion, ModelError, ToolCall, encode_body
+from ._wire import Completion, ModelError, ToolCall, check_answer, encode_body
 
 __all__ = ["DEFAULT_BASE_URL", "PARALLEL_TOOL_CALLS", "OpenAIChat", "openai_chat"]
 
@@ -110,14 +114,14 @@ class OpenAIChat:
                 {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}},
             )
         signal = turn.signal
-        run_waiting = turn.agent.host.backend.run_waiting
-        with ChatSession(self.endpoint, signal, run_waiting) as session:
+        with ChatSession(self.endpoint, signal, turn.agent.host.backend) as session:
             rounds = 0
             while True:
                 answer = session.complete(body)
                 self.calls += 1
                 if answer.usage is not None:
                     turn.add_usage(answer.usage)
+                check_answer(answer)  # a refusal or a filtered answer fails the turn
                 if not answer.tool_calls:
                     content = answer.content if answer.content is not None else ""
                     return content if schema is None else _structured(schema, content)
@@ -129,14 +133,15 @@ class OpenAIChat:
                         " rounds in one turn"
                     )
                 messages.append(answer.message())
-                messages.extend(self._run_calls(turn, answer))
+                messages.extend(self._run_calls(turn, answer, rounds))
                 # A safe point: messages steered into the turn join the conversation.
                 for steered in turn.steering():
                     messages.append({"role": "user", "content": text(steered.content)})
                 rounds += 1
 
-    def _run_calls(self, turn: Turn, answer: Completion) -> list[dict[str, Any]]:
-        """Run the answer's tool calls (at once when there are several); their messages."""
+    def _run_calls(self, turn: Turn, answer: Completion, round_no: int) -> list[dict[str, Any]]:
+        """Run the answer's tool calls (at once when there are several); their messages.
+        Each is placed by ``round_no`` and its position (its message id, when it sends one)."""
         calls = answer.tool_calls
         results: list[Any] = [None] * len(calls)
         dispatcher = self.dispatcher
@@ -145,7 +150,8 @@ class OpenAIChat:
             if dispatcher is None:
                 results[i] = {"error": {"code": "INVALID_ARGUMENT", "message": "no tools"}}
             else:
-                results[i] = dispatcher.dispatch(turn, call.name, call.arguments)
+                place = f"{round_no}.{i}"
+                results[i] = dispatcher.dispatch(turn, call.name, call.arguments, place=place)
 
         if len(calls) == 1:
             run(0, calls[0])
@@ -237,7 +243,9 @@ def openai_chat(
     Raises:
         SubagentError: ``INVALID_ARGUMENT`` for no API key (none given, none in
             the environment), a bad model name, URL or limit, headers that are
-            not str to str, or ``parameters`` JSON cannot carry (NaN included).
+            not str to str, a key, account id or header HTTP cannot send (not
+            printable ASCII, a CR/LF/NUL, a name that is not a token), or
+            ``parameters`` JSON cannot carry (NaN included).
     """
     if type(model) is not str or not model:
         raise SubagentError("model is a non-empty str", code=ErrorCode.INVALID_ARGUMENT)
@@ -255,7 +263,7 @@ def openai_chat(
         )
     _check_settings(timeout, max_retries, max_tool_rounds, headers, parameters)
     try:
-        from ._http import Endpoint
+        from ._http import Endpoint, check_endpoint
     except ImportError as exc:  # pragma: no cover - the extra is not installed
         raise SubagentError(
             "openai_chat needs httpx: pip install 'subagents[openai]'",
@@ -271,6 +279,7 @@ def openai_chat(
         max_retries=int(max_retries),
         headers=dict(headers) if headers else None,
     )
+    check_endpoint(endpoint)
     shared = tools if isinstance(tools, ToolDispatcher) else None
     if tools is not True and tools is not False and tools is not None and shared is None:
         raise SubagentError(

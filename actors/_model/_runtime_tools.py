@@ -7,19 +7,26 @@ become the properties of an object schema -- required when they have no default,
 typed when annotated ``str``, ``int``, ``float``, ``bool``, ``list`` or ``dict``
 -- and its docstring's first paragraph the description. The call then goes
 through ``turn.call_tool``, so the agent's tool filter decides as it does for a
-behaviour's own calls.
+behaviour's own calls. A tool whose name the model API refuses
+(:data:`~._schemas.TOOL_NAME_PATTERN`: a dot, a space, over 64 characters) is not
+shown -- a request carrying it would fail every turn -- and is logged once
+(:class:`UnshownNames`).
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import threading
 import typing
 from collections.abc import Callable
 from typing import Any, Final
 
-from ._schemas import ModelTool
+from ._schemas import TOOL_NAME_PATTERN, ModelTool, valid_tool_name
 
-__all__ = ["runtime_tool"]
+__all__ = ["UnshownNames", "runtime_tool"]
+
+logger = logging.getLogger("subagents")
 
 _JSON_TYPES: Final = {
     str: "string",
@@ -80,3 +87,27 @@ def runtime_tool(name: str, fn: Callable[..., Any]) -> ModelTool:
         return turn.call_tool(name, *args, **arguments)
 
     return ModelTool(description=description[:1000], parameters=schema, fn=call)
+
+
+class UnshownNames:
+    """Runtime tool names the model API would refuse: :meth:`skip` says to leave
+    one out, and logs a warning the first time it meets it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+
+    def skip(self, name: str) -> bool:
+        """Whether ``name`` must not be shown (warned about once)."""
+        if valid_tool_name(name):
+            return False
+        with self._lock:
+            first = name not in self._seen
+            self._seen.add(name)
+        if first:
+            logger.warning(
+                "runtime tool %r is not shown to models: the model API takes names matching %s",
+                name[:80],
+                TOOL_NAME_PATTERN,
+            )
+        return True

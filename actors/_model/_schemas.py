@@ -8,6 +8,7 @@ The dispatcher validates every call against the same schema before it acts.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -15,7 +16,14 @@ from typing import Any, Final
 import jsonschema
 from subagents.protocol import ErrorCode, SubagentError
 
-__all__ = ["SUBAGENT_TOOLS", "ModelTool", "parse_arguments", "tool_definition"]
+__all__ = [
+    "SUBAGENT_TOOLS",
+    "TOOL_NAME_PATTERN",
+    "ModelTool",
+    "parse_arguments",
+    "tool_definition",
+    "valid_tool_name",
+]
 
 _ID: Final = {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "an agent's id"}
 _TEXT: Final = {"type": "string", "minLength": 1, "maxLength": 100_000}
@@ -128,6 +136,16 @@ SUBAGENT_TOOLS: Final[Mapping[str, ModelTool]] = {
         ),
     ),
 }
+
+
+#: The function names the OpenAI API accepts; it refuses a request with any other.
+TOOL_NAME_PATTERN: Final = "^[a-zA-Z0-9_-]{1,64}$"
+_TOOL_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
+
+
+def valid_tool_name(name: object) -> bool:
+    """Whether the OpenAI API accepts ``name`` as a function's (:data:`TOOL_NAME_PATTERN`)."""
+    return type(name) is str and _TOOL_NAME.match(name) is not None
 
 
 def tool_definition(name: str, tool: ModelTool) -> dict[str, Any]:

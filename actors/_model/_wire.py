@@ -6,19 +6,17 @@
   from a whole ``chat.completion`` (:func:`completion_from_response`) or from
   ``chat.completion.chunk`` deltas (:class:`ChunkAccumulator`: tool calls keyed
   by ``index``, ``id`` and ``name`` from their first fragment, ``arguments``
-  concatenated);
-* :func:`retry_delay` -- how long to wait before retrying a refused request, as
-  the ``openai`` package decides it (``retry-after-ms``, ``retry-after`` in
-  seconds or as an HTTP date, else exponential backoff with jitter).
+  concatenated; a fragment with another ``id``, or a ``name`` when the call has
+  one, begins a new call, as servers sending parallel calls under one ``index``
+  or none mark them).
+
+How long to wait before retrying a refused request is :mod:`._retry`'s.
 """
 
 from __future__ import annotations
 
 import codecs
-import email.utils
 import json
-import random
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -32,17 +30,14 @@ __all__ = [
     "ModelError",
     "SSEDecoder",
     "ToolCall",
+    "check_answer",
     "completion_from_response",
     "encode_body",
     "error_from_body",
-    "retry_delay",
 ]
 
 #: The code of a :class:`ModelError`.
 MODEL_ERROR: Final = ErrorCode.MODEL_ERROR
-
-INITIAL_RETRY_DELAY: Final = 0.5
-MAX_RETRY_DELAY: Final = 8.0
 
 
 class ModelError(SubagentError):
@@ -88,12 +83,14 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One assistant answer: text, tool calls, why it stopped, and token usage."""
+    """One assistant answer: text, tool calls, why it stopped, token usage, and the
+    model's ``refusal`` (its text; ``None`` when it did not refuse)."""
 
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
+    refusal: str | None = None
 
     def message(self) -> dict[str, Any]:
         """The answer as the assistant message of the next request."""
@@ -110,6 +107,19 @@ class Completion:
         return msg
 
 
+def check_answer(answer: Completion) -> None:
+    """Raise when ``answer`` is no answer: the model refused, or the content filter
+    stopped it (its text, if any, cut off).
+
+    Raises:
+        ModelError: a refusal (its text in the message) or ``content_filter``.
+    """
+    if answer.refusal:
+        raise ModelError(f"the model refused: {answer.refusal}"[:1000])
+    if answer.finish_reason == "content_filter":
+        raise ModelError("the model's answer was stopped by the content filter")
+
+
 def _joined(text: str) -> str:
     """Pair surrogates a JSON escape split across two chunks left apart."""
     if text.isascii():
@@ -118,6 +128,21 @@ def _joined(text: str) -> str:
         return text.encode("utf-16", "surrogatepass").decode("utf-16")
     except UnicodeDecodeError:
         return text
+
+
+def _text(text: str) -> str:
+    """A text of the answer as the log can keep it: surrogate pairs split between
+    two chunks joined (:func:`_joined`), a half still alone replaced by U+FFFD."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _arguments_text(value: Any) -> str:
+    """A call's ``arguments`` as JSON text: some servers send the object itself."""
+    if isinstance(value, (Mapping, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return _joined(str(value)) if value is not None else ""
 
 
 def _first_choice(raw: Any) -> Mapping[str, Any] | None:
@@ -151,16 +176,18 @@ def completion_from_response(raw: Any) -> Completion:
             ToolCall(
                 str(call.get("id") or f"call_{i}"),
                 str(fn.get("name") or ""),
-                _joined(str(fn.get("arguments") or "")),
+                _arguments_text(fn.get("arguments")),
             )
         )
     content = message.get("content")
     usage = raw.get("usage")
+    refusal = message.get("refusal")
     return Completion(
-        content if isinstance(content, str) else None,
+        _text(content) if isinstance(content, str) else None,
         tuple(calls),
         choice.get("finish_reason") if choice is not None else None,
         usage if isinstance(usage, Mapping) else None,
+        _text(refusal) if isinstance(refusal, str) and refusal else None,
     )
 
 
@@ -180,13 +207,26 @@ class _Partial:
     name: str = ""
     arguments: list[str] = field(default_factory=list)
 
+    def starts_anew(self, call_id: str, name: str) -> bool:
+        """Whether a fragment with this ``id`` and ``name`` begins the next call: an
+        id other than this call's, or (under the same or no id) a name when this
+        call has one -- servers that stream parallel calls under one ``index`` (or
+        none) mark each new call so."""
+        if call_id and self.id and call_id != self.id:
+            return True
+        if call_id and call_id == self.id:
+            return False  # the call's head sent again
+        return bool(name) and bool(self.name)
+
 
 class ChunkAccumulator:
     """Assembles ``chat.completion.chunk`` deltas into one :class:`Completion`."""
 
     def __init__(self) -> None:
         self._content: list[str] = []
-        self._calls: dict[int, _Partial] = {}
+        self._refusal: list[str] = []
+        self._calls: list[_Partial] = []  # in the order they began
+        self._current: dict[int | None, _Partial] = {}  # the latest call of each index
         self._finish: str | None = None
         self._usage: Mapping[str, Any] | None = None
         self.chunks = 0
@@ -213,30 +253,51 @@ class ChunkAccumulator:
             text = delta.get("content")
             if isinstance(text, str):
                 self._content.append(text)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str):
+                self._refusal.append(refusal)
             for call in _calls_of(delta):
-                if not isinstance(call, Mapping):
-                    continue
-                index = call.get("index", 0)
-                part = self._calls.setdefault(index if type(index) is int else 0, _Partial())
-                if call.get("id"):
-                    part.id = str(call["id"])
-                fn = call.get("function")
-                if isinstance(fn, Mapping):
-                    if fn.get("name"):
-                        part.name += str(fn["name"])
-                    if isinstance(fn.get("arguments"), str):
-                        part.arguments.append(fn["arguments"])
+                if isinstance(call, Mapping):
+                    self._add_call(call)
         if choice.get("finish_reason"):
             self._finish = str(choice["finish_reason"])
+
+    def _add_call(self, call: Mapping[str, Any]) -> None:
+        """One tool-call fragment: the call of its ``index`` goes on unless the
+        fragment begins another (:meth:`_Partial.starts_anew`); a fragment without
+        an index continues the latest call."""
+        index = call.get("index")
+        key = index if type(index) is int else None
+        fn = call.get("function")
+        fn = fn if isinstance(fn, Mapping) else {}
+        call_id = str(call.get("id") or "")
+        name = str(fn.get("name") or "")
+        part = self._current.get(key)
+        if part is None and key is None and self._calls:
+            part = self._calls[-1]
+        if part is None or part.starts_anew(call_id, name):
+            part = _Partial()
+            self._calls.append(part)
+        self._current[key] = part
+        if call_id:
+            part.id = call_id
+        if name and not part.name:
+            part.name = name
+        arguments = fn.get("arguments")
+        if isinstance(arguments, str):
+            part.arguments.append(arguments)
+        elif isinstance(arguments, (Mapping, list)):
+            part.arguments.append(_arguments_text(arguments))
 
     def completion(self) -> Completion:
         """The answer so far (the whole answer once the stream ended)."""
         calls = tuple(
             ToolCall(p.id or f"call_{i}", p.name, _joined("".join(p.arguments)))
-            for i, p in sorted(self._calls.items())
+            for i, p in enumerate(self._calls)
         )
-        content = "".join(self._content) if self._content or not calls else None
-        return Completion(content, calls, self._finish, self._usage)
+        content = _text("".join(self._content)) if self._content or not calls else None
+        refusal = _text("".join(self._refusal)) or None
+        return Completion(content, calls, self._finish, self._usage, refusal)
 
 
 class SSEDecoder:
@@ -301,42 +362,6 @@ def decode_json(text: str | bytes, what: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise ModelError(f"the model's {what} is not JSON: {text[:200]!r}") from None
-
-
-def retry_delay(headers: Mapping[str, str] | None, retries_done: int, max_retries: int) -> float:
-    """Seconds to wait before the next try, as the ``openai`` package computes it:
-    the server's ``retry-after-ms`` or ``retry-after`` when it is within 60 s,
-    else ``0.5 * 2**n`` capped at 8 s, less up to 25 % jitter."""
-    if headers is not None:
-        wait: float | None = None
-        ms = headers.get("retry-after-ms")
-        if ms is not None:
-            try:
-                wait = float(ms) / 1000
-            except ValueError:
-                wait = None
-        if wait is None and (after := headers.get("retry-after")) is not None:
-            try:
-                wait = float(after)
-            except ValueError:
-                parsed = email.utils.parsedate_tz(after)
-                if parsed is not None:
-                    wait = email.utils.mktime_tz(parsed) - time.time()
-        if wait is not None and 0 < wait <= 60:
-            return wait
-    n = min(retries_done, max_retries)
-    delay = min(INITIAL_RETRY_DELAY * 2.0**n, MAX_RETRY_DELAY)
-    return float(delay * (1 - 0.25 * random.random()))
-
-
-def should_retry(status: int, headers: Mapping[str, str]) -> bool:
-    """Whether a refused request is worth trying again (``x-should-retry`` first)."""
-    hint = headers.get("x-should-retry")
-    if hint == "true":
-        return True
-    if hint == "false":
-        return False
-    return status in (408, 409, 429) or status >= 500
 
 
 def bad_request(message: str) -> SubagentError:

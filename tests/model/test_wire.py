@@ -146,3 +146,19 @@ def test_retry_delay_honours_the_server_then_backs_off() -> None:
     assert 0.375 <= retry_delay({"retry-after": "600"}, 0, 2) <= 0.5
     assert 0.75 <= retry_delay(None, 1, 2) <= 1.0
     assert 6.0 <= retry_delay({}, 9, 10) <= 8.0
+
+
+def test_a_call_whose_head_comes_again_stays_one_call() -> None:
+    """Servers that repeat ``id`` and ``name`` in every fragment of a call: one call,
+    its arguments joined; a fragment with another id begins the next."""
+    acc = ChunkAccumulator()
+    head = {"index": 0, "id": "c1", "function": {"name": "f", "arguments": '{"a":'}}
+    acc.add(_chunk({"tool_calls": [head]}))
+    acc.add(_chunk({"tool_calls": [{**head, "function": {"name": "f", "arguments": " 1}"}}]}))
+    acc.add(_chunk({"tool_calls": [{"index": 0, "id": "c2", "function": {"name": "g"}}]}))
+    acc.add(_chunk({}, "tool_calls"))
+    calls = acc.completion().tool_calls
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("c1", "f", '{"a": 1}'),
+        ("c2", "g", ""),
+    ]
