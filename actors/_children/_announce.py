@@ -49,7 +49,7 @@ class Announcer:
         self._lock = threading.Lock()  # held for a flag, never across a call out
         # Epochs released whose end is not announced yet, by child: present only
         # between a release and its end's announcement (a drain's worth at most).
-        self._ending: dict[SessionId, Activation] = {}
+        self._ending: dict[SessionId, list[Activation]] = {}
         # Bound once: a drain queues one a child (young garbage that outlives
         # collections while the dispatcher is busy).
         self._end_later = self.end
@@ -66,10 +66,11 @@ class Announcer:
                  "run_id": act.run_id, "provider": act.provider},
             )  # fmt: skip
         with self._lock:
-            # A previous epoch's end still queued (not this epoch's own: it may have
-            # settled already, and its end waits for this start, announced here).
+            # A previous epoch's end still queued or being announced -- not only
+            # this epoch's own: it may have settled already, and its end waits for
+            # this start, announced here.
             ending = self._ending.get(act.child_id)
-            behind = ending is not None and ending is not act
+            behind = ending is not None and any(e is not act for e in ending)
         if behind:  # the previous epoch's end is queued: announce after it
             self._dispatch.call(self._start_later, act)
         else:
@@ -79,7 +80,7 @@ class Announcer:
         """Queue ``subagent/end`` in the dispatcher (the registry, on release, before
         anyone can publish the child's next epoch)."""
         with self._lock:
-            self._ending[act.child_id] = act
+            self._ending.setdefault(act.child_id, []).append(act)
         self._dispatch.call(self._end_later, act)
 
     def _start(self, act: Activation) -> None:
@@ -106,8 +107,11 @@ class Announcer:
             self._emit(self._event(act, "subagent/end", stop), act.parent_session)
         finally:
             with self._lock:
-                if self._ending.get(act.child_id) is act:
-                    del self._ending[act.child_id]
+                ending = self._ending.get(act.child_id)
+                if ending is not None:
+                    ending[:] = [e for e in ending if e is not act]
+                    if not ending:
+                        del self._ending[act.child_id]
             if act.span is not None:
                 Telemetry.end(act.span, stop)
             act.released.set()

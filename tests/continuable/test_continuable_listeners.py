@@ -101,6 +101,60 @@ def test_an_end_listener_that_resumes_its_child_hears_the_next_start_after(
     assert kit.contents("kid") == ["hi", *sent]
 
 
+def test_a_start_behind_an_end_still_announced_waits_though_its_own_epoch_ended(
+    kit: Kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-EVT-2, forced interleaving: an end listener follows its child up (a cold
+    resume, published from inside the listener); the new epoch runs and settles
+    -- its own end queued -- before the listener's call announces its start. The
+    start still waits for the end being announced (posted behind it): the new
+    epoch's end must not hide the old one's."""
+    from subagents.actors._children._announce import Announcer
+    from subagents.actors._kernel._gate import Latch
+
+    rt = kit.rt
+    root = kit.root()
+    late = kit.gate("late-start")
+    ended = Latch()
+    order: list[str] = []
+    published: list[Any] = []
+    start = Announcer.start
+    hooks = rt.continuation._hooks
+    post_end = hooks._announce
+
+    def start_late(self: Any, act: Any) -> None:
+        if order and not published:  # the resumed epoch's, from inside the listener
+            published.append(act)
+            late.pass_through(None)
+        start(self, act)
+
+    def post_end_seen(act: Any) -> None:
+        post_end(act)
+        if published and act is published[0]:
+            ended.set()
+
+    def listener(event: SubagentEvent) -> None:
+        order.append(event.type)
+        if event.type == "subagent/end" and order.count("subagent/end") == 1:
+            spawn(rt, lambda: (late.wait_reached(10), ended.wait(10), late.release()))
+            rt.subagents.followup(root, SessionId(event.child_id), "again")
+            order.append("followup-returned")
+
+    monkeypatch.setattr(Announcer, "start", start_late)
+    monkeypatch.setattr(hooks, "_announce", post_end_seen)
+    rt.subagents.subscribe(listener, scope=root)
+    kit.start(root, "hi", label="kid")
+    kit.wait_settled("kid", epochs=2)
+    assert ended.is_set()
+    assert order == [
+        "subagent/start",
+        "subagent/end",
+        "followup-returned",
+        "subagent/start",
+        "subagent/end",
+    ]
+
+
 def test_a_raising_listener_changes_nothing(kit: Kit) -> None:
     """Listeners that raise on every event are logged; the epochs and their events
     are the same as without them."""
