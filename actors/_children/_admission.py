@@ -311,18 +311,26 @@ class Registry(Authority, NoticeLoop):
         # path in, so none overtakes them. Below a cutoff each is accepted (the
         # materialization was admitted before the cutoff) and discarded with the
         # rest of the drained forest.
-        if m.replay:
-            replay(agent, list(m.replay), drop=closed)
-            act.replayed = frozenset(e.message_id for e in m.replay)
-        d = m.delivery
-        if d is not None and d.message_id not in act.replayed:
-            agent.deliver(
-                d.content,
-                d.source,
-                message_id=d.message_id,
-                drop=closed,
-                redelivered=UNTAKEN if d.committed else False,
-            )
+        try:
+            if m.replay:
+                replay(agent, list(m.replay), drop=closed)
+                act.replayed = frozenset(e.message_id for e in m.replay)
+            d = m.delivery
+            if d is not None and d.message_id not in act.replayed:
+                agent.deliver(
+                    d.content,
+                    d.source,
+                    message_id=d.message_id,
+                    drop=closed,
+                    redelivered=UNTAKEN if d.committed else False,
+                )
+        except BaseException:
+            # Not published (the agent was disposed meanwhile: a closing runtime):
+            # its rollback abandons it; nothing of the publication stays.
+            act.agent = None
+            if parent_act is not None:
+                parent_act.disown(act.child_id)
+            raise
         waiters, act.waiters = act.waiters, None
         for request in waiters or ():
             try:
@@ -385,6 +393,8 @@ class Registry(Authority, NoticeLoop):
         self._supervisor.retired(act)
 
     def _released(self, act: Activation, announce: Callable[[Activation], object] | None) -> None:
+        if act.phase in (Phase.RESERVED, Phase.RELEASED):
+            return  # never published (its rollback abandons it), or abandoned already
         act.phase = advance(act.phase, Trigger.RELEASE)
         if self.index.get(act.child_id) is act:
             del self.index[act.child_id]

@@ -37,6 +37,7 @@ from subagents.actors._agents import (
 )
 from subagents.protocol import (
     ErrorCode,
+    InboxFullError,
     MessageId,
     MessageSource,
     ReportEvent,
@@ -114,7 +115,16 @@ def followup_by_id(
     mid = new_message_id() if message_id is None else MessageId(message_id)
     src = source if source is not None else MessageSource(kind="parent", session_id=parent_id)
     message = trusted_message(mid, content, src)
-    (accepted,) = sessions.accept(child_id, [message], limit=header.max_inbox)
+    try:
+        (accepted,) = sessions.accept(child_id, [message], limit=header.max_inbox)
+    except InboxFullError:
+        # Full of messages nobody may be running (the tree not live anywhere):
+        # have them run, or no place would ever open.
+        try:
+            wake_child(agents, sessions, continuation, child_id, parent_id)
+        except SubagentError as exc:
+            logger.debug("waking %s, whose inbox is full, failed: %s", child_id, exc)
+        raise
     if not accepted.duplicate:
         try:
             wake_child(agents, sessions, continuation, child_id, parent_id)

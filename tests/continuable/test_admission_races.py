@@ -361,3 +361,47 @@ def test_by_id_meeting_its_parent_settling_waits_until_it_has_left(
     assert [t.content for t in kit.script.turns_of("c1")][1:] == ["f0", "f1", "f2"]
     for i in range(3):
         assert [t.content for t in kit.script.turns_of(f"s{i}")] == [f"s{i}"]
+
+
+def test_a_child_disposed_before_its_publication_leaves_its_parent_free(
+    kit: Kit, monkeypatch: Any
+) -> None:
+    """Forced interleaving (a closing runtime disposes a child mid-start): the new
+    child's agent is disposed after its materialization began, and its dispose
+    listeners run after the registry tried to publish it. The publication fails
+    (``AGENT_DISPOSED``) and is rolled back; the late listener posted a release
+    the registry could not apply ("no transition from RESERVED on RELEASE", a
+    failure of the registry actor), and the parent kept owning the child it
+    never got. Now the start fails alone, and the parent settles. R-CONT-1."""
+    from subagents.actors._children._materialize import Materializer
+    from subagents.actors._kernel._gate import Latch
+
+    rt = kit.rt
+    busy = kit.gate("child-stop")
+    rolling_back = Latch()
+    contributed: list[Any] = []
+    rollback = Materializer.rollback
+
+    def contribution(scope: Any) -> None:
+        agent = scope.agent
+        if agent.label == "doomed" and not contributed:
+            contributed.append(agent)
+            # Its first dispose listener holds its actor's stop: the runtime's own,
+            # added after the contributions, runs once the test lets it.
+            agent.add_dispose_listener(lambda _a: busy.pass_through(None))
+            agent.dispose(wait=False)
+
+    def rollback_seen(self: Any, act: Any, agent: Any, delete_from: Any) -> None:
+        if contributed and agent is contributed[0]:
+            rolling_back.set()  # its publication failed
+        rollback(self, act, agent, delete_from)
+
+    monkeypatch.setattr(Materializer, "rollback", rollback_seen)
+    rt.subagents.register_continuable_setup(contribution)
+    root = kit.root()
+    kit.start(root, [["try_start", "doomed", "hi"]], label="mid")
+    assert rolling_back.wait(10) and busy.wait_reached(10)
+    busy.release()
+    assert kit.script.notes.has("start-refused", "mid", ErrorCode.AGENT_DISPOSED)
+    kit.barrier()
+    kit.wait_settled("mid", epochs=1)

@@ -265,3 +265,46 @@ def test_a_quiet_report_waiting_behind_a_running_turn_takes_no_place(bkit: Kit) 
         kit.gate(f"b{i}").release()
         kit.wait_settled(f"mid{i}")
         assert f"fyi{i}" in [r.content for r in kit.reports(f"mid{i}")], i
+
+
+def test_a_full_inbox_nobody_runs_is_woken_by_a_followup_by_id(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Strict, after a restart: a child bounded at two messages holds its cut
+    prompt and a follow-up in its durable inbox, and nothing is live to run
+    them. A follow-up by the parent's id with ``wait_for_room`` used to fail
+    ``INBOX_FULL`` for good (the refusal woke nothing, so no place opened); now
+    the refusal wakes the tree, the waiting messages run, and it is accepted and
+    runs after them. R-FUP-1."""
+    db = str(tmp_path / "full.db")
+    released = [False]
+
+    def worker(turn: Any) -> Any:
+        if turn.content == "block" and not released[0]:
+            turn.signal.wait(30)  # cut by the close
+        return f"did {turn.content}"
+
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("worker", lambda _o: worker)
+        parent = rt.spawn("worker", label="p")
+        pid = parent.session_id
+        cid, _ = rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=parent,
+                provider="local",
+                prompt="block",
+                label="c",
+                model="worker",
+                max_inbox=2,
+            )
+        )
+        rt.subagents.followup(parent, cid, "a")  # 2 of 2
+    released[0] = True
+    # A sweep (every lease_ttl / 3) would wake it too, in time: not within the wait.
+    with Runtime(db, backend=backend, lease_ttl=120) as rt:
+        rt.models.register("worker", lambda _o: worker)
+        assert len(rt.sessions.pending(cid)) == 2
+        rt.subagents.followup(pid, cid, "b", wait_for_room=15)
+        assert rt.wait_idle(20)
+        outputs = [e.output for e in rt.sessions.turn_ends(cid)]
+        assert outputs[-3:] == ["did block", "did a", "did b"], outputs

@@ -24,6 +24,7 @@ from subagents.actors import (
     Runtime,
     SubagentStartRequest,
 )
+from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
 from subagents.protocol import (
     MessageEvent,
@@ -212,3 +213,50 @@ def test_a_never_signal_run_disposed_at_once_lists(rt_store: Runtime) -> None:
         run.dispose()
     listing = rt.subagents.list_children(host.session_id)
     assert (len(listing.rows), listing.diagnostics) == (10, ())
+
+
+def test_a_quiet_report_to_a_resident_child_outlives_a_relaxed_close(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Relaxed durability: a child kept resident (its own child busy) gets a quiet
+    report, and the runtime closes with nothing queued to discard. The report was
+    in no log, checkpoint or turn after: the closing disposal now checkpoints the
+    child with the reports no turn saw, and its next turn, in a new runtime, sees
+    it. R-REP-5."""
+    db = str(tmp_path / "relaxed.db")
+    busy = Gate("busy")
+
+    def rec(turn: Any) -> Any:
+        if turn.content == "spawn":
+            return str(turn.subagents.start_continuable("local", "busy", label="g").child_id)
+        if turn.content == "busy":
+            busy.pass_through(turn.signal)
+        return [m.content for m in turn.context]
+
+    def runtime() -> Runtime:
+        rt = Runtime(db, backend=backend, durability="relaxed")
+        rt.models.register("rec", lambda _o: rec)
+        return rt
+
+    rt = runtime()
+    try:
+        top = rt.spawn("rec", label="top")
+        child, _mid = rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=top, provider="local", prompt="spawn", label="c", model="rec"
+            )
+        )
+        assert busy.wait_reached(10)  # the grandchild runs: the child stays resident
+        assert rt.wait_idle(0) is False
+        (grandchild,) = [r.id for r in rt.subagents.list_children(child).rows]
+        rt.subagents.report_from(grandchild, "quiet news", delivery="quiet")
+    finally:
+        rt.close()
+    rt = runtime()
+    try:
+        rt.subagents.followup(top.session_id, child, "next")
+        assert rt.wait_idle(10)
+        assert rt.sessions.turn_ends(child)[-1].output == ["quiet news"]
+        assert "quiet news" in [e.content for e in _log(rt, child) if isinstance(e, ReportEvent)]
+    finally:
+        rt.close()
