@@ -46,7 +46,13 @@ from ._dispatch import ToolDispatcher
 from ._history import history_messages, text
 from ._wire import Completion, ModelError, ToolCall, check_answer, encode_body
 
-__all__ = ["DEFAULT_BASE_URL", "PARALLEL_TOOL_CALLS", "OpenAIChat", "openai_chat"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "PARALLEL_TOOL_CALLS",
+    "REDELIVERED_NOTE",
+    "OpenAIChat",
+    "openai_chat",
+]
 
 #: The longest ``timeout`` (seconds, about 11 days): beyond it the socket layer's
 #: clocks overflow, and every request would fail.
@@ -57,6 +63,14 @@ PARALLEL_TOOL_CALLS: Final = 8
 
 #: Where requests go when neither ``base_url`` nor ``OPENAI_BASE_URL`` says otherwise.
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+
+
+#: What a model is told of a turn that runs again after the runtime stopped in it.
+REDELIVERED_NOTE = (
+    "This turn runs again: the runtime stopped while it ran. Tool calls made in it"
+    " before may have taken effect. The same call with the same arguments takes"
+    " effect once; check what exists (list_agents) before starting anything anew."
+)
 
 
 class OpenAIChat:
@@ -87,10 +101,12 @@ class OpenAIChat:
         self.calls = 0
 
     def messages(self, turn: Turn) -> list[dict[str, Any]]:
-        """The messages of the turn's first request (system prompt first, if any)."""
+        """The messages of the turn's first request (system prompt first, if any;
+        a turn that runs again after a crash is told so, last)."""
         system = turn.persona if turn.persona is not None else self.system
         head = [{"role": "system", "content": system}] if system else []
-        return head + history_messages(turn)
+        tail = [{"role": "system", "content": REDELIVERED_NOTE}] if turn.redelivered else []
+        return head + history_messages(turn) + tail
 
     def on_turn(self, turn: Turn) -> Any:
         """Run the tool-call loop for one turn; the model's final text is the output."""

@@ -15,6 +15,7 @@ from typing import Any
 from replay_script import CHILD, responder
 from subagents.actors import Runtime, openai_chat
 from subagents.actors._kernel._backend import Backend
+from subagents.actors._model._openai import REDELIVERED_NOTE
 from subagents.actors.testing import Answer, FakeOpenAI
 
 WORKER = Path(__file__).with_name("model_replay_worker.py")
@@ -46,6 +47,9 @@ def test_a_replayed_turn_starts_and_messages_its_child_once(
         ]
         rows = rt.subagents.list_children(sid).rows
         assert [r.label for r in rows] == ["w"], rows
+        # The model is told its turn runs again, in the replayed turn's requests.
+        notes = [m for r in fake.requests for m in r.messages if m["content"] == REDELIVERED_NOTE]
+        assert notes
         assert rt.wait_idle(20)
         outputs = [e.output for e in rt.sessions.turn_ends(rows[0].id)]
         assert outputs == ["noted", "noted"], outputs  # "watch", then "more" once
