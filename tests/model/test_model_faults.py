@@ -29,7 +29,7 @@ from subagents.actors import (
     openai_chat,
 )
 from subagents.actors._kernel._backend import Backend
-from subagents.actors._model._openai import PARALLEL_TOOL_CALLS
+from subagents.actors._model._openai import PARALLEL_TOOL_CALLS, REDELIVERED_NOTE
 from subagents.actors._model._wire import encode_body
 from subagents.actors.testing import Answer, FakeCall, FakeOpenAI, Gate
 from subagents.protocol import ErrorCode, SubagentError
@@ -308,7 +308,10 @@ def test_a_cut_short_turn_is_run_again_without_its_messages_twice(
         rt.agents.resume(sid)
         assert rt.wait_idle(20)
         assert [_users(r) for r in fake.requests] == [["original"], ["original", "steered"]]
-        assert fake.requests[1].messages[-2] == {"role": "assistant", "content": "original done"}
+        # Both were taken before the crash (the cut turn, the message steered into
+        # it): each is told it runs again, last.
+        assert [r.messages[-1]["content"] for r in fake.requests] == [REDELIVERED_NOTE] * 2
+        assert fake.requests[1].messages[-3] == {"role": "assistant", "content": "original done"}
         ends = rt.sessions.turn_ends(sid)
         assert [e.stop_reason for e in ends] == ["failed", "completed", "completed"]
 
