@@ -334,18 +334,24 @@ def resume(ctx: Context) -> list[Row]:
                         agent.wait_idle(30)
                     lat.append(time.perf_counter() - t)
                     _wait_settled(rt, cid)
-                by_size[size] = Row(
-                    workload=f"cold resume, {size} prior events",
-                    backend=backend,
-                    store="memory",
-                    value=statistics.median(lat) * 1e6,
-                    unit="us",
-                    better="lower",
-                )
-        small, big = by_size[sizes[0]], by_size[sizes[1]]
-        rows += [small, compare(big, small, target=2.0)]
+                by_size[size] = _latency(f"cold resume, {size} prior events", backend, lat)
+        rows += _growth(by_size, sizes)
         rows += _resume_top_level(backend, sizes, reps)
     return rows
+
+
+def _latency(workload: str, backend: str, lat: list[float]) -> Row:
+    """The median of ``lat`` (seconds) as a row, in microseconds."""
+    value = statistics.median(lat) * 1e6
+    return Row(
+        workload=workload, backend=backend, store="memory", value=value, unit="us", better="lower"
+    )
+
+
+def _growth(by_size: dict[int, Row], sizes: tuple[int, int]) -> list[Row]:
+    """The small log's row, and the big one's against it (at most 2x)."""
+    small, big = by_size[sizes[0]], by_size[sizes[1]]
+    return [small, compare(big, small, target=2.0)]
 
 
 def _resume_top_level(backend: str, sizes: tuple[int, int], reps: int) -> list[Row]:
@@ -369,16 +375,9 @@ def _resume_top_level(backend: str, sizes: tuple[int, int], reps: int) -> list[R
                 agent.wait_idle(30)
                 lat.append(time.perf_counter() - t)
                 agent.dispose()
-            by_size[size] = Row(
-                workload=f"top-level resume after dispose, {size} prior events",
-                backend=backend,
-                store="memory",
-                value=statistics.median(lat) * 1e6,
-                unit="us",
-                better="lower",
-            )
-    small, big = by_size[sizes[0]], by_size[sizes[1]]
-    return [small, compare(big, small, target=2.0)]
+            workload = f"top-level resume after dispose, {size} prior events"
+            by_size[size] = _latency(workload, backend, lat)
+    return _growth(by_size, sizes)
 
 
 def _wait_settled(rt: Runtime, cid: Any, timeout: float = 30.0) -> None:

@@ -66,26 +66,20 @@ class Chains:
         stay accepted, and the holders' sweeps look again. False when a session of
         the chain left residency meanwhile (unless ``last_try``, not logged: the
         caller tries again)."""
-        agents = self._agents()
         held: list[Activation] = []
         target = chain[-1]
         try:
-            for i in range(1, len(chain)):
-                parent = agents.get(chain[i - 1])
-                if parent is None or not agents.is_live(parent):
-                    stand_in = held[-1].agent if held else None
-                    if (
-                        isinstance(stand_in, PlacedChild)
-                        and stand_in.session_id == chain[i - 1]
-                        and stand_in.wake_below(target)
-                    ):  # placed on a host: that host wakes the rest, below it
-                        break
+            left = self._walk(chain, held, hold_last=False)
+            if left is not None:
+                stand_in = held[-1].agent if held else None
+                if not (
+                    isinstance(stand_in, PlacedChild)
+                    and stand_in.session_id == left
+                    and stand_in.wake_below(target)
+                ):  # (placed on a host: that host wakes the rest, below it)
                     if last_try:
-                        self._unwoken(target, f"{chain[i - 1]} left")
+                        self._unwoken(target, f"{left} left")
                     return False
-                act = self._wake_held(chain[i], parent, agents, last=i == len(chain) - 1)
-                if act is not None:
-                    held.append(act)
             self._failed_wakes.discard(target)
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_HELD:  # another process has it: it runs the rest
@@ -140,22 +134,32 @@ class Chains:
         them go: a parent by id under relaxed durability, which nothing can be
         committed for. Raises ``UNAUTHORIZED`` when one left residency meanwhile
         (nothing done: try again) and what waking raises."""
-        agents = self._agents()
         held: list[Activation] = []
         try:
-            for i in range(1, len(chain)):
-                parent = agents.get(chain[i - 1])
-                if parent is None or not agents.is_live(parent):
-                    raise SubagentError(
-                        f"{chain[i - 1]} left residency", code=ErrorCode.UNAUTHORIZED
-                    )
-                act = self._wake_held(chain[i], parent, agents, last=False)
-                assert act is not None
-                held.append(act)
+            left = self._walk(chain, held, hold_last=True)
+            if left is not None:
+                raise SubagentError(f"{left} left residency", code=ErrorCode.UNAUTHORIZED)
             return fn(held[-1].agent)
         finally:
             for act in held:
                 self._unhold(Unhold(act))
+
+    def _walk(
+        self, chain: Sequence[SessionId], held: list[Activation], *, hold_last: bool
+    ) -> SessionId | None:
+        """Wake ``chain[1:]`` below ``chain[0]`` in turn, each held (the last only
+        if ``hold_last``), onto ``held``; the session of the chain found no longer
+        live here, or None once every one is woken."""
+        agents = self._agents()
+        for i in range(1, len(chain)):
+            parent = agents.get(chain[i - 1])
+            if parent is None or not agents.is_live(parent):
+                return chain[i - 1]
+            last = i == len(chain) - 1 and not hold_last
+            act = self._wake_held(chain[i], parent, agents, last=last)
+            if act is not None:
+                held.append(act)
+        return None
 
     def _unwoken(self, child_id: SessionId, why: str) -> None:
         # Said once per child: a sweep asks again every ttl/3 while, say, its tree

@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import itertools
-import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pgcluster import outside_sql
 from subagents.actors import Backend, Runtime
 from subagents.protocol import (
     ContinuableDescriptor,
@@ -164,15 +164,7 @@ Execute = Callable[[str, tuple[Any, ...]], int]
 def sqlite_execute(path: Path | str) -> Execute:
     """An :data:`Execute` on an SQLite file: one connection and commit per statement."""
 
-    def execute(sql: str, params: tuple[Any, ...]) -> int:
-        conn = sqlite3.connect(path)
-        try:
-            with conn:
-                return conn.execute(sql, params).rowcount
-        finally:
-            conn.close()
-
-    return execute
+    return lambda sql, params: outside_sql(str(path), sql, *params)
 
 
 def _execute(db: Path | str | Execute) -> Execute:
