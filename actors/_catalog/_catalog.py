@@ -38,15 +38,25 @@ __all__ = ["MAX_LEVELS", "Catalog"]
 MAX_LEVELS = 64
 
 
-def _live_by_parent(sessions: LiveSessions | None) -> dict[SessionId, list[SessionHeader]]:
-    """The live sessions' headers by parent (one pass over the live set)."""
-    out: dict[SessionId, list[SessionHeader]] = {}
+def _live_headers(sessions: LiveSessions | None) -> list[SessionHeader]:
+    """The live sessions' headers (one pass over the live set).
+
+    A listing takes them *before* it reads the store: a session leaving the live
+    set flushes its writes first, so one that leaves while the store is read is
+    in the store by then. Taken after, a session not yet stored when the store was
+    read and gone from the live set since would be in neither."""
     if sessions is None:
-        return out
-    for sid in sessions.live_ids():
-        live = sessions.live(sid)
-        if live is not None and live.header.parent_session is not None:
-            out.setdefault(live.header.parent_session, []).append(live.header)
+        return []
+    found = (sessions.live(sid) for sid in sessions.live_ids())
+    return [live.header for live in found if live is not None]
+
+
+def _live_by_parent(sessions: LiveSessions | None) -> dict[SessionId, list[SessionHeader]]:
+    """The live sessions' headers by parent (see :func:`_live_headers`)."""
+    out: dict[SessionId, list[SessionHeader]] = {}
+    for header in _live_headers(sessions):
+        if header.parent_session is not None:
+            out.setdefault(header.parent_session, []).append(header)
     return out
 
 
@@ -100,11 +110,12 @@ class Catalog:
     def _whole(self, signal: SignalLike, scanned: list[Any] | None = None) -> Corpus:
         """The whole merged corpus (``scanned``: the store's header scan, if read)."""
         corpus = Corpus(whole_store=True)
+        live = _live_headers(self._sessions)  # before the store (see there)
         if scanned is not None:
             corpus.add_persisted(scanned)
         elif self._persistence is not None:
             corpus.add_persisted(self._read(self._persistence.scan_headers, signal))
-        corpus.add_live(self._sessions, None)
+        corpus.add_live_headers(live)
         return corpus.link()
 
     def _reader(self) -> Corpus:
@@ -198,10 +209,11 @@ class Catalog:
         two reads of the store's parent index, whatever the size of the store."""
         corpus = self._reader()
         store = self._persistence
+        live = _live_by_parent(self._sessions)  # before the store (see _live_headers)
         branching = None
         if store is not None:
             branching = self._level(corpus, [parent], signal, parent)
-        corpus.add_live(self._sessions, {parent})
+        corpus.add_live_headers(live.get(parent, ()))
         kids = list(corpus.headers)
         if kids:
             if store is not None:
@@ -215,7 +227,7 @@ class Catalog:
                 )
                 if read:
                     corpus.add_persisted(self._read(store.scan_children, signal, read))
-            corpus.add_live(self._sessions, set(kids))
+            corpus.add_live_headers(h for k in kids for h in live.get(k, ()))
         return corpus.link()
 
     # -- public ------------------------------------------------------------------------

@@ -89,16 +89,6 @@ class Corpus:
                 diag = Diagnostic(id=key, kind="corrupt", detail=str(item))
                 self.broken.setdefault(parent, []).append(diag)
 
-    def add_live(self, sessions: LiveSessions | None, parents: set[SessionId] | None) -> None:
-        """Live sessions (all, or those whose parent is in ``parents``) over persisted ones."""
-        if sessions is None:
-            return
-        for sid in sessions.live_ids():
-            live = sessions.live(sid)
-            if live is not None and (parents is None or live.header.parent_session in parents):
-                self.headers[sid] = live.header
-                self.live.add(sid)
-
     def add_live_headers(self, headers: Iterable[SessionHeader]) -> None:
         """Live sessions' headers, over their persisted copies."""
         for header in headers:
