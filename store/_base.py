@@ -245,7 +245,7 @@ class SessionStore(DurableQueues):
 
         Each op is ``("create", header, events[, lease, inbox])``, ``("append",
         session_id, events[, lease, done])``, ``("delete", session_id)``,
-        ``("checkpoint", session_id, seq, data)``, ``("projection", session_id,
+        ``("checkpoint", session_id, seq, data[, lease])``, ``("projection", session_id,
         unit, seq, data)`` or ``("release", session_id, token[, unrun])``. Returns, per op,
         its result or the :class:`SubagentError` it failed with: one failing op does
         not fail the others. :class:`SqliteStore` commits them in one durable
@@ -279,6 +279,8 @@ class SessionStore(DurableQueues):
         if kind == "delete":
             return self.delete_session(op[1])
         if kind == "checkpoint":
+            if len(op) > 4 and op[4] is not None:
+                return self.put_checkpoint(op[1], op[2], op[3], lease=op[4])
             return self.put_checkpoint(op[1], op[2], op[3])
         if kind == "projection":
             return self.put_projection(op[1], op[2], op[3], op[4])
@@ -324,12 +326,23 @@ class SessionStore(DurableQueues):
         """
 
     @abc.abstractmethod
-    def put_checkpoint(self, session_id: SessionId | str, seq: int, data: bytes) -> None:
+    def put_checkpoint(
+        self,
+        session_id: SessionId | str,
+        seq: int,
+        data: bytes,
+        *,
+        lease: LeaseToken | None = None,
+    ) -> None:
         """Store the session's checkpoint (latest wins): ``data`` is valid through ``seq``.
+
+        ``lease`` fences it like an append: a holder that lost the session stores
+        no state folded from events it never got to write.
 
         Raises:
             SubagentError: ``SESSION_NOT_FOUND``; ``INVALID_ARGUMENT`` when ``seq``
-                is past the end of the log.
+                is past the end of the log; ``LEASE_LOST`` when ``lease`` is not the
+                session's lease.
         """
 
     @abc.abstractmethod

@@ -175,7 +175,8 @@ class CommittedWrites:
             sid = check_session_id(op[1])
             seq = check_int(op[2], "seq")
             blob = check_blob(op[3])
-            return lambda txn: txn.put_checkpoint(sid, seq, blob)
+            token = check_token(op[4]) if len(op) > 4 else None
+            return lambda txn: txn.put_checkpoint(sid, seq, blob, token)
         if kind == "projection":
             sid = check_session_id(op[1])
             unit = unit_name(op[2])
@@ -194,11 +195,19 @@ class CommittedWrites:
         sid = check_session_id(session_id)
         self._committer.submit(lambda txn: txn.delete(sid))
 
-    def put_checkpoint(self, session_id: SessionId | str, seq: int, data: bytes) -> None:
+    def put_checkpoint(
+        self,
+        session_id: SessionId | str,
+        seq: int,
+        data: bytes,
+        *,
+        lease: LeaseToken | None = None,
+    ) -> None:
         sid = check_session_id(session_id)
         check_int(seq, "seq")
         blob = check_blob(data)
-        self._committer.submit(lambda txn: txn.put_checkpoint(sid, seq, blob))
+        token = check_token(lease)
+        self._committer.submit(lambda txn: txn.put_checkpoint(sid, seq, blob, token))
 
     def put_projection(self, session_id: SessionId | str, unit: str, seq: int, data: bytes) -> None:
         sid = check_session_id(session_id)

@@ -242,12 +242,22 @@ class MemoryStore(MemoryQueues, SessionStore):
             if not siblings:
                 del self._children[session.header.parent_session]
 
-    def put_checkpoint(self, session_id: SessionId | str, seq: int, data: bytes) -> None:
+    def put_checkpoint(
+        self,
+        session_id: SessionId | str,
+        seq: int,
+        data: bytes,
+        *,
+        lease: LeaseToken | None = None,
+    ) -> None:
         sid = check_session_id(session_id)
         check_int(seq, "seq")
         blob = check_blob(data)
+        token = None if lease is None else check_token(lease)
         with self._lock:
             session = self._get(sid)
+            if token is not None:
+                self._fence(sid, self._queues(sid), token)
             if seq >= len(session.events):
                 raise invalid(
                     f"checkpoint seq {seq} is past the last seq {len(session.events) - 1}",

@@ -255,9 +255,12 @@ class Txn(QueueTxn):
     def drop_projections(self) -> None:
         self.conn.execute("DELETE FROM projection_cache")
 
-    def put_checkpoint(self, session_id: SessionId, seq: int, data: bytes) -> None:
+    def put_checkpoint(
+        self, session_id: SessionId, seq: int, data: bytes, token: LeaseToken | None = None
+    ) -> None:
         key = session_id.to_bytes()
         nxt = self._next_seq(key, session_id)
+        self.fence(session_id, token)
         if seq >= nxt:
             raise invalid(
                 f"checkpoint seq {seq} is past the last seq {nxt - 1}",

@@ -280,7 +280,8 @@ class SessionService(Acceptance, SessionReads):
                     exc,
                 )
                 return
-            live.last_ticket = self._writer.submit("checkpoint", live.id, (seq, data))
+            # Fenced by its lease: a holder that lost the session stores no state.
+            live.last_ticket = self._writer.submit("checkpoint", live.id, (seq, data, live.token))
 
     def cache_projection(
         self, live: LiveSession, unit: str, seq: int, value: Any, *, shaped: bool = False

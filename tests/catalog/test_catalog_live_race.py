@@ -9,7 +9,7 @@ The live set is taken first, so the child is in one of them.
 
 from __future__ import annotations
 
-import threading
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,37 @@ from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
 from subagents.store import SqliteStore
+from subagents.store._native import native_lock
 
 pytestmark = pytest.mark.timeout(60)
 
 WAIT = 20.0
+
+
+class _Event:
+    """An event of one native lock: waited on in the store's threads and set from
+    the test's (under gevent's monkey-patching too, where ``threading.Event``
+    belongs to one hub's greenlets)."""
+
+    def __init__(self) -> None:
+        self._lock = native_lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # set already
+            self._lock.release()
+
+    def clear(self) -> None:
+        self._lock.acquire(blocking=False)
+
+    def is_set(self) -> bool:
+        return not self._lock.locked()
+
+    def wait(self, timeout: float) -> bool:
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()
+        return True
 
 
 class _PausingStore(SqliteStore):
@@ -31,11 +58,11 @@ class _PausingStore(SqliteStore):
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        self.writes = threading.Event()
+        self.writes = _Event()
         self.writes.set()
         self.pause_read = False
-        self.read_done = threading.Event()
-        self.proceed = threading.Event()
+        self.read_done = _Event()
+        self.proceed = _Event()
 
     def write_many(self, ops: Any) -> Any:
         assert self.writes.wait(WAIT), "the test never opened the writes"
@@ -92,8 +119,7 @@ def test_a_child_leaving_residency_during_the_listing_is_listed(
             listed: list[Any] = []
             store.pause_read = True
             task = backend.spawn(_listing, rt, root.session_id, listed)
-            backend.sleep(0)  # a greenlet runs once the caller yields
-            assert store.read_done.wait(WAIT), i
+            assert _until(backend, store.read_done.is_set), i
             store.writes.set()
             # A child settles after its turn (flushing its writes, then leaving).
             assert _until(backend, lambda child=child: rt.sessions.live(child) is None), i

@@ -431,6 +431,36 @@ def test_a_stale_lease_writes_nothing(
     assert store.last_seq(h.id) == 1 and store.pending(h.id) == []
 
 
+def test_a_stale_lease_writes_no_checkpoint(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """Fencing covers checkpoints: a holder that lost its lease could otherwise store
+    a checkpoint folded from events it never got to write (the new holder wrote its
+    own at those seqs), and the next resume would start from that state. Refused
+    alone and in a batch (``write_many``), where it does not fail the others."""
+    h = make_header()
+    store.create_session(h, make_events(3))
+    old = store.acquire_lease(h.id, "old", now=NOW, expires=NOW + 1)
+    store.put_checkpoint(h.id, 1, b"old's", lease=old.token())
+    new = store.acquire_lease(h.id, "new", now=NOW + 2, expires=NOW + 12)
+    with pytest.raises(SubagentError) as err:
+        store.put_checkpoint(h.id, 2, b"stale", lease=old.token())
+    assert _code(err) == ErrorCode.LEASE_LOST
+    stale, fresh = store.write_many(
+        [
+            ("checkpoint", h.id, 2, b"stale", old.token()),
+            ("projection", h.id, "unit", 2, b"derived"),
+        ]
+    )
+    assert isinstance(stale, SubagentError) and stale.code == ErrorCode.LEASE_LOST
+    assert fresh is None
+    assert store.get_checkpoint(h.id) == (1, b"old's")
+    assert store.write_many([("checkpoint", h.id, 2, b"new's", new.token())]) == [None]
+    assert store.get_checkpoint(h.id) == (2, b"new's")
+    store.put_checkpoint(h.id, 0, b"unfenced")  # no token: a store without leases' use
+    assert store.get_checkpoint(h.id) == (0, b"unfenced")
+
+
 def test_racing_acquisitions_have_one_winner(
     store: SessionStore, make_header: MakeHeader, threads: object
 ) -> None:
