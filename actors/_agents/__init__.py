@@ -20,6 +20,7 @@ from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry, runtime_closed
 from ._resume import CUT_SHORT, Restored, replay, stored_options
+from ._send import kept
 from ._sessions import SessionService
 from ._spawn import dispose_by_depth, spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
@@ -63,6 +64,7 @@ __all__ = [
     "dispose_by_depth",
     "echo",
     "interrupt_ring",
+    "kept",
     "not_open",
     "plain",
     "recorded_model",

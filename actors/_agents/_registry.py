@@ -55,8 +55,7 @@ class AgentRegistry:
     """Live agents by session id (the seed's ``ctx.agents``). Thread-safe."""
 
     def __init__(self, host: AgentHost, models: ModelRegistry) -> None:
-        # The registry is what an agent's ``forget`` and ``released`` report to:
-        # wired here, so each is one call, not a hop through the runtime.
+        # An agent's ``forget`` and ``released`` report here: one call, no hop.
         self._host = dataclasses.replace(host, forget=self._unregister, released=self._released)
         self._models = models
         self._lock = threading.Lock()
@@ -209,9 +208,8 @@ class AgentRegistry:
         finally:
             self._claims.unclaim(session_id)
         agent = restored.agent
-        # (Taken meanwhile by another process.) Live since its registration: a
-        # message sent to it since keeps it (the gate closes only on an agent with
-        # nothing in flight).
+        # (Taken meanwhile by another process.) A message sent to it since its
+        # registration keeps it (the gate closes only on an agent with none in flight).
         if restored.pending or not agent.close_if_idle():
             return agent
         agent.dispose()
@@ -224,9 +222,10 @@ class AgentRegistry:
     def _claim(self, sid: SessionId, *, wait: bool) -> None:
         self._check_open()
         if self._claims.claim(sid, wait=wait) is not None:
-            raise SubagentError(
-                f"an agent for {sid} is already live", code=ErrorCode.SESSION_EXISTS
-            )
+            raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
+        if self._closing:  # closed since the check: its wait may have missed this claim
+            self._claims.unclaim(sid)
+            raise runtime_closed()
 
     def _restore(self, sid: SessionId, **kwargs: Any) -> Restored:
         """Restore and register ``sid``'s agent (the caller holds its claim)."""
@@ -386,7 +385,10 @@ class AgentRegistry:
         resumed here (from its recorded options) and runs it -- or, when another
         process holds it (``LEASE_HELD``), that process is woken and runs it. On a
         memory store or under relaxed durability the session is resumed here first.
-        ``message_id`` makes the call idempotent, as for ``followup``.
+        ``message_id`` makes the call idempotent, as for ``followup``. Committed and
+        then not run here because the runtime closes (or the store cannot take it
+        back), the message stays accepted: the id is returned, and it runs at the
+        session's next activation.
 
         Raises:
             SubagentError: ``SESSION_NOT_FOUND``; ``UNAUTHORIZED`` for a subagent's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,40 @@ from ._followups import USER
 from ._mail import wake_holder
 from ._sessions import SessionService
 
-__all__ = ["send_unheld", "subagent_refused"]
+__all__ = ["kept", "send_unheld", "subagent_refused"]
+
+logger = logging.getLogger("subagents")
+
+
+def kept(
+    sessions: SessionService,
+    target: SessionId,
+    message_id: MessageId,
+    error: BaseException,
+    accepted_at: float | None = None,
+) -> bool:
+    """After the delivery of a committed message failed with ``error``: True when it
+    stays accepted (the call that committed it returns its id: it runs where its
+    session is held, or at its next activation), else it is retracted (False).
+
+    The runtime closing (``RUNTIME_CLOSED``) keeps it: what a closing runtime
+    accepted runs at the session's next activation. A retraction the store cannot
+    make keeps it too: it is in the inbox, and will run. So does one another
+    caller's acceptance of the same id answered for since (``accepted_at``, the
+    caller's own acceptance time: see ``DurableInbox.retract``).
+    """
+    if isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_HELD:
+        wake_holder(sessions, error, target)  # in the inbox of a child another process holds
+        return True
+    if isinstance(error, SubagentError) and error.code == ErrorCode.RUNTIME_CLOSED:
+        return True
+    try:
+        return not sessions.retract(target, message_id, accepted_at=accepted_at)
+    except SubagentError as again:
+        logger.warning(
+            "could not retract %s from %s (%s): it stays accepted", message_id, target, again
+        )
+        return True
 
 
 def send_unheld(
@@ -61,15 +95,14 @@ def send_unheld(
         try:
             resume_top(sid)  # its replay runs the message
         except SubagentError as exc:
-            if exc.code == ErrorCode.LEASE_HELD:
-                wake_holder(sessions, exc, sid)
-            elif exc.code == ErrorCode.SESSION_EXISTS:
+            if exc.code == ErrorCode.SESSION_EXISTS:
                 # Live here since we looked: its pickup takes what nobody took.
                 sessions.wake_pickup(sid)
-            elif sessions.retract(sid, mid, accepted_at=accepted.at):
+            elif not kept(sessions, sid, mid, exc, accepted.at):
                 raise
-            # Not ours to take back (a duplicate acceptance answered for it, or it
-            # was taken meanwhile): it stays accepted.
+            # Not ours to take back (a duplicate acceptance answered for it, it was
+            # taken meanwhile, the runtime closes, the store could not take it
+            # back): it stays accepted, and runs at the session's next activation.
         return mid
 
     if telemetry is None:

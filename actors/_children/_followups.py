@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from subagents.actors._agents import Agent, AgentRegistry, Steered, check_steer, plain
+from subagents.actors._agents import Agent, AgentRegistry, Steered, check_steer, kept, plain
 from subagents.actors._kernel import AbortSignal
 from subagents.protocol import (
     ErrorCode,
@@ -34,7 +34,7 @@ from subagents.protocol import (
 from subagents.supervision import Activation, Phase
 
 from ._child import ChildContext
-from ._intake import DONE, accept_resident, kept, steer_followup
+from ._intake import DONE, accept_resident, steer_followup
 from ._materialize import Materializer
 from ._placed import PlacedChild
 from ._placement import followup_placed

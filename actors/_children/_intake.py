@@ -35,7 +35,6 @@ from subagents.actors._agents import (
     Steered,
     not_open,
     replay,
-    wake_holder,
 )
 from subagents.protocol import (
     ErrorCode,
@@ -53,7 +52,6 @@ __all__ = [
     "LEFT",
     "ROUTE",
     "accept_resident",
-    "kept",
     "start_child_id",
 ]
 
@@ -193,36 +191,6 @@ def steer_followup(
             return steered
     # Not steered: the usual path (which also refuses a parent that is not the one).
     return Steered(followup(agents, parent, cid, d, signal), "queued")
-
-
-def kept(
-    sessions: SessionService,
-    target: SessionId,
-    message_id: MessageId,
-    error: BaseException,
-    accepted_at: float | None = None,
-) -> bool:
-    """After the delivery of a committed message failed with ``error``: True when it
-    stays accepted (see the module docstring), else it is retracted (False).
-
-    The runtime closing (``RUNTIME_CLOSED``) keeps it: what a closing runtime
-    accepted runs at the session's next activation. A retraction the store cannot
-    make keeps it too: it is in the inbox, and will run. So does one another
-    caller's acceptance of the same id answered for since (``accepted_at``, the
-    caller's own acceptance time: see ``DurableInbox.retract``).
-    """
-    if isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_HELD:
-        wake_holder(sessions, error, target)  # in the inbox of a child another process holds
-        return True
-    if isinstance(error, SubagentError) and error.code == ErrorCode.RUNTIME_CLOSED:
-        return True
-    try:
-        return not sessions.retract(target, message_id, accepted_at=accepted_at)
-    except SubagentError as again:
-        logger.warning(
-            "could not retract %s from %s (%s): it stays accepted", message_id, target, again
-        )
-        return True
 
 
 def _retract(

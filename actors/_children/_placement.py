@@ -9,6 +9,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from subagents.actors._agents import kept
 from subagents.protocol import (
     ContinuableDescriptor,
     ErrorCode,
@@ -20,7 +21,6 @@ from subagents.protocol import (
 )
 from subagents.store import is_postgres_url, redacted_url
 
-from ._intake import kept
 from ._placed import PlacedChild, Placement
 
 __all__ = [

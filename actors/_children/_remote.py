@@ -31,6 +31,7 @@ from subagents.actors._agents import (
     SessionService,
     Steered,
     check_steer,
+    kept,
     not_open,
     stored_options,
     wake_holder,
@@ -51,7 +52,6 @@ from subagents.protocol import (
 from ._chains import MAX_CHAIN, WAKE_TRIES, resume_here
 from ._child import StoredParent
 from ._continuation import ContinuationManager
-from ._intake import kept
 from ._types import ContinuableHandle, ContinuableStartSpec
 from ._validate import check_start_spec
 
@@ -213,9 +213,21 @@ def _start_unheld(
             # nothing was created -- unless it was taken, or a start of the same id
             # was told it exists meanwhile: then it stays, as a follow-up nobody
             # could wake does (it runs at the child's next activation).
-            if sessions.withdraw_unheld(handle.child_id, handle.message_id):
+            if _withdrawn(sessions, handle):
                 raise
     return handle
+
+
+def _withdrawn(sessions: SessionService, handle: ContinuableHandle) -> bool:
+    """Withdraw a child committed unheld that nobody could wake (True: nothing of it
+    remains, the start raises). A withdrawal the store cannot make (the runtime
+    closing under the start) keeps it: it is committed with its prompt, which runs
+    at the child's next activation, so the start returns it."""
+    try:
+        return sessions.withdraw_unheld(handle.child_id, handle.message_id)
+    except SubagentError as exc:
+        logger.warning("could not withdraw %s (%s): it stays started", handle.child_id, exc)
+        return False
 
 
 def wake_child(

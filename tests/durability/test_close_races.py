@@ -219,3 +219,128 @@ def test_a_close_racing_cold_activations_leaves_no_lease_held(
         held = _close_among_activations(backend, str(tmp_path / f"r{round_}.db"), 3 + round_)
         assert held == [], round_
     assert not [r for r in caplog.records if "releasing session" in r.getMessage()]
+
+
+def _accepted_or_nowhere(db: str, sid: Any, content: str, outcome: str) -> None:
+    """A call that returned left its message accepted (waiting in the session's
+    inbox, or run); one that raised left it nowhere."""
+    with SqliteStore(db, read_only=True) as store:
+        waiting = [e for e in store.pending(sid) if getattr(e.event, "content", None) == content]
+        logged = [
+            r
+            for r in store.read(sid)
+            if isinstance(r.event, MessageEvent) and r.event.content == content
+        ]
+    assert (outcome == "accepted") == bool(waiting or logged), (outcome, waiting, logged)
+
+
+def test_a_send_committed_as_the_store_closes_is_accepted(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-DUR (accepted means committed): a send to a cold top-level session commits
+    its message; the close runs before the session is resumed (forced: inside the
+    commit), so the resume is refused and the take-back finds the store closed. The
+    send raised ``STORE_CLOSED`` for a message that stayed in the inbox and ran at
+    the next activation (a client retrying without an id ran it twice). It returns
+    its id now: the message is accepted, and runs at the next activation."""
+    db = str(tmp_path / "send.db")
+    with Runtime(db, backend=backend) as rt:
+        sid = rt.spawn("echo", label="root").session_id
+    for round_ in range(4):
+        rt = Runtime(db, backend=backend)
+        accept = rt.sessions.accept
+
+        def accept_then_close(*args: Any, rt: Runtime = rt, accept: Any = accept) -> Any:
+            accepted = accept(*args)
+            rt.close()
+            return accepted
+
+        monkeypatch.setattr(rt.sessions, "accept", accept_then_close)
+        content = f"sent {round_}"
+        try:
+            rt.agents.send(sid, content)
+            outcome = "accepted"
+        except SubagentError as exc:
+            outcome = str(exc.code)
+        monkeypatch.undo()
+        rt.close()
+        assert outcome == "accepted", round_
+        _accepted_or_nowhere(db, sid, content, outcome)
+    with Runtime(db, backend=backend) as rt:  # the next activation runs them, in order
+        agent = rt.agents.resume(sid)
+        assert agent.wait_idle(10)
+        runs = [
+            r.event.content
+            for r in rt.sessions.read(sid)
+            if isinstance(r.event, MessageEvent) and str(r.event.content).startswith("sent")
+        ]
+        assert runs == [f"sent {i}" for i in range(4)]
+
+
+def test_a_start_by_parent_id_committed_as_the_store_closes_is_accepted(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a continuable start naming a parent live nowhere: its child is
+    committed with the prompt in its inbox, the close runs before the parent is
+    woken, and the withdrawal finds the store closed. The start raised for a child
+    that stayed and ran later; it returns the child now."""
+    db = str(tmp_path / "start.db")
+    with Runtime(db, backend=backend) as rt:
+        pid = rt.spawn("echo", label="parent").session_id
+    rt = Runtime(db, backend=backend)
+    create = rt.sessions.create_unheld
+
+    def create_then_close(*args: Any) -> Any:
+        created = create(*args)
+        rt.close()
+        return created
+
+    monkeypatch.setattr(rt.sessions, "create_unheld", create_then_close)
+    spec = ContinuableStartSpec(parent=pid, provider="local", prompt="p", label="kept")
+    try:
+        child = rt.subagents.start_continuable(spec).child_id
+        outcome = "accepted"
+    except SubagentError as exc:
+        outcome = str(exc.code)
+        child = None
+    monkeypatch.undo()
+    rt.close()
+    with SqliteStore(db, read_only=True) as store:
+        kept = [h.id for h in store.all_headers() if h.label == "kept"]
+    assert outcome == "accepted" and kept == [child], (outcome, kept)
+
+
+def test_no_activation_begins_after_the_close_waited_for_them(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-LIFE: a send's activation passed the registry's open check, then the close
+    began and found no activation in flight (forced: between the check and the
+    claim), and the activation went on -- it took the session's lease after the
+    close stopped waiting for activations, and gave it back through a store the
+    close may have shut (the lease then held until it expired). The claim now
+    checks again: the activation is refused before it takes the lease, and the
+    sent message stays accepted for the next activation."""
+    db = str(tmp_path / "claim.db")
+    with Runtime(db, backend=backend) as rt:
+        sid = rt.spawn("echo", label="root").session_id
+    with SqliteStore(db, read_only=True) as store:
+        before = store.get_lease(sid)
+    assert before is not None
+    rt = Runtime(db, backend=backend)
+    claims: Any = type(rt.agents._claims)
+    claim = claims.claim
+
+    def close_then_claim(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt.agents.close()  # the close's first steps, between the check and the claim
+        assert rt.agents.wait_activations(5)
+        return claim(self, *args, **kwargs)
+
+    monkeypatch.setattr(claims, "claim", close_then_claim)
+    rt.agents.send(sid, "sent as the runtime closes")
+    monkeypatch.undo()
+    rt.close()
+    with SqliteStore(db, read_only=True) as store:
+        after = store.get_lease(sid)
+        waiting = [e.event.content for e in store.pending(sid)]  # type: ignore[attr-defined]
+    assert after is not None and after.epoch == before.epoch, (before, after)
+    assert waiting == ["sent as the runtime closes"]
