@@ -25,13 +25,14 @@ from ._sessions import SessionService
 from ._spawn import dispose_by_depth, spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
-from ._tools import ToolFn, ToolRegistry
+from ._tools import TOOL_NAME_PATTERN, ToolFn, ToolRegistry, valid_tool_name
 from ._turn import Message, Turn, TurnAgent
 
 __all__ = [
     "CUT_SHORT",
     "KEPT",
     "STEER_OUTCOMES",
+    "TOOL_NAME_PATTERN",
     "UNTAKEN",
     "Agent",
     "AgentHost",
@@ -73,6 +74,7 @@ __all__ = [
     "runtime_statistics",
     "spawn_agent",
     "stored_options",
+    "valid_tool_name",
     "validate_output",
     "wait_all_idle",
     "wake_holder",

@@ -2,19 +2,35 @@
 
 An agent sees the registered tools its ``tool_filter`` allows, plus the tools a
 setup contribution installed into its own scope (``extra``), which no filter hides.
+
+A tool's name is one a model API takes as a function's (:data:`TOOL_NAME_PATTERN`,
+OpenAI's rule): a model may be shown any registered tool, and a request naming
+another fails. The rule is defined here, below the model layer, which checks
+the names it shows by it.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
-from subagents.protocol import ErrorCode, SubagentError, check_name
+from subagents.protocol import ErrorCode, SubagentError
 
-__all__ = ["ToolFn", "ToolRegistry"]
+__all__ = ["TOOL_NAME_PATTERN", "ToolFn", "ToolRegistry", "valid_tool_name"]
 
 ToolFn = Callable[..., Any]
+
+#: The function names the OpenAI API accepts; it refuses a request with any other.
+TOOL_NAME_PATTERN: Final = "^[a-zA-Z0-9_-]{1,64}$"
+_TOOL_NAME: Final = re.compile(TOOL_NAME_PATTERN)
+
+
+def valid_tool_name(name: object) -> bool:
+    """Whether the OpenAI API accepts ``name`` as a function's (:data:`TOOL_NAME_PATTERN`)."""
+    # fullmatch: ``$`` alone would let a trailing newline through.
+    return type(name) is str and _TOOL_NAME.fullmatch(name) is not None
 
 
 class ToolRegistry:
@@ -27,14 +43,25 @@ class ToolRegistry:
     def register(self, name: str, fn: ToolFn) -> None:
         """Register ``fn`` under ``name`` (replacing one of that name).
 
+        ``name`` is one a model API accepts (:data:`TOOL_NAME_PATTERN`: ASCII
+        letters, digits, ``_`` and ``-``, 1 to 64 of them), so any agent's model
+        can be shown the tool.
+
         Raises:
-            SubagentError: ``INVALID_ARGUMENT`` for an empty name or a non-callable.
+            SubagentError: ``INVALID_ARGUMENT`` for an empty name, a name that does
+                not match :data:`TOOL_NAME_PATTERN` (a dot, a space, over 64
+                characters ...), or a non-callable.
         """
         if type(name) is not str or not name or not callable(fn):
             raise SubagentError(
                 "a tool is a non-empty name and a callable", code=ErrorCode.INVALID_ARGUMENT
             )
-        check_name(name, "a tool name")  # a model sees it: UTF-8 must encode it
+        if not valid_tool_name(name):  # a model is shown it: a request naming it would fail
+            raise SubagentError(
+                f"tool name {name[:80]!r}: a tool's name must match {TOOL_NAME_PATTERN}"
+                " (what OpenAI-compatible model APIs accept)",
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
         with self._lock:
             self._tools[name] = fn
 

@@ -10,6 +10,11 @@ prompt with the descriptor appended inside the initial turn, and returns the run
 Until it returns, every failure -- including an abort of the request's signal --
 rolls the child back completely (agent disposed and unregistered, session
 discarded from the live set and from persistence) before the error propagates.
+
+A request with a ``message_id`` takes effect once: the child's id derives from
+the parent's and the message id, and a start again finds the earlier child --
+its recorded outcome when its run completed, else it runs once more
+(:mod:`._once`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from subagents.actors._kernel import ResultFuture
 from subagents.protocol import (
     ErrorCode,
     Event,
+    MessageId,
     OneShotDescriptor,
     SessionId,
     SubagentError,
@@ -30,6 +36,7 @@ from subagents.protocol import (
 )
 
 from ._child import ChildContext, child_options, completed_history, create_child
+from ._once import earlier_run
 from ._types import (
     ContinuableCreateSpec,
     ContinuableStartSpec,
@@ -81,12 +88,18 @@ class LocalProvider:
             ceiling=runtime.max_delegation_depth,
         )
         runtime.models.require(options.model)
+        mid = None if request.message_id is None else MessageId(request.message_id)
+        child_id = new_session_id()
+        if mid is not None:  # the start once per id (see ``_once.py``)
+            earlier, child_id = earlier_run(runtime.sessions, parent.session_id, mid)
+            if earlier is not None:
+                return earlier
         seed = self._seed(parent)
         self._step("create")
         child = create_child(
             runtime,
             parent,
-            child_id=new_session_id(),
+            child_id=child_id,
             label=descriptor.label,
             depth=depth,
             options=options,
@@ -109,6 +122,7 @@ class LocalProvider:
                 parent.parent_source,
                 extra=(descriptor_event(descriptor),),
                 on_end=on_end,
+                message_id=mid,
             )
             self._step("delivered")
             remove_listener = signal.add_listener(

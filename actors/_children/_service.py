@@ -7,10 +7,11 @@ the child runs. The service is a facade: providers live in the
 :class:`ProviderRegistry`, listeners in the :class:`EventBus`, continuable
 children in the :class:`ContinuationManager`, listings in the catalog. What it
 does itself is the one-shot start: ``start(name, request)`` validates the request
-(types, the required signal, requested capabilities) and snapshots the one-shot
-descriptor *before* any provider work, hands both to the provider -- which
-publishes the child or raises after rolling back -- and opens the run's
-``subagent/start`` / ``subagent/end`` pair.
+(types, the required signal, its message id, requested capabilities) and
+snapshots the one-shot descriptor *before* any provider work, hands both to the
+provider -- which publishes the child or raises after rolling back, or, for a
+message id an earlier start used, returns that start's settled run
+(:mod:`._once`) -- and opens the run's ``subagent/start`` / ``subagent/end`` pair.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from subagents.protocol import (
 
 from ._continuation import ContinuationManager
 from ._events import EventBus, Listener, Subscription
+from ._once import check_message_id
 from ._oneshot import start_oneshot
 from ._placement import check_same_store
 from ._provider_registry import ProviderRegistration, ProviderRegistry
@@ -117,15 +119,21 @@ class SubagentService(CatalogReads):
     def start(self, name: str, request: SubagentStartRequest) -> SubagentRun:
         """Start a one-shot child through provider ``name``; see the module docstring.
 
+        ``request.message_id`` makes it take effect once per parent: a start again
+        with the id returns the earlier child's settled run when that run
+        completed, else runs it once more (see :class:`SubagentStartRequest`).
+
         Raises:
-            SubagentError: ``INVALID_ARGUMENT`` (bad request, missing signal),
-                ``PROVIDER_NOT_FOUND``, ``CAPABILITY_UNSUPPORTED``,
-                ``DESCRIPTOR_INVALID``, ``AGENT_DISPOSED`` (parent not live),
-                ``CANCELLED`` (signal aborted before publication), and whatever the
-                provider raises after its rollback (``MODEL_NOT_FOUND``,
-                ``DEPTH_EXCEEDED``, ...).
+            SubagentError: ``INVALID_ARGUMENT`` (bad request, missing signal, a
+                message id that is none), ``PROVIDER_NOT_FOUND``,
+                ``CAPABILITY_UNSUPPORTED``, ``DESCRIPTOR_INVALID``,
+                ``AGENT_DISPOSED`` (parent not live), ``CANCELLED`` (signal aborted
+                before publication), and whatever the provider raises after its
+                rollback (``MODEL_NOT_FOUND``, ``DEPTH_EXCEEDED``; with a message
+                id, ``SESSION_EXISTS`` while a start of it runs, ...).
         """
         self._check_thread()
+        check_message_id(request)  # before any provider work
         ctx = self._ctx
         return start_oneshot(
             ctx.agents, self._providers, self._events, ctx.telemetry, name, request

@@ -58,6 +58,16 @@ class SubagentStartRequest:
     (a JSON Schema), ``max_depth`` (levels below the parent), ``tool_filter`` and
     ``persona`` select the child's model and capabilities. The service borrows the
     request: it neither copies nor mutates it.
+
+    ``message_id`` (32 lowercase hex digits; else ``INVALID_ARGUMENT``) makes the
+    start take effect once per parent, as for a continuable start: the built-in
+    providers derive the child's id from the parent's and this id (the child's
+    prompt carries it). A start again with an id used under the same parent
+    returns the earlier child's run already settled with its recorded result
+    (no local agent, nothing runs) when that run completed; else -- it failed,
+    was cancelled, or its process died in it -- the child runs once more, as a
+    new child, so one id never leaves two completed children. A provider of
+    your own receives the id and may deduplicate likewise.
     """
 
     parent: Agent
@@ -69,6 +79,7 @@ class SubagentStartRequest:
     max_depth: int | None = None
     tool_filter: Sequence[str] | None = None
     persona: str | None = None
+    message_id: MessageId | str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

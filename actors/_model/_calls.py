@@ -3,14 +3,21 @@ its own (``start_agent``, ``send_message``, ``interrupt``, ``report``,
 ``list_agents``), and the message ids of a model's side-effecting calls.
 
 A turn a crash cut short runs again (``turn.redelivered``), and its model asks
-again -- usually for the same calls. Each call that starts a continuable child,
-follows one up or reports carries a message id derived from the turn's message
-id, the call's place in the turn (its round and its position in the answer) and
-a hash of its name and canonical JSON arguments (:func:`call_message_id`): the
-same call at the same place gets the same id, and the runtime accepts a message
-id once (a start returns the same child). A call that differs, or comes
-elsewhere, is a new one. A one-shot ``delegate`` has no message id: a replay
-starts it again.
+again -- usually for the same calls. Each call that starts a child (one-shot or
+continuable), follows one up or reports carries a message id derived from the
+turn's message id, the call's place in the turn (its round and its position in
+the answer) and a hash of its name and canonical JSON arguments
+(:func:`call_message_id`): the same call at the same place gets the same id, and
+the runtime accepts a message id once. A continuable start returns the same
+child. A one-shot ``delegate`` (``SubagentStartRequest.message_id``) whose earlier
+child completed returns that child's recorded result -- the same id, output and
+stop reason the first call returned -- and runs nothing; one whose child did not
+complete (the crash came during its run) runs it once more, as a new child: one
+call never leaves two completed children. A background ``delegate`` delivers its
+result under an id derived from the call's (:func:`result_message_id`), so a
+result delivered before the crash is not delivered again where the inbox
+remembers ids across a restart (strict durability). A call that differs, or
+comes elsewhere, is a new one.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any
 
 from subagents.actors._agents import Turn
 from subagents.actors._catalog import Listing
+from subagents.protocol import MessageId
 
 __all__ = [
     "call_message_id",
@@ -29,6 +37,7 @@ __all__ = [
     "interrupt",
     "list_agents",
     "report",
+    "result_message_id",
     "send_message",
     "start_agent",
 ]
@@ -42,6 +51,14 @@ def call_message_id(turn: Turn, place: str, name: str, args: Mapping[str, Any]) 
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
     return digest.hexdigest()[:32]
+
+
+def result_message_id(mid: str | None) -> MessageId | None:
+    """The id a background ``delegate`` with message id ``mid`` delivers its result
+    under (None without one: a fresh id each time)."""
+    if mid is None:
+        return None
+    return MessageId(hashlib.sha256(f"{mid}\0delegate-result".encode()).hexdigest()[:32])
 
 
 def child_fields(args: dict[str, Any]) -> dict[str, Any]:

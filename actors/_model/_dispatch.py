@@ -24,7 +24,10 @@ Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a
 follow-up (source ``child``, the run's id), which starts a later turn; the run
 is disposed once its result was delivered (one settled but still delivering
-holds on). A
+holds on). A call with a message id (see :mod:`._calls`) delivers its result
+under an id derived from it, so a replayed call whose earlier result was
+delivered already delivers nothing new where the inbox remembers the id
+(strict durability; see ``docs/durability.md``). A
 continuable child stays resident while it has runs not yet disposed
 (``hold_residency``): it does not settle between the turn that started a run and
 the turn its result starts. A cancel without ``keep_inbox`` -- dispose, a drain,
@@ -53,6 +56,7 @@ from ._calls import (
     interrupt,
     list_agents,
     report,
+    result_message_id,
     send_message,
     start_agent,
 )
@@ -212,9 +216,10 @@ class ToolDispatcher:
         ``arguments`` is the call's JSON text (as the model produced it) or a
         mapping. A refusal is returned as ``{"error": {"code", "message"}}``.
         ``place``: where the call is in the turn (e.g. round and position); with
-        it, ``start_agent``, ``send_message`` and ``report`` carry a message id
-        derived from the turn's message, ``place``, the name and the arguments,
-        so a replayed turn making the same call again takes effect once.
+        it, ``delegate``, ``start_agent``, ``send_message`` and ``report`` carry a
+        message id derived from the turn's message, ``place``, the name and the
+        arguments, so a replayed turn making the same call again takes effect
+        once (a ``delegate`` whose child completed gets its recorded result).
 
         Raises:
             SubagentError: ``CANCELLED`` only when the turn itself was cancelled --
@@ -261,7 +266,7 @@ class ToolDispatcher:
     def _delegate(
         self,
         turn: Turn,
-        _mid: str | None,  # a one-shot start takes no message id
+        mid: str | None,
         prompt: str,
         provider: str = "local",
         background: bool = False,
@@ -269,6 +274,7 @@ class ToolDispatcher:
     ) -> Any:
         subs = turn.subagents
         fields = child_fields(rest)
+        fields["message_id"] = mid  # the start once per call (None: every time)
         if not background:
             run = subs.start(provider, prompt, **fields)
             try:
@@ -326,8 +332,9 @@ class ToolDispatcher:
                 content = {"delegate_result": {"id": str(run.id), "error": error_text(exc)}}
             if agent.disposed or controller.signal.aborted:
                 return  # cancelled with the agent's work: nobody waits for it
+            source = MessageSource(kind="child", session_id=run.id)
             try:
-                agent.followup(content, source=MessageSource(kind="child", session_id=run.id))
+                agent.followup(content, source=source, message_id=result_message_id(mid))
             except SubagentError as exc:
                 logger.warning("background result of %s not delivered: %s", run.id, exc)
 

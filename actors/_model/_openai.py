@@ -12,10 +12,13 @@ with tool calls, run them through the :class:`~._dispatch.ToolDispatcher`
 message carrying its ``tool_call_id``, and ask again; when it answers with text, that
 text is the turn's output. An answer that is a refusal (``refusal``, streamed or
 not) or that the content filter stopped (``finish_reason: "content_filter"``)
-fails the turn with ``MODEL_ERROR`` naming it. Every call's token ``usage`` is
-added to the turn (``turn/end`` records the sum). A turn that asks for tools in its last allowed
-round (``max_tool_rounds``) fails with ``MODEL_ERROR`` before those tools run or
-a steered message is taken (that message runs as the next turn).
+fails the turn with ``MODEL_ERROR`` naming it; so does, in a run with an
+``output_schema``, a final answer cut off at the token limit
+(``finish_reason: "length"``), rather than a schema mismatch on half an answer.
+Every call's token ``usage`` is added to the turn (``turn/end`` records the
+sum). A turn that asks for tools in its last allowed round (``max_tool_rounds``)
+fails with ``MODEL_ERROR`` before those tools run or a steered message is taken
+(that message runs as the next turn).
 
 A run with an ``output_schema`` sends it as the request's ``response_format``
 (a JSON-schema format, when the schema is an object's) and the answer's JSON
@@ -26,8 +29,8 @@ The HTTP side (:mod:`._http`) streams by default, retries as the ``openai``
 package does, times out, and is aborted by the turn's signal. A turn's tool
 calls are not replayed in later turns' history, only its output: the model
 finds its children again with ``list_agents``. A turn a crash cut short runs
-again; the calls its model makes again at the same place -- start a child, send
-it a message, report -- take effect once (:mod:`._calls`).
+again; the calls its model makes again at the same place -- delegate, start a
+child, send it a message, report -- take effect once (:mod:`._calls`).
 """
 
 from __future__ import annotations
@@ -137,7 +140,8 @@ class OpenAIChat:
                 self.calls += 1
                 if answer.usage is not None:
                     turn.add_usage(answer.usage)
-                check_answer(answer)  # a refusal or a filtered answer fails the turn
+                # A refusal, a filtered answer or a structured one cut off fails the turn.
+                check_answer(answer, structured=schema is not None)
                 if not answer.tool_calls:
                     content = answer.content if answer.content is not None else ""
                     return content if schema is None else _structured(schema, content)

@@ -3,17 +3,19 @@
 Each entry is what an OpenAI-compatible ``tools`` list carries for one function:
 a name, a description the model reads, and the JSON Schema of its arguments.
 The dispatcher validates every call against the same schema before it acts.
+A function's name follows the tool registry's rule (:data:`TOOL_NAME_PATTERN`,
+defined there and re-exported here).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import jsonschema
+from subagents.actors._agents import TOOL_NAME_PATTERN, valid_tool_name
 from subagents.protocol import ErrorCode, SubagentError
 
 __all__ = [
@@ -136,16 +138,6 @@ SUBAGENT_TOOLS: Final[Mapping[str, ModelTool]] = {
         ),
     ),
 }
-
-
-#: The function names the OpenAI API accepts; it refuses a request with any other.
-TOOL_NAME_PATTERN: Final = "^[a-zA-Z0-9_-]{1,64}$"
-_TOOL_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
-
-
-def valid_tool_name(name: object) -> bool:
-    """Whether the OpenAI API accepts ``name`` as a function's (:data:`TOOL_NAME_PATTERN`)."""
-    return type(name) is str and _TOOL_NAME.match(name) is not None
 
 
 def tool_definition(name: str, tool: ModelTool) -> dict[str, Any]:

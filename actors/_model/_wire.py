@@ -107,17 +107,26 @@ class Completion:
         return msg
 
 
-def check_answer(answer: Completion) -> None:
+def check_answer(answer: Completion, *, structured: bool = False) -> None:
     """Raise when ``answer`` is no answer: the model refused, or the content filter
-    stopped it (its text, if any, cut off).
+    stopped it (its text, if any, cut off) -- or, for a ``structured`` run, its final
+    answer was cut off at the token limit (``finish_reason: "length"``): half a
+    JSON value is no output (it may even parse, as ``12`` of ``123``). Text cut off
+    in a run without a schema is still the output.
 
     Raises:
-        ModelError: a refusal (its text in the message) or ``content_filter``.
+        ModelError: a refusal (its text in the message), ``content_filter``, or a
+            structured answer cut off (``length``).
     """
     if answer.refusal:
         raise ModelError(f"the model refused: {answer.refusal}"[:1000])
     if answer.finish_reason == "content_filter":
         raise ModelError("the model's answer was stopped by the content filter")
+    if structured and answer.finish_reason == "length" and not answer.tool_calls:
+        raise ModelError(
+            "the model's answer was cut off (finish_reason length: it reached its token"
+            " limit) before it was complete; a structured output needs the whole answer"
+        )
 
 
 def _joined(text: str) -> str:
