@@ -307,7 +307,7 @@ class ToolDispatcher:
                 _deliver()
             finally:
                 with self._lock:  # (not if cancelled with them all meanwhile)
-                    mine = state.runs.pop(str(run.id), None) is not None
+                    mine = str(run.id) in state.runs
                 if mine:
                     # Its result is in the agent's inbox (or had nowhere to go): the
                     # run is disposed -- in a task, this may be the run's own thread
@@ -316,7 +316,12 @@ class ToolDispatcher:
 
         def finish() -> None:
             dispose_quietly(run)
-            self._release_if_idle(state)
+            # Counted until disposed: the turn its result starts may end the hold
+            # first, and the agent must not settle before its run (children first).
+            with self._lock:
+                mine = state.runs.pop(str(run.id), None) is not None
+            if mine:
+                self._release_if_idle(state)
 
         def _deliver() -> None:
             try:

@@ -143,3 +143,60 @@ def test_a_result_delivered_just_before_its_turn_is_disposed(
     assert second_ran.wait(10)
     assert agent.wait_disposed(20)  # it settles
     assert len(provider.disposed) == 1
+
+
+def test_the_child_settles_only_after_its_delivered_run_is_disposed(
+    rt: Runtime, backend: Backend
+) -> None:
+    """Children first: the run's result was delivered and its disposal is under way
+    (held at a gate) when the turn the result started disposes settled runs. The
+    run was taken off the agent's runs before its disposal, so that turn ended the
+    residency hold and the child could settle before its run was disposed (a
+    flaky failure of the test above). It counts until disposed now."""
+    provider = ManualProvider()
+    provider.delivering.release()
+    disposing = Gate("disposing")
+    order: list[str] = []
+
+    def dispose(_timeout: Any) -> None:
+        disposing.pass_through()
+        order.append("run disposed")
+
+    start = provider.start
+
+    def start_held(request: Any, descriptor: Any) -> SubagentRun:
+        run = start(request, descriptor)
+        return SubagentRun(id=run.id, local_agent=None, result=run.result, dispose=dispose)
+
+    provider.start = start_held  # type: ignore[method-assign]
+    rt.subagents.register_provider(provider)
+    dispatcher = ToolDispatcher()
+    seen: list[tuple[str, ...]] = []
+    second_done = backend.event()
+
+    def kid(turn: Turn) -> Any:
+        if turn.index == 0:
+            dispatcher.dispatch(
+                turn, "delegate", {"prompt": "p", "provider": "manual", "background": True}
+            )
+            (future,) = provider.futures
+            backend.spawn(
+                future.set_result, RunResult(output="out", structured=None, stop_reason="completed")
+            )
+        else:
+            assert disposing.wait_reached(10)  # delivered, its disposal begun
+            dispatcher.dispose_settled(turn)
+            seen.append(dispatcher.background(turn))
+            second_done.set()
+        return None
+
+    kid_id = _start_kid(rt, kid)
+    assert second_done.wait(20)
+    agent = rt.agents.get(kid_id)
+    assert agent is not None
+    agent.add_dispose_listener(lambda _a: order.append("child settled"))
+    assert len(seen) == 1 and len(seen[0]) == 1, seen  # still counted: the hold kept
+    disposing.release()
+    assert agent.wait_disposed(20)
+    assert wait_quiescent(rt, 20)
+    assert order == ["run disposed", "child settled"]
