@@ -244,22 +244,37 @@ class Leases:
     def _renewed(self, held: dict[SessionId, int], renewed: set[SessionId]) -> list[SessionId]:
         """After a renewal of the leases ``held`` (session -> epoch) that renewed
         ``renewed``: the others were taken over -- unless created under a lease no
-        renewal has seen yet -- and are let go (``lost``). Returns them."""
+        renewal has seen yet, whose row is not stored (a create still queued) or
+        still ours -- and are let go (``lost``). Returns them."""
         with self._lock:
             self._fresh -= renewed
             fresh = set(self._fresh)
         lost = []
         for sid, epoch in held.items():
-            if sid not in renewed and not (epoch == 1 and sid in fresh):
-                with self._lock:
-                    still = self._held.get(sid) == epoch
-                    if still:
-                        del self._held[sid]
+            if sid in renewed:
+                continue
+            if epoch == 1 and sid in fresh and not self._taken(sid, epoch):
+                continue
+            with self._lock:
+                still = self._held.get(sid) == epoch
                 if still:
-                    logger.error("the lease of session %s was taken over", sid)
-                    self._lost(sid)
-                    lost.append(sid)
+                    del self._held[sid]
+                    self._fresh.discard(sid)
+            if still:
+                logger.error("the lease of session %s was taken over", sid)
+                self._lost(sid)
+                lost.append(sid)
         return lost
+
+    def _taken(self, sid: SessionId, epoch: int) -> bool:
+        """Whether the stored lease of ``sid`` is another's (a session taken over
+        before any renewal saw its lease: never let go otherwise); False while its
+        row is not stored, or the store cannot say."""
+        try:
+            lease = self._call(self._store.get_lease, sid)
+        except SubagentError:
+            return False
+        return lease is not None and (lease.holder, lease.epoch) != (self.holder.id, epoch)
 
     def close(self) -> None:
         with self._lock:

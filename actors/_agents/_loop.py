@@ -335,10 +335,15 @@ class TurnRunner:
             d.on_end = None  # the log keeps the envelope: not its observer
             notify(on_end, TurnOutcome(index, stop, output, structured, error))
 
-    def record_steered(self, messages: list[Message]) -> None:
-        """Log messages the running turn took from steering, inside the turn."""
+    def record_steered(self, messages: list[Message]) -> bool:
+        """Log messages the running turn took from steering, inside the turn; False
+        (nothing logged: not the turn's to see) once this activation lost its
+        lease -- the new holder runs them, as it would a turn's messages."""
+        if self._session.token is not None and not self._still_held():
+            return False
         events = [trusted_message(m.message_id, m.content, m.source) for m in messages]
         self._host.sessions.append(self._session, events, defer=True)  # stored with turn/end
+        return True
 
 
 DISCARDED = "discarded unrun"

@@ -253,15 +253,17 @@ class Turn:
         ``followup(..., steer=True)`` reach the running turn. Each message
         returned is recorded in the session log inside this turn, so a replay sees
         the same turn content; a steered message the turn never takes runs as the
-        next turn instead (see :mod:`~._steering`).
+        next turn instead (see :mod:`~._steering`). A turn whose runtime lost the
+        session's lease (another process took it over) is handed none: they are
+        the new holder's to run.
         """
         box = self._steer
         if box is None:  # no steer yet; one arriving now is seen at the next safe point
             return ()
         with self._lock:
             fresh = box.take()
-        if fresh and self._runner is not None:
-            self._runner.record_steered(fresh)
+        if fresh and self._runner is not None and not self._runner.record_steered(fresh):
+            return ()  # its holder lost the session: the new holder runs them
         return tuple(fresh)
 
     @property

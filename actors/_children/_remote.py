@@ -36,6 +36,7 @@ from subagents.actors._agents import (
     stored_options,
     wake_holder,
 )
+from subagents.actors._kernel import AbortSignal
 from subagents.protocol import (
     ErrorCode,
     InboxFullError,
@@ -393,18 +394,25 @@ def steer_by_id(
     content: Any,
     source: MessageSource | None,
     steer: Any,
+    message_id: MessageId | str | None = None,
+    signal: AbortSignal | None = None,
 ) -> Steered:
     """A steer naming the parent by id: through the parent when it is live here
-    (only a child resident here has a turn to steer), else queued by id."""
+    (only a child resident here has a turn to steer), else queued by id --
+    ``message_id`` deduplicating it either way."""
     strict = check_steer(steer)
     parent = agents.get(parent_id)
     if parent is not None:
-        steered = continuation.followup(parent, child_id, content, source=source, steer=steer)
+        steered = continuation.followup(
+            parent, child_id, content, source=source, signal=signal,
+            message_id=message_id, steer=steer,
+        )  # fmt: skip
         assert isinstance(steered, Steered)  # a steer was asked: the outcome
         return steered
     if strict:
         raise not_open(child_id)
     mid = followup_by_id(
-        agents, sessions, continuation, parent_id, child_id, content, source=source, message_id=None
-    )
+        agents, sessions, continuation, parent_id, child_id, content,
+        source=source, message_id=message_id,
+    )  # fmt: skip
     return Steered(mid, "queued")

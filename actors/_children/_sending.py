@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, SessionService, Steered
-from subagents.actors._kernel import Telemetry, check_timeout, stamp, traced
-from subagents.protocol import MessageId, MessageSource, SessionId
+from subagents.actors._kernel import AbortSignal, Telemetry, check_timeout, stamp, traced
+from subagents.protocol import ErrorCode, MessageId, MessageSource, SessionId, SubagentError
 
 from ._continuation import ContinuationManager
 from ._remote import followup_by_id, steer_by_id
@@ -49,6 +49,11 @@ def send_followup(
             )  # fmt: skip
     else:
         parent_id = SessionId(parent)
+        # Checked as the live parent's path checks them, before anything is accepted.
+        if signal is not None and not isinstance(signal, AbortSignal):
+            raise SubagentError("signal must be an AbortSignal", code=ErrorCode.INVALID_ARGUMENT)
+        if signal is not None:
+            signal.raise_if_aborted()
         where = (agents, sessions, continuation, parent_id, SessionId(child_id), content)
         default = MessageSource(kind="parent", session_id=parent_id)
 
@@ -61,7 +66,7 @@ def send_followup(
             waits_for_room = False
 
             def call() -> MessageId | Steered:
-                return steer_by_id(*where, stamped(), steer)
+                return steer_by_id(*where, stamped(), steer, message_id, signal)
         else:
 
             def call() -> MessageId | Steered:

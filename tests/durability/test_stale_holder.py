@@ -1,0 +1,108 @@
+"""A holder that lost its session (its lease expired while it stalled, another
+process took the session over and ran on) acts on nothing it accepted:
+
+* the checkpoint its disposal folds is fenced by its lease, as its appends are:
+  it used to be stored -- state through seqs whose later events were the new
+  holder's, where the next resume started -- and is refused (``LEASE_LOST``);
+* its running turn takes no steered message: the new holder runs it (it used
+  to be handed to the stale turn as well, after the new holder had run it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from subagents.actors import Runtime, Steered, Turn
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
+from subagents.protocol import MessageEvent
+from subagents.store import open_store
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_holder_that_lost_the_session_stores_no_checkpoint(backend: Backend, db: str) -> None:
+    """R-DUR-3 (fencing): the agent's disposal after another holder took its session
+    over leaves the store's checkpoint as it was; a disposal that kept its lease
+    stores one (the same runtime, another session)."""
+    with Runtime(db, backend=backend) as rt:
+        lost, kept = rt.spawn("echo", label="lost"), rt.spawn("echo", label="kept")
+        for agent in (lost, kept):
+            agent.followup("hi")
+            assert agent.wait_idle(10)
+        with open_store(db) as other:
+            # The lease taken as if it had expired (an hour on): the holder is stale.
+            later = time.time() + 3600
+            taken = other.acquire_lease(lost.session_id, "thief", now=later, expires=later + 60)
+            assert taken.epoch == 2
+            lost.dispose()
+            kept.dispose()
+            assert other.get_checkpoint(lost.session_id) is None
+            assert other.get_checkpoint(kept.session_id) is not None
+            lease = other.get_lease(lost.session_id)
+            assert lease is not None and lease.holder == "thief"
+
+
+def _until(backend: Backend, done: Any, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        backend.sleep(0.01)
+    return True
+
+
+def test_a_turn_whose_holder_lost_the_session_takes_no_steered_message(
+    backend: Backend, db: str
+) -> None:
+    """S-1 (steering) under fencing: a message steered into a running turn; then
+    another holder takes the session over (as after a stall past the lease) and
+    this runtime learns it from its renewal. The stale turn's next safe point
+    hands it nothing: the message is the new holder's to run, once."""
+    gate = Gate("safe point")
+    seen: list[Any] = []
+
+    def stall(turn: Turn) -> Any:
+        if turn.content == "first":
+            gate.pass_through()
+            seen.append([m.content for m in turn.steering()])
+        return "ran"
+
+    with Runtime(db, backend=backend, lease_ttl=0.6) as rt:
+        rt.models.register("stall", lambda _o: stall)
+        agent = rt.spawn("stall")
+        sid = agent.session_id
+        agent.followup("first")
+        assert gate.wait_reached(10)
+        steered = agent.followup("steer-me", steer=True)
+        assert isinstance(steered, Steered) and steered.outcome == "steered"
+        leases: Any = rt.sessions.leases
+        with open_store(db) as other:
+            later = time.time() + 3600
+            other.acquire_lease(sid, "thief", now=later, expires=later + 60)
+            assert _until(backend, lambda: not leases.holds(sid))  # its renewal saw it
+            gate.release()
+            assert agent.wait_disposed(20) or agent.wait_idle(20)
+            assert seen == [[]]
+            logged = [r.event.content for r in other.read(sid) if isinstance(r.event, MessageEvent)]
+            assert "steer-me" not in logged  # not recorded inside the stale turn
+            waiting = [getattr(e.event, "content", None) for e in other.pending(sid)]
+            assert waiting == ["first", "steer-me"]  # the new holder's to run, in order
+
+
+def test_a_session_taken_over_before_any_renewal_is_let_go(backend: Backend, db: str) -> None:
+    """R-DUR-3: a session whose lease another holder took before this runtime's
+    first renewal saw it used to count as "created under a lease no renewal has
+    seen yet" for ever -- never let go, its turns started and then fenced. The
+    renewal asks the store for such a lease when it was not renewed."""
+    with Runtime(db, backend=backend, lease_ttl=3.0) as rt:  # the first renewal after 1 s
+        agent = rt.spawn("echo")
+        sid = agent.session_id
+        leases: Any = rt.sessions.leases
+        with open_store(db) as other:
+            later = time.time() + 3600
+            other.acquire_lease(sid, "thief", now=later, expires=later + 60)
+        assert _until(backend, lambda: not leases.holds(sid))
+        assert agent.wait_disposed(20)  # let go, as any session taken over
