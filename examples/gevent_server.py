@@ -11,14 +11,17 @@ header is missing, malformed or holds a wrong token). A client is named by its
 ``X-Client-Id`` header (default ``default``) and may address only the agents its
 own requests created (others answer 404, as if absent).
 
-Endpoints (JSON in, JSON out; errors are ``{"error": {"code", "message"}}`` with a
-4xx status, never a 500 for a bad request):
+Endpoints (JSON in, JSON out; errors are ``{"error": {"code", "message"}}``: a
+4xx status for a bad request, never a 500; a 5xx for the server's own failure --
+503 with ``Retry-After`` while the store cannot be reached or the server stops,
+500 ``INTERNAL`` for a bug, its traceback logged once; ``gevent_server_errors.py``):
 
 =======  ==========================================  ===================================
 method   path                                        does
 =======  ==========================================  ===================================
 POST     /agents                                     create a top-level agent ``{label}``
 GET      /agents                                     this client's top-level agents
+                                                     (``diagnostics``: those that do not decode)
 POST     /agents/{id}/messages                       ``{content, message_id?}`` to the agent
                                                      itself -> ``{message_id}``
 POST     /agents/{id}/children                       start a continuable child
@@ -30,17 +33,22 @@ POST     /agents/{id}/children/{child}/report        the child reports ``{conten
 GET      /agents/{id}/children/{child}/reports/{m}   the report's receipt (``status``, ``turn``)
 GET      /agents/{id}/children                       ``list_children``
 GET      /agents/{id}/descendants                    ``list_descendants``
-GET      /sessions/{id}                              the session's events
+GET      /sessions/{id}                              the session's events that decode
+                                                     (``diagnostics``: the seqs that do not)
 GET      /events?limit=N                             streams ``subagent/start|end`` as JSON lines
                                                      (a ``heartbeat`` line when quiet)
 GET      /stats                                      live agents, idle disposals, open streams
 =======  ==========================================  ===================================
 
 Bodies are read by ``Content-Length`` or chunked (at most 1 MB, else 413) and
-parsed as strict JSON: ``NaN``, ``Infinity`` and ``1e400`` are refused (400).
-Responses are standard JSON, and connections keep alive without Nagle's delay
-(``TCP_NODELAY``). Those HTTP details live in ``gevent_server_http.py``; the
-ownership table and idle disposal in ``gevent_server_state.py``.
+parsed as strict JSON: ``NaN``, ``Infinity`` and ``1e400`` are refused (400), as
+is a body cut short. Responses are standard JSON, and connections keep alive
+without Nagle's delay (``TCP_NODELAY``), at most 1000 at once. SIGTERM (or
+Ctrl-C) stops gracefully: new connections are refused, idle kept-alive ones
+closed, and the requests in flight answered (for 5 s at most; a new one on a
+kept-alive connection is a 503 ``SHUTTING_DOWN``) before the runtime closes.
+Those HTTP details live in ``gevent_server_http.py``; the ownership table, idle
+disposal and event streams in ``gevent_server_state.py``.
 
 No monkey-patching: pywsgi serves on gevent's own sockets, and the runtime's
 actors are greenlets of the same hub.
@@ -73,6 +81,7 @@ runs the child.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import signal
 import sys
@@ -81,33 +90,15 @@ from typing import Any
 
 import gevent
 import gevent.event
-import gevent.queue
-from gevent_server_http import (
-    HttpError,
-    NoDelayServer,
-    Start,
-    check_bearer,
-    dumps,
-    error,
-    read_json,
-    respond,
-)
-from gevent_server_state import IdleAgents, Owners
-from subagents.actors import ContinuableStartSpec, Runtime, SubagentEvent, UserAuthority
-from subagents.protocol import ErrorCode, SessionId, SubagentError, event_to_wire
+from gevent_server_errors import answer_failure, read_session, readable_roots
+from gevent_server_http import HttpError, NoDelayServer, Start, check_bearer, read_json, respond
+from gevent_server_state import EventStreams, IdleAgents, Owners
+from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
+from subagents.protocol import ErrorCode, SessionId
 from subagents.store import is_postgres_url
 
-_STATUS = {
-    ErrorCode.UNAUTHORIZED: 403,
-    ErrorCode.SESSION_NOT_FOUND: 404,
-    ErrorCode.PROVIDER_NOT_FOUND: 404,
-    ErrorCode.MODEL_NOT_FOUND: 404,
-    ErrorCode.ADMISSION_CLOSED: 409,
-    ErrorCode.LEASE_HELD: 409,
-    ErrorCode.AGENT_DISPOSED: 409,
-    ErrorCode.CANCELLED: 409,
-    ErrorCode.TIMEOUT: 504,
-}
+#: Seconds a SIGTERM (or Ctrl-C) waits for the requests in flight before the runtime closes.
+DRAIN_TIMEOUT = 5.0
 
 
 def worker(turn: Any) -> Any:
@@ -134,10 +125,9 @@ class App:
         heartbeat: float = 15.0,
     ) -> None:
         self.rt = runtime
-        self.heartbeat = heartbeat
-        self.streams = 0  # /events streams open (each holds a subscription)
         self.token = token
         self.owners = owners if owners is not None else Owners(None)
+        self.streams = EventStreams(runtime, self.owners, heartbeat=heartbeat)
         self.idle = IdleAgents(runtime, idle_timeout=idle_timeout, max_live=max_live)
         runtime.models.register("worker", lambda _options: worker, replace=True)
         child = r"^/agents/(\w+)/children/(\w+)"
@@ -159,11 +149,11 @@ class App:
     # -- plumbing ------------------------------------------------------------------
 
     def __call__(self, environ: dict[str, Any], start_response: Start) -> Iterable[bytes]:
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
         try:
             if self.token is not None:
                 check_bearer(environ, self.token)
             client = environ.get("HTTP_X_CLIENT_ID", "default")
-            method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
             if method == "GET" and path == "/events":
                 return self.events(environ, start_response, client)
             for verb, pattern, handler in self.routes:
@@ -173,11 +163,8 @@ class App:
                     result = handler(client, body, *match.groups())
                     return respond(start_response, 200, result)
             raise HttpError(404, "NOT_FOUND", f"no route {method} {path}")
-        except HttpError as exc:
-            return respond(start_response, exc.status, error(exc.code, str(exc)), exc.headers)
-        except SubagentError as exc:
-            status = _STATUS.get(exc.code, 400)
-            return respond(start_response, status, error(exc.code, str(exc)))
+        except Exception as exc:  # typed, a 4xx or 5xx; anything else: 500 INTERNAL, logged
+            return answer_failure(start_response, exc, f"{method} {path}")
 
     def _owned(self, client: str, session_id: str) -> str:
         if self.owners.get(session_id) != client:
@@ -215,12 +202,13 @@ class App:
         return {"session_id": agent.session_id}
 
     def list_agents(self, client: str, body: dict[str, Any]) -> Any:
-        headers = [self.rt.sessions.header(SessionId(s)) for s in self.owners.roots(client)]
-        found = sorted((h for h in headers if h is not None), key=lambda h: (h.created_at, h.id))
+        """A root whose header does not decode is a diagnostic; the others are listed."""
+        found, diagnostics = readable_roots(self.rt, self.owners.roots(client))
         return {
             "agents": [
                 {"session_id": h.id, "label": h.label, "created_at": h.created_at} for h in found
-            ]
+            ],
+            "diagnostics": diagnostics,
         }
 
     def message(self, client: str, body: dict[str, Any], agent_id: str) -> Any:
@@ -300,10 +288,9 @@ class App:
         return self._rows(self.rt.subagents.list_descendants(agent_id))
 
     def session(self, client: str, body: dict[str, Any], session_id: str) -> Any:
+        """Every event that decodes; each that does not is a diagnostic."""
         self._owned(client, session_id)
-        self.rt.sessions.flush()
-        records = self.rt.sessions.read(SessionId(session_id))
-        return {"events": [{"seq": r.seq, **event_to_wire(r.event)} for r in records]}
+        return read_session(self.rt, session_id)
 
     def stats(self, client: str, body: dict[str, Any]) -> Any:
         """This process's residency: what idle disposal keeps in memory."""
@@ -313,13 +300,13 @@ class App:
             "disposed_idle": self.idle.disposed,
             "idle_timeout": self.idle.idle_timeout,
             "max_live": self.idle.max_live,
-            "event_streams": self.streams,
+            "event_streams": len(self.streams),
         }
 
     def events(
         self, environ: dict[str, Any], start_response: Start, client: str
     ) -> Iterator[bytes]:
-        """Stream this client's ``subagent/start|end`` events as JSON lines."""
+        """Stream this client's ``subagent/start|end`` events (see ``EventStreams``)."""
         query = dict(
             p.split("=", 1) for p in environ.get("QUERY_STRING", "").split("&") if "=" in p
         )
@@ -327,38 +314,8 @@ class App:
             limit = int(query.get("limit", "0")) or None
         except ValueError:
             raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "limit must be an int") from None
-        queue: gevent.queue.Queue[SubagentEvent] = gevent.queue.Queue()
-
-        def listen(event: SubagentEvent) -> None:
-            mine = (
-                event.parent_session is not None and self.owners.get(event.parent_session) == client
-            )
-            if mine:
-                queue.put(event)
-
-        subscription = self.rt.subagents.subscribe(listen)
         start_response("200 OK", [("Content-Type", "application/x-ndjson")])
-
-        def stream() -> Iterator[bytes]:
-            sent = 0
-            self.streams += 1
-            try:
-                yield b'{"type": "subscribed"}\n'
-                while limit is None or sent < limit:
-                    try:
-                        event = queue.get(timeout=self.heartbeat)
-                    except gevent.queue.Empty:
-                        # A client that went away is noticed only by a write that
-                        # fails: without one, a quiet stream kept its subscription.
-                        yield b'{"type": "heartbeat"}\n'
-                        continue
-                    yield (dumps({k: getattr(event, k) for k in event.__slots__}) + "\n").encode()
-                    sent += 1
-            finally:
-                self.streams -= 1
-                subscription.dispose()
-
-        return stream()
+        return self.streams.open(client, limit)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -389,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         "so a client gone away is noticed (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store: Any = args.db
     if is_postgres_url(args.db):
         from subagents.store import PostgresStore
@@ -413,7 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         server.start()
         print(f"listening on http://{args.host}:{server.server_port}", flush=True)
         stop.wait()
-        server.stop(timeout=5)
+        # New connections are refused, idle ones closed; the requests in flight are
+        # answered (for DRAIN_TIMEOUT at most), and only then does the runtime close.
+        app.streams.end()
+        server.stop(timeout=DRAIN_TIMEOUT)
         app.idle.stop()
     owners.close()
     return 0

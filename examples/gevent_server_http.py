@@ -9,11 +9,23 @@ get right:
   the client delays that acknowledgement (about 40 ms on Linux). A keep-alive
   client then gets some 20 responses a second, a client opening a new
   connection each time hundreds (its first segment is never held).
+* It also stops gracefully. Its connections are greenlets of a bounded pool
+  (:data:`MAX_CONNECTIONS`; past it, new ones wait in the listen backlog), so
+  ``stop(timeout)`` refuses new connections and then waits up to ``timeout``
+  for the requests in flight (without a pool, pywsgi's ``stop`` returns at once,
+  and whatever the caller closes next closes under them). Once stopping, a
+  kept-alive connection takes no new request: one waiting idly for its next
+  request is closed, a request that arrives anyway is refused (503
+  ``SHUTTING_DOWN``, ``Retry-After``), and every response says ``Connection:
+  close``.
 * :func:`read_json` reads a body given by ``Content-Length`` or sent
   ``Transfer-Encoding: chunked`` (pywsgi decodes it and ends the input there),
   refusing one larger than a limit (413) instead of reading it as empty, and
   parses it strictly: ``NaN``, ``Infinity`` and numbers that overflow a float
   (``1e400``) are not JSON, and are refused (400) instead of becoming ``inf``.
+  A body that cannot be read -- shorter than its ``Content-Length``, a chunked
+  one cut off or with a chunk size that is no number -- is refused (400, and
+  the connection closes: where the next request would start is unknown).
 * :func:`respond` writes standard JSON only (``allow_nan=False``); a non-finite
   float some behaviour produced is sent as the string ``"NaN"``, ``"Infinity"``
   or ``"-Infinity"``, as protobuf's JSON mapping does.
@@ -23,18 +35,23 @@ get right:
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import http
 import json
 import math
+import select
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gevent.pywsgi import WSGIServer
+import gevent.pool
+from gevent.pywsgi import WSGIHandler, WSGIServer
 
 __all__ = [
     "MAX_BODY",
+    "MAX_CONNECTIONS",
+    "RETRY_AFTER",
     "HttpError",
     "NoDelayServer",
     "Start",
@@ -51,6 +68,13 @@ Start = Callable[[str, list[tuple[str, str]]], Any]
 #: The largest request body read, in bytes (a larger one is refused with 413).
 MAX_BODY = 1_000_000
 
+#: Connections served at once (kept-alive ones and ``/events`` streams included);
+#: more wait in the listen backlog until one ends.
+MAX_CONNECTIONS = 1000
+
+#: Seconds a 503 asks the client to wait before it tries again (``Retry-After``).
+RETRY_AFTER = 2
+
 
 class HttpError(Exception):
     """Refuse a request: ``status``, an error ``code`` and a message for the client."""
@@ -65,11 +89,68 @@ class HttpError(Exception):
 
 
 class NoDelayServer(WSGIServer):  # type: ignore[misc]
-    """pywsgi's server with ``TCP_NODELAY`` on each accepted connection (see above)."""
+    """pywsgi's server with ``TCP_NODELAY`` on each accepted connection, at most
+    ``max_connections`` of them, that stops gracefully (see above)."""
+
+    def __init__(
+        self, listener: Any, application: Any, *, max_connections: int = MAX_CONNECTIONS, **kw: Any
+    ) -> None:
+        pool = gevent.pool.Pool(max_connections)
+        super().__init__(listener, application, spawn=pool, handler_class=_Handler, **kw)
+        self.waiting: set[_Handler] = set()  # connections waiting for their next request
 
     def handle(self, sock: Any, address: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().handle(sock, address)
+
+    def close(self) -> None:
+        """Stop accepting (``stop`` calls it first), and close the connections waiting
+        for a request that has not begun to arrive."""
+        super().close()
+        for handler in list(self.waiting):
+            handler.hang_up()
+
+
+class _Handler(WSGIHandler):  # type: ignore[misc]
+    """Serves no new request once its server is stopping (``server.closed``)."""
+
+    def read_requestline(self) -> str:
+        if self.server.closed and not self._arriving():
+            return ""  # as if the client had closed: the connection ends
+        self.server.waiting.add(self)
+        try:
+            return str(super().read_requestline())
+        finally:
+            self.server.waiting.discard(self)
+
+    def hang_up(self) -> None:
+        """End the connection, unless a request is arriving (it is then refused)."""
+        if not self._arriving():
+            with contextlib.suppress(OSError):  # the client left already
+                self.socket.shutdown(socket.SHUT_RDWR)  # the waiting read ends: no request
+
+    def _arriving(self) -> bool:
+        poll = select.poll()
+        poll.register(self.socket.fileno(), select.POLLIN)
+        return bool(poll.poll(0))
+
+    def handle_one_response(self) -> None:
+        if self.server.closed:
+            self.application = _shutting_down
+        super().handle_one_response()
+
+    def start_response(
+        self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
+    ) -> Any:
+        if self.server.closed and not any(k.lower() == "connection" for k, _ in headers):
+            headers = [*headers, ("Connection", "close")]
+        return super().start_response(status, headers, exc_info)
+
+
+def _shutting_down(environ: dict[str, Any], start_response: Start) -> list[bytes]:
+    message = "the server is shutting down: send the request again (to another worker)"
+    retry = [("Retry-After", str(RETRY_AFTER)), ("Connection", "close")]
+    return respond(start_response, 503, error("SHUTTING_DOWN", message), retry)
 
 
 def check_bearer(environ: dict[str, Any], token: str) -> None:
@@ -97,12 +178,13 @@ def read_json(environ: dict[str, Any], limit: int = MAX_BODY) -> dict[str, Any]:
 
     Raises:
         HttpError: 413 for a body over ``limit`` bytes (declared, or read so far
-            from a chunked one); 400 for a bad ``Content-Length``, a body that is
-            not strict JSON, or JSON that is not an object.
+            from a chunked one); 400 for a bad ``Content-Length``, a body that
+            cannot be read (see the module docstring), is not strict JSON, or is
+            JSON that is not an object.
     """
     chunked = environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked"
     if chunked:
-        raw = environ["wsgi.input"].read(limit + 1)  # pywsgi stops at the last chunk
+        raw = _read(environ, limit + 1)  # pywsgi stops at the last chunk
     else:
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -112,7 +194,7 @@ def read_json(environ: dict[str, Any], limit: int = MAX_BODY) -> dict[str, Any]:
             raise _bad("the Content-Length header is negative")
         if length > limit:
             raise _too_large(limit)
-        raw = environ["wsgi.input"].read(length) if length else b""
+        raw = _read(environ, length) if length else b""
     if len(raw) > limit:
         raise _too_large(limit)
     if not raw.strip():
@@ -126,6 +208,15 @@ def read_json(environ: dict[str, Any], limit: int = MAX_BODY) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _bad("the body must be a JSON object")
     return data
+
+
+def _read(environ: dict[str, Any], size: int) -> bytes:
+    try:
+        return bytes(environ["wsgi.input"].read(size))
+    except OSError as exc:  # cut short (the client closed), or chunks that do not parse
+        raise HttpError(
+            400, "INVALID_ARGUMENT", f"the body cannot be read: {exc}", [("Connection", "close")]
+        ) from None
 
 
 class _NotFinite(ValueError):

@@ -1,5 +1,6 @@
 """What ``gevent_server.py`` keeps beside the runtime: who owns which session
-(:class:`Owners`), and which top-level agents stay live (:class:`IdleAgents`)."""
+(:class:`Owners`), which top-level agents stay live (:class:`IdleAgents`), and the
+open ``/events`` streams (:class:`EventStreams`)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
 import gevent.event
-from subagents.actors import Agent, Runtime
+import gevent.queue
+from gevent_server_http import dumps
+from subagents.actors import Agent, Runtime, SubagentEvent
+from subagents.protocol import ErrorCode, SubagentError
 
-__all__ = ["IdleAgents", "Owners"]
+__all__ = ["EventStreams", "IdleAgents", "Owners"]
 
 logger = logging.getLogger("gevent_server")
 
@@ -29,14 +33,25 @@ class Owners:
     other requests meanwhile; on a file, reads use a second connection (WAL: they
     never wait for a commit). On PostgreSQL every statement runs in the thread
     pool (a row lock or a slow server must not stop the hub), and a connection
-    the server dropped (a restart) is made again for the next statement."""
+    the server dropped (a restart) is made again for the next statement.
+
+    A database failure is a ``SubagentError``, as the store's own are: ``TIMEOUT``
+    for a lock waited on too long, else ``PERSISTENCE_UNAVAILABLE`` (the server
+    down, the disk full...; the driver's exception is its cause)."""
 
     def __init__(self, path: str | None, *, connect: Any = None) -> None:
         self._connect = connect
         self._db: Any = connect() if connect is not None else None
         # psycopg spells its placeholders %s, sqlite3 ?.
         self._mark = "%s" if connect is not None else "?"
-        if connect is None:
+        self._failures: tuple[type[Exception], ...] = (sqlite3.Error,)
+        self._lock_timeouts: tuple[type[Exception], ...] = ()
+        if connect is not None:
+            import psycopg
+
+            self._failures = (psycopg.Error,)
+            self._lock_timeouts = (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)
+        else:
             self._db = _sqlite(path or ":memory:")
         self._writer = self._db
         if path is not None and connect is None:
@@ -56,7 +71,7 @@ class Owners:
     def add(self, session_id: str, client: str, *, root: bool) -> None:
         sql = self._sql("INSERT INTO owners VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
         args = (session_id, client, int(root))
-        gevent.get_hub().threadpool.apply(self._run, (self._write_lock, True, sql, args))
+        _in_pool(self._run, self._write_lock, True, sql, args)
 
     def get(self, session_id: str) -> str | None:
         sql = self._sql("SELECT client FROM owners WHERE session_id = ?")
@@ -70,9 +85,20 @@ class Owners:
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         if self._connect is None:  # SQLite: a local read, never waiting for a writer
             return self._run(self._lock, False, sql, args)
-        return gevent.get_hub().threadpool.apply(self._run, (self._lock, False, sql, args))
+        return _in_pool(self._run, self._lock, False, sql, args)  # type: ignore[no-any-return]
 
     def _run(self, lock: Any, write: bool, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        try:
+            return self._execute(lock, write, sql, args)
+        except self._failures as exc:
+            busy = getattr(exc, "sqlite_errorcode", None) in _SQLITE_BUSY
+            if busy or isinstance(exc, self._lock_timeouts):
+                code = ErrorCode.TIMEOUT
+            else:
+                code = ErrorCode.PERSISTENCE_UNAVAILABLE
+            raise SubagentError(f"the owners table failed: {exc}", code=code) from exc
+
+    def _execute(self, lock: Any, write: bool, sql: str, args: tuple[Any, ...]) -> list[Any]:
         with lock:
             conn = self._writer if write else self._db
             try:
@@ -95,8 +121,27 @@ class Owners:
                 self._db.close()
 
 
+_SQLITE_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def _sqlite(path: str) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
+
+
+def _in_pool(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in gevent's thread pool, waited for cooperatively. Its exception
+    is raised here (raised in a worker, the pool would print it as an error)."""
+
+    def outcome() -> tuple[bool, Any]:
+        try:
+            return True, fn(*args)
+        except Exception as exc:
+            return False, exc
+
+    ok, result = gevent.get_hub().threadpool.apply(outcome)
+    if not ok:
+        raise result
+    return result
 
 
 class IdleAgents:
@@ -182,3 +227,59 @@ class IdleAgents:
 
     def stop(self) -> None:
         self._sweeper.kill()
+
+
+class EventStreams:
+    """The open ``GET /events`` streams. Each subscribes to the runtime's
+    ``subagent/start|end`` events and writes one client's (a child's parent is
+    the client's) as JSON lines, a heartbeat line when quiet, until ``limit``
+    were sent, the client left (a write fails), or :meth:`end` ended them all
+    (the server stops: each response ends cleanly)."""
+
+    def __init__(self, rt: Runtime, owners: Owners, *, heartbeat: float) -> None:
+        self.rt = rt
+        self.owners = owners
+        self.heartbeat = heartbeat
+        self._queues: set[gevent.queue.Queue[SubagentEvent | None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def open(self, client: str, limit: int | None) -> Iterator[bytes]:
+        """The lines of a new stream of ``client``'s events."""
+        queue: gevent.queue.Queue[SubagentEvent | None] = gevent.queue.Queue()
+
+        def listen(event: SubagentEvent) -> None:
+            try:
+                owner = event.parent_session and self.owners.get(event.parent_session)
+            except SubagentError as exc:  # the store is down: not known to be this client's
+                logger.warning("an event left out of a stream: %s", exc)
+                return
+            if owner == client:
+                queue.put(event)
+
+        subscription = self.rt.subagents.subscribe(listen)
+        sent = 0
+        self._queues.add(queue)
+        try:
+            yield b'{"type": "subscribed"}\n'
+            while limit is None or sent < limit:
+                try:
+                    event = queue.get(timeout=self.heartbeat)
+                except gevent.queue.Empty:
+                    # A client that went away is noticed only by a write that
+                    # fails: without one, a quiet stream kept its subscription.
+                    yield b'{"type": "heartbeat"}\n'
+                    continue
+                if event is None:  # end()
+                    return
+                yield (dumps({k: getattr(event, k) for k in event.__slots__}) + "\n").encode()
+                sent += 1
+        finally:
+            self._queues.discard(queue)
+            subscription.dispose()
+
+    def end(self) -> None:
+        """End every stream open."""
+        for queue in self._queues:
+            queue.put(None)

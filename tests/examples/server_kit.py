@@ -11,12 +11,25 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 TOKEN = "t0ken"
+
+
+def eventually(probe: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll ``probe`` until it returns something truthy (a deadline, not a timing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got or time.monotonic() > deadline:
+            assert got, what
+            return got
+        time.sleep(0.02)
 
 
 def strict_json(raw: bytes) -> Any:
@@ -70,13 +83,14 @@ class Server:
                 c.close()
 
 
-def start_server(db: Path | str, *args: str) -> Server:
-    """The example server on a free port, on store ``db``, with ``args`` added."""
+def start_server(db: Path | str, *args: str, script: Path | None = None) -> Server:
+    """The example server on a free port, on store ``db``, with ``args`` added
+    (``script``: a script that runs it, instead of ``gevent_server.py`` itself)."""
     stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by stop_server
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(EXAMPLES / "gevent_server.py"),
+            str(script or EXAMPLES / "gevent_server.py"),
             "--port",
             "0",
             "--db",
@@ -99,8 +113,10 @@ def start_server(db: Path | str, *args: str) -> Server:
     return server
 
 
-def stop_server(server: Server) -> None:
-    """SIGTERM, as a process manager would; the server must exit cleanly."""
+def stop_server(server: Server, *, tracebacks: int | None = 0) -> str:
+    """SIGTERM, as a process manager would; the server must exit cleanly, having
+    logged ``tracebacks`` tracebacks (none, unless a test provoked some; ``None``:
+    the test looks at them itself). Its stderr."""
     proc = server.proc
     proc.terminate()
     try:
@@ -111,5 +127,6 @@ def stop_server(server: Server) -> None:
     server.stderr.seek(0)
     err = server.stderr.read().decode(errors="replace")
     server.stderr.close()
-    assert "Traceback" not in err, err
+    assert tracebacks is None or err.count("Traceback") == tracebacks, err
     assert proc.returncode == 0, err
+    return err

@@ -230,7 +230,7 @@ def test_a_restarted_server_serves_the_sessions_it_created(
         status, listed = srv.call("GET", "/agents", client="alice")
         assert status == 200, listed
         assert [a["session_id"] for a in listed["agents"]] == [agent]
-        assert srv.call("GET", "/agents", client="mallory")[1] == {"agents": []}
+        assert srv.call("GET", "/agents", client="mallory")[1] == {"agents": [], "diagnostics": []}
         status, sent = srv.call(
             "POST",
             f"/agents/{agent}/children/{child}/followup",
@@ -376,6 +376,6 @@ def test_a_server_on_postgres_outlives_a_database_restart(own_pg_server: Any) ->
         assert [a["session_id"] for a in listed["agents"]] == [made["session_id"]]
         status, again = srv.call("POST", "/agents", {"label": "new"}, client="alice")
         assert status == 200, again
-        assert srv.call("GET", "/agents", client="mallory")[1] == {"agents": []}
+        assert srv.call("GET", "/agents", client="mallory")[1] == {"agents": [], "diagnostics": []}
     finally:
         stop_server(srv)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import http.client
 import socket
 import sqlite3
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from load_server import keepalive_vs_new
-from server_kit import EXAMPLES, TOKEN, Server, start_server, stop_server, strict_json
+from server_kit import EXAMPLES, TOKEN, Server, eventually, start_server, stop_server, strict_json
 from subagents.actors import Runtime
 
 
@@ -29,17 +28,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
         yield srv
     finally:
         stop_server(srv)
-
-
-def _eventually(probe: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll ``probe`` until it returns something truthy (a deadline, not a timing)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got or time.monotonic() > deadline:
-            assert got, what
-            return got
-        time.sleep(0.02)
 
 
 def _agent(srv: Server, client: str = "c") -> str:
@@ -89,7 +77,7 @@ def test_non_finite_numbers_are_refused(server: Server) -> None:
         "POST", f"/agents/{agent}/messages", raw=b'{"content": ' + b"9" * 30 + b"}"
     )
     assert status == 400 and body["error"]["code"] == "ENCODE_ERROR", body  # past 64 bits
-    _eventually(lambda: any(e["type"] == "turn/end" for e in _events(server, agent)), "a turn")
+    eventually(lambda: any(e["type"] == "turn/end" for e in _events(server, agent)), "a turn")
     contents = [e["content"] for e in _events(server, agent) if e["type"] == "message"]
     assert contents == [1e308]
 
@@ -128,7 +116,7 @@ def test_chunked_bodies_are_read_and_oversized_ones_refused(server: Server) -> N
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
     status, _, body = _raw(server, _post(path, chunks, "Transfer-Encoding: chunked\r\n"))
     assert status == 200, body
-    _eventually(
+    eventually(
         lambda: any(e.get("content") == "chunked hello" for e in _events(server, agent)),
         "the chunked message ran",
     )
@@ -209,19 +197,19 @@ def test_a_report_reaches_the_parent_whether_the_child_is_resident_or_not(tmp_pa
         assert status == 200, kid
         child = kid["child_id"]
         first = _report(srv, agent, child, "at once", "waking")
-        _eventually(lambda: _settled(srv, agent), "the child settled")
+        eventually(lambda: _settled(srv, agent), "the child settled")
         second = _report(srv, agent, child, "settled", "waking")
         for mid in (first, second):
-            _eventually(lambda m=mid: _receipt(srv, agent, child, m) == "delivered", mid)
-        _eventually(lambda: _live_agents(srv) == 0, "the idle parent disposed")
+            eventually(lambda m=mid: _receipt(srv, agent, child, m) == "delivered", mid)
+        eventually(lambda: _live_agents(srv) == 0, "the idle parent disposed")
         woke = _report(srv, agent, child, "wake", "waking")
-        _eventually(lambda: _receipt(srv, agent, child, woke) == "delivered", "woke the parent")
-        _eventually(lambda: _live_agents(srv) == 0, "the idle parent disposed again")
+        eventually(lambda: _receipt(srv, agent, child, woke) == "delivered", "woke the parent")
+        eventually(lambda: _live_agents(srv) == 0, "the idle parent disposed again")
         quiet = _report(srv, agent, child, "fyi", "quiet")
         assert _receipt(srv, agent, child, quiet) == "pending"
         status, sent = srv.call("POST", f"/agents/{agent}/messages", {"content": "next"})
         assert status == 200, sent
-        _eventually(lambda: _receipt(srv, agent, child, quiet) == "delivered", "quiet delivered")
+        eventually(lambda: _receipt(srv, agent, child, quiet) == "delivered", "quiet delivered")
         reports = [e for e in _events(srv, agent) if e["type"] == "report"]
         assert [r["message_id"] for r in reports] == [first, second, woke, quiet]
         assert {r["source"]["session_id"] for r in reports} == {child}
@@ -244,18 +232,18 @@ def test_idle_agents_are_disposed_and_resumed_on_the_next_request(tmp_path: Path
     srv = start_server(tmp_path / "i.db", "--idle-timeout", "0.05")
     try:
         agents = [_agent(srv) for _ in range(3)]
-        _eventually(lambda: _live_agents(srv) == 0, "idle agents disposed")
+        eventually(lambda: _live_agents(srv) == 0, "idle agents disposed")
         for agent in agents:
             status, sent = srv.call("POST", f"/agents/{agent}/messages", {"content": "again"})
             assert status == 200, sent
             status, kid = srv.call("POST", f"/agents/{agent}/children", {"prompt": "p"})
             assert status == 200, kid
         for agent in agents:
-            _eventually(
+            eventually(
                 lambda a=agent: any(e.get("output") == "again" for e in _events(srv, a)),
                 "the resumed agent ran its message",
             )
-        _eventually(lambda: _live_agents(srv) == 0, "disposed again")
+        eventually(lambda: _live_agents(srv) == 0, "disposed again")
         status, stats = srv.call("GET", "/stats")
         assert stats["disposed_idle"] >= 6 and stats["live_sessions"] == 0, stats
     finally:
@@ -268,12 +256,12 @@ def test_no_more_than_max_live_agents_stay_live(tmp_path: Path) -> None:
     srv = start_server(tmp_path / "m.db", "--max-live", "5", "--idle-timeout", "3600")
     try:
         agents = [_agent(srv) for _ in range(20)]
-        _eventually(lambda: _live_agents(srv) <= 5, "at most max_live live")
+        eventually(lambda: _live_agents(srv) <= 5, "at most max_live live")
         status, stats = srv.call("GET", "/stats")
         assert stats["disposed_idle"] >= 15, stats
         status, sent = srv.call("POST", f"/agents/{agents[0]}/messages", {"content": "hi"})
         assert status == 200, sent
-        _eventually(lambda: any(e.get("output") == "hi" for e in _events(srv, agents[0])), "ran")
+        eventually(lambda: any(e.get("output") == "hi" for e in _events(srv, agents[0])), "ran")
     finally:
         stop_server(srv)
 
@@ -288,5 +276,10 @@ def test_keepalive_against_new_connections(server: Server) -> None:
 
 
 def test_the_example_modules_stay_small() -> None:
-    for name in ("gevent_server.py", "gevent_server_http.py", "gevent_server_state.py"):
+    for name in (
+        "gevent_server.py",
+        "gevent_server_http.py",
+        "gevent_server_state.py",
+        "gevent_server_errors.py",
+    ):
         assert len((EXAMPLES / name).read_text().splitlines()) <= 450, name
