@@ -94,9 +94,7 @@ class AgentRegistry:
             else self._models.create(options.model, options)
         )
         sid = header.id
-        self._check_open()
-        if self._claims.claim(sid, wait=False) is not None:
-            raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
+        self._claim(sid, wait=False)
         try:
             sessions = self._host.sessions
             next_turn = sum(1 for e in seed if isinstance(e, TurnStart))

@@ -46,6 +46,10 @@ def detached(exc: BaseException) -> BaseException:
     return exc
 
 
+def _lease_lost(exc: BaseException) -> bool:
+    return isinstance(exc, SubagentError) and exc.code == ErrorCode.LEASE_LOST
+
+
 class Writer:
     """The write-behind queue to persistence: one task, writes in order.
 
@@ -225,7 +229,11 @@ class Writer:
         for sid, done, result in zip(owners, ops, results):
             if isinstance(result, BaseException):
                 abandon_if_forked(self._born)  # (a store refusing the copy: WRONG_PROCESS)
-                if done[0] != "projection":  # derived data: a lost cache row is harmless
+                if done[0] == "checkpoint" and _lease_lost(result):
+                    # A stale holder's: refused, as it should be. No failure of the
+                    # session -- a new activation of it here may hold the lease now.
+                    logger.warning("no checkpoint of %s: its lease was lost", sid)
+                elif done[0] != "projection":  # derived data: a lost cache row is harmless
                     logger.error("persisting session %s failed: %s", sid, result)
                     self._failed[sid] = detached(result)
                     self._on_failed(sid, result)

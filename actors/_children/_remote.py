@@ -172,8 +172,9 @@ def start_by_id(
         SubagentError: ``SESSION_NOT_FOUND`` (no such parent), ``INVALID_ARGUMENT``,
             those of a start, and those of resuming the parent; nothing is created
             then -- except where a start of the same ``message_id`` found the child
-            meanwhile (and was told it exists): the child stays, with its prompt
-            waiting for the tree's next activation, and its handle is returned.
+            meanwhile (and was told it exists), or the store could not withdraw
+            it (the runtime closing): the child stays, with its prompt waiting for
+            the tree's next activation, and its handle is returned.
     """
     assert not isinstance(spec.parent, Agent)
     parent_id = SessionId(spec.parent)

@@ -14,9 +14,10 @@ child completed returns that child's recorded result -- the same id, output and
 stop reason the first call returned -- and runs nothing; one whose child did not
 complete (the crash came during its run) runs it once more, as a new child: one
 call never leaves two completed children. A background ``delegate`` delivers its
-result under an id derived from the call's (:func:`result_message_id`), so a
-result delivered before the crash is not delivered again where the inbox
-remembers ids across a restart (strict durability). A call that differs, or
+result under an id derived from the call's and its child's
+(:func:`result_message_id`), so a result delivered before the crash is not
+delivered again where the inbox remembers ids across a restart (strict
+durability), and a child run again delivers its own. A call that differs, or
 comes elsewhere, is a new one.
 """
 
@@ -53,12 +54,15 @@ def call_message_id(turn: Turn, place: str, name: str, args: Mapping[str, Any]) 
     return digest.hexdigest()[:32]
 
 
-def result_message_id(mid: str | None) -> MessageId | None:
-    """The id a background ``delegate`` with message id ``mid`` delivers its result
-    under (None without one: a fresh id each time)."""
+def result_message_id(mid: str | None, child: object) -> MessageId | None:
+    """The id a background ``delegate`` with message id ``mid`` delivers the result
+    of its child ``child`` under (None without one: a fresh id each time). The
+    child's id is part of it: a start run again as a new child (the earlier one
+    did not complete) delivers its own result, never dropped as the earlier's."""
     if mid is None:
         return None
-    return MessageId(hashlib.sha256(f"{mid}\0delegate-result".encode()).hexdigest()[:32])
+    key = f"{mid}\0{child}\0delegate-result".encode()
+    return MessageId(hashlib.sha256(key).hexdigest()[:32])
 
 
 def child_fields(args: dict[str, Any]) -> dict[str, Any]:

@@ -339,7 +339,7 @@ class ToolDispatcher:
                 return  # cancelled with the agent's work: nobody waits for it
             source = MessageSource(kind="child", session_id=run.id)
             try:
-                agent.followup(content, source=source, message_id=result_message_id(mid))
+                agent.followup(content, source=source, message_id=result_message_id(mid, run.id))
             except SubagentError as exc:
                 logger.warning("background result of %s not delivered: %s", run.id, exc)
 

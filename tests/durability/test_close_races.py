@@ -344,3 +344,40 @@ def test_no_activation_begins_after_the_close_waited_for_them(
         waiting = [e.event.content for e in store.pending(sid)]  # type: ignore[attr-defined]
     assert after is not None and after.epoch == before.epoch, (before, after)
     assert waiting == ["sent as the runtime closes"]
+
+
+def test_no_create_begins_after_the_close_waited_for_activations(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-LIFE, R-DUR: the same window for a spawn -- past the open check when the
+    close began and found no claim -- committed its session and lease after the
+    close stopped waiting, then was refused at registration and rolled back
+    through a writer the close had shut: it raised ``RUNTIME_CLOSED`` with the
+    session left in the store, its lease held. Now refused before it opens."""
+    db = str(tmp_path / "create-claim.db")
+    rt = Runtime(db, backend=backend)
+    claims: Any = type(rt.agents._claims)
+    claim = claims.claim
+
+    def close_then_claim(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt.agents.close()
+        assert rt.agents.wait_activations(5)
+        return claim(self, *args, **kwargs)
+
+    opened: list[Any] = []
+    open_session = rt.sessions.open
+
+    def open_noted(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args[0])  # committed here under strict durability
+        return open_session(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "claim", close_then_claim)
+    monkeypatch.setattr(rt.sessions, "open", open_noted)
+    with pytest.raises(SubagentError) as info:
+        rt.spawn("echo", label="late")
+    assert info.value.code == ErrorCode.RUNTIME_CLOSED
+    assert opened == []  # the rest of the close may shut the writer from here on
+    monkeypatch.undo()
+    rt.close()
+    with SqliteStore(db, read_only=True) as store:
+        assert [h.label for h in store.all_headers()] == []

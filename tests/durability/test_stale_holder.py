@@ -41,6 +41,12 @@ def test_a_holder_that_lost_the_session_stores_no_checkpoint(backend: Backend, d
             kept.dispose()
             assert other.get_checkpoint(lost.session_id) is None
             assert other.get_checkpoint(kept.session_id) is not None
+            # A refused checkpoint is no failure of the session's writes: one that
+            # stopped them stopped a new activation of it here (the lease back).
+            stats = rt.sessions.statistics()
+            assert (stats.failed_writes, stats.persistence_failures) == (0, ()), stats
+            writer: Any = rt.sessions._writer
+            assert writer.take_failure(lost.session_id) is None
             lease = other.get_lease(lost.session_id)
             assert lease is not None and lease.holder == "thief"
 

@@ -23,7 +23,7 @@ from subagents.actors import (
     ToolDispatcher,
 )
 from subagents.actors._kernel._backend import Backend
-from subagents.actors.testing import Block, Gate, Reply, ScriptedBehaviour
+from subagents.actors.testing import Block, Gate, Reply, ScriptedBehaviour, wait_quiescent
 from subagents.protocol import ErrorCode, SubagentError
 from subagents.store import MemoryStore
 
@@ -252,3 +252,33 @@ def test_a_delegate_made_again_at_its_place_takes_effect_once(rt: Runtime, kid: 
     assert first["output"] == "did job" and first["stop_reason"] == "completed"
     assert elsewhere["id"] != first["id"]
     assert kid == ["job", "job"]
+
+
+def test_a_background_delegate_run_again_delivers_its_own_result(
+    rt: Runtime, backend: Backend, kid: list[Any]
+) -> None:
+    """A background ``delegate`` whose child failed, made again at its place (as a
+    replayed turn makes it): the new child's result is delivered as well. Both
+    deliveries carried one id derived from the call alone, so the second was
+    taken for the first and dropped -- the model was told of a child whose result
+    never came."""
+    dispatcher = ToolDispatcher()
+    delivered: list[Any] = []
+
+    def boss(turn: Any) -> str:
+        if isinstance(turn.content, dict):  # a delivered result
+            delivered.append(turn.content["delegate_result"])
+            return "noted"
+        args = {"prompt": "fail once", "model": "kid", "background": True}
+        first = dispatcher.dispatch(turn, "delegate", args, place="0.0")["id"]
+        while not rt.sessions.turn_ends(first):  # the first child failed
+            backend.sleep(0.01)
+        again = dispatcher.dispatch(turn, "delegate", args, place="0.0")["id"]
+        assert again != first
+        return "started"
+
+    rt.models.register("boss", lambda _o: boss)
+    agent = rt.spawn("boss")
+    agent.followup("go")
+    assert wait_quiescent(rt, 20)
+    assert sorted(str(d.get("stop_reason")) for d in delivered) == ["completed", "failed"]
