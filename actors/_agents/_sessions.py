@@ -44,7 +44,7 @@ from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
 from ._reading import SessionReads
-from ._writer import Writer
+from ._writer import Writer, lost_lease
 
 __all__ = ["LiveSession", "SessionService"]
 
@@ -169,7 +169,7 @@ class SessionService(Acceptance, SessionReads):
         agent too (as Akka stops a persistent actor whose write failed): the store
         is the truth, and the next activation starts from it (under strict
         durability replaying what was accepted and not done)."""
-        if not (isinstance(error, SubagentError) and error.code == ErrorCode.LEASE_LOST):
+        if not lost_lease(error):
             self.failures.record(sid, error)
         if self._lost is not None:
             self._lost(sid)

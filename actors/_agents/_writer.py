@@ -26,7 +26,7 @@ from subagents.protocol import (
 )
 from subagents.store import Release, SessionStore
 
-__all__ = ["Writer"]
+__all__ = ["Writer", "lost_lease"]
 
 logger = logging.getLogger("subagents")
 
@@ -46,7 +46,8 @@ def detached(exc: BaseException) -> BaseException:
     return exc
 
 
-def _lease_lost(exc: BaseException) -> bool:
+def lost_lease(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write refused because its lease was taken over."""
     return isinstance(exc, SubagentError) and exc.code == ErrorCode.LEASE_LOST
 
 
@@ -229,7 +230,7 @@ class Writer:
         for sid, done, result in zip(owners, ops, results):
             if isinstance(result, BaseException):
                 abandon_if_forked(self._born)  # (a store refusing the copy: WRONG_PROCESS)
-                if done[0] == "checkpoint" and _lease_lost(result):
+                if done[0] == "checkpoint" and lost_lease(result):
                     # A stale holder's: refused, as it should be. No failure of the
                     # session -- a new activation of it here may hold the lease now.
                     logger.warning("no checkpoint of %s: its lease was lost", sid)

@@ -39,7 +39,7 @@ from ._materialize import Materializer
 from ._placed import PlacedChild
 from ._placement import followup_placed
 from ._requests import Delivery, Request
-from ._validate import bad
+from ._validate import bad, check_signal
 
 __all__ = ["Followups"]
 
@@ -79,8 +79,7 @@ class Followups:
             if not isinstance(source, MessageSource):
                 raise bad("source must be a MessageSource")
             check_source(source)
-        if signal is not None and not isinstance(signal, AbortSignal):
-            raise bad("signal must be an AbortSignal")
+        check_signal(signal)
         if not plain(content):
             check_value(content)  # refuse what the log cannot hold before anything is accepted
         if signal is None:

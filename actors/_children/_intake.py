@@ -52,6 +52,7 @@ __all__ = [
     "LEFT",
     "ROUTE",
     "accept_resident",
+    "derived_id",
     "start_child_id",
 ]
 
@@ -63,12 +64,15 @@ ROUTE: Final = "route"  # committed, the child is retiring: route it through the
 LEFT: Final = "left"  # not committed, the activation left: the slow path accepts it
 
 
+def derived_id(person: bytes, *parts: bytes) -> SessionId:
+    """A session id derived from ``parts`` (``person``: what kind of start derives it,
+    so that two kinds never share an id)."""
+    return SessionId(hashlib.blake2b(b"".join(parts), digest_size=16, person=person).hexdigest())
+
+
 def start_child_id(parent: SessionId, message_id: MessageId) -> SessionId:
     """The id of the child a continuable start with ``message_id`` creates."""
-    digest = hashlib.blake2b(
-        parent.to_bytes() + message_id.to_bytes(), digest_size=16, person=b"subagents-start"
-    )
-    return SessionId(digest.hexdigest())
+    return derived_id(b"subagents-start", parent.to_bytes(), message_id.to_bytes())
 
 
 def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:

@@ -31,7 +31,6 @@ Without a store a disposed child leaves no session, and a start runs again.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from subagents.actors._agents import SessionService
@@ -45,6 +44,7 @@ from subagents.protocol import (
     TurnEnd,
 )
 
+from ._intake import derived_id
 from ._types import RunResult, SubagentRun, SubagentStartRequest
 
 __all__ = ["check_message_id", "earlier_run", "oneshot_child_id"]
@@ -68,12 +68,9 @@ def check_message_id(request: Any) -> None:
 
 def oneshot_child_id(parent: SessionId, message_id: MessageId, attempt: int) -> SessionId:
     """The id of the child of attempt ``attempt`` of a one-shot start with ``message_id``."""
-    digest = hashlib.blake2b(
-        parent.to_bytes() + message_id.to_bytes() + attempt.to_bytes(4, "big"),
-        digest_size=16,
-        person=b"subagents-once",
+    return derived_id(
+        b"subagents-once", parent.to_bytes(), message_id.to_bytes(), attempt.to_bytes(4, "big")
     )
-    return SessionId(digest.hexdigest())
 
 
 def earlier_run(

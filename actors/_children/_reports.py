@@ -46,7 +46,7 @@ from subagents.protocol import (
 )
 from subagents.supervision import MAY_REPORT, Activation
 
-from ._validate import bad
+from ._validate import bad, check_signal
 
 __all__ = ["ReportReceipt", "report_from", "report_receipt"]
 
@@ -92,8 +92,7 @@ def report_from(
         raise bad("child must be an Agent or a session id")
     if type(delivery) is not str or delivery not in ("quiet", "waking"):
         raise bad("delivery is 'quiet' or 'waking'")
-    if signal is not None and not isinstance(signal, AbortSignal):
-        raise bad("signal must be an AbortSignal")
+    check_signal(signal)
     # Refuse what the log cannot hold before anything is accepted; a quiet report may
     # wait for the parent's next turn in its checkpoint (map, context list, entry).
     check_value(content, 3 if delivery == "quiet" else 1)

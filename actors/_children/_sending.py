@@ -9,12 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, SessionService, Steered
-from subagents.actors._kernel import AbortSignal, Telemetry, check_timeout, stamp, traced
-from subagents.protocol import ErrorCode, MessageId, MessageSource, SessionId, SubagentError
+from subagents.actors._kernel import Telemetry, check_timeout, stamp, traced
+from subagents.protocol import MessageId, MessageSource, SessionId
 
 from ._continuation import ContinuationManager
 from ._remote import followup_by_id, steer_by_id
 from ._room import until_room
+from ._validate import check_signal
 
 __all__ = ["send_followup"]
 
@@ -49,9 +50,7 @@ def send_followup(
             )  # fmt: skip
     else:
         parent_id = SessionId(parent)
-        # Checked as the live parent's path checks them, before anything is accepted.
-        if signal is not None and not isinstance(signal, AbortSignal):
-            raise SubagentError("signal must be an AbortSignal", code=ErrorCode.INVALID_ARGUMENT)
+        check_signal(signal)  # as the live parent's path, before anything is accepted
         if signal is not None:
             signal.raise_if_aborted()
         where = (agents, sessions, continuation, parent_id, SessionId(child_id), content)

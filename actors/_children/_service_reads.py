@@ -17,7 +17,7 @@ from subagents.protocol import SessionId
 
 from ._child_stats import ChildStatistics, child_statistics
 from ._continuation import ContinuationManager
-from ._validate import bad
+from ._validate import check_signal
 
 __all__ = ["CatalogReads", "ServiceContext"]
 
@@ -49,8 +49,7 @@ class CatalogReads:
 
     def _catalog(self, signal: Any) -> Catalog:
         """The runtime's one catalog, for its mounted session store and projections."""
-        if signal is not None and not isinstance(signal, AbortSignal):
-            raise bad("signal must be an AbortSignal")
+        check_signal(signal)
         ctx = self._ctx
         sessions: SessionService | None = getattr(ctx, "sessions", None)
         projections = ctx.session_projections

@@ -20,12 +20,18 @@ from subagents.protocol import (
 
 from ._types import ContinuableStartSpec, SubagentStartRequest
 
-__all__ = ["bad", "check_start_request", "check_start_spec", "check_tool_filter"]
+__all__ = ["bad", "check_signal", "check_start_request", "check_start_spec", "check_tool_filter"]
 
 
 def bad(message: str) -> SubagentError:
     """An ``INVALID_ARGUMENT`` error."""
     return SubagentError(message, code=ErrorCode.INVALID_ARGUMENT)
+
+
+def check_signal(signal: Any, what: str = "signal") -> None:
+    """``INVALID_ARGUMENT`` unless ``signal`` is None or an ``AbortSignal``."""
+    if signal is not None and not isinstance(signal, AbortSignal):
+        raise bad(f"{what} must be an AbortSignal")
 
 
 def check_tool_filter(tool_filter: Any) -> None:
@@ -80,8 +86,7 @@ def check_start_spec(spec: Any) -> None:
             "a continuable child needs a non-empty label", code=ErrorCode.DESCRIPTOR_INVALID
         )
     check_name(spec.label, "spec.label")
-    if spec.signal is not None and not isinstance(spec.signal, AbortSignal):
-        raise bad("spec.signal must be an AbortSignal")
+    check_signal(spec.signal, "spec.signal")
     _optional_strs(spec, ("model", "persona"), "spec")
     check_tool_filter(spec.tool_filter)
     check_max_inbox(spec.max_inbox, "spec.max_inbox")

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from durability_kit import until
 from subagents.actors import Runtime, Steered, Turn
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
@@ -51,15 +52,6 @@ def test_a_holder_that_lost_the_session_stores_no_checkpoint(backend: Backend, d
             assert lease is not None and lease.holder == "thief"
 
 
-def _until(backend: Backend, done: Any, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        backend.sleep(0.01)
-    return True
-
-
 def test_a_turn_whose_holder_lost_the_session_takes_no_steered_message(
     backend: Backend, db: str
 ) -> None:
@@ -88,7 +80,7 @@ def test_a_turn_whose_holder_lost_the_session_takes_no_steered_message(
         with open_store(db) as other:
             later = time.time() + 3600
             other.acquire_lease(sid, "thief", now=later, expires=later + 60)
-            assert _until(backend, lambda: not leases.holds(sid))  # its renewal saw it
+            assert until(rt, lambda: not leases.holds(sid), timeout=20)  # its renewal saw it
             gate.release()
             assert agent.wait_disposed(20) or agent.wait_idle(20)
             assert seen == [[]]
@@ -110,5 +102,5 @@ def test_a_session_taken_over_before_any_renewal_is_let_go(backend: Backend, db:
         with open_store(db) as other:
             later = time.time() + 3600
             other.acquire_lease(sid, "thief", now=later, expires=later + 60)
-        assert _until(backend, lambda: not leases.holds(sid))
+        assert until(rt, lambda: not leases.holds(sid), timeout=20)
         assert agent.wait_disposed(20)  # let go, as any session taken over

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from subagents.actors import Runtime, openai_chat
+from subagents.actors import AbortController, Runtime, SubagentStartRequest, openai_chat
 from subagents.actors.testing import FakeOpenAI
 
-__all__ = ["register", "run_turn"]
+__all__ = ["register", "run_structured_start", "run_turn"]
 
 
 def register(rt: Runtime, fake: FakeOpenAI, name: str = "planner", **kw: Any) -> None:
@@ -21,3 +21,21 @@ def run_turn(rt: Runtime, agent: Any, content: Any) -> Any:
     agent.followup(content)
     assert agent.wait_idle(20)
     return rt.sessions.turn_ends(agent.session_id)[-1]
+
+
+def run_structured_start(rt: Runtime, schema: Any) -> tuple[Any, Any]:
+    """A one-shot run of model ``planner`` with ``schema`` under a new top-level
+    agent: its result, and the error its child's turn recorded."""
+    request = SubagentStartRequest(
+        parent=rt.spawn("echo"),
+        prompt="x",
+        model="planner",
+        signal=AbortController().signal,
+        output_schema=schema,
+    )
+    run = rt.subagents.start("local", request)
+    try:
+        result = run.result.get(timeout=20)
+    finally:
+        run.dispose()
+    return result, rt.sessions.turn_ends(run.id)[-1].error

@@ -43,6 +43,16 @@ class ManualProvider:
         )
 
 
+def _delegate_and_settle(
+    dispatcher: ToolDispatcher, provider: ManualProvider, turn: Turn, backend: Backend
+) -> None:
+    """A background ``delegate`` of ``turn``; its run's result set from another task."""
+    dispatcher.dispatch(turn, "delegate", {"prompt": "p", "provider": "manual", "background": True})
+    (future,) = provider.futures
+    result = RunResult(output="out", structured=None, stop_reason="completed")
+    backend.spawn(future.set_result, result)
+
+
 def _start_kid(rt: Runtime, kid: Any) -> Any:
     """A continuable child running behaviour ``kid`` under a host; its id."""
     rt.models.register("kid", lambda _o: kid)
@@ -67,13 +77,7 @@ def test_a_result_still_being_delivered_keeps_its_child_resident(
 
     def kid(turn: Turn) -> Any:
         if turn.index == 0:
-            dispatcher.dispatch(
-                turn, "delegate", {"prompt": "p", "provider": "manual", "background": True}
-            )
-            (future,) = provider.futures
-            backend.spawn(
-                future.set_result, RunResult(output="out", structured=None, stop_reason="completed")
-            )
+            _delegate_and_settle(dispatcher, provider, turn, backend)
             assert provider.delivering.wait_reached(10)
             dispatcher.dispatch(turn, "list_agents", {})  # disposes what it may
             first_done.set()
@@ -124,12 +128,7 @@ def test_a_result_delivered_just_before_its_turn_is_disposed(
 
     def kid(turn: Turn) -> Any:
         if turn.index == 0:
-            dispatcher.dispatch(
-                turn, "delegate", {"prompt": "p", "provider": "manual", "background": True}
-            )
-            (future,) = provider.futures
-            result = RunResult(output="out", structured=None, stop_reason="completed")
-            backend.spawn(future.set_result, result)
+            _delegate_and_settle(dispatcher, provider, turn, backend)
         else:
             dispatcher.dispose_settled(turn)  # what openai_chat's turn does first
             second_ran.set()
@@ -176,13 +175,7 @@ def test_the_child_settles_only_after_its_delivered_run_is_disposed(
 
     def kid(turn: Turn) -> Any:
         if turn.index == 0:
-            dispatcher.dispatch(
-                turn, "delegate", {"prompt": "p", "provider": "manual", "background": True}
-            )
-            (future,) = provider.futures
-            backend.spawn(
-                future.set_result, RunResult(output="out", structured=None, stop_reason="completed")
-            )
+            _delegate_and_settle(dispatcher, provider, turn, backend)
         else:
             assert disposing.wait_reached(10)  # delivered, its disposal begun
             dispatcher.dispose_settled(turn)

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from model_kit import register, run_turn
+from model_kit import register, run_structured_start, run_turn
 from subagents.actors import Runtime
 from subagents.actors.testing import Answer, FakeOpenAI
 
@@ -182,26 +182,11 @@ def test_a_refusal_or_a_filtered_answer_fails_the_turn(
 
 def test_a_refusal_of_a_structured_run_is_named(rt: Runtime, fake: FakeOpenAI) -> None:
     """With an output schema the refusal is the error, not a schema mismatch on ""."""
-    from subagents.actors import AbortController, SubagentStartRequest
-
     register(rt, fake, stream=False, max_retries=0)
     fake.script(_refusal_answer("refusal", stream=False))
-    host = rt.spawn("echo")
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    request = SubagentStartRequest(
-        parent=host,
-        prompt="x",
-        model="planner",
-        signal=AbortController().signal,
-        output_schema=schema,
-    )
-    run = rt.subagents.start("local", request)
-    try:
-        result = run.result.get(timeout=20)
-    finally:
-        run.dispose()
+    result, error = run_structured_start(rt, schema)
     assert result.stop_reason == "failed"
-    error = rt.sessions.turn_ends(run.id)[-1].error
     assert "MODEL_ERROR" in error and REFUSAL in error, error
 
 

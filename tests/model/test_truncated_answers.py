@@ -7,11 +7,10 @@ whole answers, over real HTTP on both backends. R-ONE-9, R-ERR-1."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-from model_kit import register, run_turn
-from subagents.actors import AbortController, Runtime, SubagentStartRequest
+from model_kit import register, run_structured_start, run_turn
+from subagents.actors import Runtime
 from subagents.actors.testing import Answer, FakeOpenAI
 
 SCHEMA = {
@@ -76,21 +75,8 @@ def test_a_one_shot_run_cut_off_by_length_reports_it(rt: Runtime, fake: FakeOpen
     names the cut (what a delegating parent reads back)."""
     register(rt, fake, stream=True, max_retries=0)
     fake.script(_answer('{"a": 1', "length", stream=True))
-    host = rt.spawn("echo")
-    request = SubagentStartRequest(
-        parent=host,
-        prompt="x",
-        model="planner",
-        signal=AbortController().signal,
-        output_schema=SCHEMA,
-    )
-    run = rt.subagents.start("local", request)
-    try:
-        result = run.result.get(timeout=20)
-    finally:
-        run.dispose()
+    result, error = run_structured_start(rt, SCHEMA)
     assert result.stop_reason == "failed"
-    error: Any = rt.sessions.turn_ends(run.id)[-1].error
     assert "MODEL_ERROR" in error and "cut off" in error, error
 
 
