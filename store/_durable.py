@@ -418,3 +418,14 @@ class DurableQueues(abc.ABC):
     @abc.abstractmethod
     def get_lease(self, session_id: SessionId | str) -> Lease | None:
         """The session's lease (None: never taken)."""
+
+    def get_leases(self, session_ids: Iterable[SessionId | str]) -> dict[SessionId, Lease]:
+        """The leases of ``session_ids`` by session, in one read where the store can
+        (a session never leased, or not stored, is absent). This default asks
+        :meth:`get_lease` for each."""
+        found: dict[SessionId, Lease] = {}
+        for sid in check_session_ids(session_ids):
+            lease = self.get_lease(sid)
+            if lease is not None:
+                found[lease.session_id] = lease
+        return found

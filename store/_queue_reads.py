@@ -7,7 +7,7 @@ in SQL both dialects run (see :mod:`._reads`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from subagents.protocol import (
     CorruptRecordError,
@@ -23,11 +23,12 @@ from subagents.protocol import (
 from ._base import not_found
 from ._cells import integer, real, text_or_none
 from ._durable import DurableQueues, InboxEntry, Lease
-from ._queue_txn import EXPIRY, LEASE
+from ._queue_txn import EXPIRY, LEASE, LEASES
 from ._validate import (
     check_message_ids,
     check_seconds,
     check_session_id,
+    check_session_ids,
     invalid,
 )
 
@@ -143,16 +144,32 @@ class SqlQueueReads(DurableQueues):
     def get_lease(self, session_id: SessionId | str) -> Lease | None:
         sid = check_session_id(session_id)
         rows = self._query(LEASE, (sid.to_bytes(),))
-        if not rows:
-            return None
-        holder, epoch, expires, wake = rows[0]
-        return Lease(
-            sid,
-            text_or_none(holder, sid, "lease holder"),
-            integer(epoch, sid, "lease epoch"),
-            real(expires, sid, "lease expiry"),
-            text_or_none(wake, sid, "lease wake address"),
-        )
+        return _lease(sid, *rows[0]) if rows else None
+
+    def get_leases(self, session_ids: Iterable[SessionId | str]) -> dict[SessionId, Lease]:
+        keys = [sid.to_bytes() for sid in check_session_ids(session_ids)]
+        found: dict[SessionId, Lease] = {}
+        for i in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[i : i + _IN_CHUNK]
+            for key, *row in self._query(LEASES.format(",".join("?" * len(chunk))), tuple(chunk)):
+                sid = SessionId.from_bytes(bytes(key))
+                found[sid] = _lease(sid, *row)
+        return found
+
+
+#: Sessions per ``IN (...)`` of a lease read: under older SQLite builds' 999 variables.
+_IN_CHUNK: Final = 500
+
+
+def _lease(sid: SessionId, holder: Any, epoch: Any, expires: Any, wake: Any) -> Lease:
+    """A lease row's cells, each checked (a damaged cell: ``CORRUPT_RECORD``)."""
+    return Lease(
+        sid,
+        text_or_none(holder, sid, "lease holder"),
+        integer(epoch, sid, "lease epoch"),
+        real(expires, sid, "lease expiry"),
+        text_or_none(wake, sid, "lease wake address"),
+    )
 
 
 def _corrupt_entry(session_id: SessionId, n: int, exc: DecodeError) -> CorruptRecordError:

@@ -36,6 +36,11 @@ LEASE: Final = (
     f"SELECT l.holder, l.epoch, {EXPIRY}, l.wake FROM leases l"
     " LEFT JOIN holders h ON h.holder = l.holder WHERE l.session = ?"
 )
+#: :data:`LEASE` for many sessions (``{}``: the ``IN`` list), each row led by its session.
+LEASES: Final = (
+    f"SELECT l.session, l.holder, l.epoch, {EXPIRY}, l.wake FROM leases l"
+    " LEFT JOIN holders h ON h.holder = l.holder WHERE l.session IN ({})"
+)
 # Never backwards: a renewal committed late (its batch waited on a lock) must not
 # shorten the heartbeat a later renewal already wrote.
 _HEARTBEAT: Final = (

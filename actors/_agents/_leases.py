@@ -249,11 +249,13 @@ class Leases:
         with self._lock:
             self._fresh -= renewed
             fresh = set(self._fresh)
+        unseen = [s for s, epoch in held.items() if s not in renewed and epoch == 1 and s in fresh]
+        taken = self._taken(unseen) if unseen else set()
         lost = []
         for sid, epoch in held.items():
             if sid in renewed:
                 continue
-            if epoch == 1 and sid in fresh and not self._taken(sid, epoch):
+            if epoch == 1 and sid in fresh and sid not in taken:
                 continue
             with self._lock:
                 still = self._held.get(sid) == epoch
@@ -266,15 +268,17 @@ class Leases:
                 lost.append(sid)
         return lost
 
-    def _taken(self, sid: SessionId, epoch: int) -> bool:
-        """Whether the stored lease of ``sid`` is another's (a session taken over
-        before any renewal saw its lease: never let go otherwise); False while its
-        row is not stored, or the store cannot say."""
+    def _taken(self, fresh: list[SessionId]) -> set[SessionId]:
+        """Which of the ``fresh`` sessions (leased at epoch 1, unseen by any renewal)
+        have a stored lease that is another's -- taken over before a renewal saw
+        theirs: never let go otherwise. One read for them all (a burst of creations
+        leaves many); none while a row is not stored, or the store cannot say."""
         try:
-            lease = self._call(self._store.get_lease, sid)
+            leases = self._call(self._store.get_leases, fresh)
         except SubagentError:
-            return False
-        return lease is not None and (lease.holder, lease.epoch) != (self.holder.id, epoch)
+            return set()
+        mine = (self.holder.id, 1)
+        return {sid for sid, lease in leases.items() if (lease.holder, lease.epoch) != mine}
 
     def close(self) -> None:
         with self._lock:

@@ -173,3 +173,56 @@ def test_a_session_created_then_taken_over_during_a_stall_is_not_told_held(
     finally:
         leases.close()
         store.close()
+
+
+class LeaseReads(SqliteStore):
+    """SQLite, counting the lease reads one by one and many at once."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.single = 0
+        self.batched = 0
+
+    def get_lease(self, session_id: Any) -> Any:
+        self.single += 1
+        return super().get_lease(session_id)
+
+    def get_leases(self, session_ids: Any) -> Any:
+        self.batched += 1
+        return super().get_leases(session_ids)
+
+
+def test_a_burst_of_unseen_sessions_is_checked_in_one_read(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """R-DUR-3: a renewal whose count differs checks every session created under a
+    lease no renewal has seen yet -- and used to ask the store once a session (a
+    burst of creations: thousands of reads each period). Now one read for them all;
+    the ones taken over are let go, the ones not stored yet stay held."""
+    store = LeaseReads(tmp_path / "s.db")
+    lost: list[SessionId] = []
+    leases = Leases(store, backend, ttl=30.0, lost=lost.append)
+    try:
+        stored, queued = [], []
+        for i in range(600):
+            sid = new_session_id()
+            holder, expires, wake = leases.new(sid)
+            if i % 2:
+                header = dataclasses.replace(ROOT, id=sid)
+                store.create_session(header, lease=(holder, expires, wake))
+                stored.append(sid)
+            else:
+                queued.append(sid)  # its create still queued: no row yet
+        later = time.time() + 3600
+        taken = stored[:3]
+        for sid in taken:
+            store.acquire_lease(sid, "the other", now=later, expires=later + 60)
+        held = dict.fromkeys(stored + queued, 1)
+        renewed = set(stored[3:])
+        assert sorted(leases._renewed(held, renewed)) == sorted(taken)
+        assert sorted(lost) == sorted(taken)
+        assert (store.single, store.batched) == (0, 1)
+        assert all(leases.holds(sid) for sid in queued + stored[3:])
+    finally:
+        leases.close()
+        store.close()
