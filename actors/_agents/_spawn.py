@@ -63,7 +63,6 @@ def spawn_agent(
         options = options or AgentOptions()
     sid = new_session_id() if session_id is None else SessionId(session_id)
     if session_id is not None and sessions.header(sid) is not None:
-        # Written behind (relaxed), a clash would surface only in the writer.
         raise SubagentError(f"session {sid} exists", code=ErrorCode.SESSION_EXISTS)
     header = SessionHeader(
         id=sid,
@@ -79,6 +78,11 @@ def spawn_agent(
         behaviour=built,
         output_schema=output_schema,
         seed=seed,
+        # A well-known id is committed before this returns, relaxed durability
+        # too: of processes racing to create it, the store's unique insert picks
+        # the one that does (written behind, each would run turns of its own and
+        # the losers' logs be dropped by their writers).
+        now=True if session_id is not None else None,
     )
 
 
