@@ -280,11 +280,18 @@ class Inbox:
         return idle
 
     def _requeue(self, rest: list[Message], first: int) -> None:
-        for n, m in enumerate(rest, first):
-            try:
-                self._put(Deliver(n, m.message_id, m.content, m.source, "message", (), None, False))
-            except SubagentError:  # disposed meanwhile: as a queued message would be
+        """In the actor's loop (its only consumer): the steered messages a turn never
+        took run as the next turns, ahead of what was queued behind that turn --
+        accepted after them, most of it (their durable inbox replays them first too)."""
+        if self._ref.actor_stopped.is_set():  # disposed meanwhile: as queued ones are
+            for m in rest:
+                self._settle_one()
                 logger.warning("steered message %s of %s not run", m.message_id, self.session_id)
+            return
+        self._ref.actor_inbox.queued.extendleft(
+            Deliver(n, m.message_id, m.content, m.source, "message", (), None, False)
+            for n, m in reversed(list(enumerate(rest, first)))
+        )
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""

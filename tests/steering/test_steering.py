@@ -113,6 +113,39 @@ def test_a_steer_the_turn_never_takes_runs_next(rts: Runtime) -> None:
     assert _turns(rts, agent.session_id) == [["first"], ["by the way"]]
 
 
+def test_a_leftover_steer_runs_before_what_was_queued_after_it(rts: Runtime) -> None:
+    """R-FUP-6: a steer the turn never took runs as the next turn -- before
+    follow-ups accepted after it (it was put behind them: live order first, plain,
+    steered, against the acceptance order a crash replay runs), and several
+    leftovers keep their own order. Repeated, with 0-2 plain follow-ups queued."""
+    gate = Gate("no safe point")
+    first = {"go"}
+
+    def busy(turn: Any) -> Any:
+        if turn.content in first:
+            gate.pass_through(turn.signal)
+        return turn.content
+
+    rts.models.register("busy", lambda _o: busy)
+    agent = rts.spawn("busy")
+    expected: list[list[Any]] = []
+    for i in range(12):
+        first.add(f"go{i}")
+        agent.followup(f"go{i}")
+        assert gate.wait_reached(10)
+        steered = [f"s{i}a", f"s{i}b"]
+        for s in steered:
+            assert agent.followup(s, steer=True).outcome == "steered"
+        plain = [f"p{i}-{j}" for j in range(i % 3)]
+        for p in plain:
+            agent.followup(p)
+        gate.release()
+        assert agent.wait_idle(10)
+        gate = Gate("no safe point")
+        expected += [[f"go{i}"], *([s] for s in steered), *([p] for p in plain)]
+    assert _turns(rts, agent.session_id) == expected
+
+
 def test_bad_steer_values(rts: Runtime) -> None:
     agent = rts.spawn("echo")
     for bad in ("yes", 1, None, "STRICT"):
