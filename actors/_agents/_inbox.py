@@ -54,7 +54,7 @@ from ._loop import TurnRunner
 from ._messages import UNTAKEN, Call, Deliver, Quiet
 from ._outcome import TurnOutcome
 from ._stats import AgentStatistics, agent_statistics
-from ._steering import SteerBox, discard_leftovers
+from ._steering import SteerBox, discard_leftovers, run_next
 from ._turn import Message
 
 __all__ = ["CLOSED", "DRAINED", "OPEN", "Inbox"]
@@ -247,11 +247,10 @@ class Inbox:
     def _settle_handled(self, ended: Any, quiet: bool = False) -> bool:
         """The message just handled is settled (True: the agent is idle now); when it
         was a turn (``ended``), the messages steered into it that it never took run
-        as turns of their own, in order -- counted in the same locked step, so the
-        agent is never idle in between. The lock orders this after every steer
-        that saw the turn open. A cancel that dropped the inbox (``keep_inbox=False``:
-        a dispose, a drain) after the turn was accepted drops those too: they were
-        accepted before it (``_steering.discard_leftovers``)."""
+        as the next turns (``_steering.run_next``) -- counted in the same locked
+        step, so the agent is never idle in between; the lock orders this after every
+        steer that saw the turn open. A cancel that dropped the inbox after the turn
+        was accepted drops those too (``_steering.discard_leftovers``)."""
         box = None if ended is None else ended._steer
         if box is not None and ended._delivered.n <= self._discard_through:
             discard_leftovers(box, self._lock, self._turns.discard)
@@ -280,18 +279,12 @@ class Inbox:
         return idle
 
     def _requeue(self, rest: list[Message], first: int) -> None:
-        """In the actor's loop (its only consumer): the steered messages a turn never
-        took run as the next turns, ahead of what was queued behind that turn --
-        accepted after them, most of it (their durable inbox replays them first too)."""
         if self._ref.actor_stopped.is_set():  # disposed meanwhile: as queued ones are
             for m in rest:
                 self._settle_one()
                 logger.warning("steered message %s of %s not run", m.message_id, self.session_id)
             return
-        self._ref.actor_inbox.queued.extendleft(
-            Deliver(n, m.message_id, m.content, m.source, "message", (), None, False)
-            for n, m in reversed(list(enumerate(rest, first)))
-        )
+        run_next(self._ref.actor_inbox, rest, first)
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""

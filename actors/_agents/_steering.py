@@ -84,6 +84,18 @@ def discard_leftovers(box: SteerBox, lock: Any, discard: Callable[[Any], object]
         discard(Deliver(0, m.message_id, m.content, m.source, "message", (), None, False))
 
 
+def run_next(inbox: Any, rest: list[Any], first: int) -> None:
+    """The steered messages a turn never took (numbered from ``first``), at the head
+    of the actor's deque ``inbox``, in their order: they run as the next turns, ahead
+    of what was queued behind that turn (accepted after them, most of it; their
+    durable inbox replays them first too). Only the actor's loop -- the deque's one
+    consumer -- calls this."""
+    inbox.queued.extendleft(
+        Deliver(n, m.message_id, m.content, m.source, "message", (), None, False)
+        for n, m in reversed(list(enumerate(rest, first)))
+    )
+
+
 def check_steer(steer: Any) -> bool:
     """Whether ``steer`` asks for strict steering (``"strict"``); ``True`` for plain
     steering. Anything else is ``INVALID_ARGUMENT``."""
