@@ -18,7 +18,9 @@ dispatcher has itself wins. Arguments are parsed (a JSON string or a mapping) an
 validated against the tool's JSON Schema. A refused call -- bad JSON, a schema
 violation, an unknown or filtered tool, any ``SubagentError`` of the service --
 comes back as ``{"error": {"code": ..., "message": ...}}``, a tool result the
-model reads; only the turn's own cancellation propagates, ending the turn.
+model reads (so does a result that cannot be rendered as text, ``INTERNAL``: see
+:func:`._history.tool_text`); only the turn's own cancellation propagates, ending
+the turn.
 
 Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a

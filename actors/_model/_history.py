@@ -18,12 +18,23 @@ durability nothing runs again: a cut-short turn's messages stay, unanswered.)
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from subagents.actors._agents import CUT_SHORT, KEPT, Turn
-from subagents.protocol import Event, MessageEvent, ReportEvent, TurnEnd, TurnStart
+from subagents.protocol import (
+    ErrorCode,
+    Event,
+    MessageEvent,
+    ReportEvent,
+    TurnEnd,
+    TurnStart,
+    error_text,
+)
 
-__all__ = ["history_messages", "text"]
+__all__ = ["history_messages", "text", "tool_text"]
+
+logger = logging.getLogger("subagents")
 
 
 def text(content: Any) -> str:
@@ -34,6 +45,21 @@ def text(content: Any) -> str:
         return json.dumps(content, ensure_ascii=False, default=str)
     except (TypeError, ValueError, RecursionError):
         return str(content)
+
+
+def tool_text(result: Any, name: str | None = None) -> str:
+    """A tool's result as the text of its ``tool`` message (:func:`text`). A result
+    that cannot be rendered -- its ``__str__`` or encoding raises, it is nested
+    deeper than the encoder recurses -- is an ``INTERNAL`` error result instead,
+    ``{"error": {"code", "message"}}`` as a tool that raised gets: the model reads
+    it and the turn goes on."""
+    try:
+        return text(result)
+    except Exception as exc:  # RecursionError included: the stack has unwound here
+        logger.warning("the result of tool %r cannot be rendered: %s", name, type(exc).__name__)
+        message = error_text(exc, "the tool's result cannot be rendered as text: ")[:2000]
+        error = {"error": {"code": ErrorCode.INTERNAL, "message": message}}
+        return json.dumps(error, ensure_ascii=False)
 
 
 def _from(source: Any, kind: str) -> str:

@@ -118,8 +118,10 @@ def check_endpoint(endpoint: Endpoint) -> None:
     and account ids included. The message never shows a header's value.
 
     Raises:
-        SubagentError: ``INVALID_ARGUMENT``.
+        SubagentError: ``INVALID_ARGUMENT``, also for a URL, name or value not a str.
     """
+    if not isinstance(endpoint.base_url, str):
+        raise bad_request(f"base_url is a str, got {type(endpoint.base_url).__name__}")
     try:
         url = httpx.URL(endpoint.url)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
@@ -128,7 +130,11 @@ def check_endpoint(endpoint: Endpoint) -> None:
         raise bad_request(
             f"base_url is an http(s) URL with a host, got {endpoint.base_url[:100]!r}"
         )
-    for name, value in endpoint.request_headers().items():
+    headers: Mapping[Any, Any] = endpoint.request_headers()  # built past openai_chat?
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            shown = repr(name)[:100] if isinstance(name, str) else type(name).__name__
+            raise bad_request(f"the header {shown} is not a str name with a str value")
         if not _TOKEN.match(name):
             raise bad_request(f"the header name {name[:100]!r} is not an HTTP token")
         if not _VALUE.match(value):
@@ -325,6 +331,9 @@ class ChatSession:
         if not done and answer.finish_reason is None:
             # Neither [DONE] nor a finish reason: the connection broke off mid-answer.
             raise ModelError("the model's stream broke off before its answer ended")
+        if acc.choices == 0:
+            # Only a usage chunk, or only [DONE]: as non-streamed, no answer at all.
+            raise ModelError("the model's answer has no choices[0] (no chunk carried one)")
         return answer
 
 

@@ -9,12 +9,14 @@ output as an ``assistant`` message), the quiet reports delivered since, and the
 turn's message -- and runs the tool-call loop: ask the model; when it answers
 with tool calls, run them through the :class:`~._dispatch.ToolDispatcher`
 (up to eight at once when it asked for several), answer each with a ``tool``
-message carrying its ``tool_call_id``, and ask again; when it answers with text, that
-text is the turn's output. An answer that is a refusal (``refusal``, streamed or
-not) or that the content filter stopped (``finish_reason: "content_filter"``)
-fails the turn with ``MODEL_ERROR`` naming it; so does, in a run with an
-``output_schema``, a final answer cut off at the token limit
-(``finish_reason: "length"``), rather than a schema mismatch on half an answer.
+message carrying its ``tool_call_id`` (a result that cannot be rendered as text
+is an ``INTERNAL`` error result, as a raising tool's: :func:`~._history.tool_text`),
+and ask again; when it answers with text, that text is the turn's output. An
+answer that is a refusal (``refusal``, streamed or not) or that the content filter
+stopped (``finish_reason: "content_filter"``) fails the turn with ``MODEL_ERROR``
+naming it; so does, in a run with an ``output_schema``, a final answer cut off at
+the token limit (``finish_reason: "length"``), rather than a schema mismatch on
+half an answer.
 Every call's token ``usage`` is added to the turn (``turn/end`` records the
 sum). A turn that asks for tools in its last allowed round (``max_tool_rounds``)
 fails with ``MODEL_ERROR`` before those tools run or a steered message is taken
@@ -46,7 +48,7 @@ from subagents.actors._agents import AgentOptions, Turn, validate_output
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._dispatch import ToolDispatcher
-from ._history import history_messages, text
+from ._history import history_messages, text, tool_text
 from ._wire import Completion, ModelError, ToolCall, check_answer, encode_body
 
 __all__ = [
@@ -178,8 +180,9 @@ class OpenAIChat:
         else:
             _parallel(turn, [functools.partial(run, i, c) for i, c in enumerate(calls)])
         turn.signal.raise_if_aborted()
+        # A result that cannot be rendered is an error result too, as a raising tool's.
         return [
-            {"role": "tool", "tool_call_id": call.id, "content": text(result)}
+            {"role": "tool", "tool_call_id": call.id, "content": tool_text(result, call.name)}
             for call, result in zip(calls, results)
         ]
 
@@ -262,13 +265,27 @@ def openai_chat(
 
     Raises:
         SubagentError: ``INVALID_ARGUMENT`` for no API key (none given, none in
-            the environment), a bad model name, URL or limit, headers that are
+            the environment), a bad model name, URL or limit, a URL, key, account
+            id or ``system`` that is not a str (or ``None``), headers that are
             not str to str, a key, account id or header HTTP cannot send (not
             printable ASCII, a CR/LF/NUL, a name that is not a token), or
             ``parameters`` JSON cannot carry (NaN included).
     """
     if type(model) is not str or not model:
         raise SubagentError("model is a non-empty str", code=ErrorCode.INVALID_ARGUMENT)
+    for name, value in (
+        ("base_url", base_url),
+        ("api_key", api_key),
+        ("organization", organization),
+        ("project", project),
+        ("system", system),
+    ):
+        if value is not None and not isinstance(value, str):
+            # The type only: a key's value is never shown.
+            raise SubagentError(
+                f"{name} is a str or None, got {type(value).__name__}",
+                code=ErrorCode.INVALID_ARGUMENT,
+            )
     base = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL") or None
     key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
     if not key:

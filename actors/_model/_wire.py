@@ -229,7 +229,12 @@ class _Partial:
 
 
 class ChunkAccumulator:
-    """Assembles ``chat.completion.chunk`` deltas into one :class:`Completion`."""
+    """Assembles ``chat.completion.chunk`` deltas into one :class:`Completion`.
+
+    ``chunks`` counts the chunks folded in, ``choices`` those that carried a first
+    choice: a stream none of whose chunks did holds no answer (the usage-only last
+    chunk of ``stream_options.include_usage`` has none, after those that did).
+    """
 
     def __init__(self) -> None:
         self._content: list[str] = []
@@ -239,17 +244,22 @@ class ChunkAccumulator:
         self._finish: str | None = None
         self._usage: Mapping[str, Any] | None = None
         self.chunks = 0
+        self.choices = 0
 
     def add(self, chunk: Any) -> None:
         """Fold one decoded chunk in.
 
         Raises:
-            ModelError: the chunk is an error event.
+            ModelError: the chunk is an error event, or its ``choices`` is neither
+                a list nor null.
         """
         if not isinstance(chunk, Mapping):
             raise ModelError("a stream chunk is not a JSON object")
         if chunk.get("error") is not None:
             raise error_from_body(None, chunk)
+        choices = chunk.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise ModelError(f"a stream chunk's choices is not a list: {type(choices).__name__}")
         self.chunks += 1
         usage = chunk.get("usage")
         if isinstance(usage, Mapping):
@@ -257,6 +267,7 @@ class ChunkAccumulator:
         choice = _first_choice(chunk)
         if choice is None:
             return  # the usage chunk has no choices
+        self.choices += 1
         delta = choice.get("delta")
         if isinstance(delta, Mapping):
             text = delta.get("content")
