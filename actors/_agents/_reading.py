@@ -107,13 +107,33 @@ class SessionReads:
             raise SubagentError(
                 f"from_seq must be an int >= 0, got {from_seq!r}", code=ErrorCode.INVALID_ARGUMENT
             )
+        return self._merged(session_id, from_seq, None)
+
+    def read_decodable(self, session_id: SessionId, damaged: list[int]) -> list[LogRecord]:
+        """The whole log as :meth:`read` gives it, but a stored row that does not
+        decode is left out and its seq appended to ``damaged`` (a scan: for a log
+        known to hold one, where :meth:`read` raises).
+
+        Raises:
+            SubagentError: ``SESSION_NOT_FOUND``.
+        """
+        self.check_process()
+        return self._merged(session_id, 0, damaged)
+
+    def _merged(
+        self, session_id: SessionId, from_seq: int, damaged: list[int] | None
+    ) -> list[LogRecord]:
+        """The persisted prefix plus the live tail (see :meth:`read`, :meth:`read_decodable`)."""
         live = self._live.get(session_id)
         records: list[LogRecord] = []
         if live is not None:
             base, tail = live.snapshot()
             if from_seq < base and self.persistence is not None:
-                persisted = self._call(self.persistence.read, session_id, from_seq)
+                bad: list[int] | None = None if damaged is None else []
+                persisted = self._persisted(session_id, from_seq, bad)
                 records.extend(r for r in persisted if r.seq < base)
+                if bad and damaged is not None:
+                    damaged.extend(s for s in bad if s < base)
             start = max(from_seq, base)
             records.extend(
                 LogRecord(seq=base + i, event=e) for i, e in enumerate(tail) if base + i >= start
@@ -121,8 +141,25 @@ class SessionReads:
             return records
         if self.persistence is None:
             raise SubagentError(f"no session {session_id}", code=ErrorCode.SESSION_NOT_FOUND)
-        result: list[LogRecord] = self._call(self.persistence.read, session_id, from_seq)
-        return result
+        return self._persisted(session_id, from_seq, damaged)
+
+    def _persisted(
+        self, session_id: SessionId, from_seq: int, damaged: list[int] | None
+    ) -> list[LogRecord]:
+        """The stored log from ``from_seq``; with a ``damaged`` list, rows that do
+        not decode are left out and their seqs appended to it (else they raise)."""
+        store = self.persistence
+        assert store is not None
+        if damaged is None:
+            result: list[LogRecord] = self._call(store.read, session_id, from_seq)
+            return result
+        records: list[LogRecord] = []
+        for row in self._call(lambda: list(store.scan(session_id, from_seq))):
+            if isinstance(row, LogRecord):
+                records.append(row)
+            else:
+                damaged.append(row.seq)
+        return records
 
     def turn_ends(self, session_id: SessionId | str) -> list[TurnEnd]:
         """The session's ended turns, in order: each :class:`~subagents.protocol.TurnEnd`
@@ -177,15 +214,7 @@ class SessionReads:
                 state, from_seq = decoded, found[0] + 1
             else:
                 logger.warning("ignoring an unreadable checkpoint of %s", session_id)
-        if damaged is None:
-            records: list[LogRecord] = self._call(store.read, session_id, from_seq)
-        else:
-            records = []
-            for row in self._call(lambda: list(store.scan(session_id, from_seq))):
-                if isinstance(row, LogRecord):
-                    records.append(row)
-                else:
-                    damaged.append(row.seq)
+        records = self._persisted(session_id, from_seq, damaged)
         last = self._call(store.last_seq, session_id)
         return header, last + 1, state, records
 

@@ -12,6 +12,9 @@ subagent service).
 from __future__ import annotations
 
 import datetime as _dt
+import logging
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,6 +22,7 @@ from typing import Any, Protocol
 from subagents.actors._kernel._signal import AbortController, AbortSignal
 from subagents.protocol import (
     AgentOptionsEvent,
+    CorruptRecordError,
     Event,
     MessageId,
     MessageSource,
@@ -28,6 +32,7 @@ from subagents.protocol import (
     SubagentError,
     check_name,
 )
+from subagents.store import LogRecord
 
 from ._host import AgentHost
 from ._options import AgentOptions
@@ -36,6 +41,8 @@ from ._steering import SteerBox
 __all__ = ["Message", "Turn", "TurnAgent"]
 
 _LOG_ONLY = (SubagentDescriptorEvent, AgentOptionsEvent)
+
+logger = logging.getLogger("subagents")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,9 +213,21 @@ class Turn:
     @property
     def history(self) -> tuple[Event, ...]:
         """Session events before this turn, without the log-only ``subagent/descriptor``
-        and ``agent/options`` records."""
+        and ``agent/options`` records.
+
+        A stored row that does not decode is left out: an agent resumed around
+        damage (``damaged="skip"``, or a damaged row behind the checkpoint its
+        resume started from) sees the rows that decode, in order. Each such seq
+        is logged once per agent (a warning), unless its resume named it already.
+        """
         agent = self._agent
-        records = agent.host.sessions.read(agent.session_id)
+        if _skipped(agent) or agent in _DAMAGE_SEEN:
+            records = _decodable(agent)
+        else:
+            try:  # the common case: one read of a log with nothing damaged
+                records = agent.host.sessions.read(agent.session_id)
+            except CorruptRecordError:
+                records = _decodable(agent)
         return tuple(
             r.event
             for r in records
@@ -297,6 +316,42 @@ class Turn:
         One-shot calls default their cancellation signal to this turn's signal.
         """
         return self._agent.host.bind(self._agent, self)
+
+
+#: The damaged seqs each agent's history has left out and logged: only agents
+#: whose log holds damage have an entry, gone with the agent. A known one's
+#: turns scan at once, no failing read first.
+_DAMAGE_SEEN: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+_DAMAGE_LOCK = threading.Lock()
+
+
+def _skipped(agent: TurnAgent) -> tuple[int, ...]:
+    """The seqs the agent's resume went around (an :class:`Agent`'s ``damaged_seqs``)."""
+    skipped: tuple[int, ...] = getattr(agent, "damaged_seqs", ())
+    return skipped
+
+
+def _decodable(agent: TurnAgent) -> list[LogRecord]:
+    """The agent's log without its rows that do not decode (a scan); logs each
+    damaged seq its resume did not name, once for the agent."""
+    damaged: list[int] = []
+    records = agent.host.sessions.read_decodable(agent.session_id, damaged)
+    with _DAMAGE_LOCK:
+        try:
+            seen = _DAMAGE_SEEN.get(agent)
+            if seen is None:
+                seen = _DAMAGE_SEEN[agent] = set(_skipped(agent))
+        except TypeError:  # an agent without weak references: remembered by none
+            seen = set(_skipped(agent))
+        fresh = [seq for seq in damaged if seq not in seen]
+        seen.update(fresh)
+    for seq in fresh:
+        logger.warning(
+            "turn history of %s leaves out seq %d: the stored event does not decode",
+            agent.session_id,
+            seq,
+        )
+    return records
 
 
 _MAX_COUNT = 2**64 - 1  # the largest int the log's msgpack holds
