@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from greenlet import GreenletExit
@@ -22,6 +22,7 @@ from subagents.actors._kernel._fork import abandon
 from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
     ErrorCode,
+    MessageId,
     MessageSource,
     SubagentError,
     TurnRecord,
@@ -57,6 +58,7 @@ class TurnRunner:
         "context",
         "current",
         "ended",
+        "inboxed",
         "keep_accepted",
         "keeps_context",
         "next_turn",
@@ -89,6 +91,10 @@ class TurnRunner:
         self.ended: Turn | None = None
         # The runtime is closing: what is not completed stays in the durable inbox.
         self.keep_accepted = False
+        # Relaxed durability: the messages handed to it from the durable inbox (a
+        # strict process's, or left by a crash), kept and completed there as every
+        # message is under strict durability (None: none so far).
+        self.inboxed: set[MessageId] | None = None
         # Leaving with a checkpoint: it keeps the quiet reports no turn saw.
         self.keeps_context = False
         # Statistics: turns run to their end, the last WINDOW turn times, replays.
@@ -147,7 +153,7 @@ class TurnRunner:
         kind = type(message)
         if kind is Call:
             return
-        if self.keep_accepted and self._host.sessions.strict:
+        if self.keep_accepted and self._durable(message.message_id):
             session = self._session
             if session.unrun is None:
                 session.unrun = []
@@ -158,6 +164,20 @@ class TurnRunner:
             self.run_turn(message, DISCARDED)
         else:
             self.handle(message)
+
+    def from_inbox(self, ids: Iterable[MessageId]) -> None:
+        """Relaxed durability: the messages ``ids``, about to be delivered, come from
+        the session's durable inbox: they leave it with their turns (or stay, when
+        the runtime closes first), as under strict durability."""
+        if not self._host.sessions.strict:
+            if self.inboxed is None:
+                self.inboxed = set()
+            self.inboxed.update(ids)
+
+    def _durable(self, message_id: MessageId) -> bool:
+        """Whether the message is in the session's durable inbox until its turn ends."""
+        inboxed = self.inboxed
+        return self._host.sessions.strict or (inboxed is not None and message_id in inboxed)
 
     def _last_chance(self) -> bool:
         """Whether a turn that never runs records the quiet reports no turn saw:
@@ -297,7 +317,12 @@ class TurnRunner:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:
                 stop = "failed"
-        elif stop == "cancelled" and self.keep_accepted and sessions.strict and error is None:
+        elif (
+            stop == "cancelled"
+            and self.keep_accepted
+            and error is None
+            and self._durable(d.message_id)
+        ):
             error = KEPT  # its messages stay accepted: a model's history leaves them here
         usage = turn._usage
         # An injected clock is asked again; the system's dates the end by the
@@ -318,12 +343,17 @@ class TurnRunner:
         # The turn's messages leave the durable inbox with its end, in one write
         # (a turn the closing runtime cancelled leaves them: they run again).
         done: tuple[Any, ...] = ()
-        if sessions.strict and not (stop == "cancelled" and self.keep_accepted):
+        kept = stop == "cancelled" and self.keep_accepted
+        if sessions.strict and not kept:
             mid = d.message_id
             done = (mid, *(q.message_id for q in context)) if context else (mid,)
             box = turn._steer
             if box is not None and box.taken:  # only this loop moves ``taken``
                 done += tuple(m.message_id for m in box.messages[: box.taken])
+        elif self.inboxed and not kept:  # relaxed: only what came from the durable inbox
+            ran = (d.message_id, *(q.message_id for q in context))
+            done = tuple(m for m in ran if m in self.inboxed)
+            self.inboxed.difference_update(done)
         try:
             sessions.end_turn(session, record, done)
         except Exception:

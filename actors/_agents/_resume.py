@@ -156,7 +156,7 @@ def restore(
             )
         pending: list[InboxEntry] = []
         fresh: list[Any] = []
-        if sessions.strict and token is not None:
+        if token is not None:  # (relaxed too: a strict process's, a crash's)
             pending = sessions.pending(sid)
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:
@@ -196,6 +196,7 @@ def replay(agent: Agent, entries: list[InboxEntry], *, drop: bool = False) -> No
     """Deliver pending messages into a resumed agent, in acceptance order (``drop``:
     accepted and discarded unrun, each in the step that accepts it)."""
     epoch = agent.session.token[1] if agent.session.token is not None else None
+    agent._turns.from_inbox(e.message_id for e in entries)
     for entry in entries:
         event = entry.event
         redelivered = entry.epoch is not None and entry.epoch != epoch
