@@ -13,7 +13,8 @@ a descriptor. Per candidate, in order:
 
 A settled candidate without identity is ``corrupt``; a failed inspection is
 ``unavailable`` (retried next time); a running candidate without identity yet is
-omitted.
+omitted, and so is one deleted since it was enumerated (its log or header gone:
+``SESSION_NOT_FOUND``), which no longer exists and is not damaged.
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class Identities:
     def _inspect(
         self, projections: ProjectionRegistry, header: SessionHeader, signal: SignalLike
     ) -> tuple[str, Any]:
-        """``("ok", identity-or-None)``, ``("corrupt", why)`` or ``("unavailable", why)``."""
+        """``("ok", identity-or-None)``, ``("corrupt", why)``, ``("unavailable", why)`` or
+        ``("gone", None)`` (deleted since it was enumerated: no row, no diagnostic)."""
         store = self._persistence
         assert store is not None
         try:
@@ -165,11 +167,15 @@ class Identities:
                 raise
             if exc.code == ErrorCode.CORRUPT_RECORD:
                 return "corrupt", str(exc)
+            if exc.code == ErrorCode.SESSION_NOT_FOUND:
+                return "gone", None
             return "unavailable", str(exc)
         except Exception as exc:
             return "unavailable", repr(exc)
+        if current is None:
+            return "gone", None
         # The enumerated lifecycle: the whole header (only the depth floor may rise).
-        if current is None or replace(current, delegation_depth=header.delegation_depth) != header:
+        if replace(current, delegation_depth=header.delegation_depth) != header:
             return "corrupt", "the session was re-published while it was being listed"
         states = projections.fold((r.seq, r.event) for r in records)
         identity = projections.values(states).get("subagent")
@@ -277,7 +283,7 @@ class Identities:
                         diagnostics[header.id] = Diagnostic(
                             id=header.id, kind="corrupt", detail="no identity in its log"
                         )
-                    else:
+                    elif verdict != "gone":  # a deleted candidate is left out
                         diagnostics[header.id] = Diagnostic(
                             id=header.id, kind=verdict, detail=str(detail)
                         )

@@ -263,6 +263,8 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
                 "--watch takes seconds > 0 and --count a number >= 1",
                 code=ErrorCode.INVALID_ARGUMENT,
             )
+        if args.root is not None:
+            SessionId(args.root)  # a malformed ROOT is refused, never watched for
         with _open_existing(args.db) as store:
             return watch_tree(
                 store, redacted_url(args.db), args.root, console, interval, args.count
@@ -282,8 +284,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
             code=ErrorCode.INVALID_ARGUMENT,
         )
     if args.root is not None:
-        # A malformed ROOT is refused as `tree` refuses it; a well-formed one the
-        # store does not hold yet is served as an error until it appears.
+        # A malformed ROOT is refused (as by `tree`); one not stored yet is an error served.
         SessionId(args.root)
     with _open_existing(args.db) as store:
         feed = TreeFeed(store, redacted_url(args.db), args.root, interval)
@@ -306,9 +307,8 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
 
 class _Version(argparse.Action):
-    """``--version``, its distribution read only when asked (argparse's own
-    ``version`` action takes the string when the parser is built, for every
-    command)."""
+    """``--version``, its distribution read only when asked (argparse's own ``version``
+    action takes the string when the parser is built, for every command)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         kwargs.update(nargs=0, default=argparse.SUPPRESS)

@@ -5,6 +5,10 @@ They are rendered, never dropped: bytes as hex, datetimes in ISO 8601, a float
 that is not finite as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``,
 anything else as its ``repr``. A map key that is no string is rendered so too,
 then as its JSON text (``None`` as ``"null"``, ``1`` as ``"1"``, bytes as hex).
+A map two of whose keys render alike (``1`` and ``"1"``, ``None`` and
+``"null"``, ``b"\\x01"`` and ``"01"``) is a list of ``[key, value]`` pairs
+instead, in its order, each key rendered as a value is: no entry is lost. A map
+of string keys, or of keys that stay distinct, is an object.
 :func:`dumps` refuses a non-finite float outright (``allow_nan=False``), so the
 output always parses with a strict JSON reader.
 """
@@ -29,7 +33,10 @@ def _float(value: float) -> float | str:
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data (see the module docstring)."""
     if isinstance(value, dict):
-        return {_key(k): jsonable(v) for k, v in value.items()}
+        out = {_key(k): jsonable(v) for k, v in value.items()}
+        if len(out) < len(value):  # keys collided: pairs, lest entries be lost
+            return [[jsonable(k), jsonable(v)] for k, v in value.items()]
+        return out
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, bool) or value is None:

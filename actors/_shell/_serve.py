@@ -149,7 +149,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         logger.debug("serve: " + format, *args)
 
     def do_GET(self) -> None:
-        url = urllib.parse.urlsplit(self.path)
+        try:
+            url = urllib.parse.urlsplit(self.path)
+        except ValueError:  # a target urllib cannot split (``http://[::1/``): tell nothing
+            self._send(400, "text/plain", b"bad request\n")
+            return
         query = urllib.parse.parse_qs(url.query)
         if not self.server.authorized(self.headers, query):  # before telling what exists
             self._send(401, "text/plain", b"a token is required: ?token=TOKEN\n")

@@ -241,7 +241,9 @@ class _Trees:
             label = identity.get("label")
         rows: list[dict[str, Any]] = []
         if isinstance(key, SessionId):
-            listing = self.listings.get(key) or self.catalog.list_descendants(key)
+            listing = self.listings.get(key)
+            if listing is None:  # not listed with the others (an empty Listing is falsy)
+                listing = self.catalog.list_descendants(key)
             diags += [self.diag(d.id, d.detail, d.kind) for d in listing.diagnostics]
             rows = [
                 {
