@@ -202,6 +202,7 @@ class Followups:
             event = trusted_message(mid, delivery.content, delivery.source)
             (accepted,) = sessions.accept(cid, (event,), limit=header.max_inbox)
             if accepted.duplicate:
+                delivery.duplicate = True
                 return mid
             delivery.committed = True
             delivery.accepted_at = accepted.at

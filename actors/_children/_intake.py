@@ -91,6 +91,7 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
             return LEFT
         raise
     if accepted.duplicate:
+        d.duplicate = True
         return DONE
     if accepted.n != live.inbox_n + 1:
         _take_ahead(sessions, agent, accepted.n)
@@ -194,7 +195,8 @@ def steer_followup(
         if steered is not None:
             return steered
     # Not steered: the usual path (which also refuses a parent that is not the one).
-    return Steered(followup(agents, parent, cid, d, signal), "queued")
+    mid = followup(agents, parent, cid, d, signal)
+    return Steered(mid, "duplicate" if d.duplicate else "queued")
 
 
 def _retract(

@@ -152,6 +152,7 @@ def followup_placed(sessions: Any, child: PlacedChild, delivery: Any) -> bool:
     limit = child.header.max_inbox
     (accepted,) = sessions.accept(child.session_id, (event,), limit=limit)
     if accepted.duplicate:
+        delivery.duplicate = True
         return True
     delivery.committed = True
     delivery.accepted_at = accepted.at

@@ -82,8 +82,10 @@ def followup_by_id(
     *,
     source: MessageSource | None,
     message_id: MessageId | str | None,
-) -> MessageId:
-    """See the module docstring. Returns the message's id.
+    steer: Any = False,
+) -> Any:
+    """See the module docstring. Returns the message's id -- with ``steer`` (a
+    checked steer: True or ``"strict"``), its :class:`Steered` outcome.
 
     Raises:
         SubagentError: ``SESSION_NOT_FOUND`` (no such child), ``UNAUTHORIZED`` (not
@@ -94,7 +96,7 @@ def followup_by_id(
     parent = agents.get(parent_id)
     if parent is not None:
         try:
-            return _local(continuation, parent, child_id, content, source, message_id)
+            return _local(continuation, parent, child_id, content, source, message_id, steer)
         except SubagentError as exc:
             if exc.code != ErrorCode.UNAUTHORIZED or not continuation.left(parent):
                 raise
@@ -110,7 +112,9 @@ def followup_by_id(
     if not sessions.strict or sessions.leases is None:
         return continuation.chains.with_parent(
             parent_id,
-            lambda parent: _local(continuation, parent, child_id, content, source, message_id),
+            lambda parent: _local(
+                continuation, parent, child_id, content, source, message_id, steer
+            ),
         )
     check_value(content)  # refuse what the log cannot hold before anything is accepted
     mid = new_message_id() if message_id is None else MessageId(message_id)
@@ -133,9 +137,10 @@ def followup_by_id(
             # Nobody can run it (the parent cannot be resumed: a damaged log, a
             # model not registered here): an error means nothing was accepted --
             # unless it is not ours to take back (see kept).
-            if kept(sessions, child_id, mid, exc, accepted.at):
-                return mid
-            raise
+            if not kept(sessions, child_id, mid, exc, accepted.at):
+                raise
+    if steer:  # no open turn of this process's to steer: queued, or nothing new
+        return Steered(mid, "duplicate" if accepted.duplicate else "queued")
     return mid
 
 
@@ -380,10 +385,13 @@ def _local(
     content: Any,
     source: MessageSource | None,
     message_id: MessageId | str | None,
-) -> MessageId:
-    mid = continuation.followup(parent, child_id, content, source=source, message_id=message_id)
-    assert not isinstance(mid, tuple)  # no steer asked: the id
-    return mid
+    steer: Any = False,
+) -> Any:
+    """A follow-up through the parent live here: its id (a :class:`Steered` with
+    ``steer``)."""
+    return continuation.followup(
+        parent, child_id, content, source=source, message_id=message_id, steer=steer
+    )
 
 
 def steer_by_id(
@@ -412,8 +420,9 @@ def steer_by_id(
         return steered
     if strict:
         raise not_open(child_id)
-    mid = followup_by_id(
+    steered = followup_by_id(
         agents, sessions, continuation, parent_id, child_id, content,
-        source=source, message_id=message_id,
+        source=source, message_id=message_id, steer=steer,
     )  # fmt: skip
-    return Steered(mid, "queued")
+    assert isinstance(steered, Steered)  # a steer was asked: the outcome
+    return steered

@@ -41,9 +41,10 @@ __all__ = [
 class Delivery:
     """One message on its way into a child's inbox; ``committed``: it is in the
     child's durable inbox already, taken by no activation (``accepted_at``: the
-    time its acceptance stored, for a retraction)."""
+    time its acceptance stored, for a retraction); ``duplicate``: the store had
+    accepted its id before (nothing new: a steer says so)."""
 
-    __slots__ = ("accepted_at", "committed", "content", "message_id", "source")
+    __slots__ = ("accepted_at", "committed", "content", "duplicate", "message_id", "source")
 
     def __init__(
         self,
@@ -57,6 +58,7 @@ class Delivery:
         self.message_id = message_id
         self.committed = committed
         self.accepted_at: float | None = None
+        self.duplicate = False
 
 
 class Request:

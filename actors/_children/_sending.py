@@ -69,7 +69,8 @@ def send_followup(
         else:
 
             def call() -> MessageId | Steered:
-                return followup_by_id(*where, source=stamped(), message_id=message_id)
+                mid: MessageId = followup_by_id(*where, source=stamped(), message_id=message_id)
+                return mid
 
     def run() -> MessageId | Steered:
         return until_room(call, wait, signal) if waits_for_room else call()

@@ -10,6 +10,7 @@ child. Run on both backends, on memory, and on SQLite under both durabilities.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ import pytest
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Call, Gate, Reply, ScriptedBehaviour
-from subagents.protocol import ErrorCode, MessageEvent, SubagentError, TurnEnd, TurnStart
+from subagents.protocol import (
+    ErrorCode,
+    MessageEvent,
+    SubagentError,
+    TurnEnd,
+    TurnStart,
+    new_message_id,
+)
 from subagents.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(60)
@@ -316,3 +324,50 @@ def test_a_steer_while_a_leftover_is_discarded_is_a_turn_of_its_own(rts: Runtime
         ("cancelled", "discarded unrun"),
         ("completed", None),
     ]
+
+
+@pytest.mark.parametrize("durability", ["strict", "relaxed"])
+@pytest.mark.parametrize("by", ["parent", "parent id", "elsewhere"])
+@pytest.mark.parametrize("resident", [True, False])
+def test_a_repeated_steer_to_a_child_is_a_duplicate(
+    backend: Backend, tmp_path: Path, durability: str, by: str, resident: bool
+) -> None:
+    """R-FUP-3: a steering follow-up repeated with its ``message_id`` says
+    ``duplicate`` (nothing new queued) whichever way it reaches the child -- by the
+    live parent or by its id (``elsewhere``: from a runtime where the parent is
+    not live, on the same store), to a resident child or a settled one (through
+    the store's deduplication under strict durability it said ``queued``)."""
+    if by == "elsewhere" and durability == "relaxed":
+        pytest.skip("relaxed: a session another runtime holds is LEASE_HELD by id")
+    db = str(tmp_path / "s.db")
+    warm = 60.0 if resident else 0.0
+    with (
+        Runtime(db, backend=backend, durability=durability, keep_warm=warm) as rt,
+        Runtime(db, backend=backend) as other,
+    ):
+        rt.models.register("w", lambda _o: lambda turn: f"did {turn.content}")
+        parent = rt.spawn("w")
+        child = rt.subagents.start_continuable(
+            ContinuableStartSpec(parent=parent, provider="local", prompt="p", label="c", model="w")
+        ).child_id
+        assert rt.wait_idle(10)
+        who: Any = parent if by == "parent" else parent.session_id
+        via = other if by == "elsewhere" else rt
+        for i in range(3):
+            mid = new_message_id()
+            first = via.subagents.followup(who, child, f"b{i}", steer=True, message_id=mid)
+            assert first == (mid, "queued")
+            assert rt.wait_idle(10)
+            agent = rt.agents.get(child)
+            if not resident:  # settled: it leaves residency once idle
+                assert agent is None or agent.wait_disposed(10)
+                agent = rt.agents.get(child)
+            assert (agent is not None) is resident
+            again = via.subagents.followup(who, child, f"b{i}", steer=True, message_id=mid)
+            assert again == (mid, "duplicate")
+            assert rt.wait_idle(10)
+        expected = ["did p", "did b0", "did b1", "did b2"]
+        deadline = time.monotonic() + 10  # elsewhere: run here once the ring arrives
+        while [e.output for e in rt.sessions.turn_ends(child)] != expected:
+            assert time.monotonic() < deadline, rt.sessions.turn_ends(child)
+            backend.sleep(0.005)
