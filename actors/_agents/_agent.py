@@ -222,6 +222,23 @@ class Agent(Followups):
                 except Exception:
                     logger.exception("cancel listener %r raised", fn)
 
+    def running_since(self, at: float) -> Any:
+        """The turn running now if it began at or before ``at`` (wall-clock seconds):
+        the turn an interrupt asked at ``at`` means; None when there is none."""
+        turn = self._turns.current
+        started = None if turn is None else turn.started_at
+        return turn if started is not None and started.timestamp() <= at else None
+
+    def cancel_turn(self, turn: Any, cause: Any) -> None:
+        """Abort ``turn``'s signal if it is still the running turn: a turn that began
+        since (the interrupt that meant ``turn`` came late) is left alone."""
+        with self._lock:
+            current = self._turns.current
+            if current is None or current is not turn:
+                return
+            controller = current._controller_locked()
+        controller.abort(cause)
+
     def add_cancel_listener(self, fn: Callable[[Any], object]) -> None:
         """Call ``fn(cause)`` at each cancel without ``keep_inbox`` (in the caller's
         context, after the turn's signal was aborted; ``INVALID_ARGUMENT`` when ``fn``

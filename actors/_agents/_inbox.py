@@ -373,13 +373,6 @@ class Inbox:
         turn = self._turns.current
         return None if turn is None else turn.index
 
-    def running_since(self, at: float) -> bool:
-        """Whether a turn is running that began at or before ``at`` (wall-clock
-        seconds): the turn an interrupt asked at ``at`` means."""
-        turn = self._turns.current
-        started = None if turn is None else turn.started_at
-        return started is not None and started.timestamp() <= at
-
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until quiescent; True when idle, False on timeout.
 

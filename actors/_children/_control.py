@@ -73,14 +73,20 @@ def interrupt(
     if isinstance(agent, PlacedChild):  # its host cancels the turn and logs it
         agent.interrupt(kind, by)
         return
-    if asked_at is not None and not agent.running_since(asked_at):
-        return  # the turn it meant has ended
+    meant = None
+    if asked_at is not None:
+        meant = agent.running_since(asked_at)
+        if meant is None:
+            return  # the turn it meant has ended
     at = clock()  # INVALID_ARGUMENT from a bad clock before anything changed
     # Logged before the cancel: inside the turn it cuts, before that turn's end.
     event = InterruptEvent(at=at, cause="interrupted", authority=kind, by_session=by)
     with contextlib.suppress(SubagentError):  # the child left residency meanwhile
         sessions.append(agent.session, (event,))
-    agent.cancel("interrupted", keep_inbox=True)
+    if meant is None:
+        agent.cancel("interrupted", keep_inbox=True)
+    else:  # that turn alone: it may have ended, and the next begun, meanwhile
+        agent.cancel_turn(meant, "interrupted")
 
 
 def forward_interrupt(

@@ -171,3 +171,51 @@ def test_an_interrupt_reaches_a_child_in_another_real_process(backend: Backend, 
         assert proc.stdout.readline().split() == ["cancelled", root]
         proc.stdin.close()
         assert proc.wait(30) == 0
+
+
+def test_a_remote_interrupt_never_cuts_the_turn_after_the_one_it_meant(
+    pair: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-INT-8: the holder decides for the turn running when the interrupt was
+    asked. Forced interleaving, 5 rounds: that turn ends and the next one begins
+    while the interrupt's event is being logged (between the check and the
+    cancel) -- the cancel cut the next turn. Now it cuts only the turn it checked."""
+    a, _ = pair
+    gates: dict[str, Gate] = {}
+
+    def gated(turn: Any) -> Any:
+        gate = gates.get(turn.content)
+        if gate is not None:
+            gate.pass_through(turn.signal)
+        return turn.content
+
+    a.models.register("gated", lambda _o: gated)
+    root = a.spawn("echo", label="root")
+    child, _ = a.subagents.start_continuable(
+        ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c", model="gated")
+    )
+    sessions = a.sessions
+    logging = sessions.append
+    meant: list[str] = []
+
+    def append(live: Any, events: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(isinstance(e, InterruptEvent) for e in events):
+            first, then = meant
+            gates[first].release()  # the turn it meant ends ...
+            assert gates[then].wait_reached(10)  # ... and the next one begins
+        return logging(live, events, *args, **kwargs)
+
+    monkeypatch.setattr(sessions, "append", append)
+    for i in range(5):
+        meant[:] = [f"one{i}", f"two{i}"]
+        for content in meant:
+            gates[content] = Gate(content)
+            a.subagents.followup(root, child, content)
+        assert gates[meant[0]].wait_reached(10)
+        now = dt.datetime.now(dt.UTC).timestamp()
+        a.continuation.interrupt_asked(child, root.session_id, now)
+        gates[meant[1]].release()
+        agent = a.agents.get(child)
+        assert agent is not None and agent.wait_idle(10)
+    ends = [e.stop_reason for e in _log(a, child) if isinstance(e, TurnEnd)]
+    assert ends == ["completed"] * 11
