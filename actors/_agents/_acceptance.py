@@ -241,7 +241,26 @@ class Acceptance:
             lease = self._call(store.get_lease, session_id)
         except SubagentError:
             return None
-        if lease is None or lease.holder in (None, leases.holder.id):
+        return None if lease is None else self._elsewhere(lease)
+
+    def wake_addresses(self, session_ids: list[SessionId]) -> dict[SessionId, str]:
+        """:meth:`wake_address` of many sessions, in one store read: those another
+        live runtime holds, by session (none when the store cannot say)."""
+        store = self.persistence
+        if store is None or self.leases is None or not session_ids:
+            return {}
+        try:
+            leases = self._call(store.get_leases, session_ids)
+        except SubagentError:
+            return {}
+        found = {sid: self._elsewhere(lease) for sid, lease in leases.items()}
+        return {sid: wake for sid, wake in found.items() if wake is not None}
+
+    def _elsewhere(self, lease: Any) -> str | None:
+        """The wake address of ``lease``'s holder when that is another live runtime."""
+        leases = self.leases
+        assert leases is not None
+        if lease.holder in (None, leases.holder.id):
             return None
         if lease.expires <= leases.now() or leases.holder.dead(lease.holder):
             return None

@@ -21,10 +21,13 @@ runtime): accepted work runs as long as some process on the store can run it.
 A ring may also carry an *interrupt* (:func:`interrupt_ring`): another process
 asked to interrupt a child this runtime runs, by its parent's address. It is
 handed to ``interrupt(child, parent, asked_at)``, which decides as an interrupt
-asked here would, for the turn that was running when it was asked. Its payload
-is never a multiple of 16 bytes, so a ring of session ids is never read as one
+asked here would, for the turn that was running when it was asked -- or a
+*drain* (``drain=True``): a process draining the descendants of a parent it runs
+asks the holder of one of them to drain it here (its turn cut, what waits
+dropped, its forest here drained, each released once idle). Its payload is
+never a multiple of 16 bytes, so a ring of session ids is never read as one
 (and a process of an earlier version reads the two ids in it as rings: a
-harmless look at their mail).
+harmless look at their mail; it skips a kind it does not know).
 """
 
 from __future__ import annotations
@@ -61,16 +64,20 @@ _ID = 16  # bytes of a session id in a ring
 #: version skips an ``A`` ring: the interrupt is lost, as any ring may be.)
 _INTERRUPT = struct.Struct(">c16s16sd")
 
-#: ``interrupt(child, by, asked_at, ancestor)``: an interrupt another process asked.
-InterruptAsked = Callable[[SessionId, SessionId, float, bool], object]
+#: ``interrupt(child, by, asked_at, kind)``: an interrupt (kind ``"user"`` or
+#: ``"ancestor"``) or a drain (``"drain"``) another process asked.
+InterruptAsked = Callable[[SessionId, SessionId, float, str], object]
+_KINDS = {b"I": "user", b"A": "ancestor", b"D": "drain"}
 
 
 def interrupt_ring(
-    child: SessionId, by: SessionId, asked_at: float, *, ancestor: bool = False
+    child: SessionId, by: SessionId, asked_at: float, *, ancestor: bool = False, drain: bool = False
 ) -> bytes:
     """The ring that asks a child's holder to interrupt it (see the module docstring):
-    ``by`` its parent's address, or an ``ancestor`` live in the asking process."""
-    return _INTERRUPT.pack(b"A" if ancestor else b"I", child.to_bytes(), by.to_bytes(), asked_at)
+    ``by`` its parent's address, or an ``ancestor`` live in the asking process; with
+    ``drain``, to drain it, ``by`` its parent (whose descendants are drained)."""
+    kind = b"D" if drain else b"A" if ancestor else b"I"
+    return _INTERRUPT.pack(kind, child.to_bytes(), by.to_bytes(), asked_at)
 
 
 class Mailman:
@@ -169,12 +176,12 @@ class Mailman:
         if handle is None:
             return
         for payload in rings:
-            if len(payload) != _INTERRUPT.size or payload[:1] not in (b"I", b"A"):
+            if len(payload) != _INTERRUPT.size or payload[:1] not in _KINDS:
                 continue
             kind, child, by, asked_at = _INTERRUPT.unpack(payload)
             try:
                 handle(
-                    SessionId.from_bytes(child), SessionId.from_bytes(by), asked_at, kind == b"A"
+                    SessionId.from_bytes(child), SessionId.from_bytes(by), asked_at, _KINDS[kind]
                 )
             except SubagentError as exc:  # not authorized, or it left residency
                 logger.warning("an interrupt asked from another process failed: %s", exc)

@@ -157,7 +157,7 @@ class Registry(Authority, NoticeLoop):
         if kind is Withdraw:
             return self._withdraw(message.request)
         if kind is Cutoff:
-            return self._cutoff(message.parents)
+            return self._cutoff(message.parents, message.inclusive)
         if kind is EndCutoff:
             return self._end_cutoff(message.parent)
         if kind is Interrupt:

@@ -28,7 +28,9 @@ class Authority:
 
     # -- drain cutoffs -----------------------------------------------------------------
 
-    def _cutoff(self, parents: tuple[Agent, ...]) -> tuple[list[Activation], list[ActivationLatch]]:
+    def _cutoff(
+        self, parents: tuple[Agent, ...], inclusive: bool = False
+    ) -> tuple[list[Activation], list[ActivationLatch]]:
         for parent in parents:
             self._cutoffs[parent.session_id] = parent
         forest: list[Activation] = []
@@ -40,7 +42,8 @@ class Authority:
         only = parents[0] if len(parents) == 1 else None
         for act in self.index.values():
             lineage = act.lineage
-            if not (only in lineage if only is not None else any(p in lineage for p in parents)):
+            below = only in lineage if only is not None else any(p in lineage for p in parents)
+            if not below and not (inclusive and any(p is act.agent for p in parents)):
                 continue
             phase = act.phase
             if phase is reserved:

@@ -57,7 +57,7 @@ from ._admission import Registry
 from ._announce import Announcer
 from ._chains import Chains
 from ._child import ChildContext, StoredParent
-from ._control import drain, interrupt, stored_ancestor
+from ._control import drain, drain_asked, drain_elsewhere, interrupt, stored_ancestor
 from ._events import EventBus
 from ._followups import Followups
 from ._intake import start_child_id
@@ -102,6 +102,7 @@ class ContinuationManager(Followups):
         # An int past a float's range: for ever.
         keep_warm = math.inf if keep_warm > sys.float_info.max else float(keep_warm)
         self._ctx = ctx
+        self._sleep = backend.sleep
         self._providers = providers
         self._events = events
         self._setups = SetupRegistry()
@@ -288,18 +289,26 @@ class ContinuationManager(Followups):
         )
 
     def interrupt_asked(
-        self, target: SessionId, by: SessionId, asked_at: float, ancestor: bool = False
+        self, target: SessionId, by: SessionId, asked_at: float, kind: str = "user"
     ) -> None:
         """An interrupt another process asked at ``asked_at`` of a child live here, by
-        its parent's address -- or by an ``ancestor`` live there, whose ancestry is
-        checked in the store here (this runtime's mail task calls it).
+        its parent's address -- or by an ``"ancestor"`` live there, whose ancestry is
+        checked in the store here; or a ``"drain"`` of the child, by its parent (this
+        runtime's mail task calls it).
 
         Raises:
-            SubagentError: ``UNAUTHORIZED`` for an ancestor that is none.
+            SubagentError: ``UNAUTHORIZED`` for an ancestor that is none, or a drain
+                by another than the child's parent.
         """
         sessions = self._ctx.sessions
+        if kind == "drain":
+            drain_asked(
+                target, by, index=self._index, ask=self._ask,
+                quiescent=self._supervisor_box.quiescent, end_cutoff=self._end_cutoff,
+            )  # fmt: skip
+            return
         authority: Any = UserAuthority(by)
-        if ancestor:
+        if kind == "ancestor":
             if not stored_ancestor(sessions, target, by):
                 raise _err(ErrorCode.UNAUTHORIZED, f"{by} is no ancestor of {target}")
             authority = RemoteAncestor(by)
@@ -326,7 +335,14 @@ class ContinuationManager(Followups):
             ask=self._ask,
             quiescent=self._supervisor_box.quiescent,
             end_cutoff=self._end_cutoff,
+            elsewhere=self._drain_elsewhere,
         )
+
+    def _drain_elsewhere(self, parents: list[SessionId], timeout: float | None) -> None:
+        drain_elsewhere(
+            self._ctx.sessions, parents, timeout,
+            here=self._index, clock=self._ctx.clock, sleep=self._sleep,
+        )  # fmt: skip
 
     def _end_cutoff(self, agent: Agent) -> None:
         with contextlib.suppress(pykka.ActorDeadError):

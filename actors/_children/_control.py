@@ -14,20 +14,32 @@ closes admission below the given host-owned parents and answers with their
 resident forest and the latches of what is still materializing); the caller
 cancels that forest top-down, asks again for what was published since, nudges
 the idle ones to the supervisor, and waits for every Activation to be released
-child-first.
+child-first. A continuable descendant another process sharing the store holds
+(a parent disposed there and resumed here leaves its children running there) is
+asked of its holder -- a drain ring (:func:`drain_elsewhere`), which the holder's
+mail task hands to :func:`drain_asked` -- and waited for until no other live
+process holds it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, SessionService, interrupt_ring
 from subagents.actors._kernel._checks import check_timeout
-from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
-from subagents.supervision import VISIBLE, Activation
+from subagents.protocol import (
+    ErrorCode,
+    InterruptEvent,
+    SessionHeader,
+    SessionId,
+    SubagentDescriptorEvent,
+    SubagentError,
+)
+from subagents.supervision import VISIBLE, Activation, Phase
 
 from ._placed import PlacedChild
 from ._requests import Cutoff, Interrupt, RemoteAncestor
@@ -36,6 +48,8 @@ from ._validate import bad
 
 __all__ = [
     "drain",
+    "drain_asked",
+    "drain_elsewhere",
     "forward_ancestor_interrupt",
     "forward_interrupt",
     "interrupt",
@@ -167,11 +181,13 @@ def drain(
     ask: Callable[[Any], Any],
     quiescent: Callable[[Activation], object],
     end_cutoff: Callable[[Agent], object],
+    elsewhere: Callable[[list[SessionId], float | None], object] | None = None,
 ) -> None:
     """Drain the continuable forests below ``parents`` (exact live host-owned agents).
 
     ``ask`` asks the registry; ``quiescent`` tells the supervisor an Activation is
-    idle; ``end_cutoff`` is registered to lift a parent's cutoff when it is disposed.
+    idle; ``end_cutoff`` is registered to lift a parent's cutoff when it is disposed;
+    ``elsewhere(parent_ids, timeout)`` drains what other processes hold below them.
 
     Raises:
         SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``, ``TIMEOUT``.
@@ -212,8 +228,104 @@ def drain(
         act.agent.cancel("drained", keep_inbox=False)
     for act in idle:
         quiescent(act)
+    if elsewhere is not None:
+        elsewhere([p.session_id for p in parent_list], timeout)
     for act in [*forest, *fresh]:
         if not act.released.wait(timeout):
             raise SubagentError(
                 f"draining {act.child_id} did not finish in {timeout} s", code=ErrorCode.TIMEOUT
             )
+
+
+def drain_elsewhere(
+    sessions: SessionService,
+    parents: list[SessionId],
+    timeout: float | None,
+    *,
+    here: Mapping[SessionId, Activation],
+    clock: Callable[[], _dt.datetime],
+    sleep: Callable[[float], object],
+) -> None:
+    """Ring the holders of the continuable descendants of ``parents`` that other live
+    processes hold (the stored tree, level by level; not those ``here``), then wait
+    until none of them is held elsewhere.
+
+    Raises:
+        SubagentError: ``TIMEOUT`` when one still is after ``timeout`` seconds.
+    """
+    store = sessions.persistence
+    if store is None or sessions.leases is None:
+        return
+    rung: list[SessionId] = []
+    asked = clock().timestamp()
+    level, seen = list(parents), set(parents)
+    for _ in range(64):  # the delegation depth's bound
+        if not level:
+            break
+        found = [
+            h
+            for h in store.scan_children(level)
+            if isinstance(h, SessionHeader) and h.origin == "subagent" and h.id not in seen
+        ]
+        seen.update(h.id for h in found)
+        level = [h.id for h in found]
+        away = sessions.wake_addresses([h.id for h in found if h.id not in here])
+        for h in found:
+            address = away.get(h.id)
+            if address is not None and h.parent_session is not None and _continuable(store, h):
+                ring = interrupt_ring(h.id, h.parent_session, asked, drain=True)
+                sessions.ring(address, ring)
+                rung.append(h.id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while rung:
+        rung = list(sessions.wake_addresses(rung))
+        if not rung:
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise SubagentError(
+                f"draining {rung[0]} (held by another process) did not finish in {timeout} s",
+                code=ErrorCode.TIMEOUT,
+            )
+        sleep(0.01)
+
+
+def _continuable(store: Any, header: SessionHeader) -> bool:
+    """Whether the stored child is continuable (not a one-shot run, which a drain
+    leaves alone); a log that cannot say counts as one."""
+    try:
+        for item in store.scan(header.id, header.seed_len):
+            event = getattr(item, "event", None)
+            if isinstance(event, SubagentDescriptorEvent):
+                return event.payload.get("mode") != "one-shot"
+            return True
+    except SubagentError:
+        pass
+    return True
+
+
+def drain_asked(
+    target: SessionId,
+    by: SessionId,
+    *,
+    index: Mapping[SessionId, Activation],
+    ask: Callable[[Any], Any],
+    quiescent: Callable[[Activation], object],
+    end_cutoff: Callable[[Agent], object],
+) -> None:
+    """A drain another process asked of ``target``, a continuable child of ``by``
+    live here (this runtime's mail task calls it): admission closes at and below
+    it, its turn and those of its forest here are cancelled with what waits, and
+    each is released once idle -- the asker waits for its lease."""
+    act = index.get(target)
+    agent = None if act is None else act.agent
+    if act is None or act.phase is not Phase.RESIDENT or not isinstance(agent, Agent):
+        return  # not resident here (a placed child's host holds its own lease)
+    if act.parent_session != by:
+        raise SubagentError(f"{target} is no child of {by}", code=ErrorCode.UNAUTHORIZED)
+    agent.add_dispose_listener(end_cutoff)
+    forest, _ = ask(Cutoff((agent,), inclusive=True))
+    idle = [a for a in forest if a.agent.idle]
+    for a in sorted(forest, key=lambda a: a.depth):  # top-down
+        a.agent.cancel("drained", keep_inbox=False)
+    for a in idle:
+        quiescent(a)

@@ -147,10 +147,14 @@ class Abandon:
 
 
 class Cutoff:
-    __slots__ = ("parents",)
+    """``inclusive``: the parents' own Activations are drained too (a drain another
+    process asked of a child live here)."""
 
-    def __init__(self, parents: tuple[Agent, ...]) -> None:
+    __slots__ = ("inclusive", "parents")
+
+    def __init__(self, parents: tuple[Agent, ...], inclusive: bool = False) -> None:
         self.parents = parents
+        self.inclusive = inclusive
 
 
 class EndCutoff:

@@ -82,8 +82,8 @@ def test_no_followup_is_admitted_after_the_cutoff(warm_kit: Kit, monkeypatch: An
     cut = threading.Event()
     original = Registry._cutoff
 
-    def cutoff(self: Registry, parents: Any) -> Any:
-        result = original(self, parents)
+    def cutoff(self: Registry, parents: Any, *more: Any) -> Any:
+        result = original(self, parents, *more)
         cut.set()  # applied: the gates of the forest are closed
         return result
 

@@ -101,8 +101,8 @@ def test_drain_awaits_materializations_admitted_before_the_cutoff(
     assert mat.wait_reached(10)
     on_cutoff = Registry._cutoff
 
-    def noted(self: Registry, parents: Any) -> Any:
-        result = on_cutoff(self, parents)
+    def noted(self: Registry, parents: Any, *more: Any) -> Any:
+        result = on_cutoff(self, parents, *more)
         kit.script.notes.add("cutoff")
         return result
 

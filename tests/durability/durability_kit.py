@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from subagents.actors import AbortController, Runtime
+from subagents.actors.testing import Gate
 
 
 class Noted:
@@ -131,3 +132,16 @@ def two_runtimes(backend: Any, db: str, lease_ttl: float) -> Iterator[list[Runti
     finally:
         for rt in reversed(made):
             rt.close()
+
+
+def gated(gates: dict[str, Gate]) -> Callable[[Any], Any]:
+    """A behaviour whose turn waits at ``gates[content]``, if there is one (its signal
+    cuts the wait: a cancelled turn), and returns its content."""
+
+    def on_turn(turn: Any) -> Any:
+        gate = gates.get(turn.content)
+        if gate is not None:
+            gate.pass_through(turn.signal)
+        return turn.content
+
+    return on_turn

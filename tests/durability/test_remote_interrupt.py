@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from durability_kit import worker
+from durability_kit import gated, worker
 from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
@@ -182,14 +182,7 @@ def test_a_remote_interrupt_never_cuts_the_turn_after_the_one_it_meant(
     cancel) -- the cancel cut the next turn. Now it cuts only the turn it checked."""
     a, _ = pair
     gates: dict[str, Gate] = {}
-
-    def gated(turn: Any) -> Any:
-        gate = gates.get(turn.content)
-        if gate is not None:
-            gate.pass_through(turn.signal)
-        return turn.content
-
-    a.models.register("gated", lambda _o: gated)
+    a.models.register("gated", lambda _o: gated(gates))
     root = a.spawn("echo", label="root")
     child, _ = a.subagents.start_continuable(
         ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c", model="gated")

@@ -1,0 +1,51 @@
+"""A drain reaches the continuable descendants another process holds (R-DRAIN-1,
+R-DRAIN-5). A top-level parent disposed in one process leaves its continuable
+children running there (they work while their parent is offline); resumed in
+another process and drained there, the drain only saw what that process held:
+it returned while the child ran its queued turns, below a drained parent. Now
+the drain asks the holder (a drain ring), which cuts the child's turn, drops what
+waits and releases it; the drain returns once no other process holds it.
+Runtimes on one store in one process stand in for processes (their leases and
+doorbells are their own); ``db`` runs it on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from durability_kit import gated
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
+from subagents.protocol import TurnEnd
+
+
+def test_a_drain_releases_a_child_another_process_runs(backend: Backend, db: str) -> None:
+    gates: dict[str, Gate] = {}
+    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
+        for rt in (a, b):
+            rt.models.register("gated", lambda _o: gated(gates))
+        for round_ in range(3):
+            parent = a.spawn("echo", label=f"p{round_}")
+            child, _ = a.subagents.start_continuable(
+                ContinuableStartSpec(
+                    parent=parent, provider="local", prompt="p0", label="c", model="gated"
+                )
+            )
+            busy = gates[f"busy{round_}"] = Gate("busy")
+            for content in (f"busy{round_}", "q1", "q2"):
+                a.subagents.followup(parent, child, content)
+            assert busy.wait_reached(10)
+            parent.dispose()  # the child keeps running here, its parent offline
+            assert parent.wait_disposed(10)
+            a.sessions.flush()  # its lease released in the store
+            held = a.agents.get(child)
+            assert held is not None
+            resumed = b.agents.resume(parent.session_id)
+            b.subagents.drain_continuable_descendants(resumed, timeout=20)
+            assert held.wait_disposed(10)  # released there by the time the drain returned
+            assert a.agents.get(child) is None and b.agents.get(child) is None
+            assert b.store is not None
+            lease = b.store.get_lease(child)
+            assert lease is not None and lease.holder is None
+            ends = [r.event for r in b.store.read(child) if isinstance(r.event, TurnEnd)]
+            assert [e.stop_reason for e in ends] == ["completed", *["cancelled"] * 3]
+            resumed.dispose()
