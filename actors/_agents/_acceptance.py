@@ -245,14 +245,15 @@ class Acceptance:
 
     def wake_addresses(self, session_ids: list[SessionId]) -> dict[SessionId, str]:
         """:meth:`wake_address` of many sessions, in one store read: those another
-        live runtime holds, by session (none when the store cannot say)."""
+        live runtime holds, by session.
+
+        Raises:
+            SubagentError: the store's: it could not say.
+        """
         store = self.persistence
         if store is None or self.leases is None or not session_ids:
             return {}
-        try:
-            leases = self._call(store.get_leases, session_ids)
-        except SubagentError:
-            return {}
+        leases = self._call(store.get_leases, session_ids)
         found = {sid: self._elsewhere(lease) for sid, lease in leases.items()}
         return {sid: wake for sid, wake in found.items() if wake is not None}
 

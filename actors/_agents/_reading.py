@@ -16,6 +16,7 @@ from subagents.protocol import (
     ErrorCode,
     SessionHeader,
     SessionId,
+    SubagentDescriptorEvent,
     SubagentError,
     TurnEnd,
     unpackb,
@@ -160,6 +161,39 @@ class SessionReads:
             else:
                 damaged.append(row.seq)
         return records
+
+    def stored_children(self, parents: list[SessionId]) -> list[SessionHeader]:
+        """The stored headers of ``parents``' children that decode (none without
+        persistence).
+
+        Raises:
+            SubagentError: the store's (``PERSISTENCE_UNAVAILABLE``...).
+        """
+        store = self.persistence
+        if store is None or not parents:
+            return []
+        found = self._call(store.scan_children, parents)
+        return [h for h in found if isinstance(h, SessionHeader)]
+
+    def one_shot(self, header: SessionHeader) -> bool:
+        """Whether the stored subagent session ``header`` names is a one-shot child's
+        (its descriptor says so; a log that cannot say: False)."""
+        store = self.persistence
+        if store is None or header.origin != "subagent":
+            return False
+
+        def first() -> Any:
+            for item in store.scan(header.id, header.seed_len):
+                return getattr(item, "event", None)
+            return None
+
+        try:
+            event = self._call(first)
+        except SubagentError:
+            return False
+        return (
+            isinstance(event, SubagentDescriptorEvent) and event.payload.get("mode") == "one-shot"
+        )
 
     def turn_ends(self, session_id: SessionId | str) -> list[TurnEnd]:
         """The session's ended turns, in order: each :class:`~subagents.protocol.TurnEnd`

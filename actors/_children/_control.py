@@ -31,14 +31,7 @@ from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, SessionService, interrupt_ring
 from subagents.actors._kernel._checks import check_timeout
-from subagents.protocol import (
-    ErrorCode,
-    InterruptEvent,
-    SessionHeader,
-    SessionId,
-    SubagentDescriptorEvent,
-    SubagentError,
-)
+from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
 from subagents.supervision import VISIBLE, Activation, Phase
 
 from ._placed import PlacedChild
@@ -248,59 +241,56 @@ def drain_elsewhere(
 ) -> None:
     """Ring the holders of the continuable descendants of ``parents`` that other live
     processes hold (the stored tree, level by level; not those ``here``), then wait
-    until none of them is held elsewhere.
+    until none of them is held elsewhere -- ringing again now and then (a ring is a
+    hint: lost, or come before the child was resident there); a store that cannot
+    say meanwhile counts as still held.
 
     Raises:
-        SubagentError: ``TIMEOUT`` when one still is after ``timeout`` seconds.
+        SubagentError: ``TIMEOUT`` when one still is after ``timeout`` seconds; the
+            store's, when it cannot list the tree.
     """
-    store = sessions.persistence
-    if store is None or sessions.leases is None:
+    if sessions.persistence is None or sessions.leases is None:
         return
-    rung: list[SessionId] = []
+    deadline = None if timeout is None else time.monotonic() + timeout
     asked = clock().timestamp()
+    rung: dict[SessionId, tuple[str, SessionId]] = {}  # what waits: (address, parent)
     level, seen = list(parents), set(parents)
     for _ in range(64):  # the delegation depth's bound
-        if not level:
-            break
         found = [
             h
-            for h in store.scan_children(level)
-            if isinstance(h, SessionHeader) and h.origin == "subagent" and h.id not in seen
+            for h in sessions.stored_children(level)
+            if h.origin == "subagent" and h.id not in seen and h.parent_session is not None
         ]
+        if not found:
+            break
         seen.update(h.id for h in found)
         level = [h.id for h in found]
         away = sessions.wake_addresses([h.id for h in found if h.id not in here])
         for h in found:
             address = away.get(h.id)
-            if address is not None and h.parent_session is not None and _continuable(store, h):
-                ring = interrupt_ring(h.id, h.parent_session, asked, drain=True)
-                sessions.ring(address, ring)
-                rung.append(h.id)
-    deadline = None if timeout is None else time.monotonic() + timeout
+            if address is not None and h.parent_session and not sessions.one_shot(h):
+                rung[h.id] = (address, h.parent_session)
+    pause, ring_at = 0.01, 0.0
     while rung:
-        rung = list(sessions.wake_addresses(rung))
-        if not rung:
-            return
-        if deadline is not None and time.monotonic() > deadline:
+        if time.monotonic() >= ring_at:
+            for sid, (address, parent) in rung.items():
+                sessions.ring(address, interrupt_ring(sid, parent, asked, drain=True))
+            ring_at = time.monotonic() + _RING_AGAIN
+        sleep(pause)
+        pause = min(pause * 2, 0.2)  # a store read each: back off
+        with contextlib.suppress(SubagentError):  # cannot say: as held, till the deadline
+            held = sessions.wake_addresses(list(rung))
+            rung = {sid: (held[sid], rung[sid][1]) for sid in rung if sid in held}
+        if rung and deadline is not None and time.monotonic() > deadline:
+            sid = next(iter(rung))
             raise SubagentError(
-                f"draining {rung[0]} (held by another process) did not finish in {timeout} s",
+                f"draining {sid} (held by another process) did not finish in {timeout} s",
                 code=ErrorCode.TIMEOUT,
             )
-        sleep(0.01)
 
 
-def _continuable(store: Any, header: SessionHeader) -> bool:
-    """Whether the stored child is continuable (not a one-shot run, which a drain
-    leaves alone); a log that cannot say counts as one."""
-    try:
-        for item in store.scan(header.id, header.seed_len):
-            event = getattr(item, "event", None)
-            if isinstance(event, SubagentDescriptorEvent):
-                return event.payload.get("mode") != "one-shot"
-            return True
-    except SubagentError:
-        pass
-    return True
+#: Seconds between drain rings to a holder that still holds a descendant.
+_RING_AGAIN = 0.5
 
 
 def drain_asked(

@@ -11,11 +11,14 @@ doorbells are their own); ``db`` runs it on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from durability_kit import gated
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
-from subagents.protocol import TurnEnd
+from subagents.protocol import ErrorCode, SessionId, SubagentError, TurnEnd
 
 
 def test_a_drain_releases_a_child_another_process_runs(backend: Backend, db: str) -> None:
@@ -49,3 +52,76 @@ def test_a_drain_releases_a_child_another_process_runs(backend: Backend, db: str
             ends = [r.event for r in b.store.read(child) if isinstance(r.event, TurnEnd)]
             assert [e.stop_reason for e in ends] == ["completed", *["cancelled"] * 3]
             resumed.dispose()
+
+
+def _held_elsewhere(a: Runtime, gates: dict[str, Gate]) -> tuple[Any, SessionId]:
+    """A parent disposed in ``a`` whose continuable child keeps running there, its
+    turn waiting at a gate; returns the parent's agent and the child's id."""
+    parent = a.spawn("echo", label="p")
+    child, _ = a.subagents.start_continuable(
+        ContinuableStartSpec(parent=parent, provider="local", prompt="p0", label="c", model="gated")
+    )
+    busy = gates["busy"] = Gate("busy")
+    for content in ("busy", "q1"):
+        a.subagents.followup(parent, child, content)
+    assert busy.wait_reached(10)
+    parent.dispose()
+    assert parent.wait_disposed(10)
+    a.sessions.flush()
+    return parent, child
+
+
+def test_a_lost_drain_ring_is_sent_again(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ring is a hint: the first drain ring lost, the drain rings again and the
+    child is released (it waited for ever, or until its timeout)."""
+    gates: dict[str, Gate] = {}
+    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
+        for rt in (a, b):
+            rt.models.register("gated", lambda _o: gated(gates))
+        parent, child = _held_elsewhere(a, gates)
+        sent = b.sessions.ring
+        lost: list[bytes] = []
+
+        def lossy(address: Any, payload: bytes) -> bool:
+            if len(payload) != 16 and not lost:
+                lost.append(payload)
+                return False  # the first drain ring never arrives
+            return sent(address, payload)
+
+        monkeypatch.setattr(b.sessions, "ring", lossy)
+        resumed = b.agents.resume(parent.session_id)
+        b.subagents.drain_continuable_descendants(resumed, timeout=20)
+        assert lost and a.agents.get(child) is None
+
+
+def test_a_store_that_cannot_say_is_no_release(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the drain waits, a lease read that fails says nothing: the child still
+    counts as held (the drain returned as though it had been released). Here its
+    holder never answers the ring: the drain times out."""
+    gates: dict[str, Gate] = {}
+    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
+        for rt in (a, b):
+            rt.models.register("gated", lambda _o: gated(gates))
+        parent, child = _held_elsewhere(a, gates)
+        monkeypatch.setattr(a.mail, "_interrupt", lambda *args: None)  # deaf to rings
+        assert b.store is not None
+        reads = b.store.get_leases
+        calls: list[int] = []
+
+        def flaky(ids: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 2:  # the first read of the wait
+                raise SubagentError("down for a moment", code=ErrorCode.PERSISTENCE_UNAVAILABLE)
+            return reads(ids)
+
+        monkeypatch.setattr(b.store, "get_leases", flaky)
+        resumed = b.agents.resume(parent.session_id)
+        with pytest.raises(SubagentError) as err:
+            b.subagents.drain_continuable_descendants(resumed, timeout=1.5)
+        assert err.value.code == ErrorCode.TIMEOUT and len(calls) > 2
+        assert a.agents.get(child) is not None  # never asked to let go: still there
+        gates["busy"].release()
