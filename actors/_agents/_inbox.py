@@ -241,6 +241,7 @@ class Inbox:
             if box is None:
                 box = turn._steer = SteerBox()
             box.messages.append(Message(message_id=message_id, content=content, source=source))
+            box.marks.append(self._accepted)  # its place: after what was accepted so far
             self._steered += 1
             return True
 
@@ -255,13 +256,12 @@ class Inbox:
         if box is not None and ended._delivered.n <= self._discard_through:
             discard_leftovers(box, self._lock, self._turns.discard)
             self._turns.ended = None  # the discards' own ends: nothing to settle
-        rest: list[Message] | None = None
+        rest: list[tuple[int, Message]] | None = None
         with self._lock:
             if ended is not None:
                 box = ended._steer
                 if box is not None:
                     rest = box.leftovers()
-                    first = self._accepted + 1
                     self._accepted += len(rest)
                     self._inflight += len(rest)
                     self._requeued += len(rest)
@@ -275,16 +275,16 @@ class Inbox:
                     self._idle_waiter = None
                     waiter.set()
         if rest:
-            self._requeue(rest, first)
+            self._requeue(rest)
         return idle
 
-    def _requeue(self, rest: list[Message], first: int) -> None:
+    def _requeue(self, rest: list[tuple[int, Message]]) -> None:
         if self._ref.actor_stopped.is_set():  # disposed meanwhile: as queued ones are
-            for m in rest:
+            for _, m in rest:
                 self._settle_one()
                 logger.warning("steered message %s of %s not run", m.message_id, self.session_id)
             return
-        run_next(self._ref.actor_inbox, rest, first)
+        run_next(self._ref.actor_inbox, rest)
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""

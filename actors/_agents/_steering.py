@@ -13,7 +13,9 @@ or ``queued`` (no turn was open: it runs as a turn of its own, as a plain
 follow-up would). ``steer="strict"`` refuses instead of queueing: a steer that
 loses the race with the turn's end raises ``TURN_NOT_OPEN`` and delivers nothing
 (under strict durability its acceptance is taken back). A message handed to a
-turn that ends before another safe point is not lost: it runs as the next turn.
+turn that ends before another safe point is not lost: it runs as a turn of its
+own, in acceptance order -- after what was queued before it was steered, before
+what came after (as a crash replays it).
 
 Who decides: the agent's inbox lock. A steer reads the running turn and appends
 to its :class:`SteerBox` under it; the turn's end is observed under the same lock
@@ -30,7 +32,15 @@ from subagents.protocol import ErrorCode, MessageId, SubagentError
 
 from ._messages import Deliver
 
-__all__ = ["STEER_OUTCOMES", "SteerBox", "Steered", "check_steer", "discard_leftovers", "not_open"]
+__all__ = [
+    "STEER_OUTCOMES",
+    "SteerBox",
+    "Steered",
+    "check_steer",
+    "discard_leftovers",
+    "not_open",
+    "run_next",
+]
 
 #: What a steering follow-up can report.
 STEER_OUTCOMES: Final = ("steered", "queued", "duplicate")
@@ -40,7 +50,8 @@ class Steered(NamedTuple):
     """What ``followup(..., steer=...)`` did with a message.
 
     ``outcome``: ``"steered"`` -- handed to the recipient's open turn, which sees
-    it at its next safe point (or, ending before one, runs it as the next turn);
+    it at its next safe point (or, ending before one, runs it as a turn of its
+    own, in acceptance order);
     ``"queued"`` -- no turn was open for it: it runs as a turn of its own;
     ``"duplicate"`` -- its ``message_id`` was accepted before: nothing new.
     """
@@ -51,12 +62,15 @@ class Steered(NamedTuple):
 
 class SteerBox:
     """The messages steered into one turn, oldest first; ``taken`` of them were seen
-    by the turn. Guarded by the agent's inbox lock."""
+    by the turn; ``marks``, each message's place in acceptance order (the agent's
+    count of accepted messages when it was steered). Guarded by the agent's inbox
+    lock."""
 
-    __slots__ = ("messages", "taken")
+    __slots__ = ("marks", "messages", "taken")
 
     def __init__(self) -> None:
         self.messages: list[Any] = []
+        self.marks: list[int] = []
         self.taken = 0
 
     def take(self) -> list[Any]:
@@ -65,11 +79,11 @@ class SteerBox:
         self.taken = len(self.messages)
         return fresh
 
-    def leftovers(self) -> list[Any]:
-        """The messages the turn never saw (the caller holds the lock); the box is
-        emptied, so each is requeued once."""
-        rest = self.messages[self.taken :]
-        del self.messages[self.taken :]
+    def leftovers(self) -> list[tuple[int, Any]]:
+        """The messages the turn never saw, with their marks (the caller holds the
+        lock); the box is emptied, so each is requeued once."""
+        rest = list(zip(self.marks[self.taken :], self.messages[self.taken :]))
+        del self.messages[self.taken :], self.marks[self.taken :]
         return rest
 
 
@@ -80,20 +94,29 @@ def discard_leftovers(box: SteerBox, lock: Any, discard: Callable[[Any], object]
     busy until they are recorded."""
     with lock:
         rest = box.leftovers()
-    for m in rest:
-        discard(Deliver(0, m.message_id, m.content, m.source, "message", (), None, False))
+    for mark, m in rest:
+        discard(_turn_of(mark, m))
 
 
-def run_next(inbox: Any, rest: list[Any], first: int) -> None:
-    """The steered messages a turn never took (numbered from ``first``), at the head
-    of the actor's deque ``inbox``, in their order: they run as the next turns, ahead
-    of what was queued behind that turn (accepted after them, most of it; their
-    durable inbox replays them first too). Only the actor's loop -- the deque's one
-    consumer -- calls this."""
-    inbox.queued.extendleft(
-        Deliver(n, m.message_id, m.content, m.source, "message", (), None, False)
-        for n, m in reversed(list(enumerate(rest, first)))
-    )
+def run_next(inbox: Any, rest: list[tuple[int, Any]]) -> None:
+    """The steered messages a turn never took (:meth:`SteerBox.leftovers`), as turns
+    of their own, each where acceptance puts it in the actor's deque ``inbox``:
+    behind what was queued before it was steered, ahead of what came after -- the
+    order a crash replays them in. Only the actor's loop -- the deque's one consumer
+    -- calls this (producers only append)."""
+    queued = inbox.queued
+    i = 0
+    for mark, m in rest:
+        # An envelope of pykka's own (no number) stays behind them, as later ones do.
+        while i < len(queued) and getattr(queued[i], "n", mark + 1) <= mark:
+            i += 1
+        queued.insert(i, _turn_of(mark, m))
+        i += 1
+
+
+def _turn_of(n: int, m: Any) -> Deliver:
+    """A steered message as a turn of its own, numbered ``n`` in acceptance order."""
+    return Deliver(n, m.message_id, m.content, m.source, "message", (), None, False)
 
 
 def check_steer(steer: Any) -> bool:

@@ -20,7 +20,7 @@ half an answer.
 Every call's token ``usage`` is added to the turn (``turn/end`` records the
 sum). A turn that asks for tools in its last allowed round (``max_tool_rounds``)
 fails with ``MODEL_ERROR`` before those tools run or a steered message is taken
-(that message runs as the next turn).
+(that message runs as a turn of its own).
 
 A run with an ``output_schema`` sends it as the request's ``response_format``
 (a JSON-schema format, when the schema is an object's) and the answer's JSON

@@ -121,11 +121,11 @@ def test_a_steer_the_turn_never_takes_runs_next(rts: Runtime) -> None:
     assert _turns(rts, agent.session_id) == [["first"], ["by the way"]]
 
 
-def test_a_leftover_steer_runs_before_what_was_queued_after_it(rts: Runtime) -> None:
-    """R-FUP-6: a steer the turn never took runs as the next turn -- before
-    follow-ups accepted after it (it was put behind them: live order first, plain,
-    steered, against the acceptance order a crash replay runs), and several
-    leftovers keep their own order. Repeated, with 0-2 plain follow-ups queued."""
+def test_a_leftover_steer_runs_in_acceptance_order(rts: Runtime) -> None:
+    """R-FUP-6: a steer the turn never took runs as a turn of its own in acceptance
+    order, as a crash replays it -- after the follow-ups queued before it, before
+    those accepted after it (it was put behind them), several leftovers in their
+    own order. Repeated, with 0-2 plain follow-ups queued before and after."""
     gate = Gate("no safe point")
     first = {"go"}
 
@@ -141,6 +141,9 @@ def test_a_leftover_steer_runs_before_what_was_queued_after_it(rts: Runtime) -> 
         first.add(f"go{i}")
         agent.followup(f"go{i}")
         assert gate.wait_reached(10)
+        before = [f"b{i}-{j}" for j in range((i // 3) % 3)]
+        for p in before:
+            agent.followup(p)
         steered = [f"s{i}a", f"s{i}b"]
         for s in steered:
             assert agent.followup(s, steer=True).outcome == "steered"
@@ -150,7 +153,7 @@ def test_a_leftover_steer_runs_before_what_was_queued_after_it(rts: Runtime) -> 
         gate.release()
         assert agent.wait_idle(10)
         gate = Gate("no safe point")
-        expected += [[f"go{i}"], *([s] for s in steered), *([p] for p in plain)]
+        expected += [[f"go{i}"], *([x] for x in before + steered + plain)]
     assert _turns(rts, agent.session_id) == expected
 
 
