@@ -7,7 +7,7 @@ in SQL both dialects run (see :mod:`._reads`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
+from typing import Any
 
 from subagents.protocol import (
     CorruptRecordError,
@@ -46,6 +46,9 @@ class SqlQueueReads(DurableQueues):
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
+
+    def _query_in(self, sql: str, keys: list[bytes], *params: Any) -> list[Any]:
+        raise NotImplementedError  # (SqlReads: chunked under the bound-variable limit)
 
     def exists(self, session_id: SessionId | str) -> bool:
         raise NotImplementedError
@@ -149,16 +152,10 @@ class SqlQueueReads(DurableQueues):
     def get_leases(self, session_ids: Iterable[SessionId | str]) -> dict[SessionId, Lease]:
         keys = [sid.to_bytes() for sid in check_session_ids(session_ids)]
         found: dict[SessionId, Lease] = {}
-        for i in range(0, len(keys), _IN_CHUNK):
-            chunk = keys[i : i + _IN_CHUNK]
-            for key, *row in self._query(LEASES.format(",".join("?" * len(chunk))), tuple(chunk)):
-                sid = SessionId.from_bytes(bytes(key))
-                found[sid] = _lease(sid, *row)
+        for key, *row in self._query_in(LEASES, keys):
+            sid = SessionId.from_bytes(bytes(key))
+            found[sid] = _lease(sid, *row)
         return found
-
-
-#: Sessions per ``IN (...)`` of a lease read: under older SQLite builds' 999 variables.
-_IN_CHUNK: Final = 500
 
 
 def _lease(sid: SessionId, holder: Any, epoch: Any, expires: Any, wake: Any) -> Lease:

@@ -17,6 +17,7 @@ nothing more (``LEASE_LOST``). :class:`Leases` keeps them:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -25,7 +26,7 @@ from typing import Any
 
 from subagents.actors._kernel._backend import Backend, EventLike, TaskHandle
 from subagents.actors._kernel._fork import abandon_if_forked, fork_generation
-from subagents.protocol import ErrorCode, SessionId, SubagentError
+from subagents.protocol import CorruptRecordError, ErrorCode, SessionId, SubagentError
 from subagents.store import Holder, Lease, LeaseToken, SessionStore
 
 __all__ = ["Holder", "Leases"]
@@ -275,6 +276,13 @@ class Leases:
         leaves many); none while a row is not stored, or the store cannot say."""
         try:
             leases = self._call(self._store.get_leases, fresh)
+        except CorruptRecordError:  # one damaged row: the others one by one
+            leases = {}
+            for sid in fresh:
+                with contextlib.suppress(SubagentError):
+                    lease = self._call(self._store.get_lease, sid)
+                    if lease is not None:
+                        leases[sid] = lease
         except SubagentError:
             return set()
         mine = (self.holder.id, 1)

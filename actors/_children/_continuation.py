@@ -300,6 +300,10 @@ class ContinuationManager(Followups):
             SubagentError: ``UNAUTHORIZED`` for an ancestor that is none, or a drain
                 by another than the child's parent.
         """
+        if kind not in ("user", "ancestor", "drain"):
+            raise _err(
+                ErrorCode.INVALID_ARGUMENT, f"kind is 'user', 'ancestor' or 'drain': {kind!r}"
+            )
         sessions = self._ctx.sessions
         if kind == "drain":
             drain_asked(

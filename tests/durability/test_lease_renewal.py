@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -223,6 +224,34 @@ def test_a_burst_of_unseen_sessions_is_checked_in_one_read(
         assert sorted(lost) == sorted(taken)
         assert (store.single, store.batched) == (0, 1)
         assert all(leases.holds(sid) for sid in queued + stored[3:])
+    finally:
+        leases.close()
+        store.close()
+
+
+def test_one_damaged_lease_row_hides_no_takeover(backend: Backend, tmp_path: Path) -> None:
+    """R-DUR-3: the one read of the unseen sessions' leases refused for a single
+    damaged lease row (``CORRUPT_RECORD``) said nothing of the others -- their
+    takeovers went unseen. They are read one by one then: the taken ones let go."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path)
+    lost: list[SessionId] = []
+    leases = Leases(store, backend, ttl=30.0, lost=lost.append)
+    try:
+        sids = []
+        for _ in range(6):
+            sid = new_session_id()
+            holder, expires, wake = leases.new(sid)
+            store.create_session(dataclasses.replace(ROOT, id=sid), lease=(holder, expires, wake))
+            sids.append(sid)
+        later = time.time() + 3600
+        for sid in sids[:2]:
+            store.acquire_lease(sid, "the other", now=later, expires=later + 60)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("UPDATE leases SET epoch = 'one' WHERE session = ?", (sids[2].to_bytes(),))
+        conn.close()
+        assert sorted(leases._renewed(dict.fromkeys(sids, 1), set())) == sorted(sids[:2])
+        assert all(leases.holds(sid) for sid in sids[2:])
     finally:
         leases.close()
         store.close()

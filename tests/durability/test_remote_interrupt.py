@@ -212,3 +212,12 @@ def test_a_remote_interrupt_never_cuts_the_turn_after_the_one_it_meant(
         assert agent is not None and agent.wait_idle(10)
     ends = [e.stop_reason for e in _log(a, child) if isinstance(e, TurnEnd)]
     assert ends == ["completed"] * 11
+
+
+def test_a_ring_of_an_unknown_kind_is_refused(pair: list[Runtime]) -> None:
+    """What the mail hands over is checked: a kind that is none of the three is
+    ``INVALID_ARGUMENT`` (it was taken for a user's interrupt)."""
+    a, _ = pair
+    with pytest.raises(SubagentError) as err:
+        a.continuation.interrupt_asked(new_session_id(), new_session_id(), 0.0, "bogus")
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
