@@ -48,19 +48,28 @@ class PlacementHost:
         wait = 2 * lease_ttl if lease_wait is None else lease_wait
         self._hosting = Hosting(self.runtime, self.runtime.continuation.hosted, wait)
 
-    def run(self, child_id: str, call: int | None = None, wake: Sequence[str] = ()) -> None:
+    def run(
+        self,
+        child_id: str,
+        call: int | None = None,
+        wake: Sequence[str] = (),
+        drop: Sequence[Any] | None = None,
+    ) -> None:
         """Hold the child, run what waits for it (and for ``wake``, sessions below
         it), return once it is quiet (a run asked before a release carried out
-        already: nothing)."""
-        self._hosting.run(SessionId(child_id), call, [SessionId(w) for w in wake])
+        already: nothing; before a cancel that dropped what waits -- carried out
+        here, or ``drop``, its ``(call, cause)`` -- what waits is dropped)."""
+        dropped = None if drop is None else (int(drop[0]), str(drop[1]))
+        self._hosting.run(SessionId(child_id), call, [SessionId(w) for w in wake], dropped)
 
     def settle(self, child_id: str) -> bool:
         """Release it if it is quiet (True), else False."""
         return self._hosting.settle(SessionId(child_id))
 
-    def cancel(self, child_id: str, cause: str, keep_inbox: bool) -> None:
-        """Cancel its running turn (``keep_inbox=False``: and what waits)."""
-        self._hosting.cancel(SessionId(child_id), cause, keep_inbox)
+    def cancel(self, child_id: str, cause: str, keep_inbox: bool, call: int | None = None) -> None:
+        """Cancel its running turn (``keep_inbox=False``: and what waits, and what a
+        run asked before ``call`` finds)."""
+        self._hosting.cancel(SessionId(child_id), cause, keep_inbox, call)
 
     def interrupt(self, child_id: str, kind: str, by: str | None) -> None:
         """An authorized interrupt: cancel the turn, keep the inbox, log it."""

@@ -41,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("subagents.actors.ray needs Ray: pip install 'subagents[ray]'") from exc
 
 from subagents.actors._children import ContinuableCreateSpec
+from subagents.actors._children._placed import _CALLS
 from subagents.actors._kernel import telemetry_for
 from subagents.actors._ray_host import PlacementHost, _RayHost
 from subagents.actors._runtime import Runtime
@@ -52,6 +53,8 @@ logger = logging.getLogger("subagents")
 
 #: Seconds between a run's looks at whether its child was released meanwhile.
 _POLL = 1.0
+#: What ``_on_host`` answers for a call not carried out (no host, or it is gone).
+_GONE: Any = object()
 
 
 class RayPlacement:
@@ -146,6 +149,10 @@ class RayPlacement:
         # The highest release call per child: a run asked before it is not carried
         # to another host after it (its release may have gone to a dead one).
         self._released: dict[SessionId, int] = {}
+        # The highest cancel call dropping what waits, per child, with its cause: a
+        # run asked before it drops what waits wherever it goes (a host that died
+        # did not hear the cancel).
+        self._dropped: dict[SessionId, tuple[int, str]] = {}
         # Hosts that did not answer a call in time, until when they count as gone.
         self._silent: dict[int, float] = {}
         self._next = itertools.cycle(range(hosts))
@@ -192,7 +199,10 @@ class RayPlacement:
                 if self._released_after(child_id, call):
                     return
                 i = self._assign(child_id)
-            ref = self._hosts[i].run.remote(str(child_id), call, [str(w) for w in wake])
+                drop = self._dropped.get(child_id)
+                if call is None or drop is None or drop[0] <= call:
+                    drop = None
+            ref = self._hosts[i].run.remote(str(child_id), call, [str(w) for w in wake], drop)
             try:
                 while True:
                     try:
@@ -219,11 +229,28 @@ class RayPlacement:
     def settle(self, child_id: SessionId) -> bool:
         """Release the child on its host if it is quiet there (True); False: busy."""
         out = self._on_host(child_id, "settle")
+        if out is _GONE:  # a host that did not answer: its answer is not waited for,
+            self.release(child_id, "settled", next(_CALLS))  # but it lets the child go
+            return True
         return True if out is None else bool(out)
 
-    def cancel(self, child_id: SessionId, cause: str, keep_inbox: bool) -> None:
-        """Cancel its running turn on its host (``keep_inbox=False``: and what waits)."""
-        self._on_host(child_id, "cancel", cause, keep_inbox)
+    def cancel(
+        self, child_id: SessionId, cause: str, keep_inbox: bool, call: int | None = None
+    ) -> None:
+        """Cancel its running turn on its host (``keep_inbox=False``: and what waits;
+        numbered ``call``, a run asked before it drops what waits wherever it goes,
+        and one waiting on a host gone or silent returns, as after a release)."""
+        drop = not keep_inbox and call is not None
+        if drop:
+            assert call is not None
+            with self._lock:
+                if call > self._dropped.get(child_id, (0, ""))[0]:
+                    self._dropped[child_id] = (call, cause)
+                self._assign(child_id)  # (a run not yet at a host goes there)
+        if self._on_host(child_id, "cancel", cause, keep_inbox, call) is _GONE and drop:
+            assert call is not None
+            with self._lock:  # its lease expires there; the durable inbox keeps the rest
+                self._released[child_id] = max(call, self._released.get(child_id, 0))
 
     def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
         """An interrupt the parent's registry authorized, carried out on the host."""
@@ -286,17 +313,19 @@ class RayPlacement:
         return call is not None and call < self._released.get(child_id, 0)
 
     def _on_host(self, child_id: SessionId, method: str, *args: Any) -> Any:
-        """Call ``method`` on the host that holds the child; None when it has none
-        or its host died (its lease expires: nothing there to act on). A host that
-        did not answer in ``call_timeout`` counts as gone for as long again: the
-        calls for its other children (a close, a drain) do not each wait on it."""
+        """Call ``method`` on the host that holds the child; None when it has none,
+        ``_GONE`` when its host died (its lease expires: nothing there to act on). A
+        host that did not answer in ``call_timeout`` counts as gone for as long
+        again: the calls for its other children (a close, a drain) are sent to it,
+        not waited for -- it carries them out if it answers again."""
         i = self._where.get(child_id)
         if i is None:
             return None
-        if self._silent.get(i, 0.0) > time.monotonic():
-            logger.info("host %d of %s is silent: %s of %s skipped", i, self.name, method, child_id)
-            return None
         ref = getattr(self._hosts[i], method).remote(str(child_id), *args)
+        if self._silent.get(i, 0.0) > time.monotonic():  # sent, not waited for
+            logger.info("host %d of %s is silent: %s of %s not awaited", i, self.name, method,
+                        child_id)  # fmt: skip
+            return _GONE
         try:
             out = self._get(ref, self._call_timeout)
         except (RayActorError, GetTimeoutError) as exc:
@@ -305,7 +334,7 @@ class RayPlacement:
             logger.warning(
                 "host %d of %s is gone (%s of %s): %s", i, self.name, method, child_id, exc
             )
-            return None
+            return _GONE
         self._silent.pop(i, None)
         return out
 

@@ -22,7 +22,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from subagents.actors._agents import Agent, AgentRegistry, SessionService, replay
+from subagents.actors._agents import (
+    Agent,
+    AgentRegistry,
+    SessionService,
+    dispose_by_depth,
+    replay,
+)
 from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
 
 from ._remote import wake_child
@@ -60,31 +66,45 @@ class Hosting:
         # The highest release call per child (see _placed._CALLS): a run asked
         # before it and carried out after it must not hold the child again.
         self._released_at: dict[SessionId, int] = {}
+        # The highest cancel call that dropped what waits, per child, with its
+        # cause: a run asked before it and carried out after it drops what waits
+        # instead of running it.
+        self._dropped_at: dict[SessionId, tuple[int, str]] = {}
 
     def held(self) -> list[SessionId]:
         """The children hosted here now."""
         return [sid for sid, a in list(self._hosted.items()) if not a.disposed]
 
     def run(
-        self, child_id: SessionId, call: int | None = None, wake: Sequence[SessionId] = ()
+        self,
+        child_id: SessionId,
+        call: int | None = None,
+        wake: Sequence[SessionId] = (),
+        drop: tuple[int, str] | None = None,
     ) -> None:
         """Hold ``child_id`` (activating it if needed), run what waits in its durable
         inbox -- and in the inboxes of ``wake``, sessions below it (woken through
         the settled ones between) -- and return once it is idle and owns no
         resident child. A run whose ``call`` is lower than a release already
-        carried out does nothing.
+        carried out does nothing; lower than a cancel that dropped what waits
+        (carried out here, or ``drop``: ``(call, cause)`` of one asked of a host
+        that died), it activates the child only to drop what waits.
 
         Raises:
             SubagentError: ``LEASE_HELD`` (another process kept it past the wait),
                 ``SESSION_NOT_FOUND``, or why it cannot be resumed here.
         """
-        agent = self._activate(child_id, call)
+        if drop is not None:
+            self._note_drop(child_id, int(drop[0]), str(drop[1]))
+        agent, dropped = self._activate(child_id, call)
         if agent is None:
             return  # asked before a release that came first: the child stays released
-        if self._pickup is not None:
+        if dropped is not None:  # asked before a cancel that came first
+            self._drop(agent, dropped)
+        elif self._pickup is not None:
             self._pickup(child_id)
-        for below in wake:
-            self._wake(below)
+            for below in wake:
+                self._wake(below)
         self._quiet(agent)
 
     def settle(self, child_id: SessionId) -> bool:
@@ -97,18 +117,21 @@ class Hosting:
         agent.dispose(checkpoint=True)
         return True
 
-    def cancel(self, child_id: SessionId, cause: str, keep_inbox: bool) -> None:
+    def cancel(
+        self, child_id: SessionId, cause: str, keep_inbox: bool, call: int | None = None
+    ) -> None:
         """Cancel its running turn; ``keep_inbox=False`` also drops what waits --
-        here, and what is still untaken in its durable inbox."""
+        here, and what is still untaken in its durable inbox -- and, numbered
+        ``call``, what a run asked before it finds when carried out after it."""
+        if not keep_inbox and call is not None:
+            self._note_drop(child_id, call, cause)
         agent = self._hosted.get(child_id)
         if agent is None or agent.disposed:
             return
-        agent.cancel(cause, keep_inbox=keep_inbox)
-        if not keep_inbox and self._pickup is not None:
-            self._pickup(child_id)  # takes what waits into the loop ...
-            with contextlib.suppress(SubagentError):  # (disposed meanwhile)
-                # ... where it is dropped in turn
-                agent.call_in_loop(lambda: agent.cancel(cause, keep_inbox=False))
+        if keep_inbox:
+            agent.cancel(cause, keep_inbox=True)
+        else:
+            self._drop(agent, cause)
 
     def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
         """An interrupt the parent's registry authorized: cancel the turn, keep the
@@ -136,8 +159,7 @@ class Hosting:
         if agent is None or agent.disposed:
             return
         agent.cancel(cause, keep_inbox=False, keep_accepted=True)
-        if self._below(agent):
-            self._continuation.drain(agent, timeout)
+        self._release_below(agent, cause, 60.0 if timeout is None else timeout)
         agent.dispose(checkpoint=True, timeout=timeout)
 
     def close(self) -> None:
@@ -150,13 +172,52 @@ class Hosting:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _activate(self, child_id: SessionId, call: int | None) -> Agent | None:
+    def _note_drop(self, child_id: SessionId, call: int, cause: str) -> None:
+        with self._lock:  # after an activation in progress, before the next
+            if call > self._dropped_at.get(child_id, (0, ""))[0]:
+                self._dropped_at[child_id] = (call, cause)
+
+    def _drop(self, agent: Agent, cause: str) -> None:
+        """Cancel its turn and drop what waits, here and untaken in its durable inbox."""
+        agent.cancel(cause, keep_inbox=False)
+        if self._pickup is not None:
+            self._pickup(agent.session_id)  # takes what waits into the loop ...
+            with contextlib.suppress(SubagentError):  # (disposed meanwhile)
+                # ... where it is dropped in turn
+                agent.call_in_loop(lambda: agent.cancel(cause, keep_inbox=False))
+
+    def _release_below(self, agent: Agent, cause: str, timeout: float) -> None:
+        """Release its resident descendants as a closing runtime does its agents:
+        cancelled, what they accepted kept (it runs at their next activation),
+        disposed child-first; then wait for their Activations' release."""
+        below = [a for a in self._continuation.activations() if any(x is agent for x in a.lineage)]
+        local = []
+        for act in sorted(below, key=lambda a: a.depth, reverse=True):
+            child = act.agent
+            try:
+                if isinstance(child, Agent):
+                    child.cancel(cause, keep_inbox=False, keep_accepted=True)
+                    local.append(child)
+                else:  # placed from here in turn: its host releases it
+                    child.release(cause)
+            except SubagentError as exc:
+                logger.warning("releasing %s below %s: %s", act.child_id, agent.session_id, exc)
+        dispose_by_depth(local, timeout)
+        deadline = time.monotonic() + timeout
+        for act in below:
+            if not act.released.wait(max(0.0, deadline - time.monotonic())):
+                logger.warning("%s below %s was not released in time", act.child_id, agent)
+
+    def _activate(self, child_id: SessionId, call: int | None) -> tuple[Agent | None, str | None]:
+        """The child held here (activated if needed; None: asked before a release
+        carried out), and the cause of a drop it was asked before (None: none)."""
         with self._lock:
             agent = self._hosted.get(child_id)
             if agent is not None and not agent.disposed:
-                return agent
+                return agent, None
             if call is not None and call < self._released_at.get(child_id, 0):
-                return None
+                return None, None
+            dropped = self._dropped_at.get(child_id)
             deadline = time.monotonic() + self._lease_wait
             while True:
                 try:
@@ -175,7 +236,9 @@ class Hosting:
                 restored.give_back()
                 agent.dispose(flush=False)
                 raise
-            return agent
+            if call is not None and dropped is not None and call < dropped[0]:
+                return agent, dropped[1]
+            return agent, None
 
     def _wake(self, session_id: SessionId) -> None:
         """What waits for ``session_id``, below a child hosted here: woken here (its

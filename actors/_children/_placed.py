@@ -69,8 +69,12 @@ class Placement(Protocol):
         """Release ``child_id`` on its host if it is idle there (True); False when
         it is busy again (a report of its own children woke it)."""
 
-    def cancel(self, child_id: SessionId, cause: str, keep_inbox: bool) -> None:
-        """Cancel its running turn (``keep_inbox=False``: and what waits)."""
+    def cancel(
+        self, child_id: SessionId, cause: str, keep_inbox: bool, call: int | None = None
+    ) -> None:
+        """Cancel its running turn (``keep_inbox=False``: and what waits; numbered
+        ``call``, a run of a lower one carried out after it drops what waits too,
+        wherever it goes)."""
 
     def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
         """Cancel its running turn, keeping its inbox, and log the interrupt."""
@@ -98,6 +102,7 @@ class PlacedChild:
         self._gate = _OPEN
         self._accepted = 0  # admitted so far (monotone)
         self._done = 0  # admitted messages a finished run covered
+        self._dropped = 0  # admitted messages a cancel dropping what waits covered
         self._running = False
         self._started = False
         self._disposed = False
@@ -251,14 +256,16 @@ class PlacedChild:
         while True:
             with self._lock:
                 target = self._accepted
-                call = self._run_call()
+                # What a cancel dropped is asked of no host (a drained gate).
+                call = 0 if target <= self._dropped else self._run_call()
                 if call is None:
                     self._running = False
                     return
                 below = tuple(self._below)
                 self._below.clear()
             try:
-                self._backend.run_waiting(self._placement.run, self.session_id, call, below)
+                if call:
+                    self._backend.run_waiting(self._placement.run, self.session_id, call, below)
                 self.error = None
             except BaseException as exc:  # the messages stay accepted, in the store
                 self.error = exc
@@ -277,10 +284,21 @@ class PlacedChild:
     def cancel(
         self, cause: Any = None, *, keep_inbox: bool = True, keep_accepted: bool = False
     ) -> None:
-        """Cancel the running turn on the host (``keep_inbox=False``: and what waits)."""
+        """Cancel the running turn on the host (``keep_inbox=False``: and what waits --
+        there, and in a run asked before this one, wherever it is carried out;
+        nor is a run asked for what was admitted before it)."""
+        call = None
+        if not keep_inbox and not keep_accepted:
+            with self._lock:
+                call = next(_CALLS)
+                self._dropped = self._accepted
         try:
             self._backend.run_waiting(
-                self._placement.cancel, self.session_id, str(cause or "cancelled"), keep_inbox
+                self._placement.cancel,
+                self.session_id,
+                str(cause or "cancelled"),
+                keep_inbox,
+                call,
             )
         except SubagentError as exc:
             logger.warning("cancelling placed child %s: %s", self.session_id, exc)

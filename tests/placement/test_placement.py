@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
 import sqlite3
 import time
 import warnings
@@ -787,4 +788,121 @@ def test_a_close_does_not_wait_on_a_stopped_host_once_per_child(
         os.kill(pid, signal.SIGCONT)
         for m in markers:
             Path(f"{m}.go").write_text("go")
+        placement.close(timeout=30)
+
+
+# -- drains and closes racing a placed child's runs; hosts that stop answering -----
+#
+# What a drain cancels is cancelled (and it returns), what a close keeps stays
+# accepted -- as for a local child. Cross-process interleavings are forced by
+# files named in the messages (``hostkit.hold``); a silent host is a SIGSTOPped one.
+
+
+def _check_runtime(db: str, backend: Backend) -> Runtime:
+    """A runtime on ``db`` that activates nothing (it only reads the store)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        return Runtime(db, backend=backend, lease_ttl=3.0, adopt=False)
+
+
+def test_a_drain_right_after_a_start_cancels_the_prompt(tree: Tree, tmp_path: Path) -> None:
+    """R-DRAIN-1: drained right after its start, before any host activated it, a
+    placed child's prompt is cancelled -- its turn ends cancelled, or never runs
+    -- and the drain returns at once, as for a local child. (The cancel reached a
+    host that did not hold the child yet and was forgotten; the run asked before
+    it activated the child after it and ran the prompt, which waits here for its
+    cancellation: the drain timed out.)"""
+    marker = tmp_path / "prompt"
+    cid = tree.start(f"hold:{marker}", model="hold")
+    began = time.monotonic()
+    tree.rt.subagents.drain_continuable_descendants([tree.root], timeout=20)
+    assert time.monotonic() - began < 10
+    assert tree.settled(cid)
+    assert {e.stop_reason for e in tree.rt.sessions.turn_ends(cid)} <= {"cancelled"}
+    assert not Path(f"{marker}.go").exists()
+
+
+def test_a_drain_returns_while_the_childs_host_is_silent(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """``call_timeout``: the host of a placed child stops answering (SIGSTOP) and
+    its parent drains: the cancel times out, the host counts as gone, and the
+    drain returns -- the child settled here, its lease left to expire there. (Its
+    run went on waiting for the host, and the drain with it, for ever.)"""
+    import ray
+
+    db = ray_pool[0]
+    placement = _own_pool(db, "silent-drain", hosts=1, call_timeout=2.0)
+    marker = tmp_path / "busy"
+    pid = ray.get(placement.host_actors[0].pid.remote(), timeout=30)
+    try:
+        with parent_tree(db, backend, placement, "silent-drain") as tree:
+            cid = tree.start(f"hold:{marker}", model="hold")
+            eventually(lambda: Path(f"{marker}.started").exists())
+            _stop_outside_a_write(pid, db)
+            began = time.monotonic()
+            tree.rt.subagents.drain_continuable_descendants([tree.root], timeout=30)
+            assert time.monotonic() - began < 15
+            assert tree.settled(cid)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        Path(f"{marker}.go").write_text("go")
+        placement.close(timeout=30)
+
+
+def test_closing_keeps_what_a_placed_childs_own_children_accepted(
+    tree: Tree, tmp_path: Path, backend: Backend
+) -> None:
+    """R-CONT (strict durability): the parent's runtime closes while a child's own
+    continuable child runs a turn: the grandchild's turn is cancelled and its
+    message stays accepted, to run at its next activation -- wherever the child
+    runs. (Placed, the host drained the grandchild on release: its message was
+    dropped.)"""
+    marker = tmp_path / "grand"
+    cid = tree.start(str(marker), model="spawner")
+    gid = SessionId(tree.wait_outputs(cid, 1)[0])
+    eventually(lambda: Path(f"{marker}.started").exists())
+    db = tree.rt.store.path  # type: ignore[union-attr]
+    tree.rt.close()
+    check = _check_runtime(db, backend)
+    try:
+        ends = eventually(lambda: check.sessions.turn_ends(gid))
+        assert [e.stop_reason for e in ends] == ["cancelled"]
+        assert "run again" in str(ends[0].error)
+        store = check.store
+        assert store is not None
+        assert [getattr(e.event, "content", None) for e in store.pending(gid)] == [f"hold:{marker}"]
+    finally:
+        check.close()
+        Path(f"{marker}.go").write_text("go")
+
+
+def test_a_child_settled_while_its_host_is_silent_is_let_go_there(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """``call_timeout``: a placed child settles while its host does not answer
+    (SIGSTOP; an interrupt timed out first): its settle is sent, not waited for, and the host,
+    answering again, lets the child go -- it holds nothing for a parent that
+    settled it. (Nothing was sent: the host held the child, and renewed its
+    lease, for good.)"""
+    import ray
+
+    db = ray_pool[0]
+    placement = _own_pool(db, "silent-settle", hosts=1, call_timeout=4.0)
+    host = placement.host_actors[0]
+    pid = ray.get(host.pid.remote(), timeout=30)
+    try:
+        with parent_tree(db, backend, placement, "silent-settle", keep_warm=6.0) as tree:
+            cid = tree.start("quick")
+            tree.wait_outputs(cid, 1)
+            assert str(cid) in ray.get(host.held.remote(), timeout=30)
+            _stop_outside_a_write(pid, db)
+            # An interrupt (nothing to cut) times out: the host counts as silent for
+            # call_timeout more, through the end of the child's keep_warm.
+            tree.rt.subagents.interrupt(cid, UserAuthority(tree.root.session_id))
+            eventually(lambda: tree.settled(cid), timeout=30)
+            os.kill(pid, signal.SIGCONT)
+            eventually(lambda: str(cid) not in ray.get(host.held.remote(), timeout=30))
+    finally:
+        os.kill(pid, signal.SIGCONT)
         placement.close(timeout=30)
