@@ -125,3 +125,48 @@ def test_a_store_that_cannot_say_is_no_release(
         assert err.value.code == ErrorCode.TIMEOUT and len(calls) > 2
         assert a.agents.get(child) is not None  # never asked to let go: still there
         gates["busy"].release()
+
+
+def test_a_drain_reaches_a_grandchild_another_process_runs(backend: Backend, db: str) -> None:
+    """The drain rings every continuable descendant held elsewhere, a grandchild
+    too: both released there, the grandchild's running turn cancelled."""
+    gates: dict[str, Gate] = {"grand": Gate("grand")}
+
+    def spawner(turn: Any) -> Any:
+        if turn.index == 0:
+            return turn.subagents.start_continuable("local", "grand", label="g", model="gated")[0]
+        return turn.content
+
+    with (
+        Runtime(db, backend=backend, keep_warm=60) as a,
+        Runtime(db, backend=backend) as b,
+    ):
+        for rt in (a, b):
+            rt.models.register("gated", lambda _o: gated(gates))
+            rt.models.register("spawner", lambda _o: spawner)
+        parent = a.spawn("echo", label="p")
+        child, _ = a.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=parent, provider="local", prompt="go", label="c", model="spawner"
+            )
+        )
+        assert gates["grand"].wait_reached(10)
+        started = a.agents.get(child)
+        assert started is not None and started.wait_idle(10)  # its turn ended
+        grand = SessionId(a.sessions.turn_ends(child)[0].output)
+        parent.dispose()
+        assert parent.wait_disposed(10)
+        a.sessions.flush()
+        held = [a.agents.get(child)]
+        assert held[0] is not None
+        held.append(a.agents.get(grand))
+        assert held[1] is not None
+        resumed = b.agents.resume(parent.session_id)
+        b.subagents.drain_continuable_descendants(resumed, timeout=20)
+        for agent in held:
+            assert agent is not None and agent.wait_disposed(10)
+        assert b.store is not None
+        for sid in (child, grand):
+            lease = b.store.get_lease(sid)
+            assert lease is not None and lease.holder is None
+        assert [e.stop_reason for e in b.sessions.turn_ends(grand)] == ["cancelled"]
