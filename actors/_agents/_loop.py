@@ -343,14 +343,15 @@ class TurnRunner:
         # The turn's messages leave the durable inbox with its end, in one write
         # (a turn the closing runtime cancelled leaves them: they run again).
         done: tuple[Any, ...] = ()
-        kept = stop == "cancelled" and self.keep_accepted
-        if sessions.strict and not kept:
-            mid = d.message_id
-            done = (mid, *(q.message_id for q in context)) if context else (mid,)
-            box = turn._steer
-            if box is not None and box.taken:  # only this loop moves ``taken``
-                done += tuple(m.message_id for m in box.messages[: box.taken])
-        elif self.inboxed and not kept:  # relaxed: only what came from the durable inbox
+        if sessions.strict:
+            if not (stop == "cancelled" and self.keep_accepted):
+                mid = d.message_id
+                done = (mid, *(q.message_id for q in context)) if context else (mid,)
+                box = turn._steer
+                if box is not None and box.taken:  # only this loop moves ``taken``
+                    done += tuple(m.message_id for m in box.messages[: box.taken])
+        elif self.inboxed and not (stop == "cancelled" and self.keep_accepted):
+            # Relaxed: only what came from the durable inbox leaves it.
             ran = (d.message_id, *(q.message_id for q in context))
             done = tuple(m for m in ran if m in self.inboxed)
             self.inboxed.difference_update(done)
