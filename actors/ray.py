@@ -240,17 +240,15 @@ class RayPlacement:
         """Cancel its running turn on its host (``keep_inbox=False``: and what waits;
         numbered ``call``, a run asked before it drops what waits wherever it goes,
         and one waiting on a host gone or silent returns, as after a release)."""
-        drop = not keep_inbox and call is not None
-        if drop:
-            assert call is not None
+        drop = None if keep_inbox else call  # the number of a cancel dropping what waits
+        if drop is not None:
             with self._lock:
-                if call > self._dropped.get(child_id, (0, ""))[0]:
-                    self._dropped[child_id] = (call, cause)
+                if drop > self._dropped.get(child_id, (0, ""))[0]:
+                    self._dropped[child_id] = (drop, cause)
                 self._assign(child_id)  # (a run not yet at a host goes there)
-        if self._on_host(child_id, "cancel", cause, keep_inbox, call) is _GONE and drop:
-            assert call is not None
+        if self._on_host(child_id, "cancel", cause, keep_inbox, call) is _GONE and drop is not None:
             with self._lock:  # its lease expires there; the durable inbox keeps the rest
-                self._released[child_id] = max(call, self._released.get(child_id, 0))
+                self._released[child_id] = max(drop, self._released.get(child_id, 0))
 
     def interrupt(self, child_id: SessionId, kind: str, by: SessionId | None) -> None:
         """An interrupt the parent's registry authorized, carried out on the host."""

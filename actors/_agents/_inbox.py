@@ -248,10 +248,11 @@ class Inbox:
     def _settle_handled(self, ended: Any, quiet: bool = False) -> bool:
         """The message just handled is settled (True: the agent is idle now); when it
         was a turn (``ended``), the messages steered into it that it never took run
-        as the next turns (``_steering.run_next``) -- counted in the same locked
-        step, so the agent is never idle in between; the lock orders this after every
-        steer that saw the turn open. A cancel that dropped the inbox after the turn
-        was accepted drops those too (``_steering.discard_leftovers``)."""
+        as turns of their own in acceptance order (``_steering.run_next``) -- counted
+        in the same locked step, so the agent is never idle in between; the lock
+        orders this after every steer that saw the turn open. A cancel that dropped
+        the inbox after the turn was accepted drops those too
+        (``_steering.discard_leftovers``)."""
         box = None if ended is None else ended._steer
         if box is not None and ended._delivered.n <= self._discard_through:
             discard_leftovers(box, self._lock, self._turns.discard)

@@ -204,21 +204,13 @@ def drain(
     for p in parent_list:
         p.add_dispose_listener(end_cutoff)
     forest, pending = ask(Cutoff(parent_list))
-    # Below the cutoff every Activation is drained, and a drained agent reports
-    # each time it goes idle: only the ones idle already, as the cutoff answers,
-    # need a nudge. (Looked at later -- after the cancels and the waits -- nearly
-    # all are idle, and each would be considered twice.)
-    idle = [act for act in forest if act.agent.idle]
-    for act in sorted(forest, key=lambda a: a.depth):  # top-down
-        act.agent.cancel("drained", keep_inbox=False)
+    idle = _cut(forest)
     for latch in pending:
         latch.wait(timeout)
     again, _ = ask(Cutoff(parent_list))
     known = {id(a) for a in forest}
     fresh = [a for a in again if id(a) not in known]  # published since the cutoff
-    idle += [act for act in fresh if act.agent.idle]
-    for act in sorted(fresh, key=lambda a: a.depth):
-        act.agent.cancel("drained", keep_inbox=False)
+    idle += _cut(fresh)
     for act in idle:
         quiescent(act)
     if elsewhere is not None:
@@ -228,6 +220,18 @@ def drain(
             raise SubagentError(
                 f"draining {act.child_id} did not finish in {timeout} s", code=ErrorCode.TIMEOUT
             )
+
+
+def _cut(forest: list[Activation]) -> list[Activation]:
+    """Cancel a drained ``forest`` top-down, what waits dropped; returns the ones
+    that were idle. Below a cutoff a drained agent reports each time it goes idle:
+    only those idle already, as the cutoff answers, need a nudge to the supervisor.
+    (Looked at later -- after the cancels and the waits -- nearly all are idle, and
+    each would be considered twice.)"""
+    idle = [act for act in forest if act.agent.idle]
+    for act in sorted(forest, key=lambda a: a.depth):
+        act.agent.cancel("drained", keep_inbox=False)
+    return idle
 
 
 def drain_elsewhere(
@@ -259,7 +263,7 @@ def drain_elsewhere(
         found = [
             h
             for h in sessions.stored_children(level)
-            if h.origin == "subagent" and h.id not in seen and h.parent_session is not None
+            if h.origin == "subagent" and h.id not in seen
         ]
         if not found:
             break
@@ -268,8 +272,9 @@ def drain_elsewhere(
         away = sessions.wake_addresses([h.id for h in found if h.id not in here])
         for h in found:
             address = away.get(h.id)
-            if address is not None and h.parent_session and not sessions.one_shot(h):
-                rung[h.id] = (address, h.parent_session)
+            parent = h.parent_session
+            if address is not None and parent is not None and not sessions.one_shot(h):
+                rung[h.id] = (address, parent)
     pause, ring_at = 0.01, 0.0
     while rung:
         if time.monotonic() >= ring_at:
@@ -314,8 +319,5 @@ def drain_asked(
         raise SubagentError(f"{target} is no child of {by}", code=ErrorCode.UNAUTHORIZED)
     agent.add_dispose_listener(end_cutoff)
     forest, _ = ask(Cutoff((agent,), inclusive=True))
-    idle = [a for a in forest if a.agent.idle]
-    for a in sorted(forest, key=lambda a: a.depth):  # top-down
-        a.agent.cancel("drained", keep_inbox=False)
-    for a in idle:
-        quiescent(a)
+    for act in _cut(forest):
+        quiescent(act)
