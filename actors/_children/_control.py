@@ -182,10 +182,13 @@ def drain(
     idle; ``end_cutoff`` is registered to lift a parent's cutoff when it is disposed;
     ``elsewhere(parent_ids, timeout)`` drains what other processes hold below them.
 
+    ``timeout`` bounds the whole drain (each wait gets what is left of it).
+
     Raises:
         SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``, ``TIMEOUT``.
     """
     timeout = check_timeout(timeout)
+    left = _time_left(timeout)
     if isinstance(parents, Agent):
         parent_list: tuple[Any, ...] = (parents,)
     else:
@@ -206,7 +209,7 @@ def drain(
     forest, pending = ask(Cutoff(parent_list))
     idle = _cut(forest)
     for latch in pending:
-        latch.wait(timeout)
+        latch.wait(left())
     again, _ = ask(Cutoff(parent_list))
     known = {id(a) for a in forest}
     fresh = [a for a in again if id(a) not in known]  # published since the cutoff
@@ -214,12 +217,20 @@ def drain(
     for act in idle:
         quiescent(act)
     if elsewhere is not None:
-        elsewhere([p.session_id for p in parent_list], timeout)
+        elsewhere([p.session_id for p in parent_list], left())
     for act in [*forest, *fresh]:
-        if not act.released.wait(timeout):
+        if not act.released.wait(left()):
             raise SubagentError(
                 f"draining {act.child_id} did not finish in {timeout} s", code=ErrorCode.TIMEOUT
             )
+
+
+def _time_left(timeout: float | None) -> Callable[[], float | None]:
+    """What is left of ``timeout`` seconds from now, each time it is called."""
+    if timeout is None:
+        return lambda: None
+    deadline = time.monotonic() + timeout
+    return lambda: max(0.0, deadline - time.monotonic())
 
 
 def _cut(forest: list[Activation]) -> list[Activation]:

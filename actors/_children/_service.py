@@ -375,6 +375,8 @@ class SubagentService(CatalogReads):
         Cancels top-down, awaits admitted materializations, releases child-first,
         and returns once every selected forest is released (and its ends were
         announced). The cutoff lasts until each parent leaves the registry.
+        ``timeout`` (seconds; None waits for ever) bounds the whole drain:
+        ``TIMEOUT`` when it passes first.
         """
         self._check_thread()
         self._continuation.drain(parents, timeout)

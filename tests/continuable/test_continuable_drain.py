@@ -257,3 +257,25 @@ def test_drain_covers_continuable_descendants_below_a_one_shot_child(kit: Kit) -
     run.dispose()
     assert ("start-refused", "O", ErrorCode.ADMISSION_CLOSED) in kit.script.notes.items()
     assert "G2" not in kit.ids
+
+
+def test_drain_timeout_bounds_the_whole_drain(kit: Kit) -> None:
+    """R-DRAIN-5: ``timeout`` bounds the drain as a whole, not each wait in it. Two
+    children ignore the cancel; the first is released after half the timeout, the
+    second after the timeout has passed: the drain raises ``TIMEOUT`` (it used to
+    wait the full timeout again for the second, and return)."""
+    rt = kit.rt
+    root = kit.root()
+    for label, gate in (("A", "ha"), ("B", "hb")):
+        kit.start(root, [["hold", gate]], label)
+        assert kit.gate(gate).wait_reached(10)
+    drain = spawn(rt, lambda: rt.subagents.drain_continuable_descendants([root], timeout=2.0))
+    try:
+        assert not drain.join(1.0)  # A and B still hold
+        kit.gate("ha").release()
+        drain.join(1.5)  # the deadline passes here
+    finally:
+        kit.gate("hb").release()
+    err = drain.error(20)
+    assert isinstance(err, SubagentError) and err.code == ErrorCode.TIMEOUT, err
+    assert kit.sid("B") in str(err)
