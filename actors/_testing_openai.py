@@ -19,7 +19,9 @@ the wire format of the real API:
 * ``raw``: these bytes as the body instead (status 200 and ``headers``), streamed
   or not -- an answer that cannot be read; ``cut_stream``: a stream that ends after
   the answer's deltas, with no finish reason and no ``[DONE]`` (a broken-off
-  connection);
+  connection); :meth:`FakeOpenAI.cut_after_done`: the next streamed answers
+  hang up right after ``data: [DONE]``, before the body's last chunk (a
+  connection cut as the answer completed);
 * ``stall``: the answer waits until :meth:`FakeOpenAI.release` or the client
   hangs up (counted in ``disconnects``: how a test sees a request aborted);
   ``trickle``: a stream that sends keep-alive comments (``: ping``) every 20 ms
@@ -78,6 +80,7 @@ class FakeOpenAI:
         self.requests: list[FakeRequest] = []
         self.disconnects = 0
         self._script: list[Answer] = []
+        self._cuts = 0  # streamed answers still to cut right after [DONE]
         self._cond = threading.Lock()  # guards requests, disconnects, script, conns
         self._changed = AbortController()
         self._released = threading.Event()
@@ -111,6 +114,19 @@ class FakeOpenAI:
         """Queue answers for the next requests, in order."""
         with self._cond:
             self._script.extend(answers)
+
+    def cut_after_done(self, count: int = 1) -> None:
+        """End the next ``count`` streamed answers right after ``data: [DONE]``: the
+        server hangs up without the chunked body's last chunk."""
+        with self._cond:
+            self._cuts += count
+
+    def _take_cut(self) -> bool:
+        with self._cond:
+            if self._cuts == 0:
+                return False
+            self._cuts -= 1
+            return True
 
     def release(self) -> None:
         """Let every stalled answer (now and later) go out."""
@@ -377,4 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             if not answer.cut_stream:
                 self._chunk(b"data: [DONE]\n\n")
+                if self.owner._take_cut():
+                    self.close_connection = True  # no last chunk: the body is cut
+                    return
         self._chunk(b"")

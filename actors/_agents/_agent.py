@@ -365,8 +365,9 @@ class Agent(Followups):
                 state["descriptor"] = descriptor_payload(self._descriptor)
             else:
                 state["options"] = dict(self._recorded)
-            # Descriptor and options payloads nest two levels; reports are free-form.
-            sessions.checkpoint(self._session, state, shaped=not pending)
+            # Payloads nest two levels, not an output schema; reports are free-form.
+            free = pending or "output_schema" in (self._recorded or ())
+            sessions.checkpoint(self._session, state, shaped=not free)
         self._host.leaving(self._session, self._descriptor)
         if self._flush_on_stop and sessions.persistence is not None:
             try:

@@ -78,10 +78,11 @@ def _invalid(message: str) -> SubagentError:
 
 
 def recorded_model(
-    model: str, options: AgentOptions | None
+    model: str, options: AgentOptions | None, output_schema: Mapping[str, Any] | None = None
 ) -> tuple[AgentOptions, tuple[Event, ...]]:
-    """``options`` naming ``model``, and the ``agent/options`` record of them that
-    lets a new process resume the agent without being given the model again."""
+    """``options`` naming ``model``, and the ``agent/options`` record of them (and of
+    ``output_schema``) that lets a new process resume the agent without being given
+    the model, or the schema, again."""
     options = options or AgentOptions(model=model)
     if options.model != model:
         values = {f.name: getattr(options, f.name) for f in fields(options)}
@@ -91,5 +92,6 @@ def recorded_model(
         provider=options.provider,
         persona=options.persona,
         tool_filter=options.tool_filter,
+        output_schema=output_schema,
     )
     return options, (agent_options_event(recorded),)

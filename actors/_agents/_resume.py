@@ -122,6 +122,8 @@ def restore(
         fold = _fold(header, state, events)
         if options is None:
             options = options_from_fold(fold, sid, behaviour, events, state)
+        if output_schema is None and header.parent_session is None:
+            output_schema = recorded_schema(events, state)  # what it was spawned with
         built: Behaviour = (
             as_behaviour(behaviour)
             if behaviour is not None
@@ -265,6 +267,15 @@ def _with_checkpointed(events: Sequence[Event], state: dict[str, Any] | None) ->
     them is before the checkpoint; a later record wins)."""
     kept = None if state is None else state.get("options")
     return events if kept is None else [AgentOptionsEvent(payload=kept), *events]
+
+
+def recorded_schema(events: Sequence[Event], state: dict[str, Any] | None) -> Any:
+    """A top-level session's recorded output schema (``agent/options``; after
+    ``state``, a checkpoint that carries them), or None: none recorded (older
+    records have none), or the record not readable."""
+    recorded = fold_agent_options(_with_checkpointed(events, state))
+    options = recorded.options if recorded.verdict == "ok" else None
+    return None if options is None else options.output_schema
 
 
 def options_from_fold(

@@ -2,8 +2,8 @@
 every agent at ``Runtime.close``, on the registry.
 
 A top-level agent has origin ``"user"``, depth 0 and no Activation; a model name
-is recorded in its log (``agent/options``) so any process that registers the
-model can resume it.
+is recorded in its log (``agent/options``, with its output schema) so any process
+that registers the model can resume it.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def spawn_agent(
     if isinstance(behaviour, str):
         check_name(behaviour, "model")  # recorded in the log
         models.require(behaviour)
-        options, seed = recorded_model(behaviour, options)
+        options, seed = recorded_model(behaviour, options, output_schema)
     else:
         built = as_behaviour(behaviour)
         options = options or AgentOptions()

@@ -20,13 +20,14 @@ logger = logging.getLogger("subagents")
 class Background:
     """One agent's background runs (see :mod:`._dispatch`)."""
 
-    __slots__ = ("backend", "controller", "release", "runs")
+    __slots__ = ("backend", "controller", "one_shot", "release", "runs")
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
         self.controller = AbortController()  # replaced after each cancel of them all
         self.runs: dict[str, SubagentRun] = {}
         self.release: Callable[[], None] | None = None  # the agent's residency hold
+        self.one_shot: bool | None = None  # a one-shot child's (known once asked)
 
 
 class Countdown:

@@ -20,7 +20,9 @@ violation, an unknown or filtered tool, any ``SubagentError`` of the service --
 comes back as ``{"error": {"code": ..., "message": ...}}``, a tool result the
 model reads (so does a result that cannot be rendered as text, ``INTERNAL``: see
 :func:`._history.tool_text`); only the turn's own cancellation propagates, ending
-the turn.
+the turn. A ``delegate`` whose child did not complete says why the same way:
+its result (or delivered result) carries ``error`` beside its stop reason
+(:mod:`._delegated`).
 
 Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a
@@ -35,7 +37,9 @@ continuable child stays resident while it has runs not yet disposed
 the turn its result starts. A cancel without ``keep_inbox`` -- dispose, a drain,
 the runtime closing, ``cancel(keep_inbox=False)`` -- cancels the agent's runs,
 delivers no result of theirs, disposes each once it has settled, and only then
-lets the agent go (a drain releases children first).
+lets the agent go (a drain releases children first). A one-shot child is refused
+background delegation (``INVALID_ARGUMENT``, before anything starts): its run
+ends with its turn, and the result would reach nobody (:mod:`._delegated`).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from ._calls import (
     send_message,
     start_agent,
 )
+from ._delegated import background_refused, failure, one_shot, run_result
 from ._runtime_tools import UnshownNames, runtime_tool
 from ._schemas import (
     SUBAGENT_TOOLS,
@@ -277,19 +282,18 @@ class ToolDispatcher:
         subs = turn.subagents
         fields = child_fields(rest)
         fields["message_id"] = mid  # the start once per call (None: every time)
+        sessions = turn.agent.host.sessions
         if not background:
             run = subs.start(provider, prompt, **fields)
-            try:
-                result = run.result.get(timeout=self.delegate_timeout)
+            try:  # (a failure's reason is read from the child's log before it goes)
+                return run_result(sessions, run.id, run.result.get(timeout=self.delegate_timeout))
             finally:
                 run.dispose()
-            return {
-                "id": str(run.id),
-                "stop_reason": result.stop_reason,
-                "output": result.output,
-                **({"structured": result.structured} if result.structured is not None else {}),
-            }
         state = self._background_of(turn)
+        if state.one_shot is None:
+            state.one_shot = one_shot(turn)
+        if state.one_shot:
+            raise background_refused()  # before anything starts: see ._delegated
         if state.release is None:  # held before the run starts: no settling in between
             release = subs.hold_residency()
             if release is not None and not self._keep_hold(state, release):
@@ -326,19 +330,14 @@ class ToolDispatcher:
                 self._release_if_idle(state)
 
         def _deliver() -> None:
-            try:
-                result = run.result.get(0)
-                content: dict[str, Any] = {
-                    "delegate_result": {
-                        "id": str(run.id),
-                        "stop_reason": result.stop_reason,
-                        "output": result.output,
-                    }
-                }
-            except Exception as exc:
-                content = {"delegate_result": {"id": str(run.id), "error": error_text(exc)}}
             if agent.disposed or controller.signal.aborted:
                 return  # cancelled with the agent's work: nobody waits for it
+            try:
+                result = run.result.get(0)
+                done = run_result(sessions, run.id, result, structured=False)
+            except Exception as exc:
+                done = {"id": str(run.id), "error": failure(exc)}
+            content = {"delegate_result": done}
             source = MessageSource(kind="child", session_id=run.id)
             try:
                 agent.followup(content, source=source, message_id=result_message_id(mid, run.id))

@@ -16,6 +16,8 @@ result can carry one) becomes U+FFFD instead of failing the request.
 
 ``timeout`` bounds each read and the whole answer: a stream still coming past it
 (a server trickling keep-alive comments) is cut at its next chunk, ``TIMEOUT``.
+Once a stream's ``data: [DONE]`` came, its answer is whole: a connection cut or
+timed out after it (before the body's end) is no error, and nothing is asked again.
 
 Cancelling the turn aborts the request at once, whatever it is doing, except
 while it connects: httpx's ``trace`` extension hands the session every socket
@@ -310,19 +312,25 @@ class ChatSession:
         decoder = SSEDecoder()
         acc = ChunkAccumulator()
         done = False
-        for data in _until(response.iter_bytes(), deadline):
-            for event, text in decoder.feed(data):
-                if done:
-                    continue
-                if text == "[DONE]":
-                    # Read on to the end of the body: the connection then goes back to
-                    # the pool for the turn's next call instead of being reset.
-                    done = True
-                    continue
-                chunk = decode_json(text, "stream chunk")
-                if event == "error":
-                    raise error_from_body(None, chunk)
-                acc.add(chunk)
+        try:
+            for data in _until(response.iter_bytes(), deadline):
+                for event, text in decoder.feed(data):
+                    if done:
+                        continue
+                    if text == "[DONE]":
+                        # Read on to the end of the body: the connection then goes back
+                        # to the pool for the turn's next call instead of being reset.
+                        done = True
+                        continue
+                    chunk = decode_json(text, "stream chunk")
+                    if event == "error":
+                        raise error_from_body(None, chunk)
+                    acc.add(chunk)
+        except httpx.TransportError:
+            # Cut (or timed out) after [DONE]: the answer is whole, only the rest of
+            # the body is lost -- asking again would run the model twice.
+            if not done or self._signal.aborted:
+                raise
         if self._signal.aborted:
             raise self._cancelled()
         if acc.chunks == 0 and not done:

@@ -149,8 +149,15 @@ VECTORS: dict[str, Vector] = {
     ),
     "event_agent_options": Vector("event", agent_options_event(AGENT_OPTIONS)),
     "event_agent_options_minimal": Vector("event", agent_options_event(AGENT_OPTIONS_MINIMAL)),
+    "event_agent_options_output_schema": Vector(
+        "event",
+        agent_options_event(
+            RecordedOptions(model="echo", output_schema={"type": "object", "required": ["n"]})
+        ),
+    ),
+    # Version 2 is the record with an output schema: a future one is 3.
     "event_agent_options_future_version": Vector(
-        "event", AgentOptionsEvent(payload={"v": 2, "model": "echo", "budget": 3})
+        "event", AgentOptionsEvent(payload={"v": 3, "model": "echo", "budget": 3})
     ),
     "event_unknown": Vector(
         "event", UnknownEvent(type_name="x-newer/thing", data={"n": 1, "nested": {"k": [None]}})

@@ -283,7 +283,7 @@ def test_missing_optional_fields_read_as_unset() -> None:
     assert result == OptionsFold(verdict="ok", options=RecordedOptions(model="echo"))
 
 
-@pytest.mark.parametrize("version", [0, 2, 3, -1, 2**40])
+@pytest.mark.parametrize("version", [0, 3, 4, -1, 2**40])
 @pytest.mark.parametrize(
     "rest", [{}, {"model": "echo"}, {"model": 7, "anything": [1, 2]}], ids=["bare", "v1", "future"]
 )
@@ -314,7 +314,7 @@ def test_fold_never_raises_and_classifies_by_the_newest(payloads: list[Any]) -> 
     result = fold_agent_options([AgentOptionsEvent(payload=p) for p in payloads])
     last = payloads[-1]
     version = last.get("v") if isinstance(last, dict) else None
-    if type(version) is int and version != AGENT_OPTIONS_VERSION:
+    if type(version) is int and version not in (1, 2):
         assert result.verdict == "unsupported"
     elif result.verdict == "ok":
         assert result.options is not None
@@ -364,3 +364,31 @@ def test_any_input_is_accepted_whole_or_refused_as_invalid_argument(
     assert result.options == dataclasses.replace(
         options, tool_filter=None if tool_filter is None else tuple(tool_filter)
     )
+
+
+def test_an_output_schema_is_recorded_only_when_set() -> None:
+    """A top-level agent's output schema is recorded with its options (a fresh copy)
+    and read back, in a version-2 record (a runtime from before reads it as
+    unsupported, not corrupt); without one the payload is the version-1 one older
+    runtimes wrote (where the field is unknown: corrupt, as before), and a schema
+    that is not a map with str keys is refused, and folds as corrupt."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    event = agent_options_event(RecordedOptions(model="m", output_schema=schema))
+    assert event.payload["output_schema"] == schema and event.payload["v"] == 2
+    schema["properties"]["n"]["type"] = "string"
+    assert event.payload["output_schema"]["properties"]["n"] == {"type": "integer"}
+    folded = fold_agent_options([decode_event(encode_event(event))])
+    assert folded.verdict == "ok" and folded.options is not None
+    assert folded.options.output_schema == {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+    }
+    plain = agent_options_event(RecordedOptions(model="m")).payload
+    assert "output_schema" not in plain and plain["v"] == 1
+    v1 = AgentOptionsEvent(payload={**plain, "output_schema": {"type": "object"}})
+    assert fold_agent_options([v1]).verdict == "corrupt"
+    with pytest.raises(SubagentError) as info:
+        agent_options_event(RecordedOptions(model="m", output_schema=["x"]))  # type: ignore[arg-type]
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT
+    bad = AgentOptionsEvent(payload={"v": 2, "model": "m", "output_schema": {1: "x"}})
+    assert fold_agent_options([bad]).verdict == "corrupt"

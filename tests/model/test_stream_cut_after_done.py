@@ -1,0 +1,42 @@
+"""A streamed answer whose connection is cut right after ``data: [DONE]`` (the
+server hangs up before the body's last chunk) is a whole answer: it is taken as
+it is, not counted as a transport error and asked again -- a retry would run the
+model twice (and its tool calls with it), or fail a turn that had its answer.
+Text and tool-call answers, over real HTTP on both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model_kit import register, run_turn
+from subagents.actors import Runtime
+from subagents.actors.testing import Answer, FakeCall, FakeOpenAI
+
+
+def test_an_answer_cut_after_done_is_taken(rt: Runtime, fake: FakeOpenAI) -> None:
+    """Without retries the cut failed the turn (``cannot reach the model API``)."""
+    register(rt, fake, max_retries=0)
+    fake.cut_after_done()
+    fake.script(Answer(content="all there"))
+    end = run_turn(rt, rt.spawn("planner"), "hi")
+    assert (end.stop_reason, end.output, end.error) == ("completed", "all there", None)
+    assert end.usage == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    assert len(fake.requests) == 1
+
+
+def test_tool_calls_cut_after_done_run_once(rt: Runtime, fake: FakeOpenAI) -> None:
+    """With retries the cut answer was asked for again: the second request got the
+    script's next answer, and the model's call went unanswered."""
+    calls: list[Any] = []
+    rt.tools.register("note", lambda _turn, text: calls.append(text) or "noted")
+    register(rt, fake)
+    fake.cut_after_done()
+    fake.script(
+        Answer(tool_calls=[FakeCall("note", {"text": "once"})]),
+        Answer(content="noted it"),
+    )
+    end = run_turn(rt, rt.spawn("planner"), "note it")
+    assert (end.stop_reason, end.output) == ("completed", "noted it"), end.error
+    assert calls == ["once"]
+    assert len(fake.requests) == 2
+    assert fake.requests[1].messages[-1]["role"] == "tool"
