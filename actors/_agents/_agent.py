@@ -29,6 +29,7 @@ import greenlet
 import pykka
 from subagents.actors._kernel._actorclass import actor_class
 from subagents.actors._kernel._checks import check_listener, check_timeout
+from subagents.actors._kernel._listeners import hear
 from subagents.actors._kernel._pykka import STOP
 from subagents.protocol import (
     ErrorCode,
@@ -217,10 +218,7 @@ class Agent(Followups):
         listeners = self._cancel_listeners
         if not keep_inbox and listeners:
             for fn in list(listeners):
-                try:
-                    fn(cause)
-                except Exception:
-                    logger.exception("cancel listener %r raised", fn)
+                hear(fn, cause, "cancel listener")
 
     def running_since(self, at: float) -> Any:
         """The turn running now if it began at or before ``at`` (wall-clock seconds):
@@ -329,10 +327,7 @@ class Agent(Followups):
             logger.warning("releasing session %s failed: %s", self.session_id, exc)
         finally:
             for fn in list(self._dispose_listeners):
-                try:
-                    fn(self)
-                except Exception:
-                    logger.exception("dispose listener %r raised", fn)
+                hear(fn, self, "dispose listener")
             # Heard for the last time: a listener closing over what holds this agent
             # (a child's activation) would otherwise keep both for the cycle collector.
             self._idle_listeners.clear()

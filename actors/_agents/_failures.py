@@ -67,8 +67,9 @@ class PersistenceFailures:
         code = error.code if isinstance(error, SubagentError) else ErrorCode.INTERNAL
         failure = PersistenceFailure(session_id, str(code), str(error)[:1000], self._clock())
         with self._lock:
-            self.count += 1
-            self._by_session.setdefault(session_id, failure)  # the first one is the cause
+            if session_id not in self._by_session:  # the first one is the cause
+                self.count += 1  # (once an activation: forget() starts the next)
+                self._by_session[session_id] = failure
 
     def get(self, session_id: SessionId) -> PersistenceFailure | None:
         return self._by_session.get(session_id)

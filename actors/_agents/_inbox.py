@@ -37,6 +37,7 @@ from typing import Any, Final
 import pykka
 from subagents.actors._kernel._backend import EventLike
 from subagents.actors._kernel._checks import check_listener, check_timeout
+from subagents.actors._kernel._listeners import hear
 from subagents.protocol import (
     ErrorCode,
     Event,
@@ -424,7 +425,4 @@ class Inbox:
             quiet = ended is None and type(message) is Quiet
             if self._settle_handled(ended, quiet) and self._idle_listeners:
                 for fn in list(self._idle_listeners):
-                    try:
-                        fn(self)
-                    except Exception:
-                        logger.exception("idle listener %r raised", fn)
+                    hear(fn, self, "idle listener")

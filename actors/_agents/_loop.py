@@ -19,6 +19,7 @@ from typing import Any
 from greenlet import GreenletExit
 from subagents.actors._kernel._checks import utcnow
 from subagents.actors._kernel._fork import abandon
+from subagents.actors._kernel._listeners import hear
 from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
     ErrorCode,
@@ -385,7 +386,4 @@ KEPT = "cancelled: the runtime closed; its messages run again"
 
 def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:
     """Call a turn observer; what it raises is logged, never propagated."""
-    try:
-        fn(outcome)
-    except Exception:
-        logger.exception("turn observer %r raised", fn)
+    hear(fn, outcome, "turn observer")

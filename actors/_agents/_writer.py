@@ -227,6 +227,7 @@ class Writer:
             abandon_if_forked(self._born)  # forked mid-batch: the parent's, not ours
             logger.exception("persisting a batch of %d writes failed", len(ops))
             results = [exc] * len(ops)
+        failed: set[SessionId] = set()  # each session fails once, not once an op
         for sid, done, result in zip(owners, ops, results):
             if isinstance(result, BaseException):
                 abandon_if_forked(self._born)  # (a store refusing the copy: WRONG_PROCESS)
@@ -234,7 +235,9 @@ class Writer:
                     # A stale holder's: refused, as it should be. No failure of the
                     # session -- a new activation of it here may hold the lease now.
                     logger.warning("no checkpoint of %s: its lease was lost", sid)
-                elif done[0] != "projection":  # derived data: a lost cache row is harmless
+                elif done[0] != "projection" and sid not in failed:
+                    # (A projection is derived data: a lost cache row is harmless.)
+                    failed.add(sid)
                     logger.error("persisting session %s failed: %s", sid, result)
                     self._failed[sid] = detached(result)
                     self._on_failed(sid, result)

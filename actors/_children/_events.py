@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from subagents.actors._agents import Agent
+from subagents.actors._kernel._listeners import RAISED, hear
 from subagents.protocol import ErrorCode, RunId, SessionId, SubagentError, new_run_id
 
 from ._types import SubagentEvent, SubagentRun
@@ -96,12 +97,9 @@ class EventBus:
                 if key is None or (scope is not None and key == scope)
             ]
         for fn in targets:
-            try:
-                returned = fn(event)
-            except Exception:
-                logger.exception("subagent listener %r raised on %s", fn, event.type)
-                continue
-            _contain(returned, fn, event)
+            returned = hear(fn, event, f"subagent listener (on {event.type})")
+            if returned is not RAISED:
+                _contain(returned, fn, event)
 
     def open_run(self, provider: str, run: SubagentRun, parent: SessionId, mode: str) -> RunId:
         """Emit a one-shot run's ``subagent/start`` now and its ``subagent/end`` when

@@ -20,6 +20,7 @@ from subagents.protocol import ErrorCode, SubagentError
 from ._backend import GEVENT, current_backend
 from ._checks import check_timeout
 from ._gevent import native_get_ident
+from ._listeners import hear
 
 __all__ = ["ResultFuture", "Waiter"]
 
@@ -73,10 +74,7 @@ class ResultFuture(Generic[T]):
         return True
 
     def _run_callback(self, fn: Callable[[ResultFuture[T]], object]) -> None:
-        try:
-            fn(self)
-        except Exception:
-            logger.exception("result callback %r raised", fn)
+        hear(fn, self, "result callback")
 
     def add_done_callback(self, fn: Callable[[ResultFuture[T]], object]) -> None:
         """Call ``fn(self)`` once settled; immediately if already settled."""

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
+from subagents.actors._kernel._gate import Latch
 from subagents.protocol import ErrorCode, MessageEvent, SessionId, SubagentError, TurnEnd
-from subagents.store import open_store
+from subagents.store import SqliteStore, open_store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -197,3 +198,53 @@ def test_a_child_whose_writes_fail_is_reached_again_by_its_parent(
         log = contents(durable(db, child))
         assert log[-2:] == ["lost turn", "after"]
         assert rt.sessions.statistics().persistence_failures == ()
+
+
+class _HeldStore(SqliteStore):
+    """Holds the writer in one batch until ``go``; the batch after it fails whole."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.hold = False
+        self.held = Latch()  # (waits right from a thread and from a greenlet)
+        self.go = Latch()
+        self.fail_next = False
+
+    def write_many(self, ops: Any) -> Any:
+        if self.hold:
+            self.hold = False
+            self.held.set()
+            assert self.go.wait(30)
+            self.fail_next = True
+        elif self.fail_next:
+            self.fail_next = False
+            self.failed_batch = [op[0] for op in ops]
+            raise OSError("the disk is gone")
+        return super().write_many(ops)
+
+
+def test_a_failed_batch_counts_each_session_once(backend: Backend, tmp_path: Any) -> None:
+    """``failed_writes`` counts each failed session once per activation, as its
+    docstring says: a whole write-behind batch that fails, holding several writes of
+    each of two sessions, counts 2 (it counted every write: 6 and more)."""
+    store = _HeldStore(str(tmp_path / "held.db"))
+    with Runtime(store, backend=backend, durability="relaxed") as rt:
+        a = rt.spawn("echo", label="a")
+        b = rt.spawn("echo", label="b")
+        for agent in (a, b):
+            agent.followup("warm")
+            assert agent.wait_idle(10)
+        rt.sessions.flush()
+        store.hold = True
+        a.followup("held")
+        assert store.held.wait(10)  # the writer is in that batch; the rest queue
+        for i in range(3):  # interleaved: a, b, a, b, a, b
+            for agent in (a, b):
+                agent.followup(i)
+                assert agent.wait_idle(10)
+        store.go.set()
+        assert a.wait_disposed(10) and b.wait_disposed(10)
+        assert len(store.failed_batch) >= 6
+        stats = rt.sessions.statistics()
+        assert {f.session_id for f in stats.persistence_failures} == {a.session_id, b.session_id}
+        assert stats.failed_writes == 2
