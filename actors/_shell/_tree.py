@@ -47,8 +47,9 @@ from subagents.actors._catalog import (
     subagent_unit,
 )
 from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
-from subagents.store import SessionStore, StoredKey, holder_ended
+from subagents.store import SessionStore, StoredKey
 
+from ._held import held_now, lease_held
 from ._output import dumps
 from ._tree_text import active_text, entry_outline, printable, state_text
 
@@ -245,6 +246,8 @@ class _Trees:
             if listing is None:  # not listed with the others (an empty Listing is falsy)
                 listing = self.catalog.list_descendants(key)
             diags += [self.diag(d.id, d.detail, d.kind) for d in listing.diagnostics]
+            # Live in a process, not in this one (R-LIST-7 as a reader sees it).
+            held = held_now(self.store, [r.id for r in listing.rows])
             rows = [
                 {
                     "id": str(r.id),
@@ -252,7 +255,9 @@ class _Trees:
                     "depth": r.depth,
                     "label": r.label,
                     "mode": r.mode,
-                    "activity": r.activity,
+                    "activity": r.activity
+                    if held is None
+                    else ("running" if r.id in held else "inactive"),
                     "has_children": r.has_children,
                     **self.row_facts(r.id, r.created_at, diags),
                 }
@@ -328,26 +333,6 @@ def stored_state(
 def damaged_entry(n: int) -> str:
     """The diagnostic of an inbox entry that does not decode."""
     return f"inbox entry {n} does not decode"
-
-
-def lease_held(store: Any, sid: Key) -> bool:
-    """Whether a live process holds ``sid`` (its lease taken and not expired, its
-    holder not a process of this host that ended); True where the store keeps no
-    leases or cannot say. A turn a session's log shows open is running only then:
-    its process may have ended mid-turn."""
-    get = getattr(store, "get_lease", None)
-    if get is None or not isinstance(sid, SessionId):
-        return True
-    try:
-        lease = get(sid)
-    except SubagentError:
-        return True
-    return (
-        lease is not None
-        and lease.holder is not None
-        and lease.expires > time.time()
-        and not holder_ended(lease.holder)
-    )
 
 
 def watch_tree(

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from subagents.actors import Runtime
 from subagents.actors._catalog import ProjectionRegistry, session_state, session_state_unit
 from subagents.actors._kernel._backend import Backend
+from subagents.actors._kernel._gate import Latch
 from subagents.actors._shell._cli import main
 from subagents.actors._shell._tree_text import state_text, utc_seconds
 from subagents.actors.testing import Block, Fail, Gate, Reply, ScriptedBehaviour
@@ -525,3 +526,41 @@ def test_last_activity_text_is_its_utc_second(when: dt.datetime) -> None:
     assert utc_seconds(when.isoformat()) == expected
     data = {"state": "waiting", "last_activity": when.isoformat()}
     assert state_text(data) == f"waiting, last active {expected}"
+
+
+def test_a_row_s_activity_says_whether_a_process_holds_it(
+    tmp_path: Path, backend: Backend, capsys
+) -> None:
+    """R-LIST-7 as a reader with no runtime sees it: a child a live process holds is
+    ``running`` in ``tree --json``, one settled (or whose process closed) is
+    ``inactive`` (the reader's own registry, always empty, said ``inactive`` for
+    every row, beside ``"state": "running"``)."""
+    db = str(tmp_path / "a.db")
+    gate = Gate("held")
+    ended = Latch()
+
+    def root(turn: Any) -> None:
+        turn.subagents.start_continuable("local", "wait", label="busy", model="blocked")
+        turn.subagents.start_continuable("local", "hi", label="quick", model="replies")
+
+    def heard(event: Any) -> None:
+        if event.type == "subagent/end":  # only quick settles (keep_warm 0)
+            ended.set()
+
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("blocked", lambda _options: ScriptedBehaviour([Block(gate)]))
+        rt.models.register("replies", lambda _options: ScriptedBehaviour([Reply("ok")]))
+        rt.subagents.subscribe(heard)
+        top = rt.spawn(root, label="top")
+        top.followup("go")
+        try:
+            assert gate.wait_reached(10) and ended.wait(10)
+            rt.sessions.flush()
+            by_label = {d["label"]: d for d in _tree_json(capsys, db).values()}
+            assert by_label["busy"]["state"] == "running"
+            assert by_label["busy"]["activity"] == "running"
+            assert by_label["quick"]["activity"] == "inactive"
+        finally:
+            gate.release()
+    by_label = {d["label"]: d for d in _tree_json(capsys, db).values()}
+    assert by_label["busy"]["activity"] == by_label["quick"]["activity"] == "inactive"

@@ -1,0 +1,53 @@
+"""Whether a live process holds a stored session, as the command line reads it.
+
+A reader that is no runtime has no registry to ask: a session is live somewhere
+when its lease is taken and not expired, and its holder is no process of this
+host that has ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from subagents.protocol import SessionId, SubagentError
+from subagents.store import Lease, holder_ended
+
+__all__ = ["held_now", "lease_held"]
+
+
+def _live(lease: Lease | None, now: float) -> bool:
+    return (
+        lease is not None
+        and lease.holder is not None
+        and lease.expires > now
+        and not holder_ended(lease.holder)
+    )
+
+
+def lease_held(store: Any, sid: object) -> bool:
+    """Whether a live process holds ``sid``; True where the store keeps no leases
+    or cannot say. A turn a session's log shows open is running only then: its
+    process may have ended mid-turn."""
+    get = getattr(store, "get_lease", None)
+    if get is None or not isinstance(sid, SessionId):
+        return True
+    try:
+        return _live(get(sid), time.time())
+    except SubagentError:
+        return True
+
+
+def held_now(store: Any, sids: Sequence[SessionId]) -> set[SessionId] | None:
+    """Which of ``sids`` a live process holds, in one read; None where the store
+    keeps no leases or cannot say."""
+    get = getattr(store, "get_leases", None)
+    if get is None:
+        return None
+    try:
+        leases = get(sids) if sids else {}
+    except SubagentError:
+        return None
+    now = time.time()
+    return {sid for sid, lease in leases.items() if _live(lease, now)}
