@@ -13,12 +13,23 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from subagents.protocol import CorruptRecordError, ErrorCode, SubagentError
+from subagents.protocol import (
+    DEFAULT_LIMITS,
+    CorruptRecordError,
+    DecodeError,
+    ErrorCode,
+    Limits,
+    MessageEvent,
+    ReportEvent,
+    SubagentError,
+    decode_event,
+)
 
 __all__ = [
     "STORED_VALUE_ERRORS",
     "blob",
     "corrupt_cell",
+    "inbox_event",
     "integer",
     "real",
     "stored_value_error",
@@ -67,6 +78,22 @@ def text_or_none(value: Any, session: Any, what: str) -> str | None:
     if value is None or type(value) is str:
         return value
     raise corrupt_cell(session, what, value)
+
+
+def inbox_event(
+    n: Any, body: Any, epoch: Any, limits: Limits = DEFAULT_LIMITS
+) -> MessageEvent | ReportEvent:
+    """The message of one stored inbox row (its ``n``, ``body`` and ``epoch``);
+    :class:`DecodeError` for a damaged row, which ``pending(damaged=...)`` names
+    and skips, and which no inbox bound counts (it is never done)."""
+    if type(n) is not int or not (epoch is None or type(epoch) is int):
+        raise DecodeError("an inbox entry's place or epoch is no integer")
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise DecodeError(f"an inbox body is bytes, got {type(body).__name__}")
+    event = decode_event(bytes(body), limits=limits)
+    if not isinstance(event, (MessageEvent, ReportEvent)):
+        raise DecodeError(f"not a message: {event.type!r}")
+    return event
 
 
 def stored_value_error(exc: Exception) -> SubagentError:

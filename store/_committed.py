@@ -17,6 +17,7 @@ from typing import Any
 
 from subagents.protocol import (
     Event,
+    Limits,
     MessageId,
     SessionHeader,
     SessionId,
@@ -79,6 +80,7 @@ class CommittedWrites:
 
     _committer: GroupCommitter
     _writer: Any  # ``_writer.Writer`` or ``_pg_txn.PgWriter``: the same counters
+    _limits: Limits  # the decoding bounds of the store's reads (what a bound counts)
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the write-side counters (see :class:`StoreStatistics`)."""
@@ -242,7 +244,7 @@ class CommittedWrites:
             if not self.exists(sid):
                 raise not_found(sid)
             return []
-        op = AcceptOp(sid, rows, epoch, at, token, bound)
+        op = AcceptOp(sid, rows, epoch, at, token, bound, self._limits)
         out: list[Accepted] = self._committer.submit(op)
         return out
 

@@ -39,14 +39,15 @@ from subagents.protocol import (
     ErrorCode,
     Event,
     InboxFullError,
+    Limits,
     MessageEvent,
     MessageId,
     ReportEvent,
     SessionId,
     SubagentError,
-    decode_event,
 )
 
+from ._cells import inbox_event
 from ._validate import check_session_ids
 
 __all__ = [
@@ -62,8 +63,8 @@ __all__ = [
     "inbox_full",
     "lease_held",
     "lease_lost",
-    "quiet_body",
     "quiet_report",
+    "takes_place",
 ]
 
 #: A renewal forgets heartbeats that lapsed this long (seconds) before it: a process
@@ -156,17 +157,13 @@ def quiet_report(event: Event) -> bool:
     return type(event) is ReportEvent and event.delivery == "quiet"
 
 
-#: A report's stored body: an encoded event's map holds its type first (the on-disk
-#: format), so this prefix after the map's header is a report's.
-_REPORT_PREFIX: Final = b"\xa4type\xa6report"
-
-
-def quiet_body(body: object) -> bool:
-    """Whether a stored inbox body is a quiet report's (a damaged one is not)."""
-    if not isinstance(body, (bytes, bytearray, memoryview)) or body[1:13] != _REPORT_PREFIX:
-        return False
+def takes_place(n: object, body: object, epoch: object, limits: Limits) -> bool:
+    """Whether a pending inbox row takes a place of an inbox bound: a message or a
+    waking report. Neither a quiet report nor a row that does not decode does
+    (``pending()`` skips that one, and it is never done: counted, it would keep
+    its place for good)."""
     try:
-        return quiet_report(decode_event(bytes(body)))
+        return not quiet_report(inbox_event(n, body, epoch, limits))
     except DecodeError:
         return False
 

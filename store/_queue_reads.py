@@ -13,15 +13,12 @@ from subagents.protocol import (
     CorruptRecordError,
     DecodeError,
     Limits,
-    MessageEvent,
     MessageId,
-    ReportEvent,
     SessionId,
-    decode_event,
 )
 
 from ._base import not_found
-from ._cells import integer, real, text_or_none
+from ._cells import inbox_event, integer, real, text_or_none
 from ._durable import DurableQueues, InboxEntry, Lease
 from ._queue_txn import EXPIRY, LEASE, LEASES
 from ._validate import (
@@ -103,13 +100,7 @@ class SqlQueueReads(DurableQueues):
         """Decode one inbox row onto ``entries``; a bad one raises, or is named in
         ``damaged`` and skipped."""
         try:
-            if type(n) is not int or not (epoch is None or type(epoch) is int):
-                raise DecodeError("an inbox entry's place or epoch is no integer")
-            if not isinstance(body, (bytes, bytearray, memoryview)):
-                raise DecodeError(f"an inbox body is bytes, got {type(body).__name__}")
-            event = decode_event(bytes(body), limits=self._limits)
-            if not isinstance(event, (MessageEvent, ReportEvent)):
-                raise DecodeError(f"not a message: {event.type!r}")
+            event = inbox_event(n, body, epoch, self._limits)
         except DecodeError as exc:
             if damaged is None:
                 raise _corrupt_entry(sid, n, exc) from exc

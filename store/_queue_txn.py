@@ -9,9 +9,10 @@ the session's lease row in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Protocol
 
-from subagents.protocol import SessionId
+from subagents.protocol import DEFAULT_LIMITS, Limits, SessionId
 
 from ._cells import integer, real, text_or_none
 from ._durable import (
@@ -23,7 +24,7 @@ from ._durable import (
     inbox_full,
     lease_held,
     lease_lost,
-    quiet_body,
+    takes_place,
 )
 
 __all__ = ["ANSWERED", "EXPIRY", "INBOX_KEY", "LEASE", "AcceptOp", "QueueTxn", "SqlConn"]
@@ -78,6 +79,7 @@ INBOX_KEY: Final = _N
 Message = tuple[bytes, bytes]
 
 
+@dataclass(slots=True, eq=False)
 class AcceptOp:
     """A queued acceptance: ``txn.accept_messages`` of one caller's messages.
 
@@ -85,28 +87,17 @@ class AcceptOp:
     acceptances for one session and lease in one statement (:meth:`QueueTxn.accept_many`).
     """
 
-    __slots__ = ("at", "epoch", "limit", "rows", "session_id", "token")
-
-    def __init__(
-        self,
-        session_id: SessionId,
-        rows: Sequence[Message],
-        epoch: int | None,
-        at: float,
-        token: LeaseToken | None,
-        limit: int | None = None,
-    ) -> None:
-        self.session_id = session_id
-        self.rows = rows
-        self.epoch = epoch
-        self.at = at
-        self.token = token
-        self.limit = limit
+    session_id: SessionId
+    rows: Sequence[Message]
+    epoch: int | None
+    at: float
+    token: LeaseToken | None
+    limit: int | None = None
+    limits: Limits = DEFAULT_LIMITS  # the store's decoding bounds: what a bound counts
 
     def __call__(self, txn: QueueTxn) -> list[Accepted]:
-        return txn.accept_messages(
-            self.session_id, self.rows, self.epoch, self.at, self.token, self.limit
-        )
+        args = (self.session_id, self.rows, self.epoch, self.at, self.token, self.limit)
+        return txn.accept_messages(*args, self.limits)
 
     def joins(self, other: AcceptOp) -> bool:
         """Whether ``other`` may be written in one statement with this one (a bounded
@@ -120,7 +111,7 @@ class AcceptOp:
         )
 
 
-_PENDING_BODIES: Final = "SELECT body FROM inbox WHERE session = ? AND done = 0"
+_PENDING_ROWS: Final = "SELECT n, body, epoch FROM inbox WHERE session = ? AND done = 0"
 
 
 class SqlConn(Protocol):
@@ -198,12 +189,13 @@ class QueueTxn:
         at: float,
         token: LeaseToken | None,
         limit: int | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> list[Accepted]:
         key = session_id.to_bytes()
         n = self._accepting(key, session_id, token)
         conn = self.conn
         if limit is not None:
-            self._check_room(session_id, key, messages, limit)
+            self._check_room(session_id, key, messages, limit, limits)
         out: list[Accepted] = []
         for mid, body in messages:
             if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
@@ -222,9 +214,15 @@ class QueueTxn:
         return Accepted(int(known[0]), True)
 
     def _check_room(
-        self, session_id: SessionId, key: bytes, messages: Sequence[Message], limit: int
+        self,
+        session_id: SessionId,
+        key: bytes,
+        messages: Sequence[Message],
+        limit: int,
+        limits: Limits,
     ) -> None:
-        """``INBOX_FULL`` unless the pending messages and the new ones fit ``limit``.
+        """``INBOX_FULL`` unless the pending messages and the new ones fit ``limit``:
+        those ``pending()`` lists (decoded with ``limits``), quiet reports aside.
 
         Read after :meth:`_accepting` (on PostgreSQL: under the session's row lock,
         which every acceptance takes first), so it holds until the insert commits.
@@ -238,9 +236,10 @@ class QueueTxn:
             if mid not in new and not conn.execute(_KNOWN, (key, mid)).fetchone():
                 new.add(mid)
         if new and int(pending) + len(new) > limit:
-            # Quiet reports take no place: read only when it would be refused.
-            bodies = conn.execute(_PENDING_BODIES, (key,)).fetchall()
-            pending = int(pending) - sum(1 for (body,) in bodies if quiet_body(body))
+            # Read only when it would be refused: neither quiet reports nor rows that
+            # do not decode (skipped, never done) take a place.
+            rows = conn.execute(_PENDING_ROWS, (key,)).fetchall()
+            pending = sum(1 for n, body, epoch in rows if takes_place(n, body, epoch, limits))
             if pending + len(new) > limit:
                 raise inbox_full(session_id, limit, pending)
 
