@@ -226,8 +226,9 @@ class Materializer:
         # to nobody with it: the host's first turn is no replay (``redelivered``).
         agent.session.unrun = [delivery.message_id]
         agent.dispose()
-        if not act.drained:  # published below a cutoff: the prompt stays accepted
-            child.start()
+        # Drained (below a cutoff, or by a drain since its publication) too: its
+        # run is then the one the drain's cancel owes, which drops the prompt.
+        child.start()
 
     def _publish_placed(
         self,
@@ -238,7 +239,8 @@ class Materializer:
         descriptor: ContinuableDescriptor,
         hold: bool = False,
     ) -> PlacedChild:
-        """Publish ``act`` with a :class:`PlacedChild` as its agent (not started)."""
+        """Publish ``act`` with a :class:`PlacedChild` as its agent, not started: the
+        caller starts it (it does not settle before), drained or not."""
         child = PlacedChild(header, placement, self._backend)
         self.attach(act, child)
         self.publish(act, child, delivery, descriptor, hold=hold)
@@ -281,8 +283,7 @@ class Materializer:
             except BaseException:
                 self.rollback(act, None, None)
                 raise
-            if not act.drained:
-                child.start()
+            child.start()  # (drained: what waits is dropped, see _place)
             return
         restored: Restored | None = None
         try:

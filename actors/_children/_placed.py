@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from subagents.actors._kernel import Backend
 from subagents.actors._kernel._checks import check_listener
+from subagents.actors._kernel._listeners import hear
 from subagents.protocol import (
     ErrorCode,
     MessageId,
@@ -105,6 +106,8 @@ class PlacedChild:
         self._dropped = 0  # admitted messages a cancel dropping what waits covered
         self._running = False
         self._started = False
+        self._asked = False  # a run was numbered: the host it goes to takes what waits
+        self._owed: int | None = None  # a run a cancel owes, numbered below it (see cancel)
         self._disposed = False
         self._released = False  # release() asked: no run is asked after it
         self._idle_listeners: list[Callable[[Any], object]] = []
@@ -153,7 +156,8 @@ class PlacedChild:
         **_: Any,
     ) -> None:
         """The first message of an epoch (already in the durable inbox). ``drop``
-        (published below a drain cutoff): not run now; it stays accepted."""
+        (published below a drain cutoff): not run; the drain's cancel that follows
+        the publication has a host drop it (see :meth:`cancel`)."""
         with self._lock:
             if self._gate == _CLOSED or self._disposed:
                 raise SubagentError(
@@ -193,8 +197,11 @@ class PlacedChild:
                 self._gate = _DRAINED
 
     def close_if_idle(self) -> bool:
+        """Close the gate for good if nothing is in flight (True). Not before its
+        start: published, it has what waits in its durable inbox to run (or, drained,
+        to drop) -- whoever published it starts it."""
         with self._lock:
-            if self._accepted != self._done or self._running:
+            if self._accepted != self._done or self._running or not self._started:
                 return False
             self._gate = _CLOSED
             return True
@@ -234,15 +241,23 @@ class PlacedChild:
 
     def start(self) -> None:
         """Begin running (after publication, once nobody here holds the lease):
-        one run for what already waits in the durable inbox."""
+        one run for what already waits in the durable inbox -- drained, the run a
+        drain's cancel owes, which drops it. Nothing once released."""
         with self._lock:
+            if self._disposed:
+                return
             self._started = True
             self._accepted += 1  # what waits: activations find it there
         self._kick()
 
     def _kick(self) -> None:
         with self._lock:
-            if self._running or not self._started or self._accepted == self._done:
+            if (
+                self._running
+                or not self._started
+                or self._disposed  # released (or settled) meanwhile: nothing more
+                or self._accepted == self._done
+            ):
                 return
             self._running = True
         self._task = self._backend.spawn(self._runs, name=f"subagents-placed-{self.session_id}")
@@ -256,11 +271,17 @@ class PlacedChild:
         while True:
             with self._lock:
                 target = self._accepted
-                # What a cancel dropped is asked of no host (a drained gate).
-                call = 0 if target <= self._dropped else self._run_call()
+                # What a cancel dropped is asked of no host (a drained gate), but
+                # for the run it owes (numbered below it: the host drops what waits).
+                if self._owed is not None:
+                    call = None if self._released else self._owed
+                else:
+                    call = 0 if target <= self._dropped else self._run_call()
+                self._owed = None
                 if call is None:
                     self._running = False
                     return
+                self._asked = self._asked or call > 0
                 below = tuple(self._below)
                 self._below.clear()
             try:
@@ -286,10 +307,16 @@ class PlacedChild:
     ) -> None:
         """Cancel the running turn on the host (``keep_inbox=False``: and what waits --
         there, and in a run asked before this one, wherever it is carried out;
-        nor is a run asked for what was admitted before it)."""
+        nor is a run asked for what was admitted before it). Dropping what waits
+        before any run was asked (no host took the child's durable inbox): one run,
+        numbered below this cancel, has a host take it and drop it, as a local
+        child's drain does."""
         call = None
         if not keep_inbox and not keep_accepted:
             with self._lock:
+                if not self._asked and self._owed is None and not self._disposed:
+                    self._owed = next(_CALLS)
+                    self._accepted += 1
                 call = next(_CALLS)
                 self._dropped = self._accepted
         try:
@@ -302,6 +329,7 @@ class PlacedChild:
             )
         except SubagentError as exc:
             logger.warning("cancelling placed child %s: %s", self.session_id, exc)
+        self._kick()  # (the run it owes; before its start, the start asks it)
 
     def interrupt(self, kind: str, by: SessionId | None) -> None:
         """An authorized interrupt: the host cancels the turn and logs it."""
@@ -361,7 +389,4 @@ class PlacedChild:
 
     def _notify(self, listeners: list[Callable[[Any], object]], kind: str) -> None:
         for fn in list(listeners):
-            try:
-                fn(self)
-            except Exception:
-                logger.exception("%s listener %r raised", kind, fn)
+            hear(fn, self, f"{kind} listener")

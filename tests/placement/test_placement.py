@@ -906,3 +906,206 @@ def test_a_child_settled_while_its_host_is_silent_is_let_go_there(
     finally:
         os.kill(pid, signal.SIGCONT)
         placement.close(timeout=30)
+
+
+# -- a placed child's publication, its start, and what a drain drops ---------------
+
+
+def _held_anywhere(placement: Any) -> set[str]:
+    """The children the pool's hosts hold now."""
+    import ray
+
+    return {sid for h in placement.host_actors for sid in ray.get(h.held.remote(), timeout=30)}
+
+
+@pytest.mark.parametrize("tree", ["ray"], indirect=True)
+def test_a_woken_placed_child_is_not_retired_before_its_start(
+    tree: Tree, ray_pool: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep wakes a settled placed child for a message committed to its durable
+    inbox: the child is published, then started. The registry's retirement look
+    (``close_if_idle``, on publication) is forced between the two, each round: it
+    found the stand-in idle -- nothing counted before its start -- and retired it;
+    the start then ran the message on a host after the settle there, and the host
+    held the child for good, for a parent that had let it go. Now it waits for the
+    start: the message runs once, the child settles, no host holds it."""
+    from subagents.actors._children._placed import PlacedChild
+    from subagents.protocol import MessageSource, new_message_id, trusted_message
+
+    backend = _BACKEND[-1]
+    cid = tree.start("w0")
+    tree.wait_outputs(cid, 1)
+    eventually(lambda: tree.settled(cid))
+    placement = ray_pool[1]
+    looked: dict[str, Any] = {}
+    close_if_idle, start = PlacedChild.close_if_idle, PlacedChild.start
+
+    def closing(child: PlacedChild) -> bool:
+        closed = close_if_idle(child)
+        if child.session_id == cid and "closed" not in looked:
+            looked["closed"] = closed
+            looked["event"].set()
+        return closed
+
+    def starting(child: PlacedChild) -> None:
+        if child.session_id == cid:  # published: its retirement is looked at first
+            assert looked["event"].wait(30), "the registry never looked"
+            if looked["closed"]:  # retired: its settle on the host ends first
+                act = tree.rt.continuation.activation(cid)
+                assert act is None or act.released.wait(30)
+        start(child)
+
+    monkeypatch.setattr(PlacedChild, "close_if_idle", closing)
+    monkeypatch.setattr(PlacedChild, "start", starting)
+    source = MessageSource(kind="parent", session_id=tree.root.session_id)
+    store = tree.rt.store
+    assert store is not None
+    for i in range(1, 5):
+        # Its host let it go (the lease's release is written behind): nobody holds it.
+        eventually(lambda: (lease := store.get_lease(cid)) is None or lease.holder is None)
+        looked.clear()
+        looked["event"] = backend.event()
+        message = trusted_message(new_message_id(), f"w{i}", source)
+        tree.rt.sessions.accept(cid, [message])
+        tree.rt._orphan(cid)  # the sweep's look at a session nobody holds
+        assert "closed" in looked  # the interleaving was forced
+        outputs = tree.wait_outputs(cid, i + 1)
+        assert [o.split("@")[0] for o in outputs] == [f"w{n}" for n in range(i + 1)]
+        eventually(lambda: tree.settled(cid))
+        eventually(
+            lambda: str(cid) not in _held_anywhere(placement),
+            timeout=15,
+            why=lambda i=i: f"round {i}: a host holds the settled child ({looked})",
+        )
+    assert len(tree.outputs(cid)) == 5
+
+
+def test_a_drain_before_the_first_run_drops_the_prompt(
+    tree: Tree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-DRAIN-1: a drain that cancels a child right after its publication -- for a
+    placed child, before its first run was even asked of a host -- drops its
+    prompt, as for a local child: the turn ends cancelled, unrun, and nothing is
+    left in the durable inbox. (Placed, the prompt stayed accepted: no host was
+    asked to run the child, so none dropped what waited.) The drain is forced in
+    between by a ``subagent/start`` listener, which runs in the publishing thread
+    right after publication, and waits for the drain's cancels."""
+    from subagents.actors._children import _control
+
+    backend = _BACKEND[-1]
+    cut = backend.event()
+    cut_forest = _control._cut
+
+    def cutting(forest: Any) -> Any:
+        try:
+            return cut_forest(forest)
+        finally:
+            cut.set()
+
+    monkeypatch.setattr(_control, "_cut", cutting)
+    drains: list[Any] = []
+
+    def drain() -> None:
+        tree.rt.subagents.drain_continuable_descendants([tree.root], timeout=30)
+
+    def on_start(event: Any) -> None:
+        if event.type == "subagent/start" and not drains:
+            drains.append(backend.spawn(drain, name="test-drain"))
+            assert cut.wait(30)  # its cancels were asked
+
+    tree.rt.subagents.subscribe(on_start, scope=tree.root)
+    marker = tmp_path / "prompt"
+    began = time.monotonic()
+    cid = tree.start(f"hold:{marker}", model="hold")
+    assert drains, "no subagent/start"
+    assert drains[0].join(30)
+    assert drains[0].exception is None
+    assert time.monotonic() - began < 20
+    assert tree.settled(cid)
+    ends = eventually(lambda: tree.rt.sessions.turn_ends(cid), timeout=15)
+    assert [e.stop_reason for e in ends] == ["cancelled"]
+    store = tree.rt.store
+    assert store is not None
+    eventually(lambda: store.pending(cid) == [], timeout=15, why=lambda: store.pending(cid))
+    assert not Path(f"{marker}.go").exists()
+    with pytest.raises(SubagentError) as caught:
+        tree.rt.subagents.followup(tree.root, cid, "after the drain")
+    assert caught.value.code == ErrorCode.ADMISSION_CLOSED
+
+
+def _unaccounted(rt: Runtime, cid: SessionId, ids: list[Any]) -> list[Any]:
+    """Of the messages ``ids`` accepted for ``cid``, those neither still in its
+    durable inbox nor ended in its log (run, cancelled, or cut by a crash)."""
+    from subagents.protocol import MessageEvent, TurnEnd
+
+    store = rt.store
+    assert store is not None
+    pending = {e.message_id for e in store.pending(cid)}
+    ended: set[Any] = set()
+    opened: list[Any] = []
+    for record in rt.sessions.read(cid):
+        event = record.event
+        if isinstance(event, MessageEvent):
+            opened.append(event.message_id)
+        elif isinstance(event, TurnEnd):
+            ended.update(opened)
+            opened.clear()
+    return [i for i in ids if i not in pending and i not in ended]
+
+
+def test_a_host_killed_during_a_drain(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """The host running a placed child's turn (a follow-up queued behind it) is
+    SIGKILLed as the drain's cancel goes to it. The drain returns well within its
+    timeout with its documented outcome -- the child settled here, admission
+    closed below the parent, no host holding it -- and nothing is lost: each
+    accepted message either ended (dropped by the drain: cancelled, or cut by the
+    crash) or is still in the child's durable inbox."""
+    db = ray_pool[0]
+    placement = _own_pool(db, "killed-drain", hosts=2, call_timeout=3.0)
+    marker = tmp_path / "busy"
+    killed: list[int] = []
+    cancel = placement.cancel
+
+    def killing(child_id: Any, cause: str, keep_inbox: bool, call: Any = None) -> None:
+        if cause == "drained" and not killed:  # the drain's cancel: its host dies first
+            killed.append(int(Path(f"{marker}.started").read_text()))
+            os.kill(killed[0], signal.SIGKILL)
+        cancel(child_id, cause, keep_inbox, call)
+
+    placement.cancel = killing
+    try:
+        with parent_tree(db, backend, placement, "killed-drain") as tree:
+            spec = ContinuableStartSpec(
+                parent=tree.root,
+                provider="killed-drain",
+                prompt=f"hold:{marker}",
+                label="child",
+                model="hold",
+            )
+            handle = tree.rt.subagents.start_continuable(spec)
+            cid = handle.child_id
+            eventually(lambda: Path(f"{marker}.started").exists())
+            behind = tree.rt.subagents.followup(tree.root, cid, "behind the turn")
+            began = time.monotonic()
+            tree.rt.subagents.drain_continuable_descendants([tree.root], timeout=30)
+            took = time.monotonic() - began
+            assert killed, "the drain asked no cancel"
+            assert took < 20, took
+            assert tree.settled(cid)
+            with pytest.raises(SubagentError) as caught:
+                tree.rt.subagents.followup(tree.root, cid, "after the drain")
+            assert caught.value.code == ErrorCode.ADMISSION_CLOSED
+            ids = [handle.message_id, behind]
+            eventually(
+                lambda: not _unaccounted(tree.rt, cid, ids),
+                timeout=15,
+                why=lambda: (_unaccounted(tree.rt, cid, ids), _placed_state(tree, cid, placement)),
+            )
+        for host in placement.host_actors:  # the killed one answers once restarted
+            held = eventually(lambda h=host: _held(h), timeout=60)
+            assert str(cid) not in held[1], held
+    finally:
+        Path(f"{marker}.go").write_text("go")
+        placement.close(timeout=30)
