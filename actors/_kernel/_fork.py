@@ -20,6 +20,11 @@ name. So, in the child:
   the copy go and touches nothing of the parent's. Its store refuses too
   (``subagents.store``'s own fork hook, which runs first).
 
+The forking thread's gevent hub is prepared for the child (``gevent.reinit``)
+after a plain ``os.fork()`` too, as ``gevent.fork()`` and a patched fork do:
+without it the hub's threadpool is a dead copy, and a runtime the child makes of
+its own on gevent (whose store calls go through that threadpool) hangs.
+
 A turn whose greenlet was running when the process forked may finish in the
 child too (what it does outside the runtime cannot be taken back); its writes
 are refused, and no further turn starts there. Fork before the work starts, or
@@ -32,6 +37,7 @@ import os
 import weakref
 from typing import Any, NoReturn, Protocol
 
+import gevent
 import greenlet
 from gevent._hub_local import get_hub_if_exists
 from subagents.protocol import WrongProcessError
@@ -103,6 +109,8 @@ def abandon_if_forked(born: int) -> None:
 
 def _after_fork_in_child() -> None:
     global generation, _tracked
+    if get_hub_if_exists() is not None:  # idempotent: gevent.fork() calls it too
+        gevent.reinit()
     generation += 1
     _pids.append(os.getpid())
     inherited, _tracked = list(_tracked), weakref.WeakSet()

@@ -29,6 +29,9 @@ on threads. MODE says what the child does:
   child does what ``fresh`` does. The parent prints ``forks`` and each child's
   exit status (a child stuck on a lock the copy left held is killed after 30 s).
 
+A MODE ending in ``-os`` forks with a plain ``os.fork()`` on gevent too (no
+monkey-patching: multiprocessing's fork start method, a server's own fork).
+
 The child writes its notes as JSON to a pipe; the parent prints them as the line
 ``child {...}`` with the child's exit status, then accepts ``after``, waits for
 it, prints ``parent ok`` and closes. On PostgreSQL the parent also prints
@@ -221,7 +224,8 @@ def _connections(db: str, backends: list[int]) -> int:
 
 def main() -> None:
     backend, db, pids, mode = sys.argv[1:5]
-    if backend == "gevent":
+    plain, mode = mode.endswith("-os"), mode.removesuffix("-os")
+    if backend == "gevent" and not plain:
         import gevent
 
         fork = gevent.fork

@@ -98,13 +98,17 @@ def test_what_the_parent_accepted_runs_once_in_the_parent(
     assert len({pid for pid, _ in turns}) == 1
 
 
+@pytest.mark.parametrize("fork", ["", "-os"], ids=["fork", "plain-os-fork"])
 def test_a_runtime_of_the_child_works_beside_the_parent(
-    backend: Backend, db: str, tmp_path: Path
+    backend: Backend, db: str, tmp_path: Path, fork: str
 ) -> None:
     """A worker per process, each with a runtime of its own on one store; one
-    process runs a session (the parent's lease holds)."""
+    process runs a session (the parent's lease holds). ``plain-os-fork``: forked
+    with a plain ``os.fork()`` on gevent too (multiprocessing's fork start
+    method), whose child's hub and threadpool were dead copies: its own gevent
+    runtime hung for ever as it opened its store."""
     pids = tmp_path / "pids"
-    notes, _ = _run(backend, db, pids, "fresh")
+    notes, _ = _run(backend, db, pids, "fresh" + fork)
     assert notes["idle"] is True and notes["resume"] == "LEASE_HELD", notes
     turns = _turns(pids)
     assert sorted(content for _, content in turns) == ["after", "before", "own"]
