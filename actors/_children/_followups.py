@@ -8,19 +8,30 @@ settling child -- is committed taken by nobody (strict) and routed through the
 registry, which delivers it or has the child cold-resumed with it.
 
 A child's ``max_inbox`` (its session header) bounds every path: the store counts
-a committed follow-up, the child's gate one that nothing committed.
+a committed follow-up, the child's gate one that nothing committed. A follow-up
+the store refuses for a full inbox of a child not resident here wakes the child
+(the messages filling it may be waiting for nobody: left by a process that
+ended), as a follow-up by the parent's id does (:mod:`._remote`).
+
+Under relaxed durability, and on a memory store, a ``message_id`` is
+deduplicated in memory (``sessions.claim``): one follow-up of an id at a time
+is under way here (:class:`_Underway`), so a repeat learns the first one's
+outcome -- accepted (a duplicate), or refused (the repeat is tried itself).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, Steered, check_steer, kept, plain
-from subagents.actors._kernel import AbortSignal
+from subagents.actors._kernel import AbortSignal, Latch
 from subagents.protocol import (
     ErrorCode,
+    InboxFullError,
     MessageId,
     MessageSource,
     SessionHeader,
@@ -33,6 +44,7 @@ from subagents.protocol import (
 )
 from subagents.supervision import Activation, Phase
 
+from ._chains import Chains
 from ._child import ChildContext
 from ._intake import DONE, accept_resident, steer_followup
 from ._materialize import Materializer
@@ -43,7 +55,41 @@ from ._validate import bad, check_signal
 
 __all__ = ["Followups"]
 
+logger = logging.getLogger("subagents")
+
 _NEVER = AbortSignal.never()
+
+_Key = tuple[SessionId, MessageId]
+
+
+class _Underway:
+    """The ids of follow-ups under way here under relaxed deduplication: a repeat
+    of one waits for its outcome (its claim of the id is kept, or given back)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # held for a dict operation: never across a wait
+        self._latches: dict[_Key, Latch] = {}
+
+    def enter(self, key: _Key, signal: AbortSignal) -> Latch:
+        """Wait until no follow-up of ``key`` is under way, then mark the caller's:
+        the latch it sets (:meth:`leave`) once its outcome is known.
+
+        Raises:
+            SubagentError: ``CANCELLED`` when ``signal`` aborts first.
+        """
+        mine = Latch()
+        while True:
+            with self._lock:
+                theirs = self._latches.setdefault(key, mine)
+            if theirs is mine:
+                return mine
+            AbortSignal.any(theirs.signal, signal).wait()
+            signal.raise_if_aborted()
+
+    def leave(self, key: _Key, mine: Latch) -> None:
+        with self._lock:
+            del self._latches[key]
+        mine.set()
 
 
 class Followups:
@@ -53,6 +99,7 @@ class Followups:
     _ctx: ChildContext
     _index: Mapping[SessionId, Activation]
     _materializer: Materializer
+    chains: Chains
 
     def require_agents(self) -> AgentRegistry:
         raise NotImplementedError
@@ -98,13 +145,28 @@ class Followups:
         sessions = self._ctx.sessions
         if sessions.strict:  # the store deduplicates
             return run(agents, parent, cid, delivery, signal)
-        if not sessions.claim(cid, mid):
-            return mid if strict_steer is None else Steered(mid, "duplicate")
+        # A repeat of an id under way waits for its outcome: a claim made before
+        # the follow-up is accepted (a full inbox, a failed resume) may be given back.
+        underway = self._underway()
+        key = (cid, mid)
+        mine = underway.enter(key, signal)
         try:
-            return run(agents, parent, cid, delivery, signal)
-        except BaseException:
-            sessions.unclaim(cid, mid)
-            raise
+            if not sessions.claim(cid, mid):
+                return mid if strict_steer is None else Steered(mid, "duplicate")
+            try:
+                return run(agents, parent, cid, delivery, signal)
+            except BaseException:
+                sessions.unclaim(cid, mid)
+                raise
+        finally:
+            underway.leave(key, mine)
+
+    def _underway(self) -> _Underway:
+        """This manager's :class:`_Underway` (made on first use, once)."""
+        found: _Underway | None = self.__dict__.get("_underway_ids")
+        if found is None:
+            found = self.__dict__.setdefault("_underway_ids", _Underway())
+        return found
 
     def followup_plain(self, parent: Agent, child_id: Any, content: Any) -> MessageId:
         """:meth:`followup` with no ``source``, ``signal``, ``message_id`` or steering,
@@ -200,7 +262,11 @@ class Followups:
         if sessions.strict and not delivery.committed:
             # Not resident here: committed taken by nobody, before it is routed.
             event = trusted_message(mid, delivery.content, delivery.source)
-            (accepted,) = sessions.accept(cid, (event,), limit=header.max_inbox)
+            try:
+                (accepted,) = sessions.accept(cid, (event,), limit=header.max_inbox)
+            except InboxFullError:
+                self._wake_full(parent, cid)
+                raise
             if accepted.duplicate:
                 delivery.duplicate = True
                 return mid
@@ -210,6 +276,21 @@ class Followups:
         if act is not None:  # absent: cold-resume it, delivering this message first
             self._materializer.resume(act, agents, delivery, signal)
         return mid
+
+    def _wake_full(self, parent: Agent, cid: SessionId) -> None:
+        """The store refused a follow-up to ``cid``, not resident here, for a full
+        inbox: what fills it may wait for nobody (left by a process that ended), so
+        wake whoever runs it -- the child's holder elsewhere, or the child here,
+        below its live ``parent`` -- or no place would open for a caller waiting
+        for room. A hint: a failure is logged, the refusal stands."""
+        sessions = self._ctx.sessions
+        try:
+            holder = sessions.wake_address(cid)
+            if holder is not None and sessions.ring(holder, cid.to_bytes()):
+                return  # live in another process: its pickup runs them
+            self.chains.wake([parent.session_id, cid])
+        except SubagentError as exc:
+            logger.debug("waking %s, whose inbox is full, failed: %s", cid, exc)
 
 
 def _err(code: str, message: str) -> SubagentError:
