@@ -55,7 +55,8 @@ from ._loop import TurnRunner
 from ._messages import UNTAKEN, Call, Deliver, Quiet
 from ._outcome import TurnOutcome
 from ._stats import AgentStatistics, agent_statistics
-from ._steering import SteerBox, discard_leftovers, run_next
+from ._steered import discard_steered, requeue_steered, settle_steered
+from ._steering import SteerBox
 from ._turn import Message
 
 __all__ = ["CLOSED", "DRAINED", "OPEN", "Inbox"]
@@ -86,6 +87,7 @@ class Inbox:
         self._calls = self._requeued = self._steered = 0
         self._inflight = 0
         self._quiet = 0  # of _inflight, quiet reports: no inbox bound counts them
+        self._steering = 0  # of _inflight, steered into a turn, not yet settled
         self._discard_through = 0  # messages with n <= this are skipped (cancel without inbox)
         self._gate = OPEN
         self._disposed = False
@@ -244,6 +246,8 @@ class Inbox:
             box.messages.append(Message(message_id=message_id, content=content, source=source))
             box.marks.append(self._accepted)  # its place: after what was accepted so far
             self._steered += 1
+            self._inflight += 1  # a place in the bound until it settles (see _steered)
+            self._steering += 1
             return True
 
     def _settle_handled(self, ended: Any, quiet: bool = False) -> bool:
@@ -253,20 +257,17 @@ class Inbox:
         in the same locked step, so the agent is never idle in between; the lock
         orders this after every steer that saw the turn open. A cancel that dropped
         the inbox after the turn was accepted drops those too
-        (``_steering.discard_leftovers``)."""
+        (``_steered.discard_steered``)."""
         box = None if ended is None else ended._steer
         if box is not None and ended._delivered.n <= self._discard_through:
-            discard_leftovers(box, self._lock, self._turns.discard)
+            discard_steered(self, box)
             self._turns.ended = None  # the discards' own ends: nothing to settle
         rest: list[tuple[int, Message]] | None = None
         with self._lock:
             if ended is not None:
                 box = ended._steer
-                if box is not None:
-                    rest = box.leftovers()
-                    self._accepted += len(rest)
-                    self._inflight += len(rest)
-                    self._requeued += len(rest)
+                if box is not None:  # its steered messages settle too (see _steered)
+                    rest = settle_steered(self, box)
             self._inflight -= 1
             self._quiet -= quiet
             idle = self._inflight == 0
@@ -277,16 +278,8 @@ class Inbox:
                     self._idle_waiter = None
                     waiter.set()
         if rest:
-            self._requeue(rest)
+            requeue_steered(self, rest)
         return idle
-
-    def _requeue(self, rest: list[tuple[int, Message]]) -> None:
-        if self._ref.actor_stopped.is_set():  # disposed meanwhile: as queued ones are
-            for _, m in rest:
-                self._settle_one()
-                logger.warning("steered message %s of %s not run", m.message_id, self.session_id)
-            return
-        run_next(self._ref.actor_inbox, rest)
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""
@@ -335,7 +328,7 @@ class Inbox:
         loop = self._turns
         running = loop.current is not None
         accepted = self._accepted - self._calls - self._requeued + self._steered
-        inbox = max(0, self._inflight - running)
+        inbox = max(0, self._inflight - self._steering - running)
         return running, inbox, loop.turns_ended, accepted, loop.replayed, len(loop.context)
 
     # -- cancellation and quiescence ----------------------------------------------

@@ -80,6 +80,7 @@ from subagents.supervision import (
 
 from ._authority import Authority
 from ._placed import PlacedChild
+from ._replay_room import check_replay_room
 from ._requests import (
     Abandon,
     Admit,
@@ -296,6 +297,9 @@ class Registry(Authority, NoticeLoop):
             raise _err(
                 ErrorCode.UNAUTHORIZED, "the parent is no longer the exact live direct parent"
             )
+        d = m.delivery
+        if d is not None and m.replay and not d.committed:
+            check_replay_room(agent, d.message_id, m.replay)
         closed = self._closed(act.lineage)
         trigger = Trigger.PUBLISH_CLOSED if closed else Trigger.PUBLISH
         after = advance(act.phase, trigger)
@@ -315,7 +319,6 @@ class Registry(Authority, NoticeLoop):
             if m.replay:
                 replay(agent, list(m.replay), drop=closed)
                 act.replayed = frozenset(e.message_id for e in m.replay)
-            d = m.delivery
             if d is not None and d.message_id not in act.replayed:
                 agent.deliver(
                     d.content,

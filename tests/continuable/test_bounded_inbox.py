@@ -308,3 +308,137 @@ def test_a_full_inbox_nobody_runs_is_woken_by_a_followup_by_id(
         assert rt.wait_idle(20)
         outputs = [e.output for e in rt.sessions.turn_ends(cid)]
         assert outputs[-3:] == ["did block", "did a", "did b"], outputs
+
+
+def _steered_child(kit: Kit, behaviour: Any) -> tuple[Any, Any]:
+    """A root and its child (``max_inbox`` 3, the kit's) whose turns run ``behaviour``."""
+    kit.rt.models.register("steered", lambda _o: behaviour, replace=True)
+    root = kit.root()
+    child_id, _ = kit.start(root, "p", label="kid", model="steered")
+    return root, child_id
+
+
+def test_steered_messages_take_places_until_the_turn_that_took_them_ends(bkit: Kit) -> None:
+    """Steered messages are accepted and not done until the turn that took them
+    ends: they count against the bound like queued ones, under every durability
+    (strict counts their pending rows). The prompt running and two messages
+    steered in fill an inbox of 3 -- a follow-up is ``INBOX_FULL`` (3 of 3) before
+    the turn takes them and after, until that turn ends. Relaxed and memory used
+    to count the prompt alone, and accept it. R-FUP-1, R-FUP-6."""
+    kit = bkit
+    took = kit.gate("took")
+
+    def behaviour(turn: Any) -> Any:
+        if turn.content == "p":
+            kit.gate("steer").pass_through(turn.signal)
+            steered = [m.content for m in turn.steering()]
+            took.pass_through(turn.signal)
+            return steered
+        return turn.content
+
+    root, child_id = _steered_child(kit, behaviour)
+    assert kit.gate("steer").wait_reached(10)
+    sub = kit.rt.subagents
+    outcomes = [sub.followup(root, child_id, f"s{i}", steer=True).outcome for i in (0, 1)]
+    assert outcomes == ["steered", "steered"]
+    err = _full(kit, root, child_id)
+    assert (err.limit, err.pending) == (3, 3)
+    kit.gate("steer").release()
+    assert took.wait_reached(10)  # the turn took both: not done before it ends
+    err = _full(kit, root, child_id)
+    assert (err.limit, err.pending) == (3, 3)
+    took.release()
+    assert kit.rt.wait_idle(10)
+    sub.followup(root, child_id, "after")
+    kit.wait_settled("kid")
+    assert [e.output for e in kit.ends("kid")] == [["s0", "s1"], "after"]
+
+
+def test_steered_messages_a_turn_never_took_keep_their_places(bkit: Kit) -> None:
+    """A turn that ends without taking what was steered into it requeues those
+    messages as turns of their own: they keep their places until each of their
+    own turns ends (as their pending rows do under strict durability). Prompt
+    running + two steered = 3 of 3: ``INBOX_FULL``; the prompt ends, the first
+    steered message runs (held): 2 of 3, one follow-up is accepted, the next is
+    ``INBOX_FULL`` (3 of 3); all of them run once, in acceptance order.
+    R-FUP-5, R-FUP-6."""
+    kit = bkit
+
+    def behaviour(turn: Any) -> Any:
+        if turn.content == "p":
+            kit.gate("p").pass_through(turn.signal)  # no safe point: takes nothing
+        elif turn.content == "s0":
+            kit.gate("s0").pass_through(turn.signal)
+        return turn.content
+
+    root, child_id = _steered_child(kit, behaviour)
+    assert kit.gate("p").wait_reached(10)
+    sub = kit.rt.subagents
+    assert [sub.followup(root, child_id, f"s{i}", steer=True).outcome for i in (0, 1)] == [
+        "steered",
+        "steered",
+    ]
+    err = _full(kit, root, child_id)
+    assert (err.limit, err.pending) == (3, 3)
+    kit.gate("p").release()
+    assert kit.gate("s0").wait_reached(10)  # "p" ended; "s0" runs, "s1" waits
+    sub.followup(root, child_id, "f")
+    err = _full(kit, root, child_id)
+    assert (err.limit, err.pending) == (3, 3)
+    kit.gate("s0").release()
+    kit.wait_settled("kid")
+    assert [e.output for e in kit.ends("kid")] == ["p", "s0", "s1", "f"]
+    sub.followup(root, child_id, "last")
+    kit.wait_settled("kid")
+
+
+@pytest.mark.parametrize("by", ["parent", "parent id"])
+def test_a_relaxed_runtime_counts_what_a_strict_one_left_in_the_inbox(
+    backend: Backend, tmp_path: Path, by: str
+) -> None:
+    """A strict runtime closes with a child bounded at two messages holding its cut
+    prompt and a follow-up in its durable inbox (2 of 2). A relaxed runtime on the
+    same store resumes the parent and follows the child up: the follow-up that
+    cold-resumes it is ``INBOX_FULL`` (2 of 2), accepting nothing -- it used to be
+    accepted unchecked, three messages against a bound of two (and the next one
+    refused, 3 of 2). The waiting messages still run, once, in order, and then a
+    follow-up waiting for room (with the refused one's id) is accepted and runs
+    after them.
+    R-FUP-1, R-FUP-5, R-FUP-8."""
+    db = str(tmp_path / "mixed.db")
+    released = [False]
+
+    def worker(turn: Any) -> Any:
+        if turn.content == "block" and not released[0]:
+            turn.signal.wait(30)  # cut by the close
+        return f"did {turn.content}"
+
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("worker", lambda _o: worker)
+        parent = rt.spawn("worker", label="p")
+        pid = parent.session_id
+        spec = ContinuableStartSpec(
+            parent=parent, provider="local", prompt="block", label="c", model="worker", max_inbox=2
+        )
+        cid, _ = rt.subagents.start_continuable(spec)
+        rt.subagents.followup(parent, cid, "a")  # 2 of 2
+    released[0] = True
+    # A sweep (every lease_ttl / 3) would run them too, in time: not within the test.
+    with Runtime(db, backend=backend, durability="relaxed", lease_ttl=120) as rt:
+        rt.models.register("worker", lambda _o: worker)
+        assert len(rt.sessions.pending(cid)) == 2
+        live = rt.agents.resume(pid)
+        target = live if by == "parent" else pid
+        refused = MessageId("cd" * 16)
+        with pytest.raises(InboxFullError) as err:
+            rt.subagents.followup(target, cid, "over", message_id=refused)
+        assert (err.value.limit, err.value.pending) == (2, 2)
+        # Its id stays unused: the same id is a new acceptance, not a duplicate.
+        again = rt.subagents.followup(target, cid, "b", message_id=refused, wait_for_room=15)
+        assert again == refused
+        assert rt.wait_idle(20)
+        rt.sessions.flush()
+        outputs = [e.output for e in rt.sessions.turn_ends(cid)]
+        assert outputs[-3:] == ["did block", "did a", "did b"], outputs
+        assert outputs.count("did a") == 1 and "did over" not in outputs, outputs
+        assert rt.sessions.pending(cid) == []
