@@ -33,8 +33,13 @@ POST     /agents/{id}/children/{child}/report        the child reports ``{conten
 GET      /agents/{id}/children/{child}/reports/{m}   the report's receipt (``status``, ``turn``)
 GET      /agents/{id}/children                       ``list_children``
 GET      /agents/{id}/descendants                    ``list_descendants``
-GET      /sessions/{id}                              the session's events that decode
-                                                     (``diagnostics``: the seqs that do not)
+GET      /sessions/{id}?from_seq=S&limit=N           a page of the session's events that
+                                                     decode, from seq ``S`` (default 0),
+                                                     ``N`` at most (default 1000, at most
+                                                     10000; fewer past 4 MB of JSON);
+                                                     ``diagnostics``: the seqs that do not;
+                                                     ``next``: the next page's ``from_seq``
+                                                     (``null``: nothing more yet)
 GET      /events?limit=N                             streams ``subagent/start|end`` as JSON lines
                                                      (a ``heartbeat`` line when quiet)
 GET      /stats                                      live agents, idle disposals, open streams
@@ -46,12 +51,18 @@ is a body cut short. Responses are standard JSON, and connections keep alive
 without Nagle's delay (``TCP_NODELAY``), at most 1000 at once. SIGTERM (or
 Ctrl-C) stops gracefully: new connections are refused, idle kept-alive ones
 closed, and the requests in flight answered (for 5 s at most; a new one on a
-kept-alive connection is a 503 ``SHUTTING_DOWN``) before the runtime closes.
+kept-alive connection is a 503 ``SHUTTING_DOWN``) before the runtime closes. One
+still running after those 5 s is cut short with a 503 ``SHUTTING_DOWN`` saying
+its outcome is unknown (a follow-up may yet be committed): send it again, with
+the same ``message_id``, and it is accepted once.
 Those HTTP details live in ``gevent_server_http.py``; the ownership table, idle
 disposal and event streams in ``gevent_server_state.py``.
 
-No monkey-patching: pywsgi serves on gevent's own sockets, and the runtime's
-actors are greenlets of the same hub.
+No monkey-patching is needed: pywsgi serves on gevent's own sockets, and the
+runtime's actors are greenlets of the same hub. A process that patches anyway
+(``gevent.monkey.patch_all()`` first, as gunicorn's ``-k gevent`` worker does)
+runs it unchanged: the locks the threads of gevent's pool share stay the OS's
+own (``gevent_server_state.native_lock``; a patched ``threading.Lock`` hung them).
 
 Idle agents are disposed: a top-level agent no request is using, idle (no turn
 running or queued) for ``--idle-timeout`` seconds (default 30), leaves memory,
@@ -90,8 +101,16 @@ from typing import Any
 
 import gevent
 import gevent.event
-from gevent_server_errors import answer_failure, read_session, readable_roots
-from gevent_server_http import HttpError, NoDelayServer, Start, check_bearer, read_json, respond
+from gevent_server_errors import MAX_PAGE, PAGE, answer_failure, read_session, readable_roots
+from gevent_server_http import (
+    HttpError,
+    NoDelayServer,
+    Start,
+    check_bearer,
+    query,
+    read_json,
+    respond,
+)
 from gevent_server_state import EventStreams, IdleAgents, Owners
 from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
 from subagents.protocol import ErrorCode, SessionId
@@ -159,7 +178,8 @@ class App:
             for verb, pattern, handler in self.routes:
                 match = pattern.match(path)
                 if match and verb == method:
-                    body = read_json(environ) if method == "POST" else {}
+                    # A POST's JSON body; a GET's query parameters.
+                    body = read_json(environ) if method == "POST" else query(environ)
                     result = handler(client, body, *match.groups())
                     return respond(start_response, 200, result)
             raise HttpError(404, "NOT_FOUND", f"no route {method} {path}")
@@ -287,10 +307,13 @@ class App:
         self._owned(client, agent_id)
         return self._rows(self.rt.subagents.list_descendants(agent_id))
 
-    def session(self, client: str, body: dict[str, Any], session_id: str) -> Any:
-        """Every event that decodes; each that does not is a diagnostic."""
+    def session(self, client: str, params: dict[str, str], session_id: str) -> Any:
+        """A page of the session: the events from ``from_seq`` that decode (each that
+        does not is a diagnostic), at most ``limit``, and the ``next`` page's seq."""
         self._owned(client, session_id)
-        return read_session(self.rt, session_id)
+        from_seq = _int_param(params, "from_seq", 0, 0, None)
+        limit = _int_param(params, "limit", PAGE, 1, MAX_PAGE)
+        return read_session(self.rt, session_id, from_seq, limit)
 
     def stats(self, client: str, body: dict[str, Any]) -> Any:
         """This process's residency: what idle disposal keeps in memory."""
@@ -307,15 +330,25 @@ class App:
         self, environ: dict[str, Any], start_response: Start, client: str
     ) -> Iterator[bytes]:
         """Stream this client's ``subagent/start|end`` events (see ``EventStreams``)."""
-        query = dict(
-            p.split("=", 1) for p in environ.get("QUERY_STRING", "").split("&") if "=" in p
-        )
-        try:
-            limit = int(query.get("limit", "0")) or None
-        except ValueError:
-            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "limit must be an int") from None
+        limit = _int_param(query(environ), "limit", 0, 0, None) or None
         start_response("200 OK", [("Content-Type", "application/x-ndjson")])
         return self.streams.open(client, limit)
+
+
+def _int_param(params: dict[str, str], name: str, default: int, low: int, high: int | None) -> int:
+    """Query parameter ``name``, an int from ``low`` to ``high`` (400 if it is not)."""
+    text = params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        most = f" and at most {high}" if high is not None else ""
+        message = f"{name} must be an int of at least {low}{most}, got {text[:40]!r}"
+        raise HttpError(400, ErrorCode.INVALID_ARGUMENT, message)
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,15 +13,16 @@
 * :func:`readable_roots` and :func:`read_session` read around damaged rows, as
   ``docs/errors.md`` says a reader should ("one bad row never hides the rest"):
   what decodes is served, and each damaged row is named in ``diagnostics``.
+  :func:`read_session` reads a session a page at a time, off the hub.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from gevent_server_http import RETRY_AFTER, HttpError, Start, error, respond
+from gevent_server_http import RETRY_AFTER, Encoded, HttpError, Start, dumps, error, respond
 from subagents.actors import Runtime
 from subagents.protocol import (
     CorruptRecordError,
@@ -32,7 +33,22 @@ from subagents.protocol import (
     event_to_wire,
 )
 
-__all__ = ["answer_failure", "read_session", "readable_roots", "status_of"]
+__all__ = [
+    "MAX_PAGE",
+    "PAGE",
+    "PAGE_BYTES",
+    "answer_failure",
+    "read_session",
+    "readable_roots",
+    "status_of",
+]
+
+#: Records a page of ``GET /sessions/{id}`` holds unless ``limit`` says otherwise,
+#: and the most ``limit`` may ask for.
+PAGE = 1000
+MAX_PAGE = 10_000
+#: A page ends early once its JSON passes this many bytes (it holds one record at least).
+PAGE_BYTES = 4_000_000
 
 logger = logging.getLogger("gevent_server")
 
@@ -112,25 +128,48 @@ def readable_roots(
     return headers, diagnostics
 
 
-def read_session(rt: Runtime, session_id: str) -> dict[str, Any]:
-    """``{"events", "diagnostics"}`` of a session: every event that decodes, and a
-    diagnostic (``{"seq", "kind", "detail"}``) for each that does not.
+def read_session(rt: Runtime, session_id: str, from_seq: int = 0, limit: int = PAGE) -> Encoded:
+    """A page of a session, ``{"events", "diagnostics", "next"}``: its events from
+    seq ``from_seq`` that decode, a diagnostic (``{"seq", "kind", "detail"}``) for
+    each that does not, ``limit`` in all at most -- fewer once they pass
+    :data:`PAGE_BYTES` of JSON (one at least) -- and ``next``, the ``from_seq`` of
+    the next page (``None``: none is stored yet).
 
-    The log is read whole when it can be; one with a damaged row is scanned
-    instead, row by row, from the store (``store.scan``), after the writes
-    submitted so far are committed."""
+    The writes submitted so far are committed first; the rows are then scanned
+    from the store (``store.scan``: a damaged row in its place, the rest still
+    read), converted and encoded in gevent's thread pool (``run_blocking``), so a
+    long session never holds the hub (a whole log of 20,000 turns held it 5 s)."""
     sid = SessionId(session_id)
     rt.sessions.flush()
+    store = rt.store
+    if store is None:  # a memory runtime's log is in memory: read whole, paged below
+        records: Iterable[Any] = rt.sessions.read(sid, from_seq)
+        page: Encoded = rt.backend.run_blocking(_page, lambda: iter(records), limit)
+    else:
+        page = rt.backend.run_blocking(_page, lambda: store.scan(sid, from_seq), limit)
+    return page
+
+
+def _page(scan: Callable[[], Iterator[Any]], limit: int) -> Encoded:
+    """The page of at most ``limit`` records ``scan()`` gives first (see ``read_session``)."""
+    events: list[str] = []
+    diagnostics: list[str] = []
+    size, after = 0, None
+    records = scan()
     try:
-        records: list[Any] = rt.sessions.read(sid)
-    except CorruptRecordError:
-        store = rt.store
-        assert store is not None  # only a stored row can be damaged
-        records = rt.backend.run_blocking(lambda: list(store.scan(sid)))
-    events, diagnostics = [], []
-    for r in records:
-        if isinstance(r, CorruptRecordError):
-            diagnostics.append({"seq": r.seq, **_diagnostic(r)})
-        else:
-            events.append({"seq": r.seq, **event_to_wire(r.event)})
-    return {"events": events, "diagnostics": diagnostics}
+        for r in records:
+            if len(events) + len(diagnostics) >= limit or size >= PAGE_BYTES:
+                after = r.seq if type(r.seq) is int else None  # (no int: a damaged file)
+                break
+            if isinstance(r, CorruptRecordError):
+                diagnostics.append(dumps({"seq": r.seq, **_diagnostic(r)}))
+                size += len(diagnostics[-1])
+            else:
+                events.append(dumps({"seq": r.seq, **event_to_wire(r.event)}))
+                size += len(events[-1])
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+    body = f'{{"events": [{", ".join(events)}], "diagnostics": [{", ".join(diagnostics)}]'
+    return Encoded(f'{body}, "next": {dumps(after)}}}'.encode())

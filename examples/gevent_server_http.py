@@ -17,7 +17,10 @@ get right:
   kept-alive connection takes no new request: one waiting idly for its next
   request is closed, a request that arrives anyway is refused (503
   ``SHUTTING_DOWN``, ``Retry-After``), and every response says ``Connection:
-  close``.
+  close``. A request still running when ``timeout`` ends is cut short (pywsgi
+  kills its greenlet) and answered 503 ``SHUTTING_DOWN`` too: what it asked for
+  may yet take effect (a commit under way goes on), so the answer says its
+  outcome is unknown and to send it again with the same ``message_id``.
 * :func:`read_json` reads a body given by ``Content-Length`` or sent
   ``Transfer-Encoding: chunked`` (pywsgi decodes it and ends the input there),
   refusing one larger than a limit (413) instead of reading it as empty, and
@@ -28,7 +31,8 @@ get right:
   the connection closes: where the next request would start is unknown).
 * :func:`respond` writes standard JSON only (``allow_nan=False``); a non-finite
   float some behaviour produced is sent as the string ``"NaN"``, ``"Infinity"``
-  or ``"-Infinity"``, as protobuf's JSON mapping does.
+  or ``"-Infinity"``, as protobuf's JSON mapping does. A large answer is encoded
+  off the hub (in gevent's thread pool) and given to it :class:`Encoded`.
 * :func:`check_bearer` tells a missing header, a malformed one and a wrong token
   apart (401 each, with RFC 6750's ``WWW-Authenticate`` error).
 """
@@ -42,9 +46,11 @@ import json
 import math
 import select
 import socket
+import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import gevent
 import gevent.pool
 from gevent.pywsgi import WSGIHandler, WSGIServer
 
@@ -52,6 +58,7 @@ __all__ = [
     "MAX_BODY",
     "MAX_CONNECTIONS",
     "RETRY_AFTER",
+    "Encoded",
     "HttpError",
     "NoDelayServer",
     "Start",
@@ -59,6 +66,7 @@ __all__ = [
     "dumps",
     "error",
     "jsonable",
+    "query",
     "read_json",
     "respond",
 ]
@@ -146,9 +154,33 @@ class _Handler(WSGIHandler):  # type: ignore[misc]
             headers = [*headers, ("Connection", "close")]
         return super().start_response(status, headers, exc_info)
 
+    def handle_error(self, t: type[BaseException], v: BaseException, tb: Any) -> None:
+        """A request the stopping server's drain outlasted (its greenlet killed):
+        503 ``SHUTTING_DOWN``, its outcome unknown, instead of pywsgi's bare 500."""
+        if not issubclass(t, gevent.GreenletExit):
+            return super().handle_error(t, v, tb)  # type: ignore[no-any-return]
+        self.close_connection = True
+        if self.response_length:
+            return None  # the response was begun: the connection ends it
+        with contextlib.suppress(OSError):  # the client left already
+            for chunk in _cut_short(self.environ, self.start_response):
+                self.write(chunk)
+        return None
+
 
 def _shutting_down(environ: dict[str, Any], start_response: Start) -> list[bytes]:
     message = "the server is shutting down: send the request again (to another worker)"
+    retry = [("Retry-After", str(RETRY_AFTER)), ("Connection", "close")]
+    return respond(start_response, 503, error("SHUTTING_DOWN", message), retry)
+
+
+def _cut_short(environ: dict[str, Any], start_response: Start) -> list[bytes]:
+    message = (
+        "the server stopped before this request finished: whether it took effect is"
+        " unknown (it may yet). Send it again (to another worker) with the same"
+        " message_id -- it is then accepted once; one sent without a message_id may"
+        " be applied twice"
+    )
     retry = [("Retry-After", str(RETRY_AFTER)), ("Connection", "close")]
     return respond(start_response, 503, error("SHUTTING_DOWN", message), retry)
 
@@ -210,6 +242,11 @@ def read_json(environ: dict[str, Any], limit: int = MAX_BODY) -> dict[str, Any]:
     return data
 
 
+def query(environ: dict[str, Any]) -> dict[str, str]:
+    """The request's query parameters (the last of each name given twice)."""
+    return dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
+
+
 def _read(environ: dict[str, Any], size: int) -> bytes:
     try:
         return bytes(environ["wsgi.input"].read(size))
@@ -267,6 +304,10 @@ def dumps(value: Any) -> str:
     return json.dumps(jsonable(value), allow_nan=False)
 
 
+class Encoded(bytes):
+    """A JSON body encoded already (by :func:`dumps`): :func:`respond` sends it as it is."""
+
+
 def respond(
     start_response: Start,
     status: int,
@@ -274,7 +315,7 @@ def respond(
     headers: Iterable[tuple[str, str]] = (),
 ) -> list[bytes]:
     """Send ``payload`` as the JSON response, with its length (keep-alive needs it)."""
-    body = dumps(payload).encode()
+    body = payload if isinstance(payload, Encoded) else dumps(payload).encode()
     start_response(
         f"{status} {http.HTTPStatus(status).phrase}",
         [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from gevent_server_http import dumps
 from subagents.actors import Agent, Runtime, SubagentEvent
 from subagents.protocol import ErrorCode, SubagentError
 
-__all__ = ["EventStreams", "IdleAgents", "Owners"]
+__all__ = ["EventStreams", "IdleAgents", "Owners", "native_lock"]
 
 logger = logging.getLogger("gevent_server")
 
@@ -37,7 +38,10 @@ class Owners:
 
     A database failure is a ``SubagentError``, as the store's own are: ``TIMEOUT``
     for a lock waited on too long, else ``PERSISTENCE_UNAVAILABLE`` (the server
-    down, the disk full...; the driver's exception is its cause)."""
+    down, the disk full...; the driver's exception is its cause).
+
+    Its locks are the OS's own (:func:`native_lock`), even in a monkey-patched
+    process: the pool's threads share them."""
 
     def __init__(self, path: str | None, *, connect: Any = None) -> None:
         self._connect = connect
@@ -57,8 +61,8 @@ class Owners:
         if path is not None and connect is None:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._writer = _sqlite(path)
-        self._lock = threading.Lock()
-        self._write_lock = self._lock if self._writer is self._db else threading.Lock()
+        self._lock = native_lock()
+        self._write_lock = self._lock if self._writer is self._db else native_lock()
         self._writer.execute(
             "CREATE TABLE IF NOT EXISTS owners"
             " (session_id TEXT PRIMARY KEY, client TEXT NOT NULL, root INTEGER NOT NULL)"
@@ -126,6 +130,18 @@ _SQLITE_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 def _sqlite(path: str) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
+
+
+def native_lock() -> Any:
+    """A lock of the OS's, even where ``gevent.monkey.patch_all()`` (gunicorn's ``-k
+    gevent`` worker does it) made ``threading.Lock()`` gevent's: one of those, shared
+    by the threads of gevent's pool, each with a hub of its own, hung them (one
+    writer went on, the others waited forever). Held only for a statement, never
+    across a greenlet switch, so the OS's lock is the right one either way."""
+    monkey = sys.modules.get("gevent.monkey")  # imported by whoever patched
+    if monkey is None:
+        return threading.Lock()
+    return monkey.get_original("_thread", "allocate_lock")()  # the module's own if unpatched
 
 
 def _in_pool(fn: Callable[..., Any], *args: Any) -> Any:

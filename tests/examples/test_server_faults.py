@@ -15,6 +15,7 @@ import json
 import re
 import signal
 import socket
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,64 @@ def test_sigterm_finishes_the_requests_in_flight(db: str) -> None:
 
         eventually(lambda: "after" in ran(), "the agent ran its messages")
         assert ran() == ["in flight", "after"]
+    finally:
+        stop_server(srv)
+
+
+def test_a_request_the_drain_outlasts_is_a_typed_503(tmp_path: Path) -> None:
+    """A follow-up still running when the SIGTERM's drain ends (it waits for the
+    SQLite write lock another process holds): pywsgi killed its greenlet and
+    answered a bare-text 500, though the follow-up may yet be committed (its write
+    goes on in the thread pool). It is a 503 ``SHUTTING_DOWN`` (JSON, ``Retry-After``)
+    saying the outcome is unknown; sent again with the same ``message_id`` to the
+    restarted server, it is accepted, and the child runs it once."""
+    db = tmp_path / "d.db"
+    srv = start_server(db)
+    try:
+        agent = _agent(srv)
+        status, kid = srv.call("POST", f"/agents/{agent}/children", {"prompt": "p", "label": "k"})
+        assert status == 200, kid
+        child = kid["child_id"]
+        eventually(functools.partial(_ended, srv, child), "the child ran its prompt")
+        path = f"/agents/{agent}/children/{child}/followup"
+        late = {"content": "late", "message_id": uuid.uuid4().hex}
+        body = json.dumps(late).encode()
+        holder = sqlite3.connect(db, timeout=30, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # every write of the server's waits now
+        try:
+            stuck = _connect(srv)
+            stuck.sendall(_head("POST", path, f"Content-Length: {len(body)}\r\n") + body)
+            # Accepted after the follow-up (a backlog is first in, first out): it is
+            # being served once this is answered.
+            assert srv.call("GET", "/stats")[0] == 200
+            srv.proc.send_signal(signal.SIGTERM)
+            status, headers, answer = _response(stuck)  # after the drain's 5 s
+            stuck.close()
+        finally:
+            holder.rollback()
+            holder.close()
+        assert status == 503, answer
+        assert answer["error"]["code"] == "SHUTTING_DOWN", answer
+        assert "unknown" in answer["error"]["message"], answer
+        assert "message_id" in answer["error"]["message"], answer
+        assert headers["Connection"] == "close" and int(headers["Retry-After"]) > 0
+        assert srv.proc.wait(30) == 0
+    finally:
+        stop_server(srv)
+    srv = start_server(db)
+    try:
+        status, sent = srv.call("POST", path, late)
+        assert status == 200 and sent["message_id"] == late["message_id"], sent
+
+        def turns() -> list[Any]:
+            status, data = srv.call("GET", f"/sessions/{child}")
+            assert status == 200, data
+            return [e for e in data["events"] if e["type"] == "turn/end"]
+
+        eventually(lambda: len(turns()) == 2, "the child ran the follow-up")
+        status, data = srv.call("GET", f"/sessions/{child}")
+        runs = [e for e in data["events"] if e["type"] == "turn/start"]
+        assert sum(r["message_ids"].count(late["message_id"]) for r in runs) == 1, runs
     finally:
         stop_server(srv)
 
