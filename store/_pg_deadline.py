@@ -1,4 +1,5 @@
-"""A deadline on every wait for the PostgreSQL server's answer.
+"""A deadline on every wait for the PostgreSQL server's answer, and the reads
+that go on through the server's faults (:class:`PgReader`).
 
 A server that hangs -- alive to TCP, answering nothing: a storage stall, a
 frozen host or VM -- would block a statement for ever: TCP keeps the connection
@@ -19,6 +20,11 @@ first guarded wait, and made again in the child of a fork. Shutting a socket
 down is safe from any thread; the watchdog does it holding the lock the waiter
 must take to unregister, so the socket is the connection's own (its number not
 reused by then).
+
+:class:`PgReader` is the store's read path: a pooled connection, one more try
+on a fresh connection when a restart had dropped it (and its idle siblings), and
+while the server was last seen unreachable a connection of its own (bounded):
+see its docstring.
 """
 
 from __future__ import annotations
@@ -33,10 +39,18 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import psycopg_pool
+from subagents.protocol import ErrorCode, SubagentError
 
 from ._native import native_lock, original_sleep
+from ._pg_schema import pg_error
 
-__all__ = ["DeadlineConnection", "DeadlinePassed", "deadline_passed"]
+__all__ = ["DIRECT_READS", "DeadlineConnection", "DeadlinePassed", "PgReader", "deadline_passed"]
+
+#: Most reads on connections of their own at once (see :class:`PgReader`): a
+#: store holds at most ``pool_size`` + this + 1 (the writer's) connections, and a
+#: runtime's listener one more.
+DIRECT_READS = 2
 
 
 class DeadlinePassed(psycopg.OperationalError):
@@ -134,19 +148,24 @@ class DeadlineConnection(psycopg.Connection[Any]):
         token = watchdog.guard(self, seconds)
         try:
             answer = super().wait(gen, *args, **kwargs)
-            if self._cut_off:
-                # The answer was in before the cut: it stands, but the socket is
-                # shut: close the connection, or its next user would fail on it.
-                self.pgconn.finish()
-            return answer
         except psycopg.OperationalError as exc:
+            watchdog.release(token)
             if self._cut_off:
                 raise DeadlinePassed(
                     f"the server did not answer within {seconds:g} s (statement_timeout_s)"
                 ) from exc
             raise
-        finally:
+        except BaseException:
             watchdog.release(token)
+            raise
+        # Looked at only once released: the watchdog may cut until then, even
+        # after the answer came in.
+        watchdog.release(token)
+        if self._cut_off:
+            # The answer was in before the cut: it stands, but the socket is shut:
+            # close the connection, or its next user would fail on it.
+            self.pgconn.finish()
+        return answer
 
     def _cut(self) -> None:
         """Shut the socket down (the watchdog's thread, holding its lock)."""
@@ -160,3 +179,122 @@ class DeadlineConnection(psycopg.Connection[Any]):
                 sock.shutdown(socket.SHUT_RDWR)
             finally:
                 sock.close()
+
+
+class _LostConnection(Exception):
+    """A pooled connection the server had dropped."""
+
+    def __init__(self, error: psycopg.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class PgReader:
+    """The store's reads, each on a pooled connection (autocommit), except:
+
+    * a pooled connection the server dropped (a restart drops every idle one):
+      the pool checks its connections, and the read runs once more on a fresh
+      one -- it used to take the next dead one and fail although the server was
+      back;
+    * no pooled connection free within ``timeout`` while the pool connects fine
+      (all held up by a lock, a long listing): ``TIMEOUT``, the server being up;
+      when the pool could not connect, the server is unreachable;
+    * the server last seen unreachable (a failed connect, a deadline cut): reads
+      connect directly, failing as fast as the server refuses them (the pool
+      would wait for its reconnection backoff), until one succeeds and puts the
+      pool back in use. At most :data:`DIRECT_READS` at once; a read finding none
+      free fails ``PERSISTENCE_UNAVAILABLE`` at once.
+
+    ``PoolClosed`` is the caller's to translate.
+    """
+
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        connect: Callable[[], psycopg.Connection[Any]],
+        timeout: float,
+        closed: Callable[[], bool],
+    ) -> None:
+        self.pool = pool
+        self._connect = connect
+        self._timeout = timeout
+        self._closed = closed
+        self.unreachable = False  # reads connect directly until one succeeds
+        self._direct_lock = native_lock()
+        self._direct_free = DIRECT_READS
+        self._pool_errors = 0  # the pool's failed connects, when last looked at
+
+    def query(self, text: str, args: Any) -> list[Any]:
+        """The rows of one statement (``%s`` placeholders)."""
+        if self.unreachable:
+            rows = self._direct(text, args)
+            if rows is None:
+                raise SubagentError(
+                    "session store failed: the server cannot be reached (the last read"
+                    f" found it unreachable, and {DIRECT_READS} reads are trying it again)",
+                    code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+                )
+            return rows
+        try:
+            return self._pooled(text, args)
+        except _LostConnection:
+            # A restart drops every idle pooled connection, not only this one: the
+            # pool checks them (a dead one fails at once), and the read runs again
+            # on one it makes afresh, waiting for it as any read does (a restart
+            # is over sooner).
+            with contextlib.suppress(psycopg_pool.PoolClosed):
+                self.pool.check()
+            try:
+                return self._pooled(text, args)
+            except _LostConnection as again:
+                self.unreachable = True
+                raise pg_error(again.error) from again.error
+
+    def _pooled(self, text: str, args: Any) -> list[Any]:
+        try:
+            with self.pool.connection(timeout=self._timeout) as conn:
+                try:
+                    rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
+                    return rows
+                except psycopg.OperationalError as exc:
+                    if conn.broken and not deadline_passed(exc) and not self._closed():
+                        raise _LostConnection(exc) from exc
+                    raise
+        except psycopg_pool.PoolTimeout as exc:
+            errors = self.pool.get_stats().get("connections_errors", 0)
+            if errors > self._pool_errors:  # the pool could not connect: an outage
+                self._pool_errors = errors
+                self.unreachable = True
+                raise pg_error(exc) from exc
+            raise SubagentError(
+                f"session store timed out: no pooled connection came free within"
+                f" {self._timeout:g} s (connect_timeout_s): all {self.pool.max_size}"
+                " (pool_size) are in use",
+                code=ErrorCode.TIMEOUT,
+            ) from exc
+        except psycopg.Error as exc:
+            if deadline_passed(exc):  # it hangs
+                self.unreachable = True
+            raise pg_error(exc) from exc
+
+    def _direct(self, text: str, args: Any) -> list[Any] | None:
+        """A read on a connection of its own; None when no direct slot is free."""
+        with self._direct_lock:
+            if self._direct_free == 0:
+                return None
+            self._direct_free -= 1
+        try:
+            with self._connect() as conn:
+                rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
+        except psycopg.Error as exc:
+            self.unreachable = True
+            raise pg_error(exc) from exc
+        finally:
+            with self._direct_lock:
+                self._direct_free += 1
+        if self.unreachable:
+            self.unreachable = False
+            with contextlib.suppress(psycopg_pool.PoolClosed):
+                self.pool.check()  # drop the connections the outage broke
+        self._pool_errors = self.pool.get_stats().get("connections_errors", 0)
+        return rows

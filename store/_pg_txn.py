@@ -23,17 +23,27 @@ conflict or a deadlock between processes rolls the batch back and retries each
 request alone; a lost connection fails the batch with
 ``PERSISTENCE_UNAVAILABLE`` -- it is not retried, since its commit may have
 happened -- and the next batch reconnects.
+
+A server that did not answer -- a statement cut by the deadline, a connect that
+timed out -- opens a circuit breaker: for :data:`PROBE_BACKOFF` seconds batches
+fail ``PERSISTENCE_UNAVAILABLE`` at once, naming the cause, rather than each
+waiting ``connect_timeout_s`` again (``Runtime.close()`` writes one batch per
+resident agent: on a hung server it took agents x connect timeout); the first
+batch after it connects again, as a probe (one at a time: batches are serial).
+A refused connect (a server down or restarting) fails as fast as the server
+refuses it and opens nothing, so a call made once it is back succeeds.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import psycopg
 import psycopg.errors
 from psycopg.pq import TransactionStatus
-from subagents.protocol import SessionHeader, SessionId, SubagentError
+from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentError
 
 from ._base import not_found
 from ._cells import STORED_VALUE_ERRORS, stored_value_error
@@ -57,6 +67,14 @@ _ACCEPTING: Final = (
     " (SELECT epoch FROM leases WHERE session = ?1)"
 )
 _MAX_SEQ: Final = "SELECT max(seq) FROM events WHERE session = ?"
+
+#: How long the writer fails batches at once after the server did not answer,
+#: before it tries to connect again (seconds).
+PROBE_BACKOFF: Final = 1.0
+
+#: A failed connect that took this long waited for a server that did not answer
+#: (a refusal comes back in milliseconds).
+_SLOW_CONNECT: Final = 0.5
 
 #: Failures after which each request of the batch is retried alone.
 _RETRY: Final = (
@@ -170,6 +188,8 @@ class PgWriter:
     ) -> None:
         self._connect = connect
         self._unreachable = unreachable  # told when the server could not be reached
+        # When and why the server last did not answer (the breaker is open), or None.
+        self._down: tuple[float, str] | None = None
         self.conn: PgConn | None = None
         self.transactions = 0
         self.requests = 0
@@ -182,12 +202,33 @@ class PgWriter:
             if conn is not None:
                 conn.raw.close()
                 self.conn = None
+            if self._down is not None and time.monotonic() < self._down[0] + PROBE_BACKOFF:
+                raise self._refusal()
+            start = time.monotonic()
             try:
                 conn = self.conn = PgConn(self._connect())
             except psycopg.Error as exc:
                 self._unreachable()
+                if time.monotonic() - start >= _SLOW_CONNECT:
+                    self._trip(exc)
                 raise pg_error(exc) from exc
+            self._down = None  # the probe connected
         return conn
+
+    def _trip(self, exc: BaseException) -> None:
+        """The server did not answer: fail batches at once for a while."""
+        self._down = (time.monotonic(), str(exc))
+        self._unreachable()
+
+    def _refusal(self) -> SubagentError:
+        assert self._down is not None
+        since, cause = self._down
+        return SubagentError(
+            f"session store unavailable: the server did not answer {time.monotonic() - since:.1f}"
+            f" s ago ({cause}); the writer tries it again {PROBE_BACKOFF:g} s after that",
+            code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+            hint={"unreachable_since_s": round(time.monotonic() - since, 3)},
+        )
 
     def execute(self, batch: list[WriteRequest]) -> None:
         """Write ``batch`` in one transaction; isolate failures (see module doc)."""
@@ -203,6 +244,8 @@ class PgWriter:
         except (*_RETRY, *STORED_VALUE_ERRORS):
             pass  # another process raced us (or one request broke a key): one by one
         except psycopg.Error as exc:
+            if deadline_passed(exc):
+                self._trip(exc)
             # One request the server refused (a trigger, a check) must not fail the
             # others: alone, each meets only its own fate. A lost connection or a
             # lock timeout would meet every one of them again, once per request.
@@ -216,6 +259,8 @@ class PgWriter:
             except SubagentError as exc:
                 request.finish(error=exc)
             except psycopg.Error as exc:
+                if deadline_passed(exc):
+                    self._trip(exc)
                 request.finish(error=pg_error(exc))
             except STORED_VALUE_ERRORS as exc:
                 request.finish(error=stored_value_error(exc))
@@ -232,7 +277,6 @@ class PgWriter:
         except psycopg.OperationalError as exc:
             conn.raw.close()
             if deadline_passed(exc):  # it hangs: another connection would too
-                self._unreachable()
                 raise
             self.conn = None
             conn = self._connection()

@@ -12,7 +12,9 @@ Theory of operation:
 * **Reads** take a connection from a ``psycopg_pool.ConnectionPool``
   (autocommit: each statement its own snapshot, never waiting for a writer).
   A read that finds its pooled connection dead (the server restarted) is
-  retried once on a fresh one.
+  retried once on a fresh one; one that finds no pooled connection free in time
+  fails ``TIMEOUT``; while the server is unreachable, reads connect directly, a
+  bounded few at once (:class:`~._pg_deadline.PgReader`).
 * **Wake-ups** by ``LISTEN/NOTIFY``: :meth:`PostgresStore.listen` gives a
   runtime a channel (its lease's ``wake`` address, ``pg:<channel>``) on a
   connection of its own; :meth:`PostgresStore.notify` rings it from any process
@@ -30,7 +32,6 @@ schema that is not ours or is newer, left untouched.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -54,7 +55,7 @@ from ._committed import CommittedWrites
 from ._forked import track
 from ._group import GroupCommitter
 from ._location import is_postgres_url, redacted_url
-from ._pg_deadline import DeadlineConnection, deadline_passed
+from ._pg_deadline import DeadlineConnection, PgReader
 from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
@@ -168,9 +169,6 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._id_cache: dict[bytes, SessionId] = {}
         self._closed = False
         self._close_lock = threading.Lock()
-        # Set by a read that could not reach the server; reads then connect directly
-        # until one succeeds (see _query_direct).
-        self._unreachable = False
         self._timeout = float(connect_timeout_s)
         self._kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -220,6 +218,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             name=f"subagents-{schema}",
             open=True,
         )
+        self._reader = PgReader(self._pool, self.connect, self._timeout, lambda: self._closed)
         self._writer = PgWriter(self.connect, self._lost_server)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
         self._pid = os.getpid()
@@ -248,47 +247,13 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         if self._closed:
             raise store_closed(self)
         text, order = translate(sql)
-        args = reorder(order, params)
-        if self._unreachable:
-            return self._query_direct(text, args)
-        for attempt in (1, 2):
-            try:
-                with self._pool.connection(timeout=self._timeout) as conn:
-                    rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
-                    return rows
-            except psycopg.OperationalError as exc:
-                # A server that did not answer in time is not tried again: it hangs.
-                if attempt == 2 or self._closed or deadline_passed(exc):
-                    self._unreachable = True
-                    raise pg_error(exc) from exc
-                # A pooled connection the server dropped (restarted): one more try,
-                # on a connection the pool opens afresh.
-            except psycopg_pool.PoolTimeout as exc:
-                self._unreachable = True
-                raise pg_error(exc) from exc
-            except psycopg.Error as exc:
-                raise pg_error(exc) from exc
-            except psycopg_pool.PoolClosed:
-                raise store_closed(self) from None
-        raise AssertionError("unreachable")
+        try:
+            return self._reader.query(text, reorder(order, params))
+        except psycopg_pool.PoolClosed:
+            raise store_closed(self) from None
 
     def _lost_server(self) -> None:
-        self._unreachable = True
-
-    def _query_direct(self, text: str, args: Any) -> list[Any]:
-        """A read while the server was last seen unreachable: on a connection of its
-        own, so a call fails as fast as the server refuses it (the pool would wait
-        for its reconnection backoff), and the first that succeeds puts the pool
-        back in use."""
-        try:
-            with self.connect() as conn:
-                rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
-        except psycopg.Error as exc:
-            raise pg_error(exc) from exc
-        self._unreachable = False
-        with contextlib.suppress(psycopg_pool.PoolClosed):
-            self._pool.check()  # drop the connections the outage broke
-        return rows
+        self._reader.unreachable = True
 
     def flush(self, session_id: SessionId | str | None = None) -> None:
         if session_id is not None:

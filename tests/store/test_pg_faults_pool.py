@@ -1,0 +1,189 @@
+"""The PostgreSQL store's connections through a server restart, an exhausted read
+pool and a hung server: the first read after a restart succeeds, a pool held up by
+a lock neither bypasses its bound nor reports the server unreachable, and the
+writer stops waiting a connect timeout per batch once the server did not answer
+(``Runtime.close()`` on a hung server is bounded).
+
+Every test runs on a private cluster (``own_pg_server``): it restarts or stops it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import MakeHeader
+from subagents.actors import Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, MessageEvent, SubagentError, new_message_id
+from subagents.store import PostgresStore
+from test_pg_hung import _hung
+
+
+def _url(cluster: Any) -> str:
+    return f"{cluster.url}?schema=s_{uuid.uuid4().hex[:12]}"
+
+
+def _message(text: str) -> MessageEvent:
+    return MessageEvent(message_id=new_message_id(), content=text)
+
+
+def _fill_pool(store: PostgresStore, n: int) -> None:
+    """``n`` reads at once: the pool then holds ``n`` idle connections."""
+    barrier = threading.Barrier(n)
+
+    def read() -> None:
+        barrier.wait()
+        store._query("SELECT pg_sleep(0.2)", ())
+
+    threads = [threading.Thread(target=read) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert store._pool.get_stats()["pool_available"] >= 2
+
+
+def test_the_first_read_after_a_server_restart_succeeds(own_pg_server: Any) -> None:
+    """A restart drops every idle pooled connection: the read that meets the first
+    one used to retry on the next, as dead, and fail ``PERSISTENCE_UNAVAILABLE``
+    although the server was back."""
+    with PostgresStore(_url(own_pg_server), pool_size=4) as store:
+        for _ in range(3):
+            _fill_pool(store, 4)
+            own_pg_server.restart()
+            assert store.list_headers(None) == []  # raised PERSISTENCE_UNAVAILABLE
+            assert store.list_headers(None) == []
+
+
+def test_an_exhausted_pool_is_a_timeout_and_keeps_its_bound(
+    own_pg_server: Any, make_header: MakeHeader
+) -> None:
+    """Another session locks the sessions table while many threads read: the pool's
+    connections all wait, the rest of the readers wait for one. That is not an
+    outage: a reader that got none fails ``TIMEOUT`` (it failed
+    ``PERSISTENCE_UNAVAILABLE``, and from then on every read opened a connection
+    of its own -- one per reader, up to the server's ``max_connections``)."""
+    url = _url(own_pg_server)
+    schema = url.rsplit("=", 1)[1]
+    pool, readers = 2, 24
+    peak = [0]
+    stop = threading.Event()
+    codes: Counter[str] = Counter()
+
+    def count() -> None:
+        with psycopg.connect(own_pg_server.url, autocommit=True) as conn:
+            while not stop.is_set():
+                n = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                    " AND pid <> pg_backend_pid() AND query NOT ILIKE 'LOCK TABLE%%'"
+                ).fetchone()
+                peak[0] = max(peak[0], n[0] if n else 0)
+                time.sleep(0.05)
+
+    def read() -> None:
+        for _ in range(2):
+            try:
+                store.list_headers(None)
+                codes["ok"] += 1
+            except SubagentError as exc:
+                codes[str(exc.code)] += 1
+
+    with PostgresStore(url, pool_size=pool, connect_timeout_s=1, lock_timeout_s=5) as store:
+        store.create_session(make_header())
+        counter = threading.Thread(target=count)
+        counter.start()
+        threads = [threading.Thread(target=read) for _ in range(readers)]
+        try:
+            with psycopg.connect(own_pg_server.url) as locker:
+                locker.execute(f'LOCK TABLE "{schema}".sessions IN ACCESS EXCLUSIVE MODE')
+                for t in threads:
+                    t.start()
+                time.sleep(2.5)
+            for t in threads:
+                t.join(30)
+        finally:
+            stop.set()
+            counter.join(10)
+        assert codes[str(ErrorCode.TIMEOUT)] > 0, codes
+        assert set(codes) <= {"ok", str(ErrorCode.TIMEOUT)}, codes
+        # The pool, the direct reads' cap (none used here) and the writer's connection.
+        assert peak[0] <= pool + 1, peak[0]
+        assert len(store.list_headers(None)) == 1
+        assert not store._reader.unreachable
+
+
+def test_a_writer_that_met_a_hung_server_fails_at_once_until_it_answers(
+    own_pg_server: Any, make_header: MakeHeader
+) -> None:
+    """Once a write was cut by the deadline (or its connect timed out), the next
+    writes fail ``PERSISTENCE_UNAVAILABLE`` at once, naming why, instead of
+    each waiting ``connect_timeout_s``; one probe at a time tries the server
+    again, and once it answers writes succeed. Nothing accepted is lost."""
+    header = make_header()
+    store = PostgresStore(_url(own_pg_server), connect_timeout_s=2.0, statement_timeout_s=1.0)
+    try:
+        store.create_session(header)
+        store.accept(header.id, [_message("before")], now=1.0)
+        with _hung(own_pg_server):
+            with pytest.raises(SubagentError) as first:  # cut after the deadline
+                store.accept(header.id, [_message("cut")], now=2.0)
+            assert first.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+            start = time.monotonic()
+            for i in range(10):  # each used to wait connect_timeout_s
+                with pytest.raises(SubagentError) as info:
+                    store.accept(header.id, [_message(f"refused {i}")], now=3.0)
+                assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+            assert time.monotonic() - start < 2 * 2.0 + 2.0
+            assert "unreachable" in str(info.value) or "did not answer" in str(info.value)
+        deadline = time.monotonic() + 15
+        while True:  # the server answers again: a probe reconnects
+            try:
+                store.accept(header.id, [_message("after")], now=4.0)
+                break
+            except SubagentError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        contents = [e.event.content for e in store.pending(header.id)]
+        assert contents[0] == "before" and contents[-1] == "after"
+        assert not any(c.startswith("refused") for c in contents)
+    finally:
+        store.close()
+
+
+def test_closing_a_runtime_on_a_hung_server_is_bounded(
+    backend: Backend, own_pg_server: Any
+) -> None:
+    """``Runtime.close()`` with 8 resident sessions on a hung server: every agent's
+    shutdown flush and lease release is a batch of its own, and each waited a full
+    connect timeout (8 x 3 s and more); now about one. Reopened once the server
+    answers, every session holds its completed turn."""
+    connect_s, statement_s = 3.0, 1.0
+    url = _url(own_pg_server)
+    store = PostgresStore(url, connect_timeout_s=connect_s, statement_timeout_s=statement_s)
+    rt = Runtime(store, backend=backend)
+    try:
+        rt.models.register("idle", lambda _o: lambda _turn: "ok")
+        agents = [rt.spawn("idle") for _ in range(8)]
+        for agent in agents:
+            agent.followup("hi")
+        for agent in agents:
+            assert agent.wait_idle(30)
+        rt.sessions.flush()
+        with _hung(own_pg_server):
+            start = time.monotonic()
+            rt.close()
+            took = time.monotonic() - start
+        assert took < 3 * connect_s, took
+    finally:
+        rt.close()
+        store.close()
+    with Runtime(url, backend=backend) as again:
+        for agent in agents:
+            ends = again.sessions.turn_ends(agent.session_id)
+            assert [e.output for e in ends] == ["ok"]
