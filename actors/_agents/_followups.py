@@ -6,11 +6,14 @@ running one (see :mod:`._steering`). When the runtime traces, the acceptance is 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, overload
 
 from subagents.actors._kernel._telemetry import stamp, traced
 from subagents.protocol import (
     ErrorCode,
+    MessageEvent,
     MessageId,
     MessageSource,
     SubagentError,
@@ -19,15 +22,27 @@ from subagents.protocol import (
     new_message_id,
     trusted_message,
 )
+from subagents.store import Accepted, InboxEntry
 
 from ._inbox import Inbox
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
 
-__all__ = ["Followups"]
+__all__ = ["Followups", "unsure"]
 
 #: A top-level follow-up's source when it names none and must carry a trace.
 USER = MessageSource(kind="user")
+#: Held while messages in doubt are settled: a follow-up that finds some waits, and
+#: runs after them (held for no store call).
+_SETTLING = threading.Lock()
+
+
+def unsure(exc: BaseException) -> bool:
+    """Whether a write that raised ``exc`` may have committed all the same: its
+    connection was lost (``PERSISTENCE_UNAVAILABLE``), perhaps after the server
+    committed, before the answer came back. Only the store can say (see
+    ``docs/postgres.md``)."""
+    return isinstance(exc, SubagentError) and exc.code == ErrorCode.PERSISTENCE_UNAVAILABLE
 
 
 def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseException) -> bool:
@@ -49,6 +64,10 @@ def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseExcep
 
 class Followups(Inbox):
     """The follow-up half of :class:`~._agent.Agent` (built on its inbox)."""
+
+    #: Messages this activation tried to commit and cannot say whether it did (see
+    #: :meth:`_settle_unsure`), in acceptance order; None: none ever.
+    _unsure: dict[MessageId, None] | None = None
 
     @overload
     def followup(
@@ -96,8 +115,11 @@ class Followups(Inbox):
                 the session's writes failed (``runtime.sessions.statistics()``
                 lists it); ``ENCODE_ERROR`` for content the
                 session log cannot represent; ``INVALID_ARGUMENT``; the store's
-                error when it cannot commit (nothing accepted); ``TURN_NOT_OPEN``
-                (a strict steer found no open turn: nothing accepted).
+                error when it cannot commit (nothing accepted -- unless the
+                connection was lost at the commit, which may have happened: then
+                the message runs once, in order, and a retry with its
+                ``message_id`` returns it); ``TURN_NOT_OPEN`` (a strict steer
+                found no open turn: nothing accepted).
         """
         strict_steer = None if steer is False else check_steer(steer)
         if source is not None:
@@ -143,10 +165,7 @@ class Followups(Inbox):
                 sessions.unclaim(self.session_id, message_id)
                 raise
         mid = message_id if message_id is not None else new_message_id()
-        (accepted,) = sessions.accept(
-            self.session_id, [trusted_message(mid, content, source)], self._session
-        )
-        if accepted.duplicate:
+        if self._commit(mid, content, source).duplicate:
             return mid
         try:
             return self.deliver(content, source, message_id=mid)
@@ -171,10 +190,7 @@ class Followups(Inbox):
                     sessions.unclaim(self.session_id, mid)
                 raise
         # Committed first, as every accepted message is; taken back if refused.
-        (accepted,) = sessions.accept(
-            self.session_id, [trusted_message(mid, content, source)], self._session
-        )
-        if accepted.duplicate:
+        if self._commit(mid, content, source).duplicate:
             return Steered(mid, "duplicate")
         try:
             return self._steer_or_queue(content, source, mid, strict)
@@ -182,6 +198,90 @@ class Followups(Inbox):
             if _kept(sessions, self.session_id, mid, self._session, refused):
                 return Steered(mid, "queued")
             raise
+
+    def _commit(self, mid: MessageId, content: Any, source: MessageSource | None) -> Accepted:
+        """Commit one message to the session's inbox, handed to this activation --
+        after what an earlier commit left in doubt is settled (it was accepted
+        first). A commit that may have happened all the same is in doubt from now
+        on: settled by a retry with its id, the next follow-up, or the mail pickup.
+
+        Raises:
+            SubagentError: the store's (what was in doubt stays so).
+        """
+        if self._unsure:
+            self._settle_unsure()
+        try:
+            (accepted,) = self._host.sessions.accept(
+                self.session_id, [trusted_message(mid, content, source)], self._session
+            )
+        except BaseException as exc:
+            if unsure(exc):
+                self._doubt((mid,))
+            raise
+        return accepted
+
+    def _doubt(self, message_ids: Iterable[MessageId]) -> None:
+        """``message_ids`` were committed, or not, by this activation (see
+        :meth:`_settle_unsure`); this runtime's mail pickup is asked to settle them."""
+        with _SETTLING:
+            if self._unsure is None:
+                self._unsure = {}
+            self._unsure.update(dict.fromkeys(message_ids))
+        self._host.sessions.wake_pickup(self.session_id)
+
+    def _in_doubt(self) -> list[MessageId]:
+        """The messages in doubt (see :meth:`_settle_unsure`), oldest first."""
+        unsure = self._unsure
+        return list(unsure) if unsure else []
+
+    def _settle_unsure(
+        self,
+        asked: Sequence[MessageId] | None = None,
+        entries: Sequence[InboxEntry] = (),
+        handed: Sequence[InboxEntry] = (),
+    ) -> None:
+        """Settle the messages in doubt: those the store holds taken by this
+        activation -- committed, the answer lost -- are queued, in acceptance order
+        (with ``handed``, messages the caller took for it, in theirs); the others
+        were not committed (or are not this activation's to run) and are forgotten.
+
+        ``asked``: the messages in doubt before ``entries`` (the session's pending
+        messages) were read; by default both are read here.
+
+        Raises:
+            SubagentError: the store's, when it cannot say (they stay in doubt);
+                ``AGENT_DISPOSED``.
+        """
+        if asked is None:
+            asked = self._in_doubt()
+            if not asked:
+                return
+            entries = self._host.sessions.pending(self.session_id)
+        token = self._session.token
+        epoch = None if token is None else token[1]
+        with _SETTLING:
+            unsure = self._unsure or {}
+            mine = {mid for mid in asked if mid in unsure}
+            found = [e for e in entries if e.message_id in mine and e.epoch == epoch]
+            try:
+                self._queue(sorted([*found, *handed], key=lambda e: e.n))
+            finally:
+                for mid in mine:
+                    del unsure[mid]
+
+    def _queue(self, entries: list[InboxEntry]) -> None:
+        """Deliver inbox ``entries`` this activation took and never ran, in order."""
+        self._turns.from_inbox(e.message_id for e in entries)
+        for entry in entries:
+            event = entry.event
+            if isinstance(event, MessageEvent):
+                self.deliver(event.content, event.source, message_id=event.message_id)
+            elif event.delivery == "waking":
+                self.deliver(
+                    event.content, event.source, kind="report", message_id=event.message_id
+                )
+            else:
+                self.inject_quiet(event.content, event.source, event.message_id)
 
     def _steer_or_queue(
         self, content: Any, source: MessageSource | None, mid: MessageId, strict: bool

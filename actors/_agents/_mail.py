@@ -9,6 +9,14 @@ its own loop* (after what it accepted already): read the messages nobody took,
 take them by compare-and-swap (so a message this process also routed to the
 agent runs once, whoever takes it first) and queue them, in acceptance order.
 
+A write whose connection was lost may have committed all the same (its answer
+lost): a hand-over (the messages stay taken by this activation, which never
+queued them) or one of the agent's own acceptances (``Agent._doubt``). The pickup
+settles such messages in the agent's loop, once the store answers -- at once, and
+then at each sweep: after the session's writes so far are in (a turn that ran
+one of them has marked it done), those the store holds taken by this activation
+are queued, in acceptance order with the rest; the others were not committed.
+
 Rings are hints. Every ``period`` seconds without one (a third of the lease
 ttl) the mailman sweeps: it asks the store which of its sessions have untaken
 messages, and which sessions have accepted work and no lease at all (their
@@ -35,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import struct
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,9 +56,10 @@ from subagents.actors._kernel import (
     fork_generation,
     ring,
 )
-from subagents.protocol import SessionId, SubagentError
+from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
 
 from ._agent import Agent
+from ._followups import unsure
 from ._resume import replay
 from ._sessions import SessionService
 
@@ -110,6 +120,10 @@ class Mailman:
         self._listener = sessions.listen()
         self.doorbell = Doorbell(backend, self._listener)
         self._task: TaskHandle | None = None
+        # Sessions with messages in doubt, looked at again by every sweep: by
+        # session, those a hand-over of theirs may have taken (see the module doc).
+        self._doubts: dict[SessionId, set[MessageId]] = {}
+        self._doubts_lock = threading.Lock()
 
     @property
     def address(self) -> str:
@@ -163,6 +177,8 @@ class Mailman:
                 if rings is None:
                     rung = self._sessions.waiting(self._holder)
                     rung += self._sessions.orphans(time.time())
+                    with self._doubts_lock:
+                        rung += list(self._doubts)
                 else:
                     rung = _session_ids(rings)
                     self._interrupts(rings)
@@ -192,6 +208,8 @@ class Mailman:
         """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``."""
         agent = self._live(sid)
         if agent is None:
+            with self._doubts_lock:  # its next activation replays what the store holds
+                self._doubts.pop(sid, None)
             if not self._holds(sid):  # released, or never ours: somebody must activate it
                 self._orphan(sid)
             return  # materializing: its resume reads the inbox, the sweep the rest
@@ -200,23 +218,65 @@ class Mailman:
             agent.call_in_loop(lambda: self._deliver(agent))
 
     def _deliver(self, agent: Agent) -> None:
-        """In ``agent``'s loop: take and queue its untaken messages."""
+        """In ``agent``'s loop: take and queue its untaken messages, and settle those
+        in doubt -- tried again at once when a write of it may have committed, then
+        at each sweep while any stay in doubt (see the module docstring)."""
+        sid = agent.session_id
+        for again in (False, True):
+            try:
+                self._take(agent)
+                break
+            except SubagentError as exc:
+                if again or not self._doubted(agent):
+                    logger.warning("picking up the mail of %s failed: %s", sid, exc)
+                    break
+        with self._doubts_lock:  # looked at by every sweep while any stay in doubt
+            if self._doubted(agent):
+                self._doubts.setdefault(sid, set())
+            else:
+                self._doubts.pop(sid, None)
+
+    def _doubted(self, agent: Agent) -> bool:
+        return bool(self._doubts.get(agent.session_id) or agent._in_doubt())
+
+    def _take(self, agent: Agent) -> None:
+        """One pickup of ``agent``'s mail (see :meth:`_deliver`)."""
         sessions = self._sessions
         sid = agent.session_id
+        with self._doubts_lock:
+            held = set(self._doubts.get(sid, ()))
+        asked = agent._in_doubt()
+        if held and not sessions.written(agent.session, self._period):
+            raise SubagentError(f"the writes of {sid} are late", code=ErrorCode.TIMEOUT)
+        entries = sessions.pending(sid)
+        untaken = [e.message_id for e in entries if e.epoch is None]
+        taken: set[MessageId] = set()
+        if untaken:
+            try:
+                taken = set(sessions.hand_over(sid, untaken, agent.session))
+            except SubagentError as exc:
+                if unsure(exc):  # taken, or not: the next look settles them
+                    with self._doubts_lock:
+                        self._doubts.setdefault(sid, set()).update(untaken)
+                raise
+        handed = [e for e in entries if e.message_id in taken]
         try:
-            entries = [e for e in sessions.pending(sid) if e.epoch is None]
-            if not entries:
-                return
-            taken = set(sessions.hand_over(sid, [e.message_id for e in entries], agent.session))
-        except SubagentError as exc:
-            logger.warning("picking up the mail of %s failed: %s", sid, exc)
-            return
-        try:
-            replay(agent, [e for e in entries if e.message_id in taken])
+            if held or asked:
+                epoch = agent.session.token[1] if agent.session.token is not None else None
+                mine = [e for e in entries if e.message_id in held and e.epoch == epoch]
+                agent._settle_unsure(asked, entries, [*mine, *handed])
+                with self._doubts_lock:
+                    left = self._doubts.get(sid)
+                    if left is not None:
+                        left -= held
+                        if not left:
+                            del self._doubts[sid]
+            elif handed:
+                replay(agent, handed)
         except SubagentError:
             # Disposed meanwhile: what it took goes back, for the next holder.
             token = agent.session.token
-            if token is not None:
+            if token is not None and taken:
                 sessions.give_back(sid, list(taken), token[1])
 
 

@@ -123,10 +123,15 @@ class SessionService(Acceptance, SessionReads):
             if self.strict if now is None else now:
                 try:
                     self._call(store.create_session, header, events, lease=lease, inbox=inbox)
-                except BaseException:
+                except BaseException as exc:
                     self._drop(live)
                     if lease is not None and leases is not None:
-                        leases.forget(header.id, 1)
+                        # Lost at its commit (created all the same?): let it go, inbox given back.
+                        if getattr(exc, "code", None) == ErrorCode.PERSISTENCE_UNAVAILABLE:
+                            unrun = [e.message_id for e in inbox]  # type: ignore[attr-defined]
+                            self.give_up(header.id, (lease[0], 1), unrun)
+                        else:
+                            leases.forget(header.id, 1)
                     raise
                 self._stored(live)
             else:
@@ -321,14 +326,16 @@ class SessionService(Acceptance, SessionReads):
                         "release", live.id, (token, live.unrun or ())
                     )
 
-    def give_up(self, session_id: SessionId, token: tuple[str, int]) -> None:
-        """Release a lease taken for a session that did not become live after all."""
+    def give_up(
+        self, session_id: SessionId, token: tuple[str, int], unrun: Sequence[MessageId] = ()
+    ) -> None:
+        """Release a lease taken for a session that never became live (``unrun``: given back)."""
         store = self.persistence
         if self.leases is not None:
             self.leases.forget(session_id, token[1])
         if store is not None:
             try:
-                released = self._call(store.release_lease, session_id, token)
+                released = self._call(store.release_lease, session_id, token, unrun=unrun)
             except SubagentError as exc:
                 logger.warning("releasing the lease of %s failed (retried): %s", session_id, exc)
                 if self.leases is not None:
@@ -337,6 +344,10 @@ class SessionService(Acceptance, SessionReads):
                     )
             else:
                 self._released(session_id, released)
+
+    def written(self, live: LiveSession, timeout: float | None = 30.0) -> bool:
+        """Wait for ``live``'s writes so far; a failure stays for its release (not flush)."""
+        return self._writer is None or self._writer.wait(live.last_ticket, timeout)
 
     def _released(self, session_id: SessionId, result: Release) -> None:
         if result == Release.WAITING:

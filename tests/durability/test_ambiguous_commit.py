@@ -1,0 +1,168 @@
+"""A COMMIT the server made whose answer was lost: the accepted message runs once.
+
+``docs/postgres.md``: a batch whose connection is lost is failed with
+``PERSISTENCE_UNAVAILABLE`` and not retried -- "its commit may or may not have
+happened" -- and the caller retries with its ``message_id``. Whichever way the
+commit went, what the store holds runs once, in acceptance order, in the live
+activation (R-DUR-1, R-DUR-2, R-FUP-5). A :class:`~commit_cut.CommitCut` proxy
+between the runtime and a real PostgreSQL server forwards a COMMIT, waits for the
+server's answer and drops it with the connection (or, ``committed=False``, cuts
+before the COMMIT reaches the server):
+
+* an acceptance (``followup``, ``agents.send`` to an agent live here) committed,
+  already taken by the live activation: the retry by id, answered "duplicate",
+  used to queue nothing, and the message never ran while the agent stayed live --
+  nor did it run before a later follow-up;
+* the mail pickup's hand-over of a message another runtime committed: it stayed
+  taken by the holder's epoch and never ran;
+* a ``start_continuable`` by the parent's id, the parent live here: the child was
+  created leased to this runtime (kept alive by its heartbeat), the retry returned
+  its handle, and its prompt never ran.
+
+The ``committed=False`` cases passed before the fix too: they guard the other
+outcome (nothing committed: the retry commits it, and it runs once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from commit_cut import CommitCut
+from durability_kit import Noted
+from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, MessageId, SubagentError, new_message_id
+
+OUTCOMES = pytest.mark.parametrize("committed", [True, False], ids=["committed", "not-committed"])
+
+
+@pytest.fixture
+def cut(pg_url: str) -> Iterator[CommitCut]:
+    """The proxy in front of this test's PostgreSQL schema (``pg_url``)."""
+    with CommitCut(pg_url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def noted() -> Noted:
+    return Noted()
+
+
+@pytest.fixture
+def rt(backend: Backend, cut: CommitCut, noted: Noted) -> Iterator[Runtime]:
+    """A strict runtime whose store connections pass through ``cut``."""
+    with Runtime(cut.url, backend=backend) as runtime:
+        noted.register(runtime, "rt")
+        yield runtime
+
+
+def _settled(rt: Runtime) -> Any:
+    """A live agent that ran one turn, with nothing of it left to write."""
+    agent = rt.spawn("note")
+    agent.followup("first")
+    assert agent.wait_idle(10)
+    rt.sessions.flush()
+    return agent
+
+
+def _lost(cut: CommitCut, committed: bool, offer: Callable[[], Any]) -> None:
+    """``offer()`` with its COMMIT's answer lost: it raises PERSISTENCE_UNAVAILABLE."""
+    cut.arm(forward=committed)
+    with pytest.raises(SubagentError) as err:
+        offer()
+    assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+    assert cut.cuts == 1
+
+
+def _offer(rt: Runtime, agent: Any, via: str, mid: MessageId) -> Callable[[], Any]:
+    if via == "followup":
+        return lambda: agent.followup("second", message_id=mid)
+    return lambda: rt.agents.send(agent.session_id, "second", message_id=mid)
+
+
+def _ran_once_each(rt: Runtime, agent: Any, noted: Noted, expected: list[str]) -> None:
+    assert noted.wait_for(lambda items: len(items) >= len(expected), 20)
+    assert agent.wait_idle(10)
+    rt.sessions.flush()
+    assert noted.contents() == expected
+    assert rt.store is not None
+    assert rt.store.pending(agent.session_id) == []
+
+
+@OUTCOMES
+@pytest.mark.parametrize("via", ["followup", "send"])
+def test_a_retry_by_id_runs_the_message_whose_commit_answer_was_lost(
+    rt: Runtime, cut: CommitCut, noted: Noted, via: str, committed: bool
+) -> None:
+    """R-DUR-1, R-FUP-5: the first call raises; the retry with its id returns the id,
+    and the message runs once, before a later follow-up."""
+    agent = _settled(rt)
+    mid = new_message_id()
+    offer = _offer(rt, agent, via, mid)
+    _lost(cut, committed, offer)
+    assert offer() == mid
+    assert offer() == mid  # a second retry changes nothing
+    agent.followup("third")
+    _ran_once_each(rt, agent, noted, ["first", "second", "third"])
+
+
+@pytest.mark.parametrize("via", ["followup", "send"])
+def test_a_message_whose_commit_answer_was_lost_runs_before_a_later_one(
+    rt: Runtime, cut: CommitCut, noted: Noted, via: str
+) -> None:
+    """R-DUR-1, R-FUP-5: nobody retries it; committed, it runs all the same, in
+    acceptance order -- before the follow-up accepted after it, in this activation."""
+    agent = _settled(rt)
+    _lost(cut, True, _offer(rt, agent, via, new_message_id()))
+    agent.followup("third")
+    _ran_once_each(rt, agent, noted, ["first", "second", "third"])
+
+
+@OUTCOMES
+def test_a_message_from_another_runtime_runs_when_its_hand_over_answer_was_lost(
+    backend: Backend, cut: CommitCut, pg_url: str, noted: Noted, committed: bool
+) -> None:
+    """R-DUR-1, R-DUR-2: another runtime (a process of its own, as far as leases and
+    doorbells go) commits a message for a session this one holds and rings it; the
+    holder's hand-over loses its answer. The message runs once, in the holder,
+    before what the holder accepts after it."""
+    with (
+        Runtime(cut.url, backend=backend) as holder,
+        Runtime(pg_url, backend=backend) as other,
+    ):
+        noted.register(holder, "holder")
+        noted.register(other, "other")
+        agent = _settled(holder)
+        cut.arm(forward=committed)  # the holder's next COMMIT: the pickup's hand-over
+        other.agents.send(agent.session_id, "from elsewhere", message_id=new_message_id())
+        assert noted.runs("from elsewhere", ["holder"], 20)
+        agent.followup("after")
+        _ran_once_each(holder, agent, noted, ["first", "from elsewhere", "after"])
+        assert cut.cuts == 1
+
+
+@OUTCOMES
+def test_a_start_by_id_whose_commit_answer_was_lost_runs_its_prompt_once(
+    rt: Runtime, cut: CommitCut, noted: Noted, committed: bool
+) -> None:
+    """R-CONT-1, R-CONT-9, R-DUR-1: a start by the parent's id, the parent live here,
+    raises; its retry by id returns the child, and the child's prompt runs once
+    (the child was not left leased to this runtime with its prompt taken)."""
+    root = _settled(rt)
+    mid = new_message_id()
+    spec = ContinuableStartSpec(
+        parent=root.session_id, provider="local", prompt="PROMPT", label="w",
+        model="note", message_id=mid,
+    )  # fmt: skip
+    _lost(cut, committed, lambda: rt.subagents.start_continuable(spec))
+    handle = rt.subagents.start_continuable(spec)
+    assert handle.message_id == mid
+    assert noted.runs("PROMPT", ["rt"], 20)
+    assert rt.subagents.start_continuable(spec) == handle
+    assert rt.wait_idle(10)
+    rt.sessions.flush()
+    assert noted.ran("PROMPT") == ["rt"]
+    assert rt.store is not None
+    assert rt.store.pending(handle.child_id) == []
