@@ -199,11 +199,18 @@ class Followups(Inbox):
                 return Steered(mid, "queued")
             raise
 
-    def _commit(self, mid: MessageId, content: Any, source: MessageSource | None) -> Accepted:
+    def _commit(
+        self,
+        mid: MessageId,
+        content: Any,
+        source: MessageSource | None,
+        limit: int | None = None,
+    ) -> Accepted:
         """Commit one message to the session's inbox, handed to this activation --
         after what an earlier commit left in doubt is settled (it was accepted
         first). A commit that may have happened all the same is in doubt from now
         on: settled by a retry with its id, the next follow-up, or the mail pickup.
+        ``limit``: the inbox bound it is checked against (a continuable child's).
 
         Raises:
             SubagentError: the store's (what was in doubt stays so).
@@ -212,7 +219,7 @@ class Followups(Inbox):
             self._settle_unsure()
         try:
             (accepted,) = self._host.sessions.accept(
-                self.session_id, [trusted_message(mid, content, source)], self._session
+                self.session_id, [trusted_message(mid, content, source)], self._session, limit
             )
         except BaseException as exc:
             if unsure(exc):

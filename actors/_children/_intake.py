@@ -79,13 +79,8 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     """Commit ``d`` taken by ``agent``'s activation, then admit it (see the module
     docstring); returns :data:`DONE`, :data:`ROUTE` or :data:`LEFT`."""
     live = agent.session
-    try:
-        (accepted,) = sessions.accept(
-            agent.session_id,
-            (trusted_message(d.message_id, d.content, d.source),),
-            live,
-            agent.header.max_inbox,
-        )
+    try:  # (a commit whose answer was lost stays in doubt: see Agent._commit)
+        accepted = agent._commit(d.message_id, d.content, d.source, agent.header.max_inbox)
     except SubagentError as exc:
         if exc.code == ErrorCode.LEASE_LOST:
             return LEFT

@@ -17,7 +17,9 @@ before the COMMIT reaches the server):
   taken by the holder's epoch and never ran;
 * a ``start_continuable`` by the parent's id, the parent live here: the child was
   created leased to this runtime (kept alive by its heartbeat), the retry returned
-  its handle, and its prompt never ran.
+  its handle, and its prompt never ran;
+* a follow-up to a continuable child resident here (committed taken by its
+  activation): as for a top-level agent's.
 
 The ``committed=False`` cases passed before the fix too: they guard the other
 outcome (nothing committed: the retry commits it, and it runs once).
@@ -166,3 +168,32 @@ def test_a_start_by_id_whose_commit_answer_was_lost_runs_its_prompt_once(
     assert noted.ran("PROMPT") == ["rt"]
     assert rt.store is not None
     assert rt.store.pending(handle.child_id) == []
+
+
+@OUTCOMES
+def test_a_resident_child_s_followup_whose_commit_answer_was_lost(
+    backend: Backend, cut: CommitCut, noted: Noted, committed: bool
+) -> None:
+    """R-DUR-1, R-FUP-5: the same for a follow-up to a continuable child resident
+    here (committed taken by its activation): the retry by id returns the id, and
+    the message runs once, before a later follow-up."""
+    with Runtime(cut.url, backend=backend, keep_warm=60.0) as rt:
+        noted.register(rt, "rt")
+        root = rt.spawn(lambda _turn: None)
+        spec = ContinuableStartSpec(
+            parent=root, provider="local", prompt="first", label="kid", model="note"
+        )
+        cid = rt.subagents.start_continuable(spec).child_id
+        assert noted.wait_for(lambda items: len(items) >= 1, 20)
+        child = rt.agents.get(cid)
+        assert child is not None and child.wait_idle(10)
+        rt.sessions.flush()
+        mid = new_message_id()
+
+        def offer() -> Any:
+            return rt.subagents.followup(root, cid, "second", message_id=mid)
+
+        _lost(cut, committed, offer)
+        assert offer() == mid
+        rt.subagents.followup(root, cid, "third")
+        _ran_once_each(rt, child, noted, ["first", "second", "third"])
