@@ -29,11 +29,9 @@ see its docstring.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +40,7 @@ import psycopg
 import psycopg_pool
 from subagents.protocol import ErrorCode, SubagentError
 
-from ._native import native_lock, original_sleep
+from ._native import native_lock, original_sleep, start_native_thread
 from ._pg_schema import pg_error
 
 __all__ = ["DIRECT_READS", "DeadlineConnection", "DeadlinePassed", "PgReader", "deadline_passed"]
@@ -61,14 +59,6 @@ class DeadlinePassed(psycopg.OperationalError):
 def deadline_passed(exc: BaseException) -> bool:
     """True when ``exc`` is (or was caused by) a passed deadline."""
     return isinstance(exc, DeadlinePassed)
-
-
-def _start_native_thread() -> Callable[..., Any]:
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is not None and monkey.is_module_patched("_thread"):
-        original: Callable[..., Any] = monkey.get_original("_thread", "start_new_thread")
-        return original
-    return _thread.start_new_thread
 
 
 class _Watchdog:
@@ -94,7 +84,7 @@ class _Watchdog:
             self._waits[token] = (due, conn)
             if not self._running:
                 self._running = True
-                _start_native_thread()(self._run, ())
+                start_native_thread(self._run, ())
         return token
 
     def release(self, token: int) -> None:

@@ -14,7 +14,11 @@ Theory of operation:
   A read that finds its pooled connection dead (the server restarted) is
   retried once on a fresh one; one that finds no pooled connection free in time
   fails ``TIMEOUT``; while the server is unreachable, reads connect directly, a
-  bounded few at once (:class:`~._pg_deadline.PgReader`).
+  bounded few at once (:class:`~._pg_deadline.PgReader`). Under gevent
+  monkey-patching the pool's worker and scheduler are greenlets, and gevent's
+  primitives work within one thread only: the pool lives on a hub of its own,
+  in a thread of the store's (:class:`~._native.HubThread`), where every read
+  runs, and which closes the pool and ends with the store.
 * **Wake-ups** by ``LISTEN/NOTIFY``: :meth:`PostgresStore.listen` gives a
   runtime a channel (its lease's ``wake`` address, ``pg:<channel>``) on a
   connection of its own; :meth:`PostgresStore.notify` rings it from any process
@@ -55,6 +59,7 @@ from ._committed import CommittedWrites
 from ._forked import track
 from ._group import GroupCommitter
 from ._location import is_postgres_url, redacted_url
+from ._native import HubThread, HubThreadStopped, threads_are_greenlets
 from ._pg_deadline import DeadlineConnection, PgReader
 from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
@@ -178,6 +183,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             + (" -c default_transaction_read_only=on" if read_only else ""),
         }
         self._conninfo = conninfo
+        self._pool_size = pool_size
         self._deadline = None if statement_timeout_s is None else float(statement_timeout_s)
         try:
             admin = self.connect()
@@ -206,23 +212,36 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
         finally:
             admin.close()
-        self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-            conninfo,
-            kwargs=self._kwargs,
-            connection_class=DeadlineConnection,
-            configure=self._configure,
-            min_size=1,
-            max_size=pool_size,
-            timeout=self._timeout,
-            num_workers=1,
-            name=f"subagents-{schema}",
-            open=True,
+        self._pool_thread: HubThread[psycopg_pool.ConnectionPool[Any]] | None = None
+        if threads_are_greenlets():
+            # Its worker and scheduler would be greenlets of the hub of the thread
+            # opening the store: a threadpool worker's, which runs only while that
+            # worker waits cooperatively (see HubThread). They get a hub of their
+            # own, where the reads run too.
+            self._pool_thread = HubThread(self._make_pool)
+        self._pool: psycopg_pool.ConnectionPool[Any] = (
+            self._make_pool() if self._pool_thread is None else self._pool_thread.value
         )
         self._reader = PgReader(self._pool, self.connect, self._timeout, lambda: self._closed)
         self._writer = PgWriter(self.connect, self._lost_server)
         self._committer = GroupCommitter(self._writer.execute, lambda: store_closed(self))
         self._pid = os.getpid()
         track(self)
+
+    def _make_pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        """The read pool, open (making its first connection in the background)."""
+        return psycopg_pool.ConnectionPool(
+            self._conninfo,
+            kwargs=self._kwargs,
+            connection_class=DeadlineConnection,
+            configure=self._configure,
+            min_size=1,
+            max_size=self._pool_size,
+            timeout=self._timeout,
+            num_workers=1,
+            name=f"subagents-{self.schema}",
+            open=True,
+        )
 
     def _forked(self) -> None:
         """In the child of a fork (see :mod:`._forked`): refuse every call, and
@@ -248,8 +267,13 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             raise store_closed(self)
         text, order = translate(sql)
         try:
+            if self._pool_thread is not None:  # monkey-patched: on the pool's hub
+                rows: list[Any] = self._pool_thread.call(
+                    self._reader.query, text, reorder(order, params)
+                )
+                return rows
             return self._reader.query(text, reorder(order, params))
-        except psycopg_pool.PoolClosed:
+        except (psycopg_pool.PoolClosed, HubThreadStopped):
             raise store_closed(self) from None
 
     def _lost_server(self) -> None:
@@ -286,7 +310,10 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         self._header_cache.clear()
         self._id_cache.clear()
         self._committer.close(self._writer.close)
-        self._pool.close()
+        if self._pool_thread is not None:
+            self._pool_thread.stop(psycopg_pool.ConnectionPool.close)  # there, as reads
+        else:
+            self._pool.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
