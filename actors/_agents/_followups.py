@@ -7,6 +7,7 @@ running one (see :mod:`._steering`). When the runtime traces, the acceptance is 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, overload
 
@@ -16,6 +17,7 @@ from subagents.protocol import (
     MessageEvent,
     MessageId,
     MessageSource,
+    ReportEvent,
     SubagentError,
     check_source,
     check_value,
@@ -27,22 +29,20 @@ from subagents.store import Accepted, InboxEntry
 from ._inbox import Inbox
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
+from ._writer import unsure
 
-__all__ = ["Followups", "unsure"]
+__all__ = ["DOUBT_GRACE", "Followups"]
 
 #: A top-level follow-up's source when it names none and must carry a trace.
 USER = MessageSource(kind="user")
 #: Held while messages in doubt are settled: a follow-up that finds some waits, and
 #: runs after them (held for no store call).
 _SETTLING = threading.Lock()
-
-
-def unsure(exc: BaseException) -> bool:
-    """Whether a write that raised ``exc`` may have committed all the same: its
-    connection was lost (``PERSISTENCE_UNAVAILABLE``), perhaps after the server
-    committed, before the answer came back. Only the store can say (see
-    ``docs/postgres.md``)."""
-    return isinstance(exc, SubagentError) and exc.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+#: Seconds a message in doubt that the store does not show stays in doubt: the
+#: server may still be finishing the COMMIT whose answer was lost (a connection
+#: the deadline's watchdog cut while the server waited on its disk), invisible to
+#: other connections until it ends.
+DOUBT_GRACE = 60.0
 
 
 def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseException) -> bool:
@@ -67,7 +67,7 @@ class Followups(Inbox):
 
     #: Messages this activation tried to commit and cannot say whether it did (see
     #: :meth:`_settle_unsure`), in acceptance order; None: none ever.
-    _unsure: dict[MessageId, None] | None = None
+    _unsure: dict[MessageId, float] | None = None  # (when each was first in doubt)
 
     @overload
     def followup(
@@ -206,34 +206,49 @@ class Followups(Inbox):
         source: MessageSource | None,
         limit: int | None = None,
     ) -> Accepted:
-        """Commit one message to the session's inbox, handed to this activation --
-        after what an earlier commit left in doubt is settled (it was accepted
-        first). A commit that may have happened all the same is in doubt from now
-        on: settled by a retry with its id, the next follow-up, or the mail pickup.
-        ``limit``: the inbox bound it is checked against (a continuable child's).
+        """:meth:`_commit_event` of a message."""
+        return self._commit_event(trusted_message(mid, content, source), limit)
+
+    def _commit_event(
+        self, event: MessageEvent | ReportEvent, limit: int | None = None
+    ) -> Accepted:
+        """Commit one message (or report) to the session's inbox, handed to this
+        activation -- after what an earlier commit left in doubt is settled (it was
+        accepted first). A commit that may have happened all the same is in doubt
+        from now on: settled by a retry with its id, the next follow-up, or the mail
+        pickup. ``limit``: the inbox bound it is checked against (a continuable
+        child's).
 
         Raises:
             SubagentError: the store's (what was in doubt stays so).
         """
         if self._unsure:
             self._settle_unsure()
+        mid = event.message_id
         try:
-            (accepted,) = self._host.sessions.accept(
-                self.session_id, [trusted_message(mid, content, source)], self._session, limit
-            )
+            (accepted,) = self._host.sessions.accept(self.session_id, [event], self._session, limit)
         except BaseException as exc:
             if unsure(exc):
                 self._doubt((mid,))
             raise
+        unsure_now = self._unsure
+        if unsure_now and mid in unsure_now:  # a retry of a message in doubt
+            if accepted.duplicate:  # committed after all (since the look above): run it
+                self._settle_unsure()
+            else:  # it was not: this commit is the one, delivered by the caller
+                with _SETTLING:
+                    unsure_now.pop(mid, None)
         return accepted
 
     def _doubt(self, message_ids: Iterable[MessageId]) -> None:
         """``message_ids`` were committed, or not, by this activation (see
         :meth:`_settle_unsure`); this runtime's mail pickup is asked to settle them."""
+        now = time.monotonic()
         with _SETTLING:
             if self._unsure is None:
                 self._unsure = {}
-            self._unsure.update(dict.fromkeys(message_ids))
+            for mid in message_ids:
+                self._unsure.setdefault(mid, now)
         self._host.sessions.wake_pickup(self.session_id)
 
     def _in_doubt(self) -> list[MessageId]:
@@ -249,8 +264,10 @@ class Followups(Inbox):
     ) -> None:
         """Settle the messages in doubt: those the store holds taken by this
         activation -- committed, the answer lost -- are queued, in acceptance order
-        (with ``handed``, messages the caller took for it, in theirs); the others
-        were not committed (or are not this activation's to run) and are forgotten.
+        (with ``handed``, messages the caller took for it, in theirs); those it
+        shows otherwise are not this activation's to run, and are forgotten; those
+        it does not show stay in doubt for :data:`DOUBT_GRACE` seconds (a commit
+        the server is still finishing), then are taken as never committed.
 
         ``asked``: the messages in doubt before ``entries`` (the session's pending
         messages) were read; by default both are read here.
@@ -270,11 +287,14 @@ class Followups(Inbox):
             unsure = self._unsure or {}
             mine = {mid for mid in asked if mid in unsure}
             found = [e for e in entries if e.message_id in mine and e.epoch == epoch]
+            seen = {e.message_id for e in entries}
             try:
                 self._queue(sorted([*found, *handed], key=lambda e: e.n))
             finally:
+                now = time.monotonic()
                 for mid in mine:
-                    del unsure[mid]
+                    if mid in seen or now - unsure[mid] >= DOUBT_GRACE:
+                        del unsure[mid]
 
     def _queue(self, entries: list[InboxEntry]) -> None:
         """Deliver inbox ``entries`` this activation took and never ran, in order."""

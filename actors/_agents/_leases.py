@@ -21,12 +21,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from subagents.actors._kernel._backend import Backend, EventLike, TaskHandle
 from subagents.actors._kernel._fork import abandon_if_forked, fork_generation
-from subagents.protocol import CorruptRecordError, ErrorCode, SessionId, SubagentError
+from subagents.protocol import CorruptRecordError, ErrorCode, MessageId, SessionId, SubagentError
 from subagents.store import Holder, Lease, LeaseToken, SessionStore
 
 __all__ = ["Holder", "Leases"]
@@ -63,7 +63,9 @@ class Leases:
         # renewal that misses them says nothing about a takeover.
         self._fresh: set[SessionId] = set()
         # Releases the store refused (it was failing): retried every period.
-        self._unreleased: dict[SessionId, tuple[LeaseToken, Callable[[Any], object]]] = {}
+        self._unreleased: dict[
+            SessionId, tuple[LeaseToken, Callable[[Any], object], Sequence[MessageId]]
+        ] = {}
         self._task: TaskHandle | None = None
         self._stop: EventLike = backend.event()
         self._closed = False
@@ -129,19 +131,23 @@ class Leases:
                 self._fresh.discard(session_id)
 
     def release_later(
-        self, session_id: SessionId, token: LeaseToken, done: Callable[[Any], object]
+        self,
+        session_id: SessionId,
+        token: LeaseToken,
+        done: Callable[[Any], object],
+        unrun: Sequence[MessageId] = (),
     ) -> None:
         """A release the store refused: retry it every period, and at close, until it
-        is written; ``done(result)`` then."""
+        is written (``unrun`` given back with it); ``done(result)`` then."""
         with self._lock:
-            self._unreleased[session_id] = (token, done)
+            self._unreleased[session_id] = (token, done, unrun)
 
     def _retry_releases(self) -> None:
         with self._lock:
             pending = dict(self._unreleased)
-        for sid, (token, done) in pending.items():
+        for sid, (token, done, unrun) in pending.items():
             try:
-                result = self._call(self._store.release_lease, sid, token)
+                result = self._call(self._store.release_lease, sid, token, unrun=unrun)
             except SubagentError:
                 continue  # still failing: next period
             with self._lock:

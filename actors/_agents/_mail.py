@@ -59,9 +59,10 @@ from subagents.actors._kernel import (
 from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
 
 from ._agent import Agent
-from ._followups import unsure
+from ._followups import DOUBT_GRACE
 from ._resume import replay
 from ._sessions import SessionService
+from ._writer import unsure
 
 __all__ = ["Mailman", "interrupt_ring", "wake_holder"]
 
@@ -78,6 +79,9 @@ _INTERRUPT = struct.Struct(">c16s16sd")
 #: ``"ancestor"``) or a drain (``"drain"``) another process asked.
 InterruptAsked = Callable[[SessionId, SessionId, float, str], object]
 _KINDS = {b"I": "user", b"A": "ancestor", b"D": "drain"}
+#: Seconds the pickup waits, in the agent's loop, for the session's writes before it
+#: settles messages in doubt (longer, and it would hold the agent's turns up).
+_WRITTEN_WAIT = 0.5
 
 
 def interrupt_ring(
@@ -122,7 +126,8 @@ class Mailman:
         self._task: TaskHandle | None = None
         # Sessions with messages in doubt, looked at again by every sweep: by
         # session, those a hand-over of theirs may have taken (see the module doc).
-        self._doubts: dict[SessionId, set[MessageId]] = {}
+        # (each since when: see DOUBT_GRACE).
+        self._doubts: dict[SessionId, dict[MessageId, float]] = {}
         self._doubts_lock = threading.Lock()
 
     @property
@@ -227,12 +232,12 @@ class Mailman:
                 self._take(agent)
                 break
             except SubagentError as exc:
-                if again or not self._doubted(agent):
+                if again or not self._doubted(agent) or exc.code == ErrorCode.TIMEOUT:
                     logger.warning("picking up the mail of %s failed: %s", sid, exc)
                     break
         with self._doubts_lock:  # looked at by every sweep while any stay in doubt
             if self._doubted(agent):
-                self._doubts.setdefault(sid, set())
+                self._doubts.setdefault(sid, {})
             else:
                 self._doubts.pop(sid, None)
 
@@ -244,9 +249,10 @@ class Mailman:
         sessions = self._sessions
         sid = agent.session_id
         with self._doubts_lock:
-            held = set(self._doubts.get(sid, ()))
+            held = dict(self._doubts.get(sid, {}))
         asked = agent._in_doubt()
-        if held and not sessions.written(agent.session, self._period):
+        # (In the agent's loop: a short wait, the next sweep looks again.)
+        if held and not sessions.written(agent.session, _WRITTEN_WAIT):
             raise SubagentError(f"the writes of {sid} are late", code=ErrorCode.TIMEOUT)
         entries = sessions.pending(sid)
         untaken = [e.message_id for e in entries if e.epoch is None]
@@ -256,8 +262,11 @@ class Mailman:
                 taken = set(sessions.hand_over(sid, untaken, agent.session))
             except SubagentError as exc:
                 if unsure(exc):  # taken, or not: the next look settles them
+                    now = time.monotonic()
                     with self._doubts_lock:
-                        self._doubts.setdefault(sid, set()).update(untaken)
+                        doubts = self._doubts.setdefault(sid, {})
+                        for mid in untaken:
+                            doubts.setdefault(mid, now)
                 raise
         handed = [e for e in entries if e.message_id in taken]
         try:
@@ -265,10 +274,16 @@ class Mailman:
                 epoch = agent.session.token[1] if agent.session.token is not None else None
                 mine = [e for e in entries if e.message_id in held and e.epoch == epoch]
                 agent._settle_unsure(asked, entries, [*mine, *handed])
+                # Settled: taken now, or shown taken (ours: queued). One shown untaken
+                # or not at all may be a hand-over the server is still finishing.
+                settled = taken | {e.message_id for e in entries if e.epoch is not None}
+                now = time.monotonic()
                 with self._doubts_lock:
                     left = self._doubts.get(sid)
                     if left is not None:
-                        left -= held
+                        for mid, since in held.items():
+                            if mid in settled or now - since >= DOUBT_GRACE:
+                                left.pop(mid, None)
                         if not left:
                             del self._doubts[sid]
             elif handed:

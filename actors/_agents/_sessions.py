@@ -44,7 +44,7 @@ from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
 from ._reading import SessionReads
-from ._writer import Writer, lost_lease
+from ._writer import Writer, lost_lease, unsure
 
 __all__ = ["LiveSession", "SessionService"]
 
@@ -127,7 +127,7 @@ class SessionService(Acceptance, SessionReads):
                     self._drop(live)
                     if lease is not None and leases is not None:
                         # Lost at its commit (created all the same?): let it go, inbox given back.
-                        if getattr(exc, "code", None) == ErrorCode.PERSISTENCE_UNAVAILABLE:
+                        if unsure(exc):
                             unrun = [e.message_id for e in inbox]  # type: ignore[attr-defined]
                             self.give_up(header.id, (lease[0], 1), unrun)
                         else:
@@ -340,7 +340,7 @@ class SessionService(Acceptance, SessionReads):
                 logger.warning("releasing the lease of %s failed (retried): %s", session_id, exc)
                 if self.leases is not None:
                     self.leases.release_later(
-                        session_id, token, lambda r: self._released(session_id, r)
+                        session_id, token, lambda r: self._released(session_id, r), unrun
                     )
             else:
                 self._released(session_id, released)

@@ -26,7 +26,7 @@ from subagents.protocol import (
 )
 from subagents.store import Release, SessionStore
 
-__all__ = ["Writer", "lost_lease"]
+__all__ = ["Writer", "lost_lease", "unsure"]
 
 logger = logging.getLogger("subagents")
 
@@ -49,6 +49,14 @@ def detached(exc: BaseException) -> BaseException:
 def lost_lease(exc: BaseException) -> bool:
     """Whether ``exc`` is a write refused because its lease was taken over."""
     return isinstance(exc, SubagentError) and exc.code == ErrorCode.LEASE_LOST
+
+
+def unsure(exc: BaseException) -> bool:
+    """Whether a write that raised ``exc`` may have committed all the same: its
+    connection was lost (``PERSISTENCE_UNAVAILABLE``), perhaps after the server
+    committed, before the answer came back. Only the store can say (see
+    ``docs/postgres.md``)."""
+    return isinstance(exc, SubagentError) and exc.code == ErrorCode.PERSISTENCE_UNAVAILABLE
 
 
 class Writer:

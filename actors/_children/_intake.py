@@ -41,7 +41,6 @@ from subagents.protocol import (
     MessageId,
     SessionId,
     SubagentError,
-    trusted_message,
 )
 from subagents.supervision import Phase
 
@@ -141,10 +140,8 @@ def steer_resident(
     """
     mid = d.message_id
     if sessions.strict:
-        try:
-            (accepted,) = sessions.accept(
-                agent.session_id, (trusted_message(mid, d.content, d.source),), agent.session
-            )
+        try:  # (a commit whose answer was lost stays in doubt: see Agent._commit)
+            accepted = agent._commit(mid, d.content, d.source)
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_LOST and not strict:
                 return None  # the activation left: the usual path routes it

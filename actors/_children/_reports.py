@@ -157,8 +157,8 @@ def _deliver(
             raise _unauthorized("the direct parent is not live")
         _keep(sessions, parent_id, event)
         return mid
-    if sessions.strict:
-        (accepted,) = sessions.accept(parent.session_id, (event,), parent.session)
+    if sessions.strict:  # (an answer lost: in doubt, settled from the store)
+        accepted = parent._commit_event(event)
         if accepted.duplicate:
             return mid
     elif deduplicate and not sessions.claim(parent.session_id, mid):

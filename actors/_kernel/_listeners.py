@@ -4,9 +4,10 @@ result callbacks.
 What one raises is logged and goes no further -- ``SystemExit`` and the other
 ``BaseException``\\ s too: raised out of an actor (the dispatcher announcing a
 child's end, an agent going idle), pykka stops every actor of the process, so one
-listener's ``sys.exit()`` would dispose every agent. Two go on: ``GreenletExit``
-(the greenlet the listener runs in is being killed) and ``KeyboardInterrupt`` (a
-user's Ctrl-C is never swallowed).
+listener's ``sys.exit()`` would dispose every agent. Three go on: ``GreenletExit``
+(the greenlet the listener runs in is being killed), ``gevent.Timeout`` (a
+caller's ``with Timeout(...)`` around code that calls it) and
+``KeyboardInterrupt`` (a user's Ctrl-C is never swallowed).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from gevent import Timeout
 from greenlet import GreenletExit
 
 __all__ = ["RAISED", "hear"]
@@ -28,10 +30,10 @@ RAISED: Final[Any] = object()
 def hear(fn: Callable[[Any], object], arg: Any, what: str) -> object:
     """``fn(arg)``'s return value, or :data:`RAISED` when it raised: logged as ``what``
     (``"idle listener"``) with ``fn`` and the traceback, and contained (see the
-    module docstring for the two that go on)."""
+    module docstring for the three that go on)."""
     try:
         return fn(arg)
-    except (GreenletExit, KeyboardInterrupt):
+    except (GreenletExit, Timeout, KeyboardInterrupt):
         raise
     except BaseException:
         logger.exception("%s %r raised", what, fn)

@@ -197,3 +197,34 @@ def test_a_resident_child_s_followup_whose_commit_answer_was_lost(
         assert offer() == mid
         rt.subagents.followup(root, cid, "third")
         _ran_once_each(rt, child, noted, ["first", "second", "third"])
+
+
+@OUTCOMES
+def test_a_report_whose_commit_answer_was_lost_runs_once(
+    backend: Backend, cut: CommitCut, noted: Noted, committed: bool
+) -> None:
+    """R-DUR-1, R-FUP-5: the same for a waking report of a continuable child to its
+    live parent (committed taken by the parent's activation): the retry by id
+    returns the id, and the report's turn runs once, before a later follow-up.
+    (This passed before the report's commit went through the parent's own, too:
+    it guards that path.)"""
+    with Runtime(cut.url, backend=backend, keep_warm=60.0) as rt:
+        noted.register(rt, "rt")
+        rt.models.register("silent", lambda _options: lambda _turn: None, replace=True)
+        parent = _settled(rt)
+        spec = ContinuableStartSpec(
+            parent=parent, provider="local", prompt="go", label="kid", model="silent"
+        )
+        cid = rt.subagents.start_continuable(spec).child_id
+        child = rt.agents.get(cid)
+        assert child is not None and child.wait_idle(10)
+        rt.sessions.flush()
+        mid = new_message_id()
+
+        def offer() -> Any:
+            return rt.subagents.report_from(cid, "second", delivery="waking", message_id=mid)
+
+        _lost(cut, committed, offer)
+        assert offer() == mid
+        parent.followup("third")
+        _ran_once_each(rt, parent, noted, ["first", "second", "third"])
