@@ -118,7 +118,8 @@ class Followups(Inbox):
                 error when it cannot commit (nothing accepted -- unless the
                 connection was lost at the commit, which may have happened: then
                 the message runs once, in order, and a retry with its
-                ``message_id`` returns it); ``TURN_NOT_OPEN`` (a strict steer
+                ``message_id`` -- the error's ``hint["message_id"]`` -- returns
+                it); ``TURN_NOT_OPEN`` (a strict steer
                 found no open turn: nothing accepted).
         """
         strict_steer = None if steer is False else check_steer(steer)
@@ -220,17 +221,26 @@ class Followups(Inbox):
         child's).
 
         Raises:
-            SubagentError: the store's (what was in doubt stays so).
+            SubagentError: the store's (what was in doubt stays so); one that
+                leaves this message in doubt (``PERSISTENCE_UNAVAILABLE``) names
+                it in ``hint["message_id"]``, with ``hint["in_doubt"]``.
         """
         if self._unsure:
             self._settle_unsure()
         mid = event.message_id
         try:
             (accepted,) = self._host.sessions.accept(self.session_id, [event], self._session, limit)
-        except BaseException as exc:
-            if unsure(exc):
-                self._doubt((mid,))
-            raise
+        except SubagentError as exc:
+            if not unsure(exc):
+                raise
+            self._doubt((mid,))
+            # Its id, for a caller who gave none: a retry with it is accepted once.
+            hint = exc.hint if isinstance(exc.hint, dict) else {}
+            raise SubagentError(
+                str(exc.args[0]) if exc.args else "",
+                code=exc.code,
+                hint={**hint, "message_id": str(mid), "in_doubt": True},
+            ) from exc.__cause__  # (the store's own error, as the original's)
         unsure_now = self._unsure
         if unsure_now and mid in unsure_now:  # a retry of a message in doubt
             if accepted.duplicate:  # committed after all (since the look above): run it

@@ -228,3 +228,22 @@ def test_a_report_whose_commit_answer_was_lost_runs_once(
         assert offer() == mid
         parent.followup("third")
         _ran_once_each(rt, parent, noted, ["first", "second", "third"])
+
+
+def test_an_error_in_doubt_names_the_generated_message_id(
+    rt: Runtime, cut: CommitCut, noted: Noted
+) -> None:
+    """R-DUR-1, R-FUP-5: a follow-up given no ``message_id`` whose commit answer was
+    lost names the id it generated (``hint["message_id"]``, ``hint["in_doubt"]``):
+    a retry with it returns it, and the message runs once, before a later one."""
+    agent = _settled(rt)
+    cut.arm(forward=True)
+    with pytest.raises(SubagentError) as err:
+        agent.followup("second")
+    assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+    hint = err.value.hint
+    assert isinstance(hint, dict) and hint["in_doubt"] is True
+    mid = MessageId(hint["message_id"])
+    assert agent.followup("second", message_id=mid) == mid
+    agent.followup("third")
+    _ran_once_each(rt, agent, noted, ["first", "second", "third"])
