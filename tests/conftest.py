@@ -9,6 +9,8 @@
   Details in :func:`_leak_guard`.
 * ``run_in``: run a function in a task of a backend (a thread, or a greenlet of the
   calling thread's hub) and return its result or raise its exception.
+* ``tiny_switch_interval``: the interpreter switches threads as often as it can
+  while the test runs (a race test's window opens).
 * ``start_os_thread``: a real OS thread, even under monkey-patching (where
   ``threading.Thread`` makes greenlets), for cross-thread tests.
 
@@ -141,6 +143,18 @@ def start_os_thread() -> Iterator[Callable[..., OsThread]]:
     yield start
     for thread in started:
         assert thread.join(10.0), "an OS thread started by the test did not finish"
+
+
+@pytest.fixture
+def tiny_switch_interval() -> Iterator[None]:
+    """Make the interpreter switch threads as often as it can, so that a switch
+    lands inside an unlocked section: a race shows."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ ended), as a follow-up by the parent's id does (:mod:`._remote`).
 
 Under relaxed durability, and on a memory store, a ``message_id`` is
 deduplicated in memory (``sessions.claim``): one follow-up of an id at a time
-is under way here (:class:`_Underway`), so a repeat learns the first one's
+is under way here (:class:`Underway`), so a repeat learns the first one's
 outcome -- accepted (a duplicate), or refused (the repeat is tried itself).
 """
 
@@ -53,7 +53,7 @@ from ._placement import followup_placed
 from ._requests import Delivery, Request
 from ._validate import bad, check_signal
 
-__all__ = ["Followups"]
+__all__ = ["Followups", "Underway"]
 
 logger = logging.getLogger("subagents")
 
@@ -62,7 +62,7 @@ _NEVER = AbortSignal.never()
 _Key = tuple[SessionId, MessageId]
 
 
-class _Underway:
+class Underway:
     """The ids of follow-ups under way here under relaxed deduplication: a repeat
     of one waits for its outcome (its claim of the id is kept, or given back)."""
 
@@ -99,6 +99,7 @@ class Followups:
     _ctx: ChildContext
     _index: Mapping[SessionId, Activation]
     _materializer: Materializer
+    _underway: Underway  # (made with the manager)
     chains: Chains
 
     def require_agents(self) -> AgentRegistry:
@@ -147,7 +148,7 @@ class Followups:
             return run(agents, parent, cid, delivery, signal)
         # A repeat of an id under way waits for its outcome: a claim made before
         # the follow-up is accepted (a full inbox, a failed resume) may be given back.
-        underway = self._underway()
+        underway = self._underway
         key = (cid, mid)
         mine = underway.enter(key, signal)
         try:
@@ -160,13 +161,6 @@ class Followups:
                 raise
         finally:
             underway.leave(key, mine)
-
-    def _underway(self) -> _Underway:
-        """This manager's :class:`_Underway` (made on first use, once)."""
-        found: _Underway | None = self.__dict__.get("_underway_ids")
-        if found is None:
-            found = self.__dict__.setdefault("_underway_ids", _Underway())
-        return found
 
     def followup_plain(self, parent: Agent, child_id: Any, content: Any) -> MessageId:
         """:meth:`followup` with no ``source``, ``signal``, ``message_id`` or steering,

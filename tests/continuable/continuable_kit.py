@@ -54,7 +54,7 @@ from subagents.protocol import (
 )
 from subagents.store import LogRecord, MemoryStore
 
-__all__ = ["CountingStore", "Kit", "Notes", "Script", "TurnRecord"]
+__all__ = ["CountingStore", "Kit", "Notes", "Script", "TurnRecord", "left_full"]
 
 
 # -- a store that counts what it reads ----------------------------------------------
@@ -533,3 +533,28 @@ class _Task:
     def error(self, timeout: float = 10.0) -> BaseException | None:
         assert self.handle.join(timeout), "task did not finish"
         return self.box.get("error")
+
+
+def left_full(db: str, backend: Any) -> tuple[SessionId, SessionId, Callable[[Any], Any]]:
+    """A strict runtime on ``db`` closes with a child bounded at two messages holding
+    its cut prompt (``"block"``) and a follow-up (``"a"``) in its durable inbox (2 of
+    2). Returns the parent's id, the child's, and the ``worker`` behaviour the next
+    runtime registers as ``"worker"``: from then on it runs every message, and
+    answers ``"did <content>"``."""
+    released = [False]
+
+    def worker(turn: Any) -> Any:
+        if turn.content == "block" and not released[0]:
+            turn.signal.wait(30)  # cut by the close
+        return f"did {turn.content}"
+
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("worker", lambda _o: worker)
+        parent = rt.spawn("worker", label="p")
+        spec = ContinuableStartSpec(
+            parent=parent, provider="local", prompt="block", label="c", model="worker", max_inbox=2
+        )
+        cid, _ = rt.subagents.start_continuable(spec)
+        rt.subagents.followup(parent, cid, "a")  # 2 of 2
+    released[0] = True
+    return parent.session_id, cid, worker

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from continuable_kit import Kit, spawn
+from continuable_kit import Kit, left_full, spawn
 from subagents.actors import AbortController, ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, InboxFullError, MessageId, SubagentError
@@ -277,29 +277,7 @@ def test_a_full_inbox_nobody_runs_is_woken_by_a_followup_by_id(
     the refusal wakes the tree, the waiting messages run, and it is accepted and
     runs after them. R-FUP-1."""
     db = str(tmp_path / "full.db")
-    released = [False]
-
-    def worker(turn: Any) -> Any:
-        if turn.content == "block" and not released[0]:
-            turn.signal.wait(30)  # cut by the close
-        return f"did {turn.content}"
-
-    with Runtime(db, backend=backend) as rt:
-        rt.models.register("worker", lambda _o: worker)
-        parent = rt.spawn("worker", label="p")
-        pid = parent.session_id
-        cid, _ = rt.subagents.start_continuable(
-            ContinuableStartSpec(
-                parent=parent,
-                provider="local",
-                prompt="block",
-                label="c",
-                model="worker",
-                max_inbox=2,
-            )
-        )
-        rt.subagents.followup(parent, cid, "a")  # 2 of 2
-    released[0] = True
+    pid, cid, worker = left_full(db, backend)
     # A sweep (every lease_ttl / 3) would wake it too, in time: not within the wait.
     with Runtime(db, backend=backend, lease_ttl=120) as rt:
         rt.models.register("worker", lambda _o: worker)
@@ -406,23 +384,7 @@ def test_a_relaxed_runtime_counts_what_a_strict_one_left_in_the_inbox(
     after them.
     R-FUP-1, R-FUP-5, R-FUP-8."""
     db = str(tmp_path / "mixed.db")
-    released = [False]
-
-    def worker(turn: Any) -> Any:
-        if turn.content == "block" and not released[0]:
-            turn.signal.wait(30)  # cut by the close
-        return f"did {turn.content}"
-
-    with Runtime(db, backend=backend) as rt:
-        rt.models.register("worker", lambda _o: worker)
-        parent = rt.spawn("worker", label="p")
-        pid = parent.session_id
-        spec = ContinuableStartSpec(
-            parent=parent, provider="local", prompt="block", label="c", model="worker", max_inbox=2
-        )
-        cid, _ = rt.subagents.start_continuable(spec)
-        rt.subagents.followup(parent, cid, "a")  # 2 of 2
-    released[0] = True
+    pid, cid, worker = left_full(db, backend)
     # A sweep (every lease_ttl / 3) would run them too, in time: not within the test.
     with Runtime(db, backend=backend, durability="relaxed", lease_ttl=120) as rt:
         rt.models.register("worker", lambda _o: worker)

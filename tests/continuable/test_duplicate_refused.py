@@ -12,9 +12,7 @@ accepted (the id, a duplicate), or refused (it is tried again itself).
 
 from __future__ import annotations
 
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +26,9 @@ from subagents.store import MemoryStore
 CALLERS = 8
 
 
-@pytest.fixture
-def tiny_switches() -> Iterator[None]:
-    """Threads switch as often as the interpreter lets them: the race shows."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
-
-
 @pytest.mark.parametrize("mode", ["memory", "relaxed", "strict"])
 def test_repeats_of_one_id_racing_a_refusal_are_all_refused(
-    backend: Backend, tmp_path: Path, mode: str, tiny_switches: None
+    backend: Backend, tmp_path: Path, mode: str, tiny_switch_interval: None
 ) -> None:
     """Race, 60 rounds: 8 callers released together send one message id to a
     child whose inbox (bounded at one) is full -- its prompt runs, held. Each is

@@ -13,10 +13,10 @@ parent is not live has always woken the child on a refusal
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from subagents.actors import ContinuableStartSpec, Runtime
+from continuable_kit import left_full
+from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 
 
@@ -32,23 +32,7 @@ def test_a_full_inbox_nobody_runs_is_woken_by_its_live_parents_followup(
     child, the waiting messages run, and the follow-up is accepted and runs after
     them. R-FUP-1, R-FUP-5, R-FUP-8."""
     db = str(tmp_path / "full.db")
-    released = [False]
-
-    def worker(turn: Any) -> Any:
-        if turn.content == "block" and not released[0]:
-            turn.signal.wait(30)  # cut by the close
-        return f"did {turn.content}"
-
-    with Runtime(db, backend=backend) as rt:
-        rt.models.register("worker", lambda _o: worker)
-        parent = rt.spawn("worker", label="p")
-        pid = parent.session_id
-        spec = ContinuableStartSpec(
-            parent=parent, provider="local", prompt="block", label="c", model="worker", max_inbox=2
-        )
-        cid, _ = rt.subagents.start_continuable(spec)
-        rt.subagents.followup(parent, cid, "a")  # 2 of 2
-    released[0] = True
+    pid, cid, worker = left_full(db, backend)
     # A sweep (every lease_ttl / 3) would wake it too, in time: not within the wait.
     with Runtime(db, backend=backend, lease_ttl=120) as rt:
         rt.models.register("worker", lambda _o: worker)

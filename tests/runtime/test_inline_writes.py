@@ -10,9 +10,8 @@ logged and reported, it never fails the agent).
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -173,18 +172,6 @@ def _header() -> SessionHeader:
         delegation_depth=0,
         created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     )
-
-
-@pytest.fixture
-def tiny_switch_interval() -> Iterator[None]:
-    """Make the interpreter switch threads as often as it can, so that a switch
-    lands inside the appends' unlocked sections."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 def _appends_racing_readers() -> None:
