@@ -19,7 +19,12 @@ before the COMMIT reaches the server):
   created leased to this runtime (kept alive by its heartbeat), the retry returned
   its handle, and its prompt never ran;
 * a follow-up to a continuable child resident here (committed taken by its
-  activation): as for a top-level agent's.
+  activation): as for a top-level agent's;
+* a waking report of a continuable child to its live parent: as for a follow-up.
+
+Each cut checks what the server did (``cut.committed``): a COMMIT psycopg runs as
+a prepared statement carries no ``COMMIT`` text, and the one it prepares commits
+nothing (see ``commit_cut``).
 
 The ``committed=False`` cases passed before the fix too: they guard the other
 outcome (nothing committed: the retry commits it, and it runs once).
@@ -76,6 +81,7 @@ def _lost(cut: CommitCut, committed: bool, offer: Callable[[], Any]) -> None:
         offer()
     assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
     assert cut.cuts == 1
+    assert cut.committed == (1 if committed else 0)  # what the server did, as meant
 
 
 def _offer(rt: Runtime, agent: Any, via: str, mid: MessageId) -> Callable[[], Any]:
@@ -143,6 +149,7 @@ def test_a_message_from_another_runtime_runs_when_its_hand_over_answer_was_lost(
         agent.followup("after")
         _ran_once_each(holder, agent, noted, ["first", "from elsewhere", "after"])
         assert cut.cuts == 1
+        assert cut.committed == (1 if committed else 0)
 
 
 @OUTCOMES
@@ -206,8 +213,11 @@ def test_a_report_whose_commit_answer_was_lost_runs_once(
     """R-DUR-1, R-FUP-5: the same for a waking report of a continuable child to its
     live parent (committed taken by the parent's activation): the retry by id
     returns the id, and the report's turn runs once, before a later follow-up.
-    (This passed before the report's commit went through the parent's own, too:
-    it guards that path.)"""
+    Committed, the retry used to be answered "duplicate" with nothing queued: the
+    report never ran. (This passed on that code while the proxy looked for the
+    text ``COMMIT`` in a packet: the report's was the writer connection's fifth,
+    the one psycopg prepares, and the cut fell between its Parse and its
+    Execute -- nothing committed, and the retry ran it.)"""
     with Runtime(cut.url, backend=backend, keep_warm=60.0) as rt:
         noted.register(rt, "rt")
         rt.models.register("silent", lambda _options: lambda _turn: None, replace=True)
