@@ -10,7 +10,8 @@ A message id is accepted once per session, across processes and restarts.
 Under relaxed durability (or without a durable store) nothing is committed at
 acceptance: messages reach the log write-behind, as turns run, and a repeated
 message id is recognized only while this runtime remembers it
-(:data:`SEEN_MAX` ids, the oldest forgotten first).
+(:data:`SEEN_MAX` ids, the oldest forgotten first); a repeat of an id whose
+acceptance is under way waits for its outcome (:meth:`Acceptance.once`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from subagents.actors._kernel import ring
+from subagents.actors._kernel import AbortSignal, ring
 from subagents.protocol import (
     Event,
     InboxFullError,
@@ -34,6 +35,7 @@ from subagents.protocol import (
 from subagents.store import Accepted, InboxEntry, Listener, SessionStore
 
 from ._live import LiveSession
+from ._underway import Underway
 
 __all__ = ["SEEN_MAX", "Acceptance"]
 
@@ -41,6 +43,8 @@ logger = logging.getLogger("subagents")
 
 #: Message ids a relaxed runtime remembers for deduplication.
 SEEN_MAX: Final = 100_000
+_T = TypeVar("_T")
+_NEVER = AbortSignal.never()
 #: Seconds a refused acceptance waits for this runtime's writes before it counts
 #: again (else it is refused as counted).
 _FULL_WAIT: Final = 2.0
@@ -61,6 +65,8 @@ class Acceptance:
     def _init_acceptance(self) -> None:
         self._seen: OrderedDict[tuple[SessionId, MessageId], bool] = OrderedDict()
         self._seen_lock = threading.Lock()
+        #: The claims whose acceptance is under way (see :meth:`once`).
+        self.underway = Underway()
         #: Messages offered again under an accepted id, since the runtime opened.
         self.deduplicated = 0
         self._damaged: set[tuple[SessionId, int]] = set()  # inbox rows logged as damaged
@@ -292,6 +298,38 @@ class Acceptance:
                 return False
             return delivered
         return ring(address, payload)
+
+    def once(
+        self,
+        scope: SessionId,
+        message_id: MessageId,
+        accept: Callable[[], _T],
+        duplicate: Callable[[], _T],
+        signal: AbortSignal = _NEVER,
+    ) -> _T:
+        """Relaxed deduplication of one acceptance: ``accept()`` when this runtime
+        has not accepted ``message_id`` for ``scope`` (the session it is for), its
+        claim given back if ``accept`` raises; else ``duplicate()``. One acceptance
+        of an id is under way at a time: a repeat waits for its outcome (see
+        :mod:`._underway`), so "duplicate" is said only of an accepted message.
+
+        Raises:
+            SubagentError: ``accept``'s; ``CANCELLED`` when ``signal`` aborts while
+                the repeat waits.
+        """
+        key = (scope, message_id)
+        underway = self.underway
+        mine = underway.enter(key, signal)
+        try:
+            if not self.claim(scope, message_id):
+                return duplicate()
+            try:
+                return accept()
+            except BaseException:
+                self.unclaim(scope, message_id)
+                raise
+        finally:
+            underway.leave(key, mine)
 
     def claim(self, scope: SessionId, message_id: MessageId) -> bool:
         """Relaxed deduplication: True for the first claim of ``(scope, id)`` this

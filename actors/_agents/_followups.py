@@ -158,13 +158,15 @@ class Followups(Inbox):
         if not sessions.strict:
             if message_id is None:
                 return self.deliver(content, source)
-            if not sessions.claim(self.session_id, message_id):
-                return message_id
-            try:
-                return self.deliver(content, source, message_id=message_id)
-            except BaseException:
-                sessions.unclaim(self.session_id, message_id)
-                raise
+            # A repeat of an id under way waits for its outcome (the agent disposed
+            # meanwhile accepts nothing): see SessionService.once.
+            given = message_id
+            return sessions.once(
+                self.session_id,
+                given,
+                lambda: self.deliver(content, source, message_id=given),
+                lambda: given,
+            )
         mid = message_id if message_id is not None else new_message_id()
         if self._commit(mid, content, source).duplicate:
             return mid
@@ -182,14 +184,14 @@ class Followups(Inbox):
         sessions = self._host.sessions
         mid = message_id if message_id is not None else new_message_id()
         if not sessions.strict:
-            if message_id is not None and not sessions.claim(self.session_id, mid):
-                return Steered(mid, "duplicate")
-            try:
+            if message_id is None:
                 return self._steer_or_queue(content, source, mid, strict)
-            except BaseException:
-                if message_id is not None:
-                    sessions.unclaim(self.session_id, mid)
-                raise
+            return sessions.once(
+                self.session_id,
+                mid,
+                lambda: self._steer_or_queue(content, source, mid, strict),
+                lambda: Steered(mid, "duplicate"),
+            )
         # Committed first, as every accepted message is; taken back if refused.
         if self._commit(mid, content, source).duplicate:
             return Steered(mid, "duplicate")

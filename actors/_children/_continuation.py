@@ -59,7 +59,7 @@ from ._chains import Chains
 from ._child import ChildContext, StoredParent
 from ._control import drain, drain_asked, drain_elsewhere, interrupt, stored_ancestor
 from ._events import EventBus
-from ._followups import Followups, Underway
+from ._followups import Followups
 from ._intake import start_child_id
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._placement import PlacementLookup, release_placed
@@ -106,7 +106,6 @@ class ContinuationManager(Followups):
         self._providers = providers
         self._events = events
         self._setups = SetupRegistry()
-        self._underway = Underway()
         self._index: dict[SessionId, Activation] = {}  # written only by the registry actor
         base = backend.actor_class
         dispatch = DispatchBox()

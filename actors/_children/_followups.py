@@ -14,21 +14,21 @@ the store refuses for a full inbox of a child not resident here wakes the child
 ended), as a follow-up by the parent's id does (:mod:`._remote`).
 
 Under relaxed durability, and on a memory store, a ``message_id`` is
-deduplicated in memory (``sessions.claim``): one follow-up of an id at a time
-is under way here (:class:`Underway`), so a repeat learns the first one's
-outcome -- accepted (a duplicate), or refused (the repeat is tried itself).
+deduplicated in memory (``sessions.once``): one acceptance of an id at a time is
+under way here (the session service's ``Underway`` table, shared with a
+top-level agent's follow-ups and with reports), so a repeat learns the first
+one's outcome -- accepted (a duplicate), or refused (the repeat is tried itself).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from subagents.actors._agents import Agent, AgentRegistry, Steered, check_steer, kept, plain
-from subagents.actors._kernel import AbortSignal, Latch
+from subagents.actors._kernel import AbortSignal
 from subagents.protocol import (
     ErrorCode,
     InboxFullError,
@@ -53,43 +53,11 @@ from ._placement import followup_placed
 from ._requests import Delivery, Request
 from ._validate import bad, check_signal
 
-__all__ = ["Followups", "Underway"]
+__all__ = ["Followups"]
 
 logger = logging.getLogger("subagents")
 
 _NEVER = AbortSignal.never()
-
-_Key = tuple[SessionId, MessageId]
-
-
-class Underway:
-    """The ids of follow-ups under way here under relaxed deduplication: a repeat
-    of one waits for its outcome (its claim of the id is kept, or given back)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # held for a dict operation: never across a wait
-        self._latches: dict[_Key, Latch] = {}
-
-    def enter(self, key: _Key, signal: AbortSignal) -> Latch:
-        """Wait until no follow-up of ``key`` is under way, then mark the caller's:
-        the latch it sets (:meth:`leave`) once its outcome is known.
-
-        Raises:
-            SubagentError: ``CANCELLED`` when ``signal`` aborts first.
-        """
-        mine = Latch()
-        while True:
-            with self._lock:
-                theirs = self._latches.setdefault(key, mine)
-            if theirs is mine:
-                return mine
-            AbortSignal.any(theirs.signal, signal).wait()
-            signal.raise_if_aborted()
-
-    def leave(self, key: _Key, mine: Latch) -> None:
-        with self._lock:
-            del self._latches[key]
-        mine.set()
 
 
 class Followups:
@@ -99,7 +67,6 @@ class Followups:
     _ctx: ChildContext
     _index: Mapping[SessionId, Activation]
     _materializer: Materializer
-    _underway: Underway  # (made with the manager)
     chains: Chains
 
     def require_agents(self) -> AgentRegistry:
@@ -148,19 +115,13 @@ class Followups:
             return run(agents, parent, cid, delivery, signal)
         # A repeat of an id under way waits for its outcome: a claim made before
         # the follow-up is accepted (a full inbox, a failed resume) may be given back.
-        underway = self._underway
-        key = (cid, mid)
-        mine = underway.enter(key, signal)
-        try:
-            if not sessions.claim(cid, mid):
-                return mid if strict_steer is None else Steered(mid, "duplicate")
-            try:
-                return run(agents, parent, cid, delivery, signal)
-            except BaseException:
-                sessions.unclaim(cid, mid)
-                raise
-        finally:
-            underway.leave(key, mine)
+        return sessions.once(
+            cid,
+            mid,
+            lambda: run(agents, parent, cid, delivery, signal),
+            lambda: mid if strict_steer is None else Steered(mid, "duplicate"),
+            signal,
+        )
 
     def followup_plain(self, parent: Agent, child_id: Any, content: Any) -> MessageId:
         """:meth:`followup` with no ``source``, ``signal``, ``message_id`` or steering,

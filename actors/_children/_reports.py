@@ -116,7 +116,10 @@ def report_from(
     source = stamp(telemetry, MessageSource(kind="child", session_id=child_id))
     mid = new_message_id() if message_id is None else MessageId(message_id)
     event = ReportEvent(message_id=mid, content=content, source=source, delivery=delivery)
-    return _deliver(sessions, live(parent_id), is_live, parent_id, event, message_id is not None)
+    return _deliver(
+        sessions, live(parent_id), is_live, parent_id, event, message_id is not None,
+        signal or _NEVER,
+    )  # fmt: skip
 
 
 def _vouched_parent(
@@ -149,8 +152,12 @@ def _deliver(
     parent_id: SessionId,
     event: ReportEvent,
     deduplicate: bool,
+    signal: AbortSignal,
 ) -> MessageId:
-    """Deliver ``event`` to the parent (live here, or kept in its durable inbox)."""
+    """Deliver ``event`` to the parent (live here, or kept in its durable inbox);
+    ``deduplicate``: a caller's ``message_id``, deduplicated (relaxed: a repeat
+    while its report is under way waits for its outcome, ``signal`` aborting
+    the wait)."""
     mid = event.message_id
     if parent is None or not is_live(parent):
         if not sessions.strict:
@@ -161,8 +168,24 @@ def _deliver(
         accepted = parent._commit_event(event)
         if accepted.duplicate:
             return mid
-    elif deduplicate and not sessions.claim(parent.session_id, mid):
-        return mid
+    elif deduplicate:
+        # A repeat of an id under way waits for its outcome (the parent leaving
+        # meanwhile accepts nothing): see SessionService.once.
+        live = parent
+        return sessions.once(
+            parent.session_id,
+            mid,
+            lambda: _offer(sessions, live, event),
+            lambda: mid,
+            signal,
+        )
+    return _offer(sessions, parent, event)
+
+
+def _offer(sessions: SessionService, parent: Agent, event: ReportEvent) -> MessageId:
+    """Hand ``event`` to its live ``parent`` (committed first, under strict
+    durability: taken back, or kept for the next activation, when refused)."""
+    mid = event.message_id
     try:
         if event.delivery == "quiet":
             parent.inject_quiet(event.content, event.source, mid)
@@ -175,8 +198,6 @@ def _deliver(
             return mid
         if sessions.strict:
             _retract(sessions, parent, mid)
-        elif deduplicate:
-            sessions.unclaim(parent.session_id, mid)
         if leaving:
             raise _unauthorized("the direct parent is leaving residency") from None
         raise
