@@ -25,7 +25,9 @@ the wire format of the real API:
 * ``stall``: the answer waits until :meth:`FakeOpenAI.release` or the client
   hangs up (counted in ``disconnects``: how a test sees a request aborted);
   ``trickle``: a stream that sends keep-alive comments (``: ping``) every 20 ms
-  until then, and the answer after a release.
+  until then, and the answer after a release; an error answer (``status``) whose
+  chunked body trickles blanks (JSON whitespace) the same way, then its
+  ``{"error": ...}``.
 
 Every request is checked as the real API checks it: a JSON body with ``model``
 and ``messages``, a bearer key when one is set, and each ``tool`` message
@@ -261,6 +263,21 @@ class _Handler(BaseHTTPRequestHandler):
         error = {"message": message, "type": kind, "param": None, "code": None}
         self._send_json(status, {"error": error}, headers)
 
+    def _trickle_refusal(self, answer: Answer, kind: str) -> None:
+        """An error answer whose chunked body trickles blanks until a release."""
+        self.send_response(answer.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        for k, v in (answer.headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not self.owner._trickle(lambda _ping: self._chunk(b" ")):
+            self.close_connection = True
+            return
+        error = {"message": answer.error or "scripted error", "type": kind}
+        self._chunk(json.dumps({"error": error}).encode())
+        self._chunk(b"")
+
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
@@ -297,6 +314,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if answer.status >= 400:
             kind = "rate_limit_exceeded" if answer.status == 429 else "server_error"
+            if answer.trickle:
+                self._trickle_refusal(answer, kind)
+                return
             self._refuse(answer.status, answer.error or "scripted error", kind, answer.headers)
             return
         if answer.raw is not None:

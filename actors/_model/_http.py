@@ -15,7 +15,9 @@ The body is encoded here, not by httpx: a lone surrogate in a text (a tool's
 result can carry one) becomes U+FFFD instead of failing the request.
 
 ``timeout`` bounds each read and the whole answer: a stream still coming past it
-(a server trickling keep-alive comments) is cut at its next chunk, ``TIMEOUT``.
+(a server trickling keep-alive comments) is cut at its next chunk, ``TIMEOUT``. A
+refusal's body is read until the same deadline, and only its first 64 KiB: one
+still coming then is the refusal (its status) with the part that came.
 Once a stream's ``data: [DONE]`` came, its answer is whole: a connection cut or
 timed out after it (before the body's end) is no error, and nothing is asked again.
 
@@ -63,6 +65,9 @@ from ._wire import (
 )
 
 __all__ = ["ChatSession", "Endpoint", "check_endpoint"]
+
+#: The most of a refusal's body read (its ``error`` object is a few hundred bytes).
+MAX_ERROR_BODY: Final = 64 * 1024
 
 _SSL: list[ssl.SSLContext] = []
 _SSL_LOCK = threading.Lock()
@@ -276,7 +281,7 @@ class ChatSession:
                 extensions={"trace": self._trace},
             ) as response:
                 if response.status_code >= 400:
-                    raw = response.read()
+                    raw = self._error_body(response, deadline)
                     try:
                         parsed: Any = json.loads(raw)
                     except ValueError:
@@ -307,6 +312,25 @@ class ChatSession:
             if self._signal.aborted:
                 raise self._cancelled() from None
             raise ModelError(f"the model API's answer cannot be read: {exc!r}"[:300]) from None
+
+    def _error_body(self, response: httpx.Response, deadline: float) -> bytes:
+        """The first :data:`MAX_ERROR_BODY` bytes of a refusal's body, read until its
+        end, that size or ``deadline``: the status already says what happened, so a
+        body that trickles on (or never ends) is not waited for -- ``response.read()``
+        would wait as long as bytes keep coming, past every timeout -- and a cut or
+        timed-out one is the refusal with what came of it."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            for part in _until(response.iter_bytes(), deadline):
+                parts.append(part)
+                size += len(part)
+                if size >= MAX_ERROR_BODY:
+                    break
+        except httpx.TransportError:
+            if self._signal.aborted:
+                raise
+        return b"".join(parts)[:MAX_ERROR_BODY]
 
     def _read_stream(self, response: httpx.Response, deadline: float) -> Completion:
         decoder = SSEDecoder()
