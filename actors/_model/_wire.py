@@ -57,8 +57,10 @@ class ModelError(SubagentError):
         self.body = body
 
 
-def error_from_body(status: int | None, raw: Any) -> ModelError:
-    """A :class:`ModelError` from an ``{"error": {...}}`` body (or anything else)."""
+def error_from_body(status: int | None, raw: Any, *, streamed: bool = True) -> ModelError:
+    """A :class:`ModelError` from an ``{"error": {...}}`` body (or anything else):
+    with a ``status``, a refusal; without, an error in the stream (``streamed``) or
+    in a whole answer's body."""
     error = raw.get("error") if isinstance(raw, Mapping) else None
     if isinstance(error, Mapping):
         message = str(error.get("message") or error.get("type") or "error")
@@ -66,7 +68,10 @@ def error_from_body(status: int | None, raw: Any) -> ModelError:
         message = error
     else:
         message = "no error message"
-    where = f"HTTP {status}" if status is not None else "in the stream"
+    if status is not None:
+        where = f"HTTP {status}"
+    else:
+        where = "in the stream" if streamed else "in its answer"
     return ModelError(
         f"the model API failed ({where}): {message}"[:1000], status=status, body=error
     )
@@ -171,7 +176,7 @@ def completion_from_response(raw: Any) -> Completion:
         ModelError: an ``error`` body, or no first choice with a message.
     """
     if isinstance(raw, Mapping) and raw.get("error") is not None:
-        raise error_from_body(None, raw)
+        raise error_from_body(None, raw, streamed=False)
     choice = _first_choice(raw)
     message = choice.get("message") if choice is not None else None
     if not isinstance(message, Mapping):
