@@ -21,13 +21,13 @@ the wire format of the real API:
   the answer's deltas, with no finish reason and no ``[DONE]`` (a broken-off
   connection); :meth:`FakeOpenAI.cut_after_done`: the next streamed answers
   hang up right after ``data: [DONE]``, before the body's last chunk (a
-  connection cut as the answer completed);
+  connection cut as the answer completed); :meth:`FakeOpenAI.hold_after_done`:
+  they wait there instead (a body kept open after its answer);
 * ``stall``: the answer waits until :meth:`FakeOpenAI.release` or the client
   hangs up (counted in ``disconnects``: how a test sees a request aborted);
   ``trickle``: a stream that sends keep-alive comments (``: ping``) every 20 ms
-  until then, and the answer after a release; an error answer (``status``) whose
-  chunked body trickles blanks (JSON whitespace) the same way, then its
-  ``{"error": ...}``.
+  until then, and the answer after a release (an error ``status``: blanks, then
+  its ``{"error": ...}``).
 
 Every request is checked as the real API checks it: a JSON body with ``model``
 and ``messages``, a bearer key when one is set, and each ``tool`` message
@@ -82,7 +82,7 @@ class FakeOpenAI:
         self.requests: list[FakeRequest] = []
         self.disconnects = 0
         self._script: list[Answer] = []
-        self._cuts = 0  # streamed answers still to cut right after [DONE]
+        self._after_done = {"cut": 0, "hold": 0}  # streamed answers to cut/hold at [DONE]
         self._cond = threading.Lock()  # guards requests, disconnects, script, conns
         self._changed = AbortController()
         self._released = threading.Event()
@@ -121,13 +121,20 @@ class FakeOpenAI:
         """End the next ``count`` streamed answers right after ``data: [DONE]``: the
         server hangs up without the chunked body's last chunk."""
         with self._cond:
-            self._cuts += count
+            self._after_done["cut"] += count
 
-    def _take_cut(self) -> bool:
+    def hold_after_done(self, count: int = 1) -> None:
+        """Hold the next ``count`` streamed answers open right after ``data: [DONE]``,
+        until :meth:`release` or the client hangs up (counted in ``disconnects``)."""
         with self._cond:
-            if self._cuts == 0:
+            self._after_done["hold"] += count
+
+    def _take(self, what: str) -> bool:
+        """Whether this answer is one to ``cut``/``hold`` after [DONE] (counted down)."""
+        with self._cond:
+            if self._after_done[what] == 0:
                 return False
-            self._cuts -= 1
+            self._after_done[what] -= 1
             return True
 
     def release(self) -> None:
@@ -263,14 +270,17 @@ class _Handler(BaseHTTPRequestHandler):
         error = {"message": message, "type": kind, "param": None, "code": None}
         self._send_json(status, {"error": error}, headers)
 
+    def _chunked_head(self, status: int, headers: Mapping[str, str]) -> None:
+        """A chunked body's head: JSON unless ``headers`` say otherwise."""
+        self.send_response(status)
+        for k, v in {"Content-Type": "application/json", **headers}.items():
+            self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
     def _trickle_refusal(self, answer: Answer, kind: str) -> None:
         """An error answer whose chunked body trickles blanks until a release."""
-        self.send_response(answer.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        for k, v in (answer.headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
+        self._chunked_head(answer.status, answer.headers or {})
         if not self.owner._trickle(lambda _ping: self._chunk(b" ")):
             self.close_connection = True
             return
@@ -316,8 +326,8 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "rate_limit_exceeded" if answer.status == 429 else "server_error"
             if answer.trickle:
                 self._trickle_refusal(answer, kind)
-                return
-            self._refuse(answer.status, answer.error or "scripted error", kind, answer.headers)
+            else:
+                self._refuse(answer.status, answer.error or "scripted error", kind, answer.headers)
             return
         if answer.raw is not None:
             self._send_body(200, answer.raw, answer.headers)
@@ -373,11 +383,9 @@ class _Handler(BaseHTTPRequestHandler):
         return deltas
 
     def _stream(self, body: Any, answer: Answer) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
+        self._chunked_head(
+            200, {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+        )
         if answer.trickle and not self.owner._trickle(self._chunk):
             self.close_connection = True
             return
@@ -413,7 +421,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             if not answer.cut_stream:
                 self._chunk(b"data: [DONE]\n\n")
-                if self.owner._take_cut():
+                if self.owner._take("cut"):
                     self.close_connection = True  # no last chunk: the body is cut
+                    return
+                if self.owner._take("hold") and not self.owner._stall(self.connection):
+                    self.close_connection = True  # the client hung up on the open body
                     return
         self._chunk(b"")

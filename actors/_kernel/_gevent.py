@@ -59,6 +59,7 @@ T = TypeVar("T")
 # native lock.
 native_get_ident: Callable[[], int] = gevent.monkey.get_original("_thread", "get_ident")
 native_allocate_lock: Callable[[], Any] = gevent.monkey.get_original("_thread", "allocate_lock")
+native_start_thread: Callable[..., int] = gevent.monkey.get_original("_thread", "start_new_thread")
 
 
 def call_in_hub(hub: Any, fn: Callable[..., object], *args: Any) -> None:

@@ -19,7 +19,8 @@ result can carry one) becomes U+FFFD instead of failing the request.
 refusal's body is read until the same deadline, and only its first 64 KiB: one
 still coming then is the refusal (its status) with the part that came.
 Once a stream's ``data: [DONE]`` came, its answer is whole: a connection cut or
-timed out after it (before the body's end) is no error, and nothing is asked again.
+timed out after it (before the body's end) is no error, and nothing is asked again;
+the rest of the body is waited for :data:`~._grace.DONE_GRACE` seconds at most.
 
 Cancelling the turn aborts the request at once, whatever it is doing, except
 while it connects: httpx's ``trace`` extension hands the session every socket
@@ -35,10 +36,8 @@ timeouts, 408, 409, 429 and 5xx (``x-should-retry`` overrides), up to
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import socket
 import ssl
 import threading
 import time
@@ -51,6 +50,7 @@ from subagents.actors._kernel import GEVENT, AbortSignal, Backend, threading_is_
 from subagents.actors._kernel._waiting import NoWorkerInTime, run_waiting
 from subagents.protocol import ErrorCode, SubagentError
 
+from ._grace import DoneGrace, after_done, shutdown
 from ._retry import retry_delay, should_retry
 from ._wire import (
     ChunkAccumulator,
@@ -160,12 +160,6 @@ class _Retry(Exception):
         self.headers = headers
 
 
-def _shutdown(sock: Any) -> None:
-    with contextlib.suppress(OSError, TypeError, ValueError):
-        # The plain socket's shutdown, also on an SSLSocket: it wakes a blocked reader.
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
 class ChatSession:
     """One turn's HTTP session (see the module docstring). A context manager."""
 
@@ -198,7 +192,7 @@ class ChatSession:
         with self._lock:
             sockets = list(self._sockets)
         for sock in sockets:
-            _shutdown(sock)
+            shutdown(sock)
 
     def _trace(self, name: str, info: Mapping[str, Any]) -> None:
         if name.endswith((".connect_tcp.complete", ".start_tls.complete")):
@@ -209,7 +203,7 @@ class ChatSession:
             with self._lock:
                 self._sockets.append(sock)
             if self._signal.aborted:
-                _shutdown(sock)
+                shutdown(sock)
 
     def _cancelled(self) -> SubagentError:
         return SubagentError(
@@ -336,6 +330,7 @@ class ChatSession:
         decoder = SSEDecoder()
         acc = ChunkAccumulator()
         done = False
+        grace: DoneGrace | None = None
         try:
             for data in _until(response.iter_bytes(), deadline):
                 for event, text in decoder.feed(data):
@@ -343,18 +338,23 @@ class ChatSession:
                         continue
                     if text == "[DONE]":
                         # Read on to the end of the body: the connection then goes back
-                        # to the pool for the turn's next call instead of being reset.
+                        # to the pool for the turn's next call instead of being reset --
+                        # for a short grace only (._grace), the answer is in hand.
                         done = True
+                        grace = after_done(response, deadline)
                         continue
                     chunk = decode_json(text, "stream chunk")
                     if event == "error":
                         raise error_from_body(None, chunk)
                     acc.add(chunk)
         except httpx.TransportError:
-            # Cut (or timed out) after [DONE]: the answer is whole, only the rest of
-            # the body is lost -- asking again would run the model twice.
+            # Cut (or timed out, or its grace over) after [DONE]: the answer is whole,
+            # only the rest of the body is lost -- asking again would run the model twice.
             if not done or self._signal.aborted:
                 raise
+        finally:
+            if grace is not None:
+                grace.cancel()
         if self._signal.aborted:
             raise self._cancelled()
         if acc.chunks == 0 and not done:

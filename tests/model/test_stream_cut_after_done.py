@@ -40,3 +40,27 @@ def test_tool_calls_cut_after_done_run_once(rt: Runtime, fake: FakeOpenAI) -> No
     assert calls == ["once"]
     assert len(fake.requests) == 2
     assert fake.requests[1].messages[-1]["role"] == "tool"
+
+
+def test_a_body_held_open_after_done_does_not_hold_the_turn(rt: Runtime, fake: FakeOpenAI) -> None:
+    """A server that keeps the body open after ``data: [DONE]`` (the last chunk never
+    comes): the answer is taken once a short grace passed, not at the request's
+    timeout (600 s by default; here 60 s, past the test's bound), and the client
+    hangs up on that connection. R-ERR-1: nothing hangs past its bound."""
+    calls: list[Any] = []
+    rt.tools.register("note", lambda _turn, text: calls.append(text) or "noted")
+    register(rt, fake, timeout=60.0)
+    fake.hold_after_done(2)
+    fake.script(
+        Answer(tool_calls=[FakeCall("note", {"text": "once"})]),
+        Answer(content="noted it"),
+    )
+    agent = rt.spawn("planner")
+    agent.followup("note it")
+    assert agent.wait_idle(20), "the turn waited for the end of a body after its [DONE]"
+    end = rt.sessions.turn_ends(agent.session_id)[-1]
+    assert (end.stop_reason, end.output) == ("completed", "noted it"), end.error
+    assert calls == ["once"]
+    assert len(fake.requests) == 2
+    assert fake.wait_disconnects(2)  # each held body's connection hung up on
+    assert run_turn(rt, agent, "again").output == "echo: again"
