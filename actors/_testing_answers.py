@@ -4,6 +4,7 @@ answers, the requests it received, and the wire details it reproduces."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,13 +83,32 @@ class FakeRequest:
         return [t["function"]["name"] for t in tools]
 
 
+#: The names the real API takes for a function in a request, ``messages`` included.
+_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+\Z")
+
+
+def _bad_call_name(i: int, msg: Any) -> str | None:
+    """The real API's refusal of an assistant message's call to a name it does not take."""
+    for j, call in enumerate(msg.get("tool_calls") or ()):
+        name = (call.get("function") or {}).get("name")
+        if not isinstance(name, str) or not _FUNCTION_NAME.match(name):
+            return (
+                f"Invalid 'messages[{i}].tool_calls[{j}].function.name': string does not"
+                " match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+            )
+    return None
+
+
 def tool_ids_error(messages: Any) -> str | None:
-    """The real API's refusal of ``tool`` messages that answer no open call."""
+    """The real API's refusal of ``tool`` messages that answer no open call, and of
+    an assistant message's call to a name it does not take."""
     if not isinstance(messages, list) or not messages:
         return "'messages' must be a non-empty array"
     open_ids: set[str] | None = None
-    for msg in messages:
+    for i, msg in enumerate(messages):
         role = msg.get("role") if isinstance(msg, dict) else None
+        if role == "assistant" and (bad := _bad_call_name(i, msg)) is not None:
+            return bad
         if role == "tool":
             call_id = msg.get("tool_call_id")
             if open_ids is None or call_id not in open_ids:

@@ -21,10 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from subagents.actors._agents import valid_tool_name
 from subagents.protocol import ErrorCode, SubagentError
 
 __all__ = [
     "MODEL_ERROR",
+    "UNTAKEN_NAME",
     "ChunkAccumulator",
     "Completion",
     "ModelError",
@@ -38,6 +40,9 @@ __all__ = [
 
 #: The code of a :class:`ModelError`.
 MODEL_ERROR: Final = ErrorCode.MODEL_ERROR
+
+#: The name a call to a name the API does not take goes back under (:meth:`Completion.message`).
+UNTAKEN_NAME: Final = "invalid_tool_name"
 
 
 class ModelError(SubagentError):
@@ -98,14 +103,20 @@ class Completion:
     refusal: str | None = None
 
     def message(self) -> dict[str, Any]:
-        """The answer as the assistant message of the next request."""
+        """The answer as the assistant message of the next request. A call to a name
+        the API does not take (the model's ``functions.x``, a name left out) goes
+        back named ``invalid_tool_name``: the API refuses the whole request otherwise
+        (400), and the call's result already names what the model called."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
+                    "function": {
+                        "name": c.name if valid_tool_name(c.name) else UNTAKEN_NAME,
+                        "arguments": c.arguments,
+                    },
                 }
                 for c in self.tool_calls
             ]

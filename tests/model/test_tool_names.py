@@ -94,3 +94,33 @@ def test_a_scope_tool_with_a_name_the_api_refuses_is_not_shown(
     assert refused["error"]["code"] == ErrorCode.INVALID_ARGUMENT
     warned = [r for r in caplog.records if "search.web" in r.getMessage()]
     assert len(warned) == 1, [r.getMessage() for r in warned]  # once, not every turn
+
+
+@pytest.mark.parametrize(
+    "name", ["functions.list_agents", "", "two words"], ids=["dot", "empty", "space"]
+)
+def test_a_call_to_a_name_the_api_refuses_is_told_to_the_model(
+    rt: Runtime, fake: FakeOpenAI, name: str
+) -> None:
+    """A model calling a tool by a name the API does not take (a hallucinated
+    ``functions.`` prefix, a name left out, a space) gets a tool error naming it;
+    its call goes back to the API in the next request under a name the API takes
+    (the fake refuses any other with a 400, as the real API does -- which failed the
+    turn), and the turn goes on. R-ERR-1."""
+    register(rt, fake, max_retries=0)
+    fake.script(
+        Answer(tool_calls=[FakeCall(name, {}), FakeCall("list_agents", {})]),
+        Answer(content="done"),
+    )
+    agent = rt.spawn("planner")
+    agent.followup("go")
+    assert agent.wait_idle(20)
+    end = rt.sessions.turn_ends(agent.session_id)[-1]
+    assert (end.stop_reason, end.output) == ("completed", "done"), end.error
+    second = fake.requests[1].messages
+    refused = json.loads(second[-2]["content"])
+    assert refused["error"]["code"] == ErrorCode.INVALID_ARGUMENT
+    assert repr(name) in refused["error"]["message"]
+    assert "agents" in json.loads(second[-1]["content"])  # the other call ran
+    called = [c["function"]["name"] for c in second[-3]["tool_calls"]]
+    assert called[1] == "list_agents" and called[0] != name
