@@ -340,13 +340,13 @@ class SSEDecoder:
     """Server-sent events (``data:`` lines up to a blank line) from raw bytes.
 
     :meth:`feed` takes bytes split anywhere and returns the complete events'
-    data, one string per event (``data`` lines joined with ``\\n``); comments
-    and the ``id``/``retry`` fields are skipped, an ``event:`` name other than
-    ``message`` is kept as ``(name, data)``.
+    data, one string per event (``data`` lines joined with ``\\n``); comments,
+    the ``id``/``retry`` fields and a byte-order mark opening the stream are
+    skipped, an ``event:`` name other than ``message`` is kept as ``(name, data)``.
     """
 
     def __init__(self) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._utf8 = codecs.getincrementaldecoder("utf-8-sig")("replace")  # BOM: skipped
         self._line = ""
         self._cr = False  # the last character was a CR: a following LF ends nothing
         self._data: list[str] = []

@@ -209,3 +209,24 @@ def test_whole_answer_arguments_as_a_json_object_are_used(
     assert greeted == ["b\u00f6b"]
     echoed = fake.requests[1].messages[-2]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(echoed) == {"who": "b\u00f6b"}
+
+
+def test_a_stream_opening_with_a_byte_order_mark_keeps_its_first_event(
+    rt: Runtime, fake: FakeOpenAI
+) -> None:
+    """A stream whose body opens with a UTF-8 byte-order mark (the SSE standard
+    says to skip it): its first event, here the first tool call's head with its id
+    and name, was read as a field named ``\\ufeffdata`` and dropped -- the call then
+    had no name. R-ERR-1 (no answer silently changed)."""
+    greeted = _greeter(rt)
+    register(rt, fake, stream=True, max_retries=0)
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "greet"}}
+    raw = _sse(
+        _delta({"role": "assistant", "tool_calls": [call]}),
+        _delta({"tool_calls": [{"index": 0, "function": {"arguments": '{"who": "ann"}'}}]}),
+        _delta({}, "tool_calls"),
+    )
+    fake.script(Answer(raw=b"\xef\xbb\xbf" + raw, headers=SSE), Answer(content="done"))
+    agent = rt.spawn("planner")
+    assert run_turn(rt, agent, "go").output == "done"
+    assert greeted == ["ann"]
