@@ -341,7 +341,8 @@ class ChatSession:
                         # to the pool for the turn's next call instead of being reset --
                         # for a short grace only (._grace), the answer is in hand.
                         done = True
-                        grace = after_done(response, deadline)
+                        if grace is None:  # (a second [DONE] arms no second watchdog)
+                            grace = after_done(response, deadline)
                         continue
                     chunk = decode_json(text, "stream chunk")
                     if event == "error":
