@@ -9,6 +9,7 @@ what events mean: folding, projections and residency belong to the layers above.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -89,11 +90,13 @@ class SessionStore(DurableQueues):
             task. Only for stores whose writes are cheap and never block (default
             False; :class:`MemoryStore` sets it): it spares every write a hand-off
             to the writer thread or greenlet.
+        remote_clock: whether :meth:`clock` asks a server (default False).
     """
 
     durable: ClassVar[bool]
     blocking: ClassVar[bool]
     inline_writes: ClassVar[bool] = False
+    remote_clock: ClassVar[bool] = False
 
     @abc.abstractmethod
     def create_session(
@@ -382,6 +385,14 @@ class SessionStore(DurableQueues):
     @abc.abstractmethod
     def drop_projections(self) -> None:
         """Forget every cached projection (they are rebuilt from the logs)."""
+
+    def clock(self) -> float:
+        """The clock leases are measured by (their ``now`` and ``expires``, wall-clock
+        seconds), one that every process sharing the store reads: this default is
+        this host's (every process on an SQLite file runs on it); a server store's
+        is the server's (``remote_clock``: a round trip), so hosts agree on expiries
+        whatever their own clocks say."""
+        return time.time()
 
     def listen(self) -> Listener | None:
         """A wake-up channel of this process's own that other processes reach through

@@ -16,8 +16,8 @@ free, expired, already this holder's, or held by a holder the caller knows is
 dead -- and bumps the epoch. A write that carries a lease token ``(holder,
 epoch)`` is refused with ``LEASE_LOST`` (writing nothing) unless the session's
 lease is still exactly that: the loser of a lease can never write after the
-winner. ``expires`` and ``now`` are wall-clock seconds (``time.time()``) chosen by
-the caller; the store compares, it never reads a clock.
+winner. ``expires`` and ``now`` are wall-clock seconds chosen by the caller (from
+the store's ``clock()``, one clock for every process); the store compares them.
 
 **Renewal is a heartbeat.** :meth:`DurableQueues.renew_leases` records one expiry
 for the holder, not one per lease: a lease is live until the later of its own

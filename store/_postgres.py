@@ -124,6 +124,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
 
     durable = True
     blocking = True
+    remote_clock = True
 
     def __init__(
         self,
@@ -299,6 +300,12 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             return False
         self._query("SELECT pg_notify(?, ?)", (address[3:], payload.hex()))
         return True
+
+    def clock(self) -> float:
+        """The server's clock (``clock_timestamp()``): every host on the store
+        measures leases by it."""
+        rows = self._query("SELECT extract(epoch FROM clock_timestamp())::float8", ())
+        return float(rows[0][0])
 
     # -- lifecycle ------------------------------------------------------------------
 

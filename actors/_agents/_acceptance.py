@@ -213,11 +213,13 @@ class Acceptance:
         sessions: list[SessionId] = self._call(store.waiting, holder)
         return sessions
 
-    def orphans(self, now: float) -> list[SessionId]:
-        """Sessions with accepted work whose lease is free (nobody will run it)."""
-        store = self.persistence
+    def orphans(self) -> list[SessionId]:
+        """Sessions with accepted work whose lease is free now, by the store's clock
+        (nobody will run it)."""
+        store, leases = self.persistence, self.leases
         assert store is not None
-        sessions: list[SessionId] = self._call(store.orphans, now)
+        assert leases is not None
+        sessions: list[SessionId] = self._call(store.orphans, leases.now())
         return sessions
 
     def give_back(

@@ -29,6 +29,8 @@ from subagents.actors._kernel._fork import abandon_if_forked, fork_generation
 from subagents.protocol import CorruptRecordError, ErrorCode, MessageId, SessionId, SubagentError
 from subagents.store import Holder, Lease, LeaseToken, SessionStore
 
+from ._lease_clock import LeaseClock
+
 __all__ = ["Holder", "Leases"]
 
 logger = logging.getLogger("subagents")
@@ -44,7 +46,7 @@ class Leases:
         *,
         ttl: float,
         lost: Callable[[SessionId], object],
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         wake: str | None = None,
     ) -> None:
         # A fork before this runs its first round: the child's copy still abandons.
@@ -55,6 +57,10 @@ class Leases:
         self._store = store
         self._backend = backend
         self._lost = lost
+        # The store's clock, not this host's: holders and contenders compare expiries.
+        self._store_clock: LeaseClock | None = None
+        if clock is None:
+            clock = self._store_clock = LeaseClock(store, self._call, ttl / 3)
         self._clock = clock
         self._lock = threading.Lock()  # held for a set operation, never across a call out
         self._held: dict[SessionId, int] = {}  # session -> epoch
@@ -79,8 +85,13 @@ class Leases:
             return self._backend.run_blocking(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 
+    def _refresh(self) -> None:
+        if self._store_clock is not None:
+            self._store_clock.refresh()
+
     def now(self) -> float:
-        """The clock leases expire by (wall-clock seconds)."""
+        """The clock leases expire by (wall-clock seconds, the store's clock)."""
+        self._refresh()
         return self._clock()
 
     def new(self, session_id: SessionId) -> tuple[str, float, str | None]:
@@ -96,6 +107,7 @@ class Leases:
         Raises:
             SubagentError: ``LEASE_HELD`` when another live holder has it.
         """
+        self._refresh()
         now = self._clock()
         lease: Lease = self._call(
             self._store.acquire_lease,
@@ -172,6 +184,7 @@ class Leases:
         if session_id not in held:
             return False
         asked = time.monotonic()
+        self._refresh()
         try:
             renewed = set(
                 self._call(self._store.renew_leases, self.holder.id, self._clock() + self.ttl)
@@ -231,6 +244,7 @@ class Leases:
                 continue
             try:
                 asked = time.monotonic()
+                self._refresh()
                 until = self._clock() + self.ttl
                 count = self._call(self._store.renew_lease_count, self.holder.id, until)
                 if count == len(held):

@@ -181,7 +181,7 @@ class Mailman:
             try:
                 if rings is None:
                     rung = self._sessions.waiting(self._holder)
-                    rung += self._sessions.orphans(time.time())
+                    rung += self._sessions.orphans()
                     with self._doubts_lock:
                         rung += list(self._doubts)
                 else:

@@ -26,6 +26,12 @@ def _live(lease: Lease | None, now: float) -> bool:
     )
 
 
+def _now(store: Any) -> float:
+    """The store's clock, which leases expire by (a server's, on PostgreSQL)."""
+    clock = getattr(store, "clock", None)
+    return time.time() if clock is None else float(clock())
+
+
 def lease_held(store: Any, sid: object) -> bool:
     """Whether a live process holds ``sid``; True where the store keeps no leases
     or cannot say. A turn a session's log shows open is running only then: its
@@ -34,7 +40,7 @@ def lease_held(store: Any, sid: object) -> bool:
     if get is None or not isinstance(sid, SessionId):
         return True
     try:
-        return _live(get(sid), time.time())
+        return _live(get(sid), _now(store))
     except SubagentError:
         return True
 
@@ -47,7 +53,7 @@ def held_now(store: Any, sids: Sequence[SessionId]) -> set[SessionId] | None:
         return None
     try:
         leases = get(sids) if sids else {}
+        now = _now(store)
     except SubagentError:
         return None
-    now = time.time()
     return {sid for sid, lease in leases.items() if _live(lease, now)}
