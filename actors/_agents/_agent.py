@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -220,12 +221,12 @@ class Agent(Followups):
             for fn in list(listeners):
                 hear(fn, cause, "cancel listener")
 
-    def running_since(self, at: float) -> Any:
-        """The turn running now if it began at or before ``at`` (wall-clock seconds):
-        the turn an interrupt asked at ``at`` means; None when there is none."""
+    def running_for(self, ago: float) -> Any:
+        """The turn running now if it began at least ``ago`` seconds ago (on the
+        monotonic clock): the turn an interrupt asked ``ago`` seconds ago means;
+        None when there is none."""
         turn = self._turns.current
-        started = None if turn is None else turn.started_at
-        return turn if started is not None and started.timestamp() <= at else None
+        return turn if turn is not None and turn.began <= time.monotonic() - ago else None
 
     def cancel_turn(self, turn: Any, cause: Any) -> None:
         """Abort ``turn``'s signal if it is still the running turn: a turn that began

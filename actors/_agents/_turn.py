@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -136,6 +137,7 @@ class Turn:
         "_runner",
         "_steer",
         "_usage",
+        "began",
         "context",
         "index",
         "started_at",
@@ -167,6 +169,9 @@ class Turn:
         self._runner = runner
         #: When the turn began (its ``turn/start`` time).
         self.started_at = started_at
+        #: When the turn began on the monotonic clock (what a remote interrupt's
+        #: age is measured against: no step of the wall clock moves it).
+        self.began = time.monotonic()
 
     def _controller_locked(self) -> AbortController:
         """The turn's controller, made on first use; the caller holds ``_lock``."""

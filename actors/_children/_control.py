@@ -61,7 +61,8 @@ def interrupt(
 ) -> None:
     """Cancel ``target``'s current turn if ``authority`` may (an absent target is an
     accepted no-op); ``ask`` asks the registry. ``asked_at``: another process asked
-    at that time (wall-clock seconds) -- a turn that began later is left alone.
+    at that time (:func:`asked_now`: the store's clock) -- a turn that began later
+    is left alone.
 
     Raises:
         SubagentError: ``UNAUTHORIZED``, ``INVALID_ARGUMENT``.
@@ -82,7 +83,8 @@ def interrupt(
         return
     meant = None
     if asked_at is not None:
-        meant = agent.running_since(asked_at)
+        # How long ago, on the clock both processes read: each host's own may be off.
+        meant = agent.running_for(max(0.0, asked_now(sessions, clock) - asked_at))
         if meant is None:
             return  # the turn it meant has ended
     at = clock()  # INVALID_ARGUMENT from a bad clock before anything changed
@@ -122,7 +124,7 @@ def forward_interrupt(
     if header.parent_session != parent:
         raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
     assert parent is not None
-    sessions.ring(address, interrupt_ring(target, parent, clock().timestamp()))
+    sessions.ring(address, interrupt_ring(target, parent, asked_now(sessions, clock)))
 
 
 def forward_ancestor_interrupt(
@@ -147,8 +149,15 @@ def forward_ancestor_interrupt(
         return  # live nowhere else: absent, a no-op
     if not stored_ancestor(sessions, target, agent.session_id):
         raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
-    ring = interrupt_ring(target, agent.session_id, clock().timestamp(), ancestor=True)
+    ring = interrupt_ring(target, agent.session_id, asked_now(sessions, clock), ancestor=True)
     sessions.ring(address, ring)
+
+
+def asked_now(sessions: SessionService, clock: Callable[[], _dt.datetime]) -> float:
+    """The time an interrupt is asked at, for another process: by the store's clock
+    (its leases'), which the holder reads too; the runtime's clock without leases."""
+    leases = sessions.leases
+    return leases.now() if leases is not None else clock().timestamp()
 
 
 def stored_ancestor(sessions: SessionService, target: SessionId, ancestor: SessionId) -> bool:
@@ -267,7 +276,7 @@ def drain_elsewhere(
     if sessions.persistence is None or sessions.leases is None:
         return
     deadline = None if timeout is None else time.monotonic() + timeout
-    asked = clock().timestamp()
+    asked = asked_now(sessions, clock)
     rung: dict[SessionId, tuple[str, SessionId]] = {}  # what waits: (address, parent)
     level, seen = list(parents), set(parents)
     for _ in range(64):  # the delegation depth's bound

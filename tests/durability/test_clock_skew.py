@@ -13,6 +13,7 @@ process reads one host's clock: there is no skew to test there.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -21,7 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from subagents.actors import Runtime
+from durability_kit import worker
+from subagents.actors import Runtime, UserAuthority
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, SessionId, SubagentError
 
@@ -136,3 +138,25 @@ def test_a_dead_holder_whose_clock_ran_ahead_is_taken_over_after_its_ttl(
                 rt.backend.sleep(0.1)
         assert agent.followup("after") is not None
         assert agent.wait_idle(20)
+
+
+def test_an_interrupt_asked_on_a_clock_behind_the_holders_cuts_its_turn(
+    backend: Backend, pg_url: str
+) -> None:
+    """R-INT-8 across hosts, clock skew: a worker holds a child whose turn runs; this
+    process, its clock a minute behind, interrupts it. "When it was asked" was its
+    own clock's reading, compared with the turn's start on the holder's: the turn
+    seemed to begin after the interrupt and was left running (the interrupt lost).
+    Both now read the store's clock: the turn is cut."""
+
+    def behind() -> dt.datetime:
+        return dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+
+    with worker("interrupt_worker.py", pg_url, backend.name) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        root, child = proc.stdout.readline().split()
+        with Runtime(pg_url, backend=backend, clock=behind) as rt:
+            rt.subagents.interrupt(child, UserAuthority(root))
+        assert proc.stdout.readline().split() == ["cancelled", root]
+        proc.stdin.close()
+        assert proc.wait(30) == 0

@@ -111,18 +111,23 @@ def test_an_interrupt_reaches_a_child_live_in_another_process(pair: list[Runtime
 def test_a_late_interrupt_leaves_a_turn_that_began_after_it_alone(
     pair: list[Runtime], b_clock: SetBackClock
 ) -> None:
-    """Asked (by ``b``'s clock) an hour before the running turn began, the interrupt
-    means a turn that has ended: the holder cuts nothing and logs nothing. A second
-    interrupt, asked now of another child, shows when the first was handled (the
-    holder's mail task takes rings in order)."""
+    """Asked (by the store's clock, as ``b`` reads it: leases') an hour before the
+    running turn began, the interrupt means a turn that has ended: the holder cuts
+    nothing and logs nothing. A second interrupt, asked now of another child,
+    shows when the first was handled (the holder's mail task takes rings in
+    order). ``b``'s own clock (an hour back as well) is not what is read."""
     a, b = pair
     late_gate, marker_gate = Gate(), Gate()
     root, late = _blocked_child(a, late_gate)
     _, marker = _blocked_child(a, marker_gate, root, "marker")
     marker_agent, late_agent = a.agents.get(marker), a.agents.get(late)
     assert marker_agent is not None and late_agent is not None
+    leases: Any = b.sessions.leases
+    store_clock = leases._clock
     b_clock.back = dt.timedelta(hours=1)
+    leases._clock = lambda: store_clock() - 3600.0
     b.subagents.interrupt(late, UserAuthority(root.session_id))
+    leases._clock = store_clock
     b_clock.back = dt.timedelta(0)
     b.subagents.interrupt(marker, UserAuthority(root.session_id))
     assert marker_agent.wait_idle(10)  # cut: the late ring was handled before
@@ -205,7 +210,7 @@ def test_a_remote_interrupt_never_cuts_the_turn_after_the_one_it_meant(
             gates[content] = Gate(content)
             a.subagents.followup(root, child, content)
         assert gates[meant[0]].wait_reached(10)
-        now = dt.datetime.now(dt.UTC).timestamp()
+        now = a.sessions.leases.now()  # the store's clock, which rings carry
         a.continuation.interrupt_asked(child, root.session_id, now)
         gates[meant[1]].release()
         agent = a.agents.get(child)
