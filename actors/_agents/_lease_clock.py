@@ -45,6 +45,7 @@ class LeaseClock:
         self._lock = threading.Lock()  # held for two assignments, never across a call
         self._anchor: float | None = None  # the server's clock at monotonic ``_at``
         self._at = 0.0
+        self._error = 0.0  # half the round trip of the reading ``_anchor`` came from
         self._tried = -float("inf")  # monotonic: the last reading asked, answered or not
         if initial:
             self.refresh()
@@ -57,6 +58,16 @@ class LeaseClock:
         if anchor is None:
             return time.time()
         return anchor + (time.monotonic() - at)
+
+    @property
+    def error(self) -> float:
+        """How far :meth:`__call__` may be off the store's clock, in seconds: half the
+        round trip of the reading it extrapolates (a loaded host's thread may take
+        the answer late); 0.0 where this host's clock is the store's."""
+        if self._read is None:
+            return 0.0
+        with self._lock:
+            return self._error if self._anchor is not None else 0.0
 
     def refresh(self) -> None:
         """Read the server's clock again if the last reading is a period old: a
@@ -74,3 +85,4 @@ class LeaseClock:
         after = time.monotonic()
         with self._lock:  # the reading was taken somewhere in the round trip: its middle
             self._anchor, self._at = server, (before + after) / 2
+            self._error = (after - before) / 2

@@ -94,6 +94,11 @@ class Leases:
         self._refresh()
         return self._clock()
 
+    def error(self) -> float:
+        """How far :meth:`now` may be off the store's clock (seconds; see
+        ``LeaseClock.error``): another process's reading may be off as far."""
+        return 0.0 if self._store_clock is None else self._store_clock.error
+
     def new(self, session_id: SessionId) -> tuple[str, float, str | None]:
         """The lease a session is created with (epoch 1); it is held from now on."""
         self._hold(session_id, 1)

@@ -83,8 +83,10 @@ def interrupt(
         return
     meant = None
     if asked_at is not None:
-        # How long ago, on the clock both processes read: each host's own may be off.
-        meant = agent.running_for(max(0.0, asked_now(sessions, clock) - asked_at))
+        # How long ago, on the clock both processes read (each host's own may be
+        # off), at the least: a stop is better cut into the turn after the one it
+        # meant than dropped, as two readings of the store's clock may differ.
+        meant = agent.running_for(max(0.0, _store_now(sessions, clock, -1) - asked_at))
         if meant is None:
             return  # the turn it meant has ended
     at = clock()  # INVALID_ARGUMENT from a bad clock before anything changed
@@ -155,9 +157,17 @@ def forward_ancestor_interrupt(
 
 def asked_now(sessions: SessionService, clock: Callable[[], _dt.datetime]) -> float:
     """The time an interrupt is asked at, for another process: by the store's clock
-    (its leases'), which the holder reads too; the runtime's clock without leases."""
+    (its leases'), which the holder reads too -- the latest it may be, given how far
+    this process's reading may be off; the runtime's clock without leases."""
+    return _store_now(sessions, clock, 1)
+
+
+def _store_now(sessions: SessionService, clock: Callable[[], _dt.datetime], side: int) -> float:
+    """The store's clock now, its reading's error added (``side`` 1) or taken off (-1)."""
     leases = sessions.leases
-    return leases.now() if leases is not None else clock().timestamp()
+    if leases is None:
+        return clock().timestamp()
+    return float(leases.now() + side * leases.error())
 
 
 def stored_ancestor(sessions: SessionService, target: SessionId, ancestor: SessionId) -> bool:

@@ -14,6 +14,7 @@ PostgreSQL, ``backend`` on both runtimes.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,6 +107,39 @@ def test_an_interrupt_reaches_a_child_live_in_another_process(pair: list[Runtime
         "cancelled",
         "completed",
     ]
+
+
+def test_an_interrupt_asked_on_a_late_reading_of_the_servers_clock_cuts_its_turn(
+    pair: list[Runtime], db: str
+) -> None:
+    """R-INT-8: the asker's reading of PostgreSQL's clock came back late (its thread
+    took the answer a second after the server gave it, as on a loaded host), so its
+    extrapolation runs behind the server's; the interrupt it asks of a turn that
+    began just before still cuts that turn -- the ask is stamped the latest it may
+    be, by the reading's round trip -- instead of being dropped as meant for an
+    earlier one."""
+    if not db.startswith("postgresql"):
+        pytest.skip("one host's clock is every SQLite process's: nothing to read late")
+    a, b = pair
+    lease_clock: Any = b.sessions.leases._store_clock  # type: ignore[union-attr]
+    read = lease_clock._read
+
+    def late_read() -> float:
+        value = read()
+        time.sleep(2.0)  # the answer taken late (latency injected, not an ordering)
+        return float(value)
+
+    lease_clock._read = late_read
+    lease_clock._tried = -float("inf")
+    b.sessions.leases.now()  # reads again: two seconds' round trip, one behind
+    gate = Gate()
+    root, child_id = _blocked_child(a, gate)
+    child = a.agents.get(child_id)
+    assert child is not None
+    b.subagents.interrupt(child_id, UserAuthority(root.session_id))
+    assert child.wait_idle(10)
+    assert [e.stop_reason for e in _log(a, child_id) if isinstance(e, TurnEnd)] == ["cancelled"]
+    gate.release()
 
 
 def test_a_late_interrupt_leaves_a_turn_that_began_after_it_alone(
