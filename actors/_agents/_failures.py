@@ -44,14 +44,19 @@ class SessionStatistics:
     ``live_sessions``: sessions live in this runtime. ``failed_writes``: session
     writes that failed since the runtime started (each failed session counts once
     per activation). ``persistence_failures``: the sessions whose writes stopped at a
-    failure and that were not activated again since, oldest first. ``store``: the
-    store's own counters (``statistics()`` of a SQL store), or ``None``.
+    failure and that were not activated again since, oldest first: the latest
+    1,000 (``KEPT_FAILURES``). ``store``: the store's own counters
+    (``statistics()`` of a SQL store), or ``None``.
     """
 
     live_sessions: int
     failed_writes: int
     persistence_failures: tuple[PersistenceFailure, ...]
     store: Any
+
+
+#: How many failed sessions ``statistics()`` lists at most (the latest).
+KEPT_FAILURES = 1000
 
 
 class PersistenceFailures:
@@ -70,6 +75,11 @@ class PersistenceFailures:
             if session_id not in self._by_session:  # the first one is the cause
                 self.count += 1  # (once an activation: forget() starts the next)
                 self._by_session[session_id] = failure
+                # Kept until the session is activated here again, which a one-shot
+                # child, a disposed agent or one resumed elsewhere never is: an
+                # outage would leave every session writing then here for good.
+                if len(self._by_session) > KEPT_FAILURES:
+                    del self._by_session[next(iter(self._by_session))]  # the oldest
 
     def get(self, session_id: SessionId) -> PersistenceFailure | None:
         return self._by_session.get(session_id)
@@ -81,6 +91,17 @@ class PersistenceFailures:
     def snapshot(self) -> tuple[PersistenceFailure, ...]:
         with self._lock:
             return tuple(self._by_session.values())
+
+    def unwritten(self, session_id: SessionId) -> SubagentError | None:
+        """What ``flush(session_id)`` raises once the writer forgot the failure (the
+        activation ended at it): the failure's own code and message."""
+        failure = self._by_session.get(session_id)
+        if failure is None:
+            return None
+        return SubagentError(
+            f"session {session_id} did not reach persistence: {failure.message}",
+            code=failure.code,
+        )
 
     def error(self, session_id: SessionId) -> SubagentError | None:
         """The error an agent whose writes failed raises instead of accepting."""

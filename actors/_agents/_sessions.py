@@ -313,18 +313,17 @@ class SessionService(Acceptance, SessionReads):
         """Drop a session from the live set (its agent left residency), and give its
         lease up with its last write (``lease=False``: it was lost, or is deleted)."""
         self._drop(live)
-        token = live.token
+        token, writer = live.token, self._writer
         if token is not None and self.leases is not None:
             self.leases.forget(live.id, token[1])
-            if lease and self._writer is not None:
-                if self._writer.take_failure(live.id) is not None:
-                    # Its writes stopped at a failure: the lease goes back directly,
-                    # so its next activation (anywhere) replays what it accepted.
-                    self.give_up(live.id, token)
-                else:
-                    live.last_ticket = self._writer.submit(
-                        "release", live.id, (token, live.unrun or ())
-                    )
+            if lease and writer is not None and writer.take_failure(live.id) is not None:
+                # Its writes stopped at a failure: the lease goes back directly,
+                # so its next activation (anywhere) replays what it accepted.
+                self.give_up(live.id, token)
+            elif lease and writer is not None:
+                live.last_ticket = writer.submit("release", live.id, (token, live.unrun or ()))
+        if writer is not None:
+            writer.ended(live.id)  # (its failure stays in ``failures``: see flush)
 
     def give_up(
         self, session_id: SessionId, token: tuple[str, int], unrun: Sequence[MessageId] = ()
@@ -416,6 +415,8 @@ class SessionService(Acceptance, SessionReads):
                 raise SubagentError(
                     f"session {session_id} did not reach persistence: {failure}", code=code
                 ) from failure
+            if (failed := self.failures.unwritten(session_id)) is not None:
+                raise failed  # (an activation that ended at it: its writer forgot it)
 
     def close(self) -> None:
         """Stop the writer after it drained, and the lease renewals; idempotent."""

@@ -149,6 +149,24 @@ class Writer:
             return False
         return True
 
+    def ended(self, session_id: SessionId) -> None:
+        """The activation of ``session_id`` is over (its session left the live set,
+        its last write queued): a failure of its writes, kept so that none of them
+        landed after it, is history once those writes are done -- queued behind
+        them, as :meth:`reset` is. Without it the entry stayed for as long as the
+        session was not activated here again: for ever for a one-shot child, a
+        disposed top-level agent, or one another process resumes."""
+        if self.inline:  # its writes were made by the callers, in order: all done
+            with self._lock:
+                self._failed.pop(session_id, None)
+        elif session_id in self._failed or self._busy():
+            self.submit("reset", session_id, None)
+
+    def _busy(self) -> bool:
+        """Whether a write may still be waiting (one of the session's may fail yet)."""
+        with self._lock:
+            return self._committed < self._ticket
+
     def reset(self, session_id: SessionId) -> int | None:
         """A new activation of ``session_id`` starts from what the store holds: its
         writes go through again. Queued behind the failed activation's writes, which

@@ -10,19 +10,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, SubagentError, new_message_id, packb, trusted_message
-from subagents.store import SqliteStore
+from subagents.store import MemoryStore, SqliteStore
 
 
 def test_a_failed_write_keeps_no_frame_of_its_batch(backend: Backend, tmp_path: Path) -> None:
     """A session whose lease another process took over fails its next write
-    (``LEASE_LOST``) and is never activated here again: the runtime keeps its
-    error for good, and kept with it the traceback's frames -- the failed batch
-    and every event in it (about 20 KB a session). Now the error alone."""
+    (``LEASE_LOST``) and is never activated here again: the runtime kept its
+    error with the traceback's frames -- the failed batch and every event in it
+    (about 20 KB a session). Now the error alone, and only while the writes of
+    its activation may still come (see the next test)."""
     db = str(tmp_path / "s.db")
     with Runtime(db, backend=backend, durability="relaxed") as rt, SqliteStore(db) as other:
+        kept = _kept_at_end(rt)
         for _ in range(3):
             agent = rt.spawn("echo")
             agent.followup("x")
@@ -33,7 +36,7 @@ def test_a_failed_write_keeps_no_frame_of_its_batch(backend: Backend, tmp_path: 
             with contextlib.suppress(SubagentError):
                 agent.followup("y" * 1000)
             assert agent.wait_disposed(10)
-            error = rt.sessions._writer._failed.get(agent.session_id)
+            error = kept[agent.session_id]
             assert error is not None and error.code == ErrorCode.LEASE_LOST
             chain: list[BaseException | None] = [error]
             while chain:
@@ -41,6 +44,100 @@ def test_a_failed_write_keeps_no_frame_of_its_batch(backend: Backend, tmp_path: 
                 if exc is not None:
                     assert exc.__traceback__ is None, exc
                     chain += [exc.__cause__, exc.__context__]
+
+
+def _kept_at_end(rt: Runtime) -> dict[Any, Any]:
+    """The error the writer keeps for each session as its activation ends (it
+    forgets it after: see the next test), filled in as they end."""
+    writer = rt.sessions._writer
+    assert writer is not None
+    ended = writer.ended
+    kept: dict[Any, Any] = {}
+
+    def spy(session_id: Any) -> None:
+        kept[session_id] = writer._failed.get(session_id)
+        ended(session_id)
+
+    writer.ended = spy  # type: ignore[method-assign]
+    return kept
+
+
+class _Refusing(MemoryStore):
+    """A write-behind store (as an SQL one is) that refuses every event row of
+    the sessions in ``refused``: a real failure of the store."""
+
+    inline_writes = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: set[Any] = set()
+
+    def append(self, session_id: Any, events: Any, **kw: Any) -> list[int]:
+        if session_id in self.refused:
+            raise SubagentError("refused by the store", code=ErrorCode.PERSISTENCE_UNAVAILABLE)
+        return super().append(session_id, events, **kw)
+
+
+def test_sessions_whose_writes_failed_leave_the_writer_when_they_end(backend: Backend) -> None:
+    """R-ERR-1: an outage fails the writes of every session writing then; each
+    stops, and none is activated here again (a one-shot child, a disposed
+    agent, one resumed elsewhere). The writer kept each one's error for the
+    runtime's life (one entry a failed session). Now it forgets it once the
+    activation's writes are done; ``flush`` of the session still raises its
+    failure (from ``statistics()``), and so does its agent's next follow-up."""
+    store = _Refusing()
+    with Runtime(store, backend=backend) as rt:
+        agents = []
+        for _ in range(30):
+            agent = rt.spawn("echo")
+            agent.followup("x")
+            assert agent.wait_idle(10)
+            rt.sessions.flush(agent.session_id)
+            store.refused.add(agent.session_id)
+            agent.followup("lost")  # accepted; its turn's writes fail: the agent stops
+            assert agent.wait_disposed(10)
+            agents.append(agent)
+        rt.sessions.flush()
+        assert rt.sessions._writer._failed == {}
+        stats = rt.sessions.statistics()
+        assert stats.failed_writes == 30 and len(stats.persistence_failures) == 30
+        for sid in (agents[0].session_id, agents[-1].session_id):
+            with pytest.raises(SubagentError) as info:
+                rt.sessions.flush(sid)
+            assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        with pytest.raises(SubagentError) as info:
+            agents[-1].followup("again")
+        assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        store.refused.clear()
+        again = rt.agents.resume(agents[0].session_id)  # activated again: writes go through
+        again.followup("back")
+        assert again.wait_idle(10)
+        rt.sessions.flush(again.session_id)
+        assert len(rt.sessions.statistics().persistence_failures) == 29
+
+
+def test_the_failure_table_keeps_the_latest_failed_sessions(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-ERR-1: ``statistics().persistence_failures`` listed every session whose
+    writes ever failed and that was not activated here again -- all of them, for
+    the runtime's life. Now the latest ``KEPT_FAILURES``; ``failed_writes``
+    still counts every one."""
+    from subagents.actors._agents import _failures
+
+    monkeypatch.setattr(_failures, "KEPT_FAILURES", 5)
+    store = _Refusing()
+    with Runtime(store, backend=backend) as rt:
+        sids = []
+        for _ in range(12):
+            agent = rt.spawn("echo")
+            store.refused.add(agent.session_id)
+            agent.followup("lost")
+            assert agent.wait_disposed(10)
+            sids.append(agent.session_id)
+        stats = rt.sessions.statistics()
+        assert stats.failed_writes == 12
+        assert [f.session_id for f in stats.persistence_failures] == sids[-5:]
 
 
 def test_a_thread_keeps_no_large_packing_buffer() -> None:
