@@ -7,6 +7,7 @@ no thread or greenlet hand-off per write.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -153,19 +154,19 @@ class Writer:
         """The activation of ``session_id`` is over (its session left the live set,
         its last write queued): a failure of its writes, kept so that none of them
         landed after it, is history once those writes are done -- queued behind
-        them, as :meth:`reset` is. Without it the entry stayed for as long as the
+        them (an ``ended`` op, as :meth:`reset` is). Without it the entry stayed for as long as the
         session was not activated here again: for ever for a one-shot child, a
         disposed top-level agent, or one another process resumes."""
-        if self.inline:  # its writes were made by the callers, in order: all done
-            with self._lock:
-                self._failed.pop(session_id, None)
-        elif session_id in self._failed or self._busy():
-            self.submit("reset", session_id, None)
-
-    def _busy(self) -> bool:
-        """Whether a write may still be waiting (one of the session's may fail yet)."""
         with self._lock:
-            return self._committed < self._ticket
+            if self.inline:  # its writes were made by the callers, in order: all done
+                self._failed.pop(session_id, None)
+                return
+            # (A write still queued may fail yet; closing, the writer goes with it.)
+            behind = session_id in self._failed or self._committed < self._ticket
+            if not behind or self._closing:
+                return
+        with contextlib.suppress(SubagentError):  # closed meanwhile: as above
+            self.submit("ended", session_id, None)
 
     def reset(self, session_id: SessionId) -> int | None:
         """A new activation of ``session_id`` starts from what the store holds: its
@@ -219,12 +220,15 @@ class Writer:
         """
         ops: list[tuple[Any, ...]] = []
         owners: list[SessionId] = []
+        ended: dict[SessionId, int] = {}  # sessions whose activation ended: at which op
         i = 0
         while i < len(batch):
             _, op, sid, payload = batch[i]
             i += 1
-            if op == "reset":
+            if op == "reset" or op == "ended":
                 self._failed.pop(sid, None)
+                if op == "ended":  # and what its writes before fail in this batch
+                    ended[sid] = len(ops)
                 continue
             if sid in self._failed:
                 continue
@@ -247,32 +251,44 @@ class Writer:
             owners.append(sid)
         if not ops:
             return
+        failed = self._write_ops(ops, owners)
+        for sid, at in ended.items():  # unless a write of a later activation failed
+            if failed.get(sid, at) < at:
+                self._failed.pop(sid, None)
+
+    def _write_ops(
+        self, ops: list[tuple[Any, ...]], owners: list[SessionId]
+    ) -> dict[SessionId, int]:
+        """Write ``ops`` (of sessions ``owners``) in one transaction; the failed
+        sessions, each with its last failed op."""
         try:
             results = self._call(self._store.write_many, ops)
         except Exception as exc:  # the store itself failed: every session in the batch
             abandon_if_forked(self._born)  # forked mid-batch: the parent's, not ours
             logger.exception("persisting a batch of %d writes failed", len(ops))
             results = [exc] * len(ops)
-        failed: set[SessionId] = set()  # each session fails once, not once an op
-        for sid, done, result in zip(owners, ops, results):
+        failed: dict[SessionId, int] = {}  # each session fails once, not once an op
+        for k, (sid, done, result) in enumerate(zip(owners, ops, results)):
             if isinstance(result, BaseException):
                 abandon_if_forked(self._born)  # (a store refusing the copy: WRONG_PROCESS)
                 if done[0] == "checkpoint" and lost_lease(result):
                     # A stale holder's: refused, as it should be. No failure of the
                     # session -- a new activation of it here may hold the lease now.
                     logger.warning("no checkpoint of %s: its lease was lost", sid)
-                elif done[0] != "projection" and sid not in failed:
+                elif done[0] != "projection":
                     # (A projection is derived data: a lost cache row is harmless.)
-                    failed.add(sid)
-                    logger.error("persisting session %s failed: %s", sid, result)
-                    self._failed[sid] = detached(result)
-                    self._on_failed(sid, result)
+                    if sid not in failed:
+                        logger.error("persisting session %s failed: %s", sid, result)
+                        self._failed[sid] = detached(result)
+                        self._on_failed(sid, result)
+                    failed[sid] = k
             elif done[0] == "append" and result:
                 self._on_committed(sid, result[-1])
             elif (
                 done[0] == "release" and result == Release.WAITING and self._on_waiting is not None
             ):
                 self._on_waiting(sid)
+        return failed
 
     def wait(self, ticket: int, timeout: float | None) -> bool:
         if self._committed >= ticket:  # it only grows: true once is true for good

@@ -72,7 +72,13 @@ class _Refusing(MemoryStore):
         super().__init__()
         self.refused: set[Any] = set()
 
+        self.held: Any = None  # (session, gate): its next append waits at the gate
+
     def append(self, session_id: Any, events: Any, **kw: Any) -> list[int]:
+        held = self.held
+        if held is not None and held[0] == session_id:
+            self.held = None
+            held[1].wait(10)
         if session_id in self.refused:
             raise SubagentError("refused by the store", code=ErrorCode.PERSISTENCE_UNAVAILABLE)
         return super().append(session_id, events, **kw)
@@ -114,6 +120,37 @@ def test_sessions_whose_writes_failed_leave_the_writer_when_they_end(backend: Ba
         assert again.wait_idle(10)
         rt.sessions.flush(again.session_id)
         assert len(rt.sessions.statistics().persistence_failures) == 29
+
+
+def test_a_failure_in_the_batch_that_ends_its_activation_is_forgotten(
+    backend: Backend,
+) -> None:
+    """R-ERR-1, forced: an agent is disposed while its last write waits behind
+    another session's (a busy writer), and that write fails in the same batch
+    as the end of its activation. The end is carried out after the batch's
+    failures are recorded: the writer keeps nothing for it."""
+    store = _Refusing()
+    with Runtime(store, backend=backend) as rt:
+        kept = _kept_at_end(rt)
+        agent, other = rt.spawn("echo"), rt.spawn("echo")
+        for a in (agent, other):
+            a.followup("x")
+            assert a.wait_idle(10)
+        rt.sessions.flush()
+        gate = rt.backend.event()
+        store.held = (other.session_id, gate)
+        other.followup("slow")  # the writer waits at the gate with its turn's write
+        store.refused.add(agent.session_id)
+        agent.followup("lost")  # its write queues behind, and will fail
+        assert agent.wait_idle(10)
+        agent.dispose(flush=False)  # ends while the failing write still waits
+        assert kept == {agent.session_id: None}  # (not failed yet)
+        gate.set()
+        rt.sessions.flush()
+        assert rt.sessions._writer._failed == {}
+        assert [f.session_id for f in rt.sessions.statistics().persistence_failures] == [
+            agent.session_id
+        ]
 
 
 def test_the_failure_table_keeps_the_latest_failed_sessions(
