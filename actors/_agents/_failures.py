@@ -65,6 +65,9 @@ class PersistenceFailures:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
         self._by_session: dict[SessionId, PersistenceFailure] = {}
+        # Sessions whose writes a lost lease refused: no failure of persistence (not
+        # counted, not listed), but ``flush`` still says their writes did not land.
+        self._lost: dict[SessionId, PersistenceFailure] = {}
         self._clock = clock
         self.count = 0
 
@@ -81,12 +84,24 @@ class PersistenceFailures:
                 if len(self._by_session) > KEPT_FAILURES:
                     del self._by_session[next(iter(self._by_session))]  # the oldest
 
+    def record_lost(self, session_id: SessionId, error: BaseException) -> None:
+        """A write of ``session_id`` was refused for its lost lease (kept for
+        :meth:`unwritten`, the latest :data:`KEPT_FAILURES` of them)."""
+        code = error.code if isinstance(error, SubagentError) else ErrorCode.INTERNAL
+        failure = PersistenceFailure(session_id, str(code), str(error)[:1000], self._clock())
+        with self._lock:
+            lost = self._lost
+            lost.setdefault(session_id, failure)
+            if len(lost) > KEPT_FAILURES:
+                del lost[next(iter(lost))]  # the oldest
+
     def get(self, session_id: SessionId) -> PersistenceFailure | None:
         return self._by_session.get(session_id)
 
     def forget(self, session_id: SessionId) -> None:
         with self._lock:
             self._by_session.pop(session_id, None)
+            self._lost.pop(session_id, None)
 
     def snapshot(self) -> tuple[PersistenceFailure, ...]:
         with self._lock:
@@ -95,7 +110,7 @@ class PersistenceFailures:
     def unwritten(self, session_id: SessionId) -> SubagentError | None:
         """What ``flush(session_id)`` raises once the writer forgot the failure (the
         activation ended at it): the failure's own code and message."""
-        failure = self._by_session.get(session_id)
+        failure = self._by_session.get(session_id) or self._lost.get(session_id)
         if failure is None:
             return None
         return SubagentError(

@@ -174,8 +174,8 @@ class SessionService(Acceptance, SessionReads):
         agent too (as Akka stops a persistent actor whose write failed): the store
         is the truth, and the next activation starts from it (under strict
         durability replaying what was accepted and not done)."""
-        if not lost_lease(error):
-            self.failures.record(sid, error)
+        failures = self.failures  # a lost lease: no failure of persistence, not counted
+        (failures.record_lost if lost_lease(error) else failures.record)(sid, error)
         if self._lost is not None:
             self._lost(sid)
 

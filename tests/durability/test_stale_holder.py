@@ -18,7 +18,7 @@ from durability_kit import until
 from subagents.actors import Runtime, Steered, Turn
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
-from subagents.protocol import MessageEvent
+from subagents.protocol import ErrorCode, MessageEvent, SubagentError
 from subagents.store import open_store
 
 pytestmark = pytest.mark.timeout(60)
@@ -104,3 +104,27 @@ def test_a_session_taken_over_before_any_renewal_is_let_go(backend: Backend, db:
             other.acquire_lease(sid, "thief", now=later, expires=later + 60)
         assert until(rt, lambda: not leases.holds(sid), timeout=20)
         assert agent.wait_disposed(20)  # let go, as any session taken over
+
+
+def test_flush_of_a_session_whose_writes_a_lost_lease_refused_says_so(
+    backend: Backend, db: str
+) -> None:
+    """R-DUR-3 (fencing): a stale holder's writes refused for its lost lease end its
+    activation (the agent stops); ``flush(session_id)`` afterwards raises
+    ``LEASE_LOST`` -- its writes did not reach the store -- though the writer no
+    longer keeps the session's failure once its activation ended, and a lost
+    lease is no persistence failure of the statistics."""
+    with Runtime(db, backend=backend, durability="relaxed") as rt:
+        agent = rt.spawn("echo", label="stale")
+        agent.followup("hi")
+        assert agent.wait_idle(10)
+        rt.sessions.flush(agent.session_id)
+        with open_store(db) as other:
+            later = time.time() + 3600  # the lease taken as if it had expired
+            other.acquire_lease(agent.session_id, "thief", now=later, expires=later + 60)
+            agent.followup("lost")  # (relaxed: queued; its turn's writes are refused)
+            assert until(rt, lambda: rt.agents.get(agent.session_id) is None, 20)
+            with pytest.raises(SubagentError) as err:
+                rt.sessions.flush(agent.session_id)
+            assert err.value.code == ErrorCode.LEASE_LOST
+            assert rt.sessions.statistics().persistence_failures == ()
