@@ -3,7 +3,7 @@
 Imported by name in the Ray host processes (the tests put this directory on
 their ``PYTHONPATH``), so it holds only module-level functions. Cross-process
 interleavings are forced by files named in the message: a ``hold`` turn writes
-``PATH.started`` and waits for ``PATH.go`` (or its cancellation).
+``PATH.started`` (its pid, whole) and waits for ``PATH.go`` (or its cancellation).
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ def hold(turn: Any) -> Any:
     if not content.startswith("hold:"):
         return note(turn)
     path = Path(content[5:])
-    Path(f"{path}.started").write_text(str(os.getpid()))
+    # Written whole, then renamed: a test that sees ``PATH.started`` reads the pid
+    # (write_text creates the file empty first; a loaded box shows it so).
+    partial = Path(f"{path}.started.{os.getpid()}")
+    partial.write_text(str(os.getpid()))
+    partial.replace(f"{path}.started")
     go = Path(f"{path}.go")
     while not go.exists():
         if turn.signal.wait(0.01):

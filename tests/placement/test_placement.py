@@ -888,19 +888,30 @@ def test_a_child_settled_while_its_host_is_silent_is_let_go_there(
     import ray
 
     db = ray_pool[0]
-    placement = _own_pool(db, "silent-settle", hosts=1, call_timeout=4.0)
+    call_timeout, keep_warm = 4.0, 6.0
+    placement = _own_pool(db, "silent-settle", hosts=1, call_timeout=call_timeout)
     host = placement.host_actors[0]
     pid = ray.get(host.pid.remote(), timeout=30)
     try:
-        with parent_tree(db, backend, placement, "silent-settle", keep_warm=6.0) as tree:
+        with parent_tree(db, backend, placement, "silent-settle", keep_warm=keep_warm) as tree:
             cid = tree.start("quick")
             tree.wait_outputs(cid, 1)
             assert str(cid) in ray.get(host.held.remote(), timeout=30)
+            # The child's run answered here (the child is idle, its keep_warm counts):
+            # its turn's end in the store comes first. A host stopped in between
+            # never answers the run, which waits for the child's turns however long
+            # they take -- the child stays running here, and never settles.
+            act = tree.rt.continuation.activation(cid)
+            assert act is not None
+            eventually(lambda: act.agent.idle)
             _stop_outside_a_write(pid, db)
+            assert not tree.settled(cid)  # (its keep_warm outlasts the stop)
             # An interrupt (nothing to cut) times out: the host counts as silent for
             # call_timeout more, through the end of the child's keep_warm.
             tree.rt.subagents.interrupt(cid, UserAuthority(tree.root.session_id))
-            eventually(lambda: tree.settled(cid), timeout=30)
+            # It retires keep_warm after it went idle; its settle and the release
+            # that follows each wait call_timeout at most: twice that, for a loaded box.
+            eventually(lambda: tree.settled(cid), timeout=2 * (keep_warm + 2 * call_timeout))
             os.kill(pid, signal.SIGCONT)
             eventually(lambda: str(cid) not in ray.get(host.held.remote(), timeout=30))
     finally:
