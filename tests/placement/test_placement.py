@@ -740,23 +740,28 @@ def _held(host: Any) -> tuple[bool, set[str]] | None:
 
 
 def _stop_outside_a_write(pid: int, db: str) -> None:
-    """SIGSTOP ``pid`` at a moment it holds no write lock on ``db``: stopped inside
-    one (a lease renewal's), it would make every writer wait SQLite's busy timeout
-    (30 s) -- a stall no design avoids, not the one the caller measures."""
+    """SIGSTOP ``pid`` at a moment it holds no write lock on ``db`` and no read
+    snapshot older than its last commit. Stopped inside a write (a lease
+    renewal's), it would make every writer wait SQLite's busy timeout (30 s);
+    stopped inside a read, every flush (a FULL checkpoint, which waits for old
+    readers and holds off writers meanwhile) -- stalls that are not the one the
+    caller measures. A FULL checkpoint that finishes within the probe's short
+    timeout shows neither."""
     import signal
 
     for _ in range(50):
         os.kill(pid, signal.SIGSTOP)
         probe = sqlite3.connect(db, timeout=0.2, isolation_level=None)
         try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            return
+            busy = probe.execute("PRAGMA wal_checkpoint(FULL)").fetchone()[0]
+            if not busy:
+                return
         except sqlite3.OperationalError:
-            os.kill(pid, signal.SIGCONT)  # mid-write: let it finish, then again
+            pass
         finally:
             probe.close()
-    raise AssertionError("the host held the write lock at every try")
+        os.kill(pid, signal.SIGCONT)  # mid-write or mid-read: let it finish, then again
+    raise AssertionError("the host held a write lock or an old snapshot at every try")
 
 
 def test_a_close_does_not_wait_on_a_stopped_host_once_per_child(
