@@ -31,9 +31,11 @@ from typing import Any, Final
 
 from subagents.protocol import (
     DEFAULT_LIMITS,
+    ErrorCode,
     Limits,
     SessionHeader,
     SessionId,
+    SubagentError,
 )
 
 from ._base import SessionStore, store_closed
@@ -259,10 +261,33 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
             if self._closed:
                 raise store_closed(self)
             return  # every append was fsynced before it returned
-        # WAL + NORMAL: a checkpoint fsyncs the WAL before copying it back.
-        self._committer.exclusive(
-            lambda: self._writer.conn.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
-        )
+        # WAL + NORMAL: the committed transactions are in the WAL, written but not
+        # synced; syncing that file makes them durable (what a checkpoint does first).
+        # Not a FULL checkpoint: it waits the busy timeout for any reader of an older
+        # snapshot (a paused process, a long read), holds writers off meanwhile, and
+        # then comes back busy without syncing.
+        self._committer.exclusive(self._sync_wal)
+
+    def _sync_wal(self) -> None:
+        """fsync the WAL file (and its directory entry); no WAL file: nothing is
+        waiting in one (a checkpoint synced the database file)."""
+        try:
+            fd = os.open(self.path + "-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise _unsynced(exc) from None
+        try:
+            os.fsync(fd)
+            folder = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+        except OSError as exc:
+            raise _unsynced(exc) from None
+        finally:
+            os.close(fd)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -279,6 +304,13 @@ class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<SqliteStore {self.path!r} {state}>"
+
+
+def _unsynced(exc: OSError) -> SubagentError:
+    return SubagentError(
+        f"session store could not sync its log file: {exc}",
+        code=ErrorCode.PERSISTENCE_UNAVAILABLE,
+    )
 
 
 def _to_wal(conn: sqlite3.Connection, timeout: float) -> str:

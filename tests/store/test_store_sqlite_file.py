@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,6 +108,34 @@ def test_synchronous_normal_with_flush(
         store.flush(h.id)
     with SqliteStore(path) as store:
         assert store.last_seq(h.id) == 2
+
+
+def test_flush_under_normal_waits_for_no_reader(
+    tmp_path: Path, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """R-STORE (durability): under ``synchronous=NORMAL``, ``flush`` makes the
+    committed appends durable without waiting for a reader of an older snapshot
+    (another process paused inside a read, or a long listing). It used to run a
+    FULL checkpoint, which waited the whole busy timeout for that reader, held
+    every writer off meanwhile, and came back busy with the WAL unsynced."""
+    path = tmp_path / "n.db"
+    h = make_header()
+    with SqliteStore(path, synchronous="normal", busy_timeout_s=20.0) as store:
+        store.create_session(h, make_events(2))
+        reader = _raw(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM sqlite_master").fetchall()  # a snapshot held
+        store.append(h.id, make_events(1))  # a frame past the reader's snapshot
+        started = time.monotonic()
+        store.flush()
+        store.flush(h.id)
+        # Far below the busy timeout it waited before (20 s): no reader is waited for.
+        assert time.monotonic() - started < 10.0
+        store.append(h.id, make_events(1))  # writers were never held off
+        reader.execute("COMMIT")
+        reader.close()
+    with SqliteStore(path) as store:
+        assert store.last_seq(h.id) == 3
 
 
 # -- refusing files that are not ours -------------------------------------------
