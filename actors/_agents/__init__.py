@@ -7,6 +7,7 @@ only through :class:`AgentHost`, and never imports the subagent service.
 """
 
 from ._agent import Agent
+from ._ahead import committed_at
 from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviour, echo
 from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
@@ -62,6 +63,7 @@ __all__ = [
     "as_behaviour",
     "check_output_schema",
     "check_steer",
+    "committed_at",
     "dispose_by_depth",
     "echo",
     "interrupt_ring",

@@ -26,6 +26,7 @@ from subagents.protocol import (
 )
 from subagents.store import Accepted, InboxEntry
 
+from ._ahead import committed_at
 from ._inbox import Inbox
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
@@ -168,8 +169,11 @@ class Followups(Inbox):
                 lambda: given,
             )
         mid = message_id if message_id is not None else new_message_id()
-        if self._commit(mid, content, source).duplicate:
+        accepted = self._commit(mid, content, source)
+        if accepted.duplicate:
             return mid
+        # Messages committed before it that nobody took yet run first (FIFO).
+        committed_at(sessions, self, accepted.n)
         try:
             return self.deliver(content, source, message_id=mid)
         except BaseException as refused:
@@ -193,8 +197,10 @@ class Followups(Inbox):
                 lambda: Steered(mid, "duplicate"),
             )
         # Committed first, as every accepted message is; taken back if refused.
-        if self._commit(mid, content, source).duplicate:
+        accepted = self._commit(mid, content, source)
+        if accepted.duplicate:
             return Steered(mid, "duplicate")
+        committed_at(sessions, self, accepted.n)  # queued, it runs after those
         try:
             return self._steer_or_queue(content, source, mid, strict)
         except BaseException as refused:

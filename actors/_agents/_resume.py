@@ -31,7 +31,6 @@ from subagents.protocol import (
     DescriptorFold,
     ErrorCode,
     Event,
-    MessageEvent,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -45,6 +44,7 @@ from subagents.protocol import (
 from subagents.store import InboxEntry
 
 from ._agent import Agent
+from ._ahead import replay
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._host import AgentHost
 from ._options import AgentOptions
@@ -192,35 +192,6 @@ def _damaged(header: SessionHeader | None, exc: CorruptRecordError) -> SubagentE
     else:
         way = "; a subagent's log is resumed whole or not at all"
     return CorruptRecordError(f"{exc.args[0]}{way}", session_id=exc.session_id, seq=exc.seq)
-
-
-def replay(agent: Agent, entries: list[InboxEntry], *, drop: bool = False) -> None:
-    """Deliver pending messages into a resumed agent, in acceptance order (``drop``:
-    accepted and discarded unrun, each in the step that accepts it)."""
-    epoch = agent.session.token[1] if agent.session.token is not None else None
-    agent._turns.from_inbox(e.message_id for e in entries)
-    for entry in entries:
-        event = entry.event
-        redelivered = entry.epoch is not None and entry.epoch != epoch
-        if isinstance(event, MessageEvent):
-            agent.deliver(
-                event.content,
-                event.source,
-                message_id=event.message_id,
-                redelivered=redelivered,
-                drop=drop,
-            )
-        elif event.delivery == "waking":
-            agent.deliver(
-                event.content,
-                event.source,
-                kind="report",
-                message_id=event.message_id,
-                redelivered=redelivered,
-                drop=drop,
-            )
-        else:
-            agent.inject_quiet(event.content, event.source, event.message_id, drop=drop)
 
 
 def _open_turn(events: list[Event]) -> int | None:

@@ -33,8 +33,8 @@ from subagents.actors._agents import (
     Agent,
     SessionService,
     Steered,
+    committed_at,
     not_open,
-    replay,
 )
 from subagents.protocol import (
     ErrorCode,
@@ -87,9 +87,7 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     if accepted.duplicate:
         d.duplicate = True
         return DONE
-    if accepted.n != live.inbox_n + 1:
-        _take_ahead(sessions, agent, accepted.n)
-    live.inbox_n = accepted.n
+    committed_at(sessions, agent, accepted.n)  # after what was committed ahead of it
     try:
         admitted = agent.admit_followup(d.content, d.source, d.message_id)
     except BaseException:
@@ -106,25 +104,6 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
             logger.warning("could not give %s back", d.message_id, exc_info=True)
     d.committed = True
     return ROUTE
-
-
-def _take_ahead(sessions: SessionService, agent: Agent, n: int) -> None:
-    """Take and deliver, first and in order, the messages committed before place
-    ``n`` of ``agent``'s durable inbox that nobody took yet: another process
-    committed them (a follow-up by the parent's id, sent to a worker that does not
-    hold the tree) and rang this one, whose pickup has not run yet. Delivered
-    after the follow-up at ``n`` instead, they would run after a message sent
-    after them. (A first follow-up of an activation looks once: it cannot know
-    the place it follows.)"""
-    try:
-        sid = agent.session_id
-        ahead = [e for e in sessions.pending(sid) if e.epoch is None and e.n < n]
-        if not ahead:
-            return
-        taken = set(sessions.hand_over(sid, [e.message_id for e in ahead], agent.session))
-        replay(agent, [e for e in ahead if e.message_id in taken])
-    except SubagentError as exc:  # the pickup takes them, later: they stay accepted
-        logger.warning("taking the messages ahead of a follow-up failed: %s", exc)
 
 
 def steer_resident(

@@ -1,6 +1,7 @@
-"""The inbox is FIFO across processes too (R-FUP-1): a follow-up another worker
-committed for a child this process holds runs before one sent after it here,
-even when this process's pickup of the first has not run yet."""
+"""The inbox is FIFO across processes too (R-FUP-1, R-FUP-5, L-7): a follow-up
+another worker committed for a child this process holds -- or a ``send`` to a
+top-level session it holds -- runs before one sent after it here, even when this
+process's pickup of the first has not run yet."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from durability_kit import until, worker
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._agents import _mail
 from subagents.actors._kernel._backend import Backend
@@ -46,3 +48,38 @@ def test_a_followup_committed_elsewhere_runs_before_one_sent_after_it(
                 break
             backend.sleep(0.05)
         assert ran == ["p", "m1", "m2"]
+
+
+def test_a_send_committed_by_another_process_runs_before_one_sent_after_it(
+    backend: Backend, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process (``mp_worker.py send``) sends ``w-0`` to a top-level session
+    this runtime holds: committed to its inbox, taken by nobody, and this runtime
+    rung -- its pickup is held at a gate. Then a send here reaches the live agent:
+    it was committed taken by the activation and queued at once, ahead of ``w-0``,
+    so the two ran in the other order than they were accepted (one sender's two
+    sends did the same in the crash soak: the first met the session's activation
+    in progress, went through the inbox, and was overtaken by the second). Now the
+    agent's follow-up takes the message ahead of it first."""
+    pickup = Gate("pickup")
+    held = _mail.Mailman.pickup
+
+    def gated(self: Any, sid: Any) -> None:
+        pickup.pass_through()
+        held(self, sid)
+
+    with Runtime(db, backend=backend) as a:
+        a.models.register("mark", lambda _o: lambda turn: turn.content)
+        root = a.spawn("mark", label="held")
+        sid = root.session_id
+        monkeypatch.setattr(_mail.Mailman, "pickup", gated)
+        marks = str(tmp_path / "marks")
+        args = ("send", db, str(sid), "w", "1", "2", marks, backend.name, "30")
+        with worker("mp_worker.py", *args) as b:
+            assert b.stdout is not None
+            assert b.stdout.readline().strip()  # w-0 is committed, and this runtime rung
+            a.agents.send(sid, "m2")
+            pickup.release()
+            assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 2, timeout=30)
+            assert b.wait(60) == 0
+        assert [e.output for e in a.sessions.turn_ends(sid)] == ["w-0", "m2"]

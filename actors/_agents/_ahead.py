@@ -1,0 +1,87 @@
+"""Pending messages into a live agent, in acceptance order: a resume's replay, and
+the messages a follow-up committed past a gap takes first.
+
+The durable inbox is FIFO across processes and senders. A message committed for a
+session live here but taken by nobody -- another process's ``send`` or follow-up
+by the parent's id, or one of this process's own sends that met the session's
+activation in progress -- waits for the mail pickup, which runs later, in the
+agent's loop. A follow-up accepted here meanwhile is committed *taken* by the
+activation and queued at once; queued before those, it would run before messages
+accepted ahead of it (one sender's two messages among them: the first went
+through the inbox, the second straight to the agent). So every strict follow-up
+of a live agent, committed at a place that is not the one after the last place
+this activation committed at (``LiveSession.inbox_n``), first takes and queues,
+in order, the messages before it that nobody took (:func:`committed_at`). The
+first follow-up of an activation looks once: it cannot know the place it
+follows.
+
+Written against the agent's duck type (``deliver``, ``inject_quiet``,
+``session``, ``_turns``): the agent's own follow-up imports this module.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from subagents.protocol import MessageEvent, SubagentError
+from subagents.store import InboxEntry
+
+__all__ = ["committed_at", "replay", "take_ahead"]
+
+logger = logging.getLogger("subagents")
+
+
+def replay(agent: Any, entries: list[InboxEntry], *, drop: bool = False) -> None:
+    """Deliver pending messages into a resumed agent, in acceptance order (``drop``:
+    accepted and discarded unrun, each in the step that accepts it)."""
+    epoch = agent.session.token[1] if agent.session.token is not None else None
+    agent._turns.from_inbox(e.message_id for e in entries)
+    for entry in entries:
+        event = entry.event
+        redelivered = entry.epoch is not None and entry.epoch != epoch
+        if isinstance(event, MessageEvent):
+            agent.deliver(
+                event.content,
+                event.source,
+                message_id=event.message_id,
+                redelivered=redelivered,
+                drop=drop,
+            )
+        elif event.delivery == "waking":
+            agent.deliver(
+                event.content,
+                event.source,
+                kind="report",
+                message_id=event.message_id,
+                redelivered=redelivered,
+                drop=drop,
+            )
+        else:
+            agent.inject_quiet(event.content, event.source, event.message_id, drop=drop)
+
+
+def committed_at(sessions: Any, agent: Any, n: int) -> None:
+    """``agent``'s activation just committed a message at place ``n`` of its durable
+    inbox, not yet queued: first take the messages ahead of it that nobody took,
+    when ``n`` does not follow the activation's last place (see the module
+    docstring). Called before the message is queued."""
+    live = agent.session
+    if n != live.inbox_n + 1:
+        take_ahead(sessions, agent, n)
+    live.inbox_n = n
+
+
+def take_ahead(sessions: Any, agent: Any, n: int) -> None:
+    """Take and deliver, first and in order, the messages committed before place
+    ``n`` of ``agent``'s durable inbox that nobody took yet. A store error leaves
+    them to the pickup, later: they stay accepted."""
+    try:
+        sid = agent.session_id
+        ahead = [e for e in sessions.pending(sid) if e.epoch is None and e.n < n]
+        if not ahead:
+            return
+        taken = set(sessions.hand_over(sid, [e.message_id for e in ahead], agent.session))
+        replay(agent, [e for e in ahead if e.message_id in taken])
+    except SubagentError as exc:
+        logger.warning("taking the messages ahead of a follow-up failed: %s", exc)
