@@ -17,8 +17,8 @@ then at each sweep: after the session's writes so far are in (a turn that ran
 one of them has marked it done), those the store holds taken by this activation
 are queued, in acceptance order with the rest; the others were not committed.
 
-Rings are hints. Every ``period`` seconds without one (a third of the lease
-ttl) the mailman sweeps: it asks the store which of its sessions have untaken
+Rings are hints. Every ``period`` seconds (a third of the lease ttl), rung or
+not, the mailman sweeps: it asks the store which of its sessions have untaken
 messages, and which sessions have accepted work and no lease at all (their
 holder released them with messages waiting, or died and its lease expired). A
 ring for a session that is not live here -- its holder released it meanwhile,
@@ -173,20 +173,25 @@ class Mailman:
     # -- the task ------------------------------------------------------------------
 
     def _run(self) -> None:
+        swept = time.monotonic()
         while True:
-            rings = self.doorbell.wait(self._period)
+            # A sweep every period, rung or not: a runtime rung more often than
+            # that would otherwise never look for orphans or missed rings.
+            rings = self.doorbell.wait(max(0.0, swept + self._period - time.monotonic()))
             abandon_if_forked(self._born)  # the parent's rings are not the child's to answer
             if rings == []:
                 return  # closed
             try:
-                if rings is None:
-                    rung = self._sessions.waiting(self._holder)
+                rung: list[SessionId] = []
+                if rings is not None:
+                    rung = _session_ids(rings)
+                    self._interrupts(rings)
+                if rings is None or time.monotonic() - swept >= self._period:
+                    swept = time.monotonic()
+                    rung += self._sessions.waiting(self._holder)
                     rung += self._sessions.orphans()
                     with self._doubts_lock:
                         rung += list(self._doubts)
-                else:
-                    rung = _session_ids(rings)
-                    self._interrupts(rings)
                 for sid in dict.fromkeys(rung):
                     self.pickup(sid)
             except Exception:

@@ -4,6 +4,7 @@ Usage::
 
     python mp_worker.py send DB SESSION NAME COUNT TOTAL MARKS BACKEND TTL
     python mp_worker.py hold DB SESSION - - - MARKS BACKEND TTL
+    python mp_worker.py pace DB SESSION NAME COUNT - MARKS BACKEND TTL
     python mp_worker.py accept DB SESSION - COUNT - MARKS BACKEND TTL
     python mp_worker.py stall DB SESSION NAME COUNT - MARKS BACKEND TTL
     python mp_worker.py tree DB - - COUNT - MARKS BACKEND TTL
@@ -23,6 +24,10 @@ and waits to be killed.
 
 With ``SUBAGENTS_TEST_HOST`` set, the worker's lease holder names that host
 instead of this one (a second machine, for the PostgreSQL tests).
+
+``pace``: sends ``NAME-i`` to SESSION with ``agents.send``, COUNT of them, one
+every 0.05 s, printing each id (a holder elsewhere is rung at that pace), and
+closes.
 
 ``stall``: resumes SESSION and follows it up with ``m0`` .. ``m{COUNT-1}``, each
 turn 0.2 s of work its signal does not cut; prints ``ready``, then ``lost`` once
@@ -113,6 +118,11 @@ def main(argv: list[str]) -> int:
                     print("timeout", flush=True)
                     return 3
                 rt.backend.sleep(0.05)  # polling a store other processes write
+        elif mode == "pace":
+            assert sid is not None
+            for i in range(int(count)):
+                print(rt.agents.send(sid, f"{name}-{i}"), flush=True)
+                rt.backend.sleep(0.05)  # the pace of the rings, not an ordering
         elif mode == "accept":
             assert sid is not None
             stuck = lambda _o: lambda turn: turn.signal.wait(3600)  # noqa: E731
