@@ -408,9 +408,9 @@ class AgentRegistry:
             try:
                 return agent.followup(content, source=source, message_id=mid)
             except SubagentError as exc:
-                if exc.code != ErrorCode.AGENT_DISPOSED:
+                if exc.code not in (ErrorCode.AGENT_DISPOSED, ErrorCode.LEASE_LOST):
                     raise
-                # Leaving (let go meanwhile): sent as to a session not live here.
+                # Let go, or taken over unnoticed (nothing accepted): as if not live here.
         host = self._host
         return send_unheld(
             host.sessions, self.get, self._resume_top, sid, content, source, mid, host.telemetry

@@ -128,3 +128,22 @@ def test_flush_of_a_session_whose_writes_a_lost_lease_refused_says_so(
                 rt.sessions.flush(agent.session_id)
             assert err.value.code == ErrorCode.LEASE_LOST
             assert rt.sessions.statistics().persistence_failures == ()
+
+
+def test_a_send_to_a_session_taken_over_meanwhile_is_delivered_to_its_inbox(
+    backend: Backend, db: str
+) -> None:
+    """R-DUR-3, L-7: a ``send`` to a session live here whose lease another holder
+    took over before this runtime noticed raised the agent's refused commit,
+    ``LEASE_LOST`` -- an error ``send`` does not name, for a session that is now
+    simply held elsewhere (the crash soak met it behind a stalled process). It is
+    sent as to a session another process holds instead: committed to its inbox
+    for the holder, and the id returned."""
+    with Runtime(db, backend=backend) as rt:
+        agent = rt.spawn("echo", label="taken")
+        sid = agent.session_id
+        with open_store(db) as other:
+            later = time.time() + 3600  # the lease taken as if it had expired
+            other.acquire_lease(sid, "thief", now=later, expires=later + 60)
+            mid = rt.agents.send(sid, "after")
+            assert [e.message_id for e in other.pending(sid)] == [mid]
