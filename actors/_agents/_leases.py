@@ -252,7 +252,11 @@ class Leases:
                 self._refresh()
                 until = self._clock() + self.ttl
                 count = self._call(self._store.renew_lease_count, self.holder.id, until)
-                if count == len(held):
+                # Answered late (a stall, before or during it): a lease may have
+                # expired and been taken over, a loss a count can hide -- and a turn
+                # about to start trusts this renewal (confirm): the list is read.
+                late = time.monotonic() >= self._sure_until
+                if count == len(held) and not late:
                     # Every lease it holds was renewed (none is lost, each is stored):
                     # no list to read. A loss hidden by a lease taken meanwhile shows
                     # in the next round's count; every write is fenced anyway.

@@ -147,3 +147,62 @@ def test_a_send_to_a_session_taken_over_meanwhile_is_delivered_to_its_inbox(
             other.acquire_lease(sid, "thief", now=later, expires=later + 60)
             mid = rt.agents.send(sid, "after")
             assert [e.message_id for e in other.pending(sid)] == [mid]
+
+
+def test_a_late_renewal_whose_count_hides_a_loss_confirms_nothing(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-DUR-3, L-7: a renewal that comes late (a stall: the process stopped, its
+    renewal task starved) renewed by count, and a count that matched -- a lease
+    lost while it stood still, hidden by another lease row of this holder's --
+    confirmed every lease held: the turn queued behind the running one then
+    started at once, from memory, though its session had been taken over (the
+    crash soak saw a stopped holder run a message the new holder had run, not
+    flagged redelivered). A late renewal reads the list of what it renewed."""
+    with Runtime(db, backend=backend) as made:
+        spare = made.spawn("echo", label="spare").session_id  # released at close
+    gates = {"m0": Gate("m0")}
+    ran: list[Any] = []
+
+    def on_turn(turn: Turn) -> Any:
+        ran.append(turn.content)
+        gate = gates.get(turn.content)
+        if gate is not None:
+            gate.pass_through(turn.signal)
+        return turn.content
+
+    with Runtime(db, backend=backend, lease_ttl=1.5) as rt:
+        rt.models.register("g", lambda _o: on_turn)
+        agent = rt.spawn("g", label="taken")
+        sid = agent.session_id
+        leases: Any = rt.sessions.leases
+        store: Any = rt.store
+        late = Gate("renewal")
+        count = store.renew_lease_count
+        first = [True]
+
+        def held_back(holder: str, expires: float) -> int:
+            if not first[0]:
+                return int(count(holder, expires))
+            late.pass_through()
+            try:
+                return int(count(holder, expires))
+            finally:
+                first[0] = False  # this late renewal has counted
+
+        monkeypatch.setattr(store, "renew_lease_count", held_back)
+        agent.followup("m0")
+        agent.followup("m1")  # queued behind m0, in memory
+        assert gates["m0"].wait_reached(10)
+        assert until(rt, lambda: time.monotonic() > leases._sure_until, timeout=10)
+        with open_store(db) as other:
+            later = time.time() + 3600  # taken over while this runtime stood still
+            other.acquire_lease(sid, "thief", now=later, expires=later + 60)
+            now = time.time()  # and a lease row of this holder's it does not know of
+            other.acquire_lease(spare, leases.holder.id, now=now, expires=now + 3600)
+        late.release()
+        settled = lambda: leases._sure_until > time.monotonic() or not leases.holds(sid)  # noqa: E731
+        assert until(rt, lambda: not first[0] and settled(), timeout=10)  # the renewal's verdict
+        gates["m0"].release()
+        assert agent.wait_disposed(20)
+        assert ran == ["m0"]
