@@ -84,6 +84,9 @@ class Agent(Followups):
         self._session = session
         self.options = options
         self._stopped = host.backend.event()
+        # Held while messages nobody took are taken and queued (the mail pickup, a
+        # follow-up's take-ahead with its own message): one taker at a time, in order.
+        self._taking = host.backend.lock()
         self._loop: Any = None  # the actor's greenlet (its own thread's, on threads)
         self._flush_on_stop = True
         self._checkpoint_on_stop = False

@@ -16,12 +16,14 @@ first follow-up of an activation looks once: it cannot know the place it
 follows.
 
 Written against the agent's duck type (``deliver``, ``inject_quiet``,
-``session``, ``_turns``): the agent's own follow-up imports this module.
+``session``, ``_turns``, ``_taking``): the agent's own follow-up imports this module.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from subagents.protocol import MessageEvent, SubagentError
@@ -61,15 +63,20 @@ def replay(agent: Any, entries: list[InboxEntry], *, drop: bool = False) -> None
             agent.inject_quiet(event.content, event.source, event.message_id, drop=drop)
 
 
-def committed_at(sessions: Any, agent: Any, n: int) -> None:
+@contextmanager
+def committed_at(sessions: Any, agent: Any, n: int) -> Iterator[None]:
     """``agent``'s activation just committed a message at place ``n`` of its durable
-    inbox, not yet queued: first take the messages ahead of it that nobody took,
-    when ``n`` does not follow the activation's last place (see the module
-    docstring). Called before the message is queued."""
-    live = agent.session
-    if n != live.inbox_n + 1:
-        take_ahead(sessions, agent, n)
-    live.inbox_n = n
+    inbox: first take the messages ahead of it that nobody took, when ``n`` does
+    not follow the activation's last place (see the module docstring); the caller
+    queues its message inside. Both under the agent's taking lock, which the mail
+    pickup holds too: two takers of one run of messages would queue them each in
+    its own order (a pickup's later ones before a take-ahead's, or the reverse)."""
+    with agent._taking:
+        live = agent.session
+        if n != live.inbox_n + 1:
+            take_ahead(sessions, agent, n)
+        live.inbox_n = n
+        yield
 
 
 def take_ahead(sessions: Any, agent: Any, n: int) -> None:

@@ -173,13 +173,13 @@ class Followups(Inbox):
         if accepted.duplicate:
             return mid
         # Messages committed before it that nobody took yet run first (FIFO).
-        committed_at(sessions, self, accepted.n)
-        try:
-            return self.deliver(content, source, message_id=mid)
-        except BaseException as refused:
-            if _kept(sessions, self.session_id, mid, self._session, refused):
-                return mid
-            raise
+        with committed_at(sessions, self, accepted.n):
+            try:
+                return self.deliver(content, source, message_id=mid)
+            except BaseException as refused:
+                if _kept(sessions, self.session_id, mid, self._session, refused):
+                    return mid
+                raise
 
     def _steer(
         self, content: Any, source: MessageSource | None, message_id: MessageId | None, strict: bool
@@ -200,13 +200,13 @@ class Followups(Inbox):
         accepted = self._commit(mid, content, source)
         if accepted.duplicate:
             return Steered(mid, "duplicate")
-        committed_at(sessions, self, accepted.n)  # queued, it runs after those
-        try:
-            return self._steer_or_queue(content, source, mid, strict)
-        except BaseException as refused:
-            if _kept(sessions, self.session_id, mid, self._session, refused):
-                return Steered(mid, "queued")
-            raise
+        with committed_at(sessions, self, accepted.n):  # queued, it runs after those
+            try:
+                return self._steer_or_queue(content, source, mid, strict)
+            except BaseException as refused:
+                if _kept(sessions, self.session_id, mid, self._session, refused):
+                    return Steered(mid, "queued")
+                raise
 
     def _commit(
         self,

@@ -234,7 +234,8 @@ class Mailman:
         sid = agent.session_id
         for again in (False, True):
             try:
-                self._take(agent)
+                with agent._taking:  # one taker at a time (see _ahead.committed_at)
+                    self._take(agent)
                 break
             except SubagentError as exc:
                 if again or not self._doubted(agent) or exc.code == ErrorCode.TIMEOUT:

@@ -87,12 +87,12 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     if accepted.duplicate:
         d.duplicate = True
         return DONE
-    committed_at(sessions, agent, accepted.n)  # after what was committed ahead of it
-    try:
-        admitted = agent.admit_followup(d.content, d.source, d.message_id)
-    except BaseException:
-        _retract(sessions, agent.session_id, d.message_id, agent)
-        raise
+    with committed_at(sessions, agent, accepted.n):  # after what was committed ahead
+        try:
+            admitted = agent.admit_followup(d.content, d.source, d.message_id)
+        except BaseException:
+            _retract(sessions, agent.session_id, d.message_id, agent)
+            raise
     if admitted:
         return DONE
     # Retiring: give it back from the retiring epoch (which will not run it),

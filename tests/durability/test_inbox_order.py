@@ -83,3 +83,38 @@ def test_a_send_committed_by_another_process_runs_before_one_sent_after_it(
             assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 2, timeout=30)
             assert b.wait(60) == 0
         assert [e.output for e in a.sessions.turn_ends(sid)] == ["w-0", "m2"]
+
+
+def test_a_send_waits_for_a_pickup_that_took_the_messages_before_it(
+    backend: Backend, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process sends ``w-0`` and ``w-1`` to a session this runtime holds;
+    this runtime's pickup takes both and is held at a gate before it queues them.
+    A send here meanwhile found nothing to take ahead (both taken), so it queued
+    its message at once, before the pickup's: two takers of one run of messages,
+    each in its own order (``test_processes_sending_to_one_session...`` saw one
+    sender's messages swapped now and then). The send now waits for the pickup
+    (the agent's taking lock) and runs after both."""
+    queueing = Gate("queueing")
+    held = _mail.replay
+
+    def gated(agent: Any, entries: Any, **kw: Any) -> None:
+        queueing.pass_through()
+        held(agent, entries, **kw)
+
+    with Runtime(db, backend=backend) as a:
+        a.models.register("mark", lambda _o: lambda turn: turn.content)
+        sid = a.spawn("mark", label="held").session_id
+        monkeypatch.setattr(_mail, "replay", gated)
+        marks = str(tmp_path / "marks")
+        args = ("send", db, str(sid), "w", "2", "3", marks, backend.name, "30")
+        with worker("mp_worker.py", *args) as b:
+            assert b.stdout is not None
+            assert b.stdout.readline().strip() and b.stdout.readline().strip()
+            assert queueing.wait_reached(30)  # the pickup took both
+            sent = a.backend.spawn(lambda: a.agents.send(sid, "m2"), name="sender")
+            queueing.release()
+            assert sent.join(30) and sent.exception is None
+            assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 3, timeout=30)
+            assert b.wait(60) == 0
+        assert [e.output for e in a.sessions.turn_ends(sid)] == ["w-0", "w-1", "m2"]
