@@ -94,7 +94,9 @@ def test_a_send_waits_for_a_pickup_that_took_the_messages_before_it(
     its message at once, before the pickup's: two takers of one run of messages,
     each in its own order (``test_processes_sending_to_one_session...`` saw one
     sender's messages swapped now and then). The send now waits for the pickup
-    (the agent's taking lock) and runs after both."""
+    (the agent's taking lock) and runs after both. (In this set-up the turn order
+    came out right even without the lock, so the test checks the wait; the split
+    showed as swapped turns in the multi-process test.)"""
     queueing = Gate("queueing")
     held = _mail.replay
 
@@ -113,6 +115,8 @@ def test_a_send_waits_for_a_pickup_that_took_the_messages_before_it(
             assert b.stdout.readline().strip() and b.stdout.readline().strip()
             assert queueing.wait_reached(30)  # the pickup took both
             sent = a.backend.spawn(lambda: a.agents.send(sid, "m2"), name="sender")
+            # It waits for the pickup: without the lock it queued m2 in this time.
+            assert not sent.join(0.5)
             queueing.release()
             assert sent.join(30) and sent.exception is None
             assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 3, timeout=30)
