@@ -30,6 +30,7 @@ from ._vocabulary import (
     AgentOptionsEvent,
     Checker,
     Event,
+    ExpectedEvent,
     InterruptEvent,
     MessageEvent,
     MessageSource,
@@ -107,6 +108,11 @@ _CHECKERS: Final[dict[type[Event], tuple[tuple[str, Checker, bool], ...]]] = {
     ),
     SubagentDescriptorEvent: (("payload", field.mapping, True),),
     AgentOptionsEvent: (("payload", field.mapping, True),),
+    ExpectedEvent: (
+        ("message_id", field.message_id, True),
+        ("content", field.anything, True),
+        ("source", field.source, False),
+    ),
 }
 EVENT_TYPES: Final[dict[str, type[Event]]] = {cls.type: cls for cls in _CHECKERS}
 _FIELD_NAMES: Final = {cls: tuple(f.name for f in fields(cls)) for cls in _CHECKERS}

@@ -21,6 +21,7 @@ __all__ = [
     "AgentOptionsEvent",
     "Checker",
     "Event",
+    "ExpectedEvent",
     "InterruptEvent",
     "MessageEvent",
     "MessageSource",
@@ -185,6 +186,25 @@ class AgentOptionsEvent(Event):
 
     type: ClassVar[str] = "agent/options"
     payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpectedEvent(Event):
+    """A message the session is owed, written inside the turn that made it owed.
+
+    Someone promised the session a message under ``message_id`` (a background
+    run's result). If that turn ended -- and does not run again -- and no message
+    with this id reached the session when its activation ended (a crash, the
+    runtime closing, a disposal), its next activation delivers ``content``, from
+    ``source``, under ``message_id`` in its place: once, as any message id is
+    accepted once. A runtime that does not know this type keeps it verbatim
+    (:class:`UnknownEvent`) and delivers nothing.
+    """
+
+    type: ClassVar[str] = "message/expected"
+    message_id: MessageId
+    content: Any
+    source: MessageSource | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,6 +23,7 @@ from subagents.actors._kernel._listeners import hear
 from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
     ErrorCode,
+    ExpectedEvent,
     MessageId,
     MessageSource,
     SubagentError,
@@ -33,6 +34,7 @@ from subagents.protocol import (
 )
 
 from ._behaviours import Behaviour
+from ._expected import Owed, arrived
 from ._host import AgentHost
 from ._live import LiveSession
 from ._messages import UNTAKEN, Call, Deliver, Quiet, plain
@@ -59,10 +61,13 @@ class TurnRunner:
         "context",
         "current",
         "ended",
+        "expecting",
         "inboxed",
         "keep_accepted",
         "keeps_context",
         "next_turn",
+        "one_shot",
+        "owed",
         "replayed",
         "times",
         "turns_ended",
@@ -98,6 +103,11 @@ class TurnRunner:
         self.inboxed: set[MessageId] | None = None
         # Leaving with a checkpoint: it keeps the quiet reports no turn saw.
         self.keeps_context = False
+        # Messages promised to the session (see ._expected): the running turn's,
+        # and those of ended turns that did not arrive yet (None: none).
+        self.expecting: Owed | None = None
+        self.owed: Owed | None = None
+        self.one_shot = False  # a one-shot child's: nothing runs its messages again
         # Statistics: turns run to their end, the last WINDOW turn times, replays.
         # A count of its own: next_turn moves before ``current`` is set, and a
         # reader in between would count the starting turn as run.
@@ -178,6 +188,8 @@ class TurnRunner:
     def _durable(self, message_id: MessageId) -> bool:
         """Whether the message is in the session's durable inbox until its turn ends."""
         inboxed = self.inboxed
+        if self.one_shot:  # its prompt is in no inbox, and nobody resumes it
+            return False
         return self._host.sessions.strict or (inboxed is not None and message_id in inboxed)
 
     def _last_chance(self) -> bool:
@@ -249,6 +261,8 @@ class TurnRunner:
         if self.context and (unrun is None or self._last_chance()):
             context = tuple(self.context)
             self.context.clear()
+        if self.owed:  # a promised message (or its stand-in) runs: that promise is kept
+            arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
         # The turn's events, as one record: built when a reader asks (see
         # protocol.TurnRecord); the system clock is read once a turn.
         record = TurnRecord(index, clock(), d, context)
@@ -318,13 +332,15 @@ class TurnRunner:
             structured, error = validate_output(self._output_schema, output)
             if error is not None:
                 stop = "failed"
-        elif (
-            stop == "cancelled"
-            and self.keep_accepted
-            and error is None
-            and self._durable(d.message_id)
-        ):
-            error = KEPT  # its messages stay accepted: a model's history leaves them here
+        elif stop == "cancelled" and self.keep_accepted and error is None:
+            if self._durable(d.message_id):
+                error = KEPT  # its messages stay accepted: a model's history leaves them here
+            elif self.one_shot:
+                error = CLOSED_ONE_SHOT
+        with self._lock:
+            promised, self.expecting = self.expecting, None
+        if promised and error != KEPT:  # a turn run again makes its promises anew
+            self.owed = {**(self.owed or {}), **promised}
         usage = turn._usage
         # An injected clock is asked again; the system's dates the end by the
         # turn's own duration (record.elapsed).
@@ -375,13 +391,30 @@ class TurnRunner:
             return False
         events = [trusted_message(m.message_id, m.content, m.source) for m in messages]
         self._host.sessions.append(self._session, events, defer=True)  # stored with turn/end
+        if self.owed:
+            arrived(self.owed, (m.message_id for m in messages))
         return True
+
+    def record_expected(self, turn: Turn, event: ExpectedEvent) -> None:
+        """Log a message promised to the session inside ``turn`` (see
+        :meth:`Turn.expect`); ``INVALID_ARGUMENT`` once the turn is no longer running."""
+        with self._lock:
+            if self.current is not turn:
+                raise SubagentError(
+                    "a turn that is not running promises nothing", code=ErrorCode.INVALID_ARGUMENT
+                )
+            if self.expecting is None:
+                self.expecting = {}
+            self.expecting[event.message_id] = event
+        self._host.sessions.append(self._session, (event,), defer=True)  # stored with turn/end
 
 
 DISCARDED = "discarded unrun"
 #: The error text of a turn the closing runtime cancelled (strict durability): its
 #: messages stay accepted and run again at the next activation, as after a crash.
 KEPT = "cancelled: the runtime closed; its messages run again"
+#: The same for a one-shot child's turn: its run ends there, never to run again.
+CLOSED_ONE_SHOT = "cancelled: the runtime closed; a one-shot run does not run again"
 
 
 def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:

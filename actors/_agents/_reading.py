@@ -14,6 +14,7 @@ from typing import Any
 from subagents.protocol import (
     CorruptRecordError,
     ErrorCode,
+    MessageId,
     SessionHeader,
     SessionId,
     SubagentDescriptorEvent,
@@ -259,19 +260,26 @@ def _checkpoint_state(decoded: Any, seq: int) -> bool:
     if not isinstance(decoded, dict) or decoded.get("v") != 1 or decoded.get("seq") != seq:
         return False
     turn = decoded.get("next_turn", 0)
-    context = decoded.get("context")
     return (
         type(turn) is int
         and turn >= 0
-        and (
-            context is None
-            or (
-                isinstance(context, list)
-                and all(isinstance(c, list) and 2 <= len(c) <= 4 for c in context)
-            )
-        )
+        # Quiet reports, and promised messages (see ._expected): [id, content, *source].
+        and _messages(decoded.get("context"))
+        and _messages(decoded.get("expected"), MessageId)
         and all(
             decoded.get(k) is None or isinstance(decoded[k], dict)
             for k in ("descriptor", "options")
+        )
+    )
+
+
+def _messages(kept: Any, ids: type | None = None) -> bool:
+    """Whether a checkpoint's list of messages (``[id, content, *source]``, each id
+    an ``ids`` when given) reads."""
+    return kept is None or (
+        isinstance(kept, list)
+        and all(
+            isinstance(c, list) and 2 <= len(c) <= 4 and (ids is None or type(c[0]) is ids)
+            for c in kept
         )
     )

@@ -12,6 +12,9 @@ and deals with what a crash may have left:
   seqs are logged and kept on ``agent.damaged_seqs``; turn numbers skip ahead so
   none is reused). A subagent session without its descriptor is
   ``DESCRIPTOR_CORRUPT`` either way: nothing says what it was;
+* a message promised to the session that never came (a background run's result,
+  the run gone with its process: :mod:`._expected`) is accepted now, as its
+  stand-in, under the promised id -- nothing new where the inbox accepted that id;
 * the messages still pending in the durable inbox are handed to the new
   activation (recorded in the store before they run) and replayed in acceptance
   order with their original ids and sources; those that an earlier activation
@@ -46,7 +49,9 @@ from subagents.store import InboxEntry
 from ._agent import Agent
 from ._ahead import replay
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
+from ._expected import checkpointed, fold_owed, stand_ins, unstored
 from ._host import AgentHost
+from ._loop import KEPT
 from ._options import AgentOptions
 from ._sessions import SessionService
 
@@ -156,13 +161,22 @@ def restore(
                 live,
                 (TurnEnd(turn=open_turn, at=host.clock(), stop_reason="failed", error=CUT_SHORT),),
             )
+        # Strict: a turn cut short or kept by a closing runtime runs again, and
+        # makes its promises anew.
+        again = (CUT_SHORT, KEPT) if sessions.strict else None
+        owed = fold_owed(records, header.seed_len, checkpointed(state), again)
+        agent._turns.owed = owed or None
         pending: list[InboxEntry] = []
         fresh: list[Any] = []
         if token is not None:  # (relaxed too: a strict process's, a crash's)
+            if owed:  # their stand-ins, where the inbox has not accepted their ids
+                sessions.accept(sid, stand_ins(owed), live)
             pending = sessions.pending(sid)
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:
                 fresh = sessions.hand_over(sid, fresh, live)
+        elif owed:  # no durable inbox (a memory store): delivered as if accepted
+            pending = unstored(owed)
         if state is not None and not any(isinstance(e, TurnStart) for e in events):
             # Quiet reports the checkpoint kept; those still in the durable inbox
             # are replayed from there instead.

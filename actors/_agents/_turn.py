@@ -25,6 +25,7 @@ from subagents.protocol import (
     AgentOptionsEvent,
     CorruptRecordError,
     Event,
+    ExpectedEvent,
     MessageId,
     MessageSource,
     SessionHeader,
@@ -32,6 +33,8 @@ from subagents.protocol import (
     SubagentDescriptorEvent,
     SubagentError,
     check_name,
+    check_source,
+    check_value,
 )
 from subagents.store import LogRecord
 
@@ -41,7 +44,7 @@ from ._steering import SteerBox
 
 __all__ = ["Message", "Turn", "TurnAgent"]
 
-_LOG_ONLY = (SubagentDescriptorEvent, AgentOptionsEvent)
+_LOG_ONLY = (SubagentDescriptorEvent, AgentOptionsEvent, ExpectedEvent)
 
 logger = logging.getLogger("subagents")
 
@@ -217,8 +220,8 @@ class Turn:
 
     @property
     def history(self) -> tuple[Event, ...]:
-        """Session events before this turn, without the log-only ``subagent/descriptor``
-        and ``agent/options`` records.
+        """Session events before this turn, without the log-only ``subagent/descriptor``,
+        ``agent/options`` and ``message/expected`` records.
 
         A stored row that does not decode is left out: an agent resumed around
         damage (``damaged="skip"``, or a damaged row behind the checkpoint its
@@ -289,6 +292,27 @@ class Turn:
         if fresh and self._runner is not None and not self._runner.record_steered(fresh):
             return ()  # its holder lost the session: the new holder runs them
         return tuple(fresh)
+
+    def expect(self, message_id: str, content: Any, source: MessageSource | None = None) -> None:
+        """Promise the agent a later message under ``message_id`` (a background
+        run's result), with ``content`` (from ``source``) to deliver in its place if
+        the promise cannot be kept: logged inside this turn, and -- once the turn
+        ended, unless it runs again -- if no message with that id reached the agent
+        when its activation ends, its next activation delivers ``content`` under
+        that id, once (``docs/durability.md``).
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for an id that is no message id, or a
+                turn no longer running; ``ENCODE_ERROR`` for a ``content`` or
+                ``source`` the log cannot hold.
+        """
+        mid = MessageId(message_id)
+        check_value(content)
+        if source is not None:
+            check_source(source)
+        event = ExpectedEvent(message_id=mid, content=content, source=source)
+        if self._runner is not None:  # (outside a runner nothing is logged)
+            self._runner.record_expected(self, event)
 
     @property
     def usage(self) -> Mapping[str, int] | None:

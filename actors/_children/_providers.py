@@ -107,6 +107,9 @@ class LocalProvider:
             output_schema=request.output_schema,
             now=False,  # best-effort, as the specification has a one-shot session
         )
+        # Its prompt is in no inbox and nobody resumes it: a closing runtime keeps
+        # nothing of it (its turn's end says it does not run again).
+        child._turns.one_shot = True
         result: ResultFuture[RunResult] = ResultFuture()
         remove_listener: Callable[[], None] | None = None
         try:

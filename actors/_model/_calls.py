@@ -54,14 +54,14 @@ def call_message_id(turn: Turn, place: str, name: str, args: Mapping[str, Any]) 
     return digest.hexdigest()[:32]
 
 
-def result_message_id(mid: str | None, child: object) -> MessageId | None:
+def result_message_id(mid: str | None, child: object) -> MessageId:
     """The id a background ``delegate`` with message id ``mid`` delivers the result
-    of its child ``child`` under (None without one: a fresh id each time). The
-    child's id is part of it: a start run again as a new child (the earlier one
-    did not complete) delivers its own result, never dropped as the earlier's."""
-    if mid is None:
-        return None
-    key = f"{mid}\0{child}\0delegate-result".encode()
+    of its child ``child`` under (without ``mid``, a call no replay repeats: from
+    the child's id alone, unique all the same). The child's id is part of it: a
+    start run again as a new child (the earlier one did not complete) delivers its
+    own result, never dropped as the earlier's. Known when the run starts, it is
+    the id its turn promises the agent (``Turn.expect``)."""
+    key = f"{mid or ''}\0{child}\0delegate-result".encode()
     return MessageId(hashlib.sha256(key).hexdigest()[:32])
 
 

@@ -14,6 +14,11 @@
   nobody -- a one-shot run takes no follow-up. Refused before anything starts,
   the model reads why and what to do instead: wait for the result (the
   ``delegate`` calls of one answer run at once).
+* A background run whose result never came (:func:`lost_result`): the process
+  running it stopped -- a crash, the runtime closing or disposing the agent --
+  before the run ended. Its agent's next activation delivers this in the
+  result's place (``Turn.expect``): stop reason ``cancelled``, error
+  ``CANCELLED``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from subagents.actors._agents import SessionService, Turn
 from subagents.actors._children import RunResult
 from subagents.protocol import ErrorCode, SubagentDescriptorEvent, SubagentError, error_text
 
-__all__ = ["background_refused", "failure", "one_shot", "run_result"]
+__all__ = ["LOST", "background_refused", "failure", "lost_result", "one_shot", "run_result"]
 
 #: The longest ``message`` of an ``error`` a tool result carries.
 MAX_MESSAGE: Final = 2000
@@ -82,6 +87,27 @@ def run_result(
     if result.stop_reason != "completed":
         out["error"] = _recorded_failure(sessions, str(run_id), str(result.stop_reason))
     return out
+
+
+#: Why a background run's result never came (the ``message`` of its ``error``).
+LOST: Final = (
+    "its process stopped before the run ended (a crash, or the runtime closed or disposed"
+    " the agent that started it): the run delivers no result"
+)
+
+
+def lost_result(run_id: object) -> dict[str, Any]:
+    """The ``delegate_result`` delivered in place of a background run's result that
+    never came (see the module docstring)."""
+    error = {"code": ErrorCode.CANCELLED, "message": LOST}
+    return {
+        "delegate_result": {
+            "id": str(run_id),
+            "stop_reason": "cancelled",
+            "output": None,
+            "error": error,
+        }
+    }
 
 
 def one_shot(turn: Turn) -> bool:

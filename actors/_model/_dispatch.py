@@ -28,10 +28,14 @@ Background delegation (``delegate`` with ``background=true``) returns the run's
 id at once; when the run settles its result is delivered to the agent as a
 follow-up (source ``child``, the run's id), which starts a later turn; the run
 is disposed once its result was delivered (one settled but still delivering
-holds on). A call with a message id (see :mod:`._calls`) delivers its result
-under an id derived from it, so a replayed call whose earlier result was
-delivered already delivers nothing new where the inbox remembers the id
-(strict durability; see ``docs/durability.md``). A
+holds on). Its result is delivered under an id derived from the call's message
+id (see :mod:`._calls`) and the run's, so a replayed call whose earlier result
+was delivered already delivers nothing new where the inbox remembers the id
+(strict durability; see ``docs/durability.md``). The run is the process's, but
+the promise of its result is logged in the turn (``Turn.expect``): when the
+agent's activation ends before the result came -- a crash, the runtime closing,
+a disposal -- its next activation delivers, under that id, a ``delegate_result``
+saying the run stopped (``CANCELLED``; :func:`._delegated.lost_result`), once. A
 continuable child stays resident while it has runs not yet disposed
 (``hold_residency``): it does not settle between the turn that started a run and
 the turn its result starts. A cancel without ``keep_inbox`` -- dispose, a drain,
@@ -66,7 +70,7 @@ from ._calls import (
     send_message,
     start_agent,
 )
-from ._delegated import background_refused, failure, one_shot, run_result
+from ._delegated import background_refused, failure, lost_result, one_shot, run_result
 from ._runtime_tools import UnshownNames, runtime_tool
 from ._schemas import (
     SUBAGENT_TOOLS,
@@ -307,6 +311,8 @@ class ToolDispatcher:
         with self._lock:
             state.runs[str(run.id)] = run
         agent = turn.agent
+        source = MessageSource(kind="child", session_id=run.id)
+        delivery = result_message_id(mid, run.id)
 
         def deliver(_future: Any) -> None:
             try:
@@ -338,13 +344,16 @@ class ToolDispatcher:
             except Exception as exc:
                 done = {"id": str(run.id), "error": failure(exc)}
             content = {"delegate_result": done}
-            source = MessageSource(kind="child", session_id=run.id)
             try:
-                agent.followup(content, source=source, message_id=result_message_id(mid, run.id))
+                agent.followup(content, source=source, message_id=delivery)
             except SubagentError as exc:
                 logger.warning("background result of %s not delivered: %s", run.id, exc)
 
         run.result.add_done_callback(deliver)
+        try:  # the promise outlives this process: see ._delegated.lost_result
+            turn.expect(delivery, lost_result(run.id), source)
+        except SubagentError as exc:  # (only for a turn no longer running)
+            logger.warning("background run %s is not recorded as owed: %s", run.id, exc)
         return {"id": str(run.id), "status": "running"}
 
     # -- background runs --------------------------------------------------------------

@@ -21,6 +21,7 @@ from subagents.protocol import (
     AgentOptionsEvent,
     DecodeError,
     Event,
+    ExpectedEvent,
     InterruptEvent,
     MessageEvent,
     MessageId,
@@ -133,6 +134,12 @@ agent_options_events = st.builds(
     AgentOptionsEvent,
     payload=st.dictionaries(st.text(max_size=12), json_trees, max_size=6),
 )
+expected_events = st.builds(
+    ExpectedEvent,
+    message_id=message_ids,
+    content=json_trees,
+    source=st.none() | sources,
+)
 unknown_events = st.builds(
     UnknownEvent,
     type_name=st.text(max_size=24).filter(lambda name: name not in EVENT_TYPES),
@@ -149,6 +156,7 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Any]] = {
     InterruptEvent: interrupt_events,
     SubagentDescriptorEvent: descriptor_events,
     AgentOptionsEvent: agent_options_events,
+    ExpectedEvent: expected_events,
     UnknownEvent: unknown_events,
 }
 

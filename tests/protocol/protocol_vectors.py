@@ -27,6 +27,7 @@ from typing import Any, Literal
 from subagents.protocol import (
     AgentOptionsEvent,
     ContinuableDescriptor,
+    ExpectedEvent,
     InterruptEvent,
     MessageEvent,
     MessageId,
@@ -158,6 +159,15 @@ VECTORS: dict[str, Vector] = {
     # Version 2 is the record with an output schema: a future one is 3.
     "event_agent_options_future_version": Vector(
         "event", AgentOptionsEvent(payload={"v": 3, "model": "echo", "budget": 3})
+    ),
+    # A background run's result the session is owed, with its stand-in.
+    "event_expected": Vector(
+        "event",
+        ExpectedEvent(
+            message_id=MSG_B,
+            content={"delegate_result": {"id": str(CHILD), "stop_reason": "cancelled"}},
+            source=MessageSource(kind="child", session_id=CHILD),
+        ),
     ),
     "event_unknown": Vector(
         "event", UnknownEvent(type_name="x-newer/thing", data={"n": 1, "nested": {"k": [None]}})

@@ -113,6 +113,7 @@ def test_event_type_names_are_the_documented_strings() -> None:
         "agent/options",
         "interrupt",
         "message",
+        "message/expected",
         "report",
         "subagent/descriptor",
         "turn/end",

@@ -1,0 +1,127 @@
+"""Messages a session is owed, kept across its activations (``message/expected``).
+
+A behaviour that promises its agent a later message -- the model layer's
+background ``delegate``, whose result arrives as a follow-up under an id known
+when the run starts -- records the promise inside its turn (:meth:`Turn.expect
+<._turn.Turn.expect>`): an :class:`~subagents.protocol.ExpectedEvent` holding the
+message's id and a stand-in for it. The promise lives in memory only as long as
+the activation does (a background run is the process's), so the log keeps it:
+
+* it counts once its turn ended, unless that turn runs again (a crash cut it
+  short, or the closing runtime kept its messages, under strict durability): the
+  turn makes its promises anew then;
+* it is kept while no message with its id reached the session: the message's
+  turn, logged, settles it; an agent disposed with promises open checkpoints them
+  (``expected``), as it does the quiet reports no turn saw;
+* the session's next activation (:func:`~._resume.restore`) delivers the stand-in
+  of each open promise under the promised id, as a message accepted then: where
+  the durable inbox already accepted that id (the promised message arrived and did
+  not run yet, or ran) nothing new is queued, so the model hears of each promise
+  once -- the real message, or the stand-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from subagents.protocol import (
+    ExpectedEvent,
+    MessageEvent,
+    MessageId,
+    MessageSource,
+    ReportEvent,
+    TurnEnd,
+    TurnStart,
+)
+from subagents.store import InboxEntry, LogRecord
+
+__all__ = [
+    "Owed",
+    "arrived",
+    "checkpointed",
+    "fold_owed",
+    "stand_ins",
+    "to_checkpoint",
+    "unstored",
+]
+
+#: The open promises of a session, by the promised message's id.
+Owed = dict[MessageId, ExpectedEvent]
+
+
+def fold_owed(
+    records: Sequence[LogRecord],
+    seed_len: int,
+    kept: Owed,
+    runs_again: Iterable[str] | None,
+) -> Owed:
+    """The promises open after ``records`` (from ``kept``, a checkpoint's): a fork
+    seed's (before ``seed_len``) are another session's; ``runs_again``: the
+    ``turn/end`` errors of a turn that runs again (None: none does -- relaxed
+    durability, where a cut-short turn's message is not run again)."""
+    again = frozenset(runs_again or ())
+    owed: Owed = dict(kept)
+    turn: Owed | None = None  # the promises of the turn the log is inside
+    for record in records:
+        if record.seq < seed_len:
+            continue
+        event = record.event
+        kind = type(event)
+        if kind is ExpectedEvent:
+            assert isinstance(event, ExpectedEvent)
+            (owed if turn is None else turn)[event.message_id] = event
+        elif kind is MessageEvent or kind is ReportEvent:
+            mid = event.message_id  # type: ignore[attr-defined]
+            owed.pop(mid, None)
+            if turn is not None:
+                turn.pop(mid, None)
+        elif kind is TurnStart:
+            if turn and runs_again is None:
+                owed.update(turn)  # an earlier turn left open: it does not run again
+            turn = {}
+        elif kind is TurnEnd:
+            assert isinstance(event, TurnEnd)
+            if turn and event.error not in again:
+                owed.update(turn)
+            turn = None
+    if turn and runs_again is None:
+        owed.update(turn)
+    return owed
+
+
+def arrived(owed: Owed, message_ids: Iterable[MessageId]) -> None:
+    """Messages ``message_ids`` run in a turn: the promises of their ids are kept."""
+    for mid in message_ids:
+        owed.pop(mid, None)
+
+
+def to_checkpoint(owed: Owed) -> list[list[Any]]:
+    """The open promises as checkpoint data (``[id, stand-in, *source]``)."""
+    return [
+        [e.message_id, e.content, *((e.source.kind, e.source.session_id) if e.source else ())]
+        for e in owed.values()
+    ]
+
+
+def checkpointed(state: Mapping[str, Any] | None) -> Owed:
+    """The open promises a checkpoint kept (none in one written before they were)."""
+    owed: Owed = {}
+    for mid, content, *source in (state or {}).get("expected") or ():
+        src = MessageSource(kind=source[0], session_id=source[1]) if source else None
+        owed[mid] = ExpectedEvent(message_id=mid, content=content, source=src)
+    return owed
+
+
+def stand_ins(owed: Owed) -> list[MessageEvent]:
+    """The messages an activation delivers for the open promises, in promise order."""
+    return [
+        MessageEvent(message_id=e.message_id, content=e.content, source=e.source)
+        for e in owed.values()
+    ]
+
+
+def unstored(owed: Owed) -> list[InboxEntry]:
+    """The stand-ins as inbox entries of a session with no durable inbox (a memory
+    store): handed to the activation as if accepted, in promise order."""
+    return [InboxEntry(n=-1, event=event, epoch=None) for event in stand_ins(owed)]
