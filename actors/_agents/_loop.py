@@ -337,8 +337,10 @@ class TurnRunner:
                 error = KEPT  # its messages stay accepted: a model's history leaves them here
             elif self.one_shot:
                 error = CLOSED_ONE_SHOT
-        with self._lock:
-            promised, self.expecting = self.expecting, None
+        promised = None
+        if self.expecting is not None:  # (a turn promises inside itself: no lock a turn)
+            with self._lock:
+                promised, self.expecting = self.expecting, None
         if promised and error != KEPT:  # a turn run again makes its promises anew
             self.owed = {**(self.owed or {}), **promised}
         usage = turn._usage
