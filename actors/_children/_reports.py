@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from subagents.actors._agents import Agent, SessionService
+from subagents.actors._agents import Agent, SessionService, committed_at
 from subagents.actors._kernel import AbortSignal, Telemetry, stamp
 from subagents.protocol import (
     ErrorCode,
@@ -168,7 +168,11 @@ def _deliver(
         accepted = parent._commit_event(event)
         if accepted.duplicate:
             return mid
-    elif deduplicate:
+        # What was committed before it that nobody took yet runs first (FIFO), as
+        # for a follow-up; and the next follow-up finds no gap to look behind.
+        with committed_at(sessions, parent, accepted.n):
+            return _offer(sessions, parent, event)
+    if deduplicate:
         # A repeat of an id under way waits for its outcome (the parent leaving
         # meanwhile accepts nothing): see SessionService.once.
         live = parent

@@ -1,7 +1,7 @@
 """The inbox is FIFO across processes too (R-FUP-1, R-FUP-5, L-7): a follow-up
 another worker committed for a child this process holds -- or a ``send`` to a
-top-level session it holds -- runs before one sent after it here, even when this
-process's pickup of the first has not run yet."""
+top-level session it holds -- runs before one sent after it here (a child's
+report too), even when this process's pickup of the first has not run yet."""
 
 from __future__ import annotations
 
@@ -122,3 +122,35 @@ def test_a_send_waits_for_a_pickup_that_took_the_messages_before_it(
             assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 3, timeout=30)
             assert b.wait(60) == 0
         assert [e.output for e in a.sessions.turn_ends(sid)] == ["w-0", "w-1", "m2"]
+
+
+def test_a_report_runs_after_a_send_committed_before_it(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FUP-5, L-5, L-7: runtime ``b`` sends ``m1`` to a top-level session ``a``
+    holds (committed to its inbox, taken by nobody, ``a`` rung -- its pickup held
+    at a gate); then the session's child, live in ``a``, sends it a waking report.
+    The report was committed taken by the parent's activation and queued at once,
+    ahead of ``m1``, as a follow-up's own message was before the take-ahead; now it
+    takes what was committed ahead of it first, as a follow-up does."""
+    pickup = Gate("pickup")
+    held = _mail.Mailman.pickup
+
+    def gated(self: Any, sid: Any) -> None:
+        pickup.pass_through()
+        held(self, sid)
+
+    with Runtime(db, backend=backend, keep_warm=60) as a, Runtime(db, backend=backend) as b:
+        a.models.register("w", lambda _o: lambda turn: turn.content)
+        root = a.spawn("w")
+        sid = root.session_id
+        child = a.subagents.start_continuable(
+            ContinuableStartSpec(parent=root, provider="local", prompt="p", label="k", model="w")
+        ).child_id
+        assert a.wait_idle(10)
+        monkeypatch.setattr(_mail.Mailman, "pickup", gated)
+        b.agents.send(sid, "m1")  # committed for a's session, a rung
+        a.subagents.report_from(child, "r", delivery="waking")
+        pickup.release()
+        assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 2, timeout=30)
+        assert [e.output for e in a.sessions.turn_ends(sid)] == ["m1", "r"]
