@@ -321,7 +321,7 @@ class Acceptance:
         """
         key = (scope, message_id)
         underway = self.underway
-        mine = underway.enter(key, signal)
+        underway.enter(key, signal)
         try:
             if not self.claim(scope, message_id):
                 return duplicate()
@@ -331,7 +331,7 @@ class Acceptance:
                 self.unclaim(scope, message_id)
                 raise
         finally:
-            underway.leave(key, mine)
+            underway.leave(key)
 
     def claim(self, scope: SessionId, message_id: MessageId) -> bool:
         """Relaxed deduplication: True for the first claim of ``(scope, id)`` this

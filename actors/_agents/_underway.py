@@ -15,6 +15,7 @@ the claim kept (a duplicate), or given back (the repeat is tried itself).
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from subagents.actors._kernel import AbortSignal, Latch
 from subagents.protocol import MessageId, SessionId
@@ -22,6 +23,8 @@ from subagents.protocol import MessageId, SessionId
 __all__ = ["Underway"]
 
 _Key = tuple[SessionId, MessageId]
+#: No acceptance of the key is under way (``None``: one is, and nobody waits on it).
+_FREE: Any = object()
 
 
 class Underway:
@@ -30,26 +33,33 @@ class Underway:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # held for a dict operation: never across a wait
-        self._latches: dict[_Key, Latch] = {}
+        # The latch a repeat waits on, made by the first repeat: an acceptance
+        # nobody repeats meanwhile -- nearly every one -- makes none (a hot path).
+        self._latches: dict[_Key, Latch | None] = {}
 
-    def enter(self, key: _Key, signal: AbortSignal) -> Latch:
-        """Wait until no acceptance of ``key`` is under way, then mark the caller's:
-        the latch it sets (:meth:`leave`) once its outcome is known. Not reentrant:
-        a caller under way with ``key`` never enters it again.
+    def enter(self, key: _Key, signal: AbortSignal) -> None:
+        """Wait until no acceptance of ``key`` is under way, then mark the caller's,
+        until it :meth:`leave` s it once its outcome is known. Not reentrant: a
+        caller under way with ``key`` never enters it again.
 
         Raises:
             SubagentError: ``CANCELLED`` when ``signal`` aborts first.
         """
-        mine = Latch()
+        latches = self._latches
         while True:
             with self._lock:
-                theirs = self._latches.setdefault(key, mine)
-            if theirs is mine:
-                return mine
+                theirs = latches.get(key, _FREE)
+                if theirs is _FREE:
+                    latches[key] = None
+                    return
+                if theirs is None:
+                    theirs = latches[key] = Latch()
             AbortSignal.any(theirs.signal, signal).wait()
             signal.raise_if_aborted()
 
-    def leave(self, key: _Key, mine: Latch) -> None:
+    def leave(self, key: _Key) -> None:
+        """The caller's acceptance of ``key`` has its outcome: a repeat may go on."""
         with self._lock:
-            del self._latches[key]
-        mine.set()
+            theirs = self._latches.pop(key)
+        if theirs is not None:
+            theirs.set()

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from continuable_kit import spawn
 from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._agents import _underway
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
 from subagents.protocol import ErrorCode, MessageId, SubagentError
@@ -33,6 +34,7 @@ from subagents.store import MemoryStore
 
 ROUNDS = 12
 MODES = pytest.mark.parametrize("mode", ["memory", "relaxed"])
+VIAS = ("followup", "steer", "send")
 
 
 def _runtime(backend: Backend, tmp_path: Path, mode: str) -> Runtime:
@@ -110,7 +112,7 @@ def _offer(rt: Runtime, agent: Any, via: str, mid: MessageId) -> Any:
 
 
 @MODES
-@pytest.mark.parametrize("via", ["followup", "steer", "send"])
+@pytest.mark.parametrize("via", VIAS)
 def test_a_repeated_followup_racing_the_agent_s_disposal_is_refused_too(
     backend: Backend, tmp_path: Path, mode: str, via: str
 ) -> None:
@@ -169,3 +171,30 @@ def test_a_repeated_report_racing_the_parent_s_disposal_is_refused_too(
                 assert isinstance(err, SubagentError), (rnd, errors)
                 assert err.code == ErrorCode.UNAUTHORIZED, (rnd, errors)
     assert ran == []
+
+
+@MODES
+def test_an_acceptance_nobody_repeats_makes_no_latch(
+    backend: Backend, tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FUP-1, R-DUR-1 (and the follow-up hot path): a follow-up by id, a steer by
+    id and a send by id that no repeat meets while under way are deduplicated
+    without making the latch a repeat would wait on -- one made per acceptance
+    cost more than the claim itself -- and each is still accepted once."""
+    made: list[object] = []
+    real = _underway.Latch
+
+    def counted() -> Any:
+        made.append(None)
+        return real()
+
+    monkeypatch.setattr(_underway, "Latch", counted)
+    with _runtime(backend, tmp_path, mode) as rt:
+        agent = rt.spawn(lambda turn: turn.content)
+        mids = [MessageId(uuid.uuid4().hex) for _ in range(3)]
+        for offer in (_offer(rt, agent, via, mid) for via, mid in zip(VIAS, mids)):
+            offer()
+            offer()  # a repeat after the outcome: a duplicate, no wait
+        assert agent.wait_idle(10)
+        assert len(rt.sessions.turn_ends(agent.session_id)) == 3
+        assert made == []
