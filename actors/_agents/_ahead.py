@@ -13,7 +13,8 @@ of a live agent, committed at a place that is not the one after the last place
 this activation committed at (``LiveSession.inbox_n``), first takes and queues,
 in order, the messages before it that nobody took (:func:`committed_at`). The
 first follow-up of an activation looks once: it cannot know the place it
-follows.
+follows. One committed behind a place the activation went past (two callers
+whose commits crossed) looks for nothing: the later one's look covered it.
 
 Written against the agent's duck type (``deliver``, ``inject_quiet``,
 ``session``, ``_turns``, ``_taking``): the agent's own follow-up imports this module.
@@ -73,9 +74,13 @@ def committed_at(sessions: Any, agent: Any, n: int) -> Iterator[None]:
     its own order (a pickup's later ones before a take-ahead's, or the reverse)."""
     with agent._taking:
         live = agent.session
-        if n != live.inbox_n + 1:
+        last = live.inbox_n
+        if n > last + 1:
             take_ahead(sessions, agent, n)
-        live.inbox_n = n
+        # (Behind ``last``: a follow-up committed after this one, queued first,
+        # took what nobody took before it -- before this one's place too.)
+        if n > last:
+            live.inbox_n = n
         yield
 
 

@@ -154,3 +154,46 @@ def test_a_report_runs_after_a_send_committed_before_it(
         pickup.release()
         assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 2, timeout=30)
         assert [e.output for e in a.sessions.turn_ends(sid)] == ["m1", "r"]
+
+
+def test_a_followup_committed_behind_one_that_took_ahead_reads_no_inbox(
+    backend: Backend, db: str
+) -> None:
+    """R-FUP-5 (and the follow-up hot path): follow-up ``a`` commits first and is
+    held before it is queued; ``b`` commits after it, finds the gap ``a`` left,
+    reads the pending inbox once (nothing untaken), and is queued. ``a`` then
+    follows a place this activation already went past: everything committed before
+    it that nobody took was taken by ``b``'s look, so it reads nothing. It read the
+    whole pending inbox again -- with concurrent senders, nearly once a follow-up.
+    Each runs once, in the order each was queued."""
+    committed = Gate("committed")
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("w", lambda _o: lambda turn: turn.content)
+        agent = rt.spawn("w")
+        sid = agent.session_id
+        agent.followup("m0")  # the activation's first follow-up looks once
+        assert agent.wait_idle(10)
+        sessions: Any = rt.sessions
+        accept, pending = sessions.accept, sessions.pending
+        reads: list[object] = []
+
+        def held_accept(*args: Any, **kw: Any) -> Any:
+            done = accept(*args, **kw)
+            if args[1][0].content == "a":
+                committed.pass_through()
+            return done
+
+        def counted_pending(*args: Any, **kw: Any) -> Any:
+            reads.append(args)
+            return pending(*args, **kw)
+
+        sessions.accept, sessions.pending = held_accept, counted_pending
+        first = rt.backend.spawn(lambda: agent.followup("a"), name="a")
+        assert committed.wait_reached(10)
+        agent.followup("b")
+        assert len(reads) == 1  # b's look behind the gap a left
+        committed.release()
+        assert first.join(10) and first.exception is None
+        assert agent.wait_idle(10)
+        assert len(reads) == 1
+        assert [e.output for e in rt.sessions.turn_ends(sid)] == ["m0", "b", "a"]
