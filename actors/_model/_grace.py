@@ -18,6 +18,7 @@ greenlet of a hub could wake. It lives until the read ends or its grace passes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import time
 from typing import Any, Final
@@ -26,6 +27,8 @@ import httpx
 from subagents.actors._kernel._gevent import native_allocate_lock, native_start_thread
 
 __all__ = ["DONE_GRACE", "DoneGrace", "after_done", "shutdown"]
+
+logger = logging.getLogger("subagents")
 
 #: Seconds the rest of a body may take after its ``[DONE]`` (a server that ends
 #: its body sends the last chunk right behind it).
@@ -49,7 +52,7 @@ class DoneGrace:
         self._sock = sock
         self._lock = native_allocate_lock()
         self._lock.acquire()  # released by cancel: the watchdog's wait ends early
-        native_start_thread(self._watch, (max(0.0, seconds),))
+        native_start_thread(self._watch, (max(0.0, seconds),))  # RuntimeError: none
 
     def _watch(self, seconds: float) -> None:
         if not self._lock.acquire(True, seconds):
@@ -63,9 +66,14 @@ class DoneGrace:
 def after_done(response: httpx.Response, deadline: float) -> DoneGrace | None:
     """A watchdog on ``response``'s socket for the rest of its body (see the module
     docstring), ending at :data:`DONE_GRACE` or ``deadline`` (``time.monotonic``),
-    whichever is first; None when the response shows no socket."""
+    whichever is first; None when the response shows no socket, or no thread can
+    be started for it (the rest is then read as before: until the deadline)."""
     stream = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if sock is None:
         return None
-    return DoneGrace(sock, min(DONE_GRACE, deadline - time.monotonic()))
+    try:
+        return DoneGrace(sock, min(DONE_GRACE, deadline - time.monotonic()))
+    except RuntimeError:  # no thread to be had: the answer is whole, its rest read on
+        logger.warning("no watchdog on the rest of a model answer's body", exc_info=True)
+        return None

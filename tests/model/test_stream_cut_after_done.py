@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from model_kit import register, run_turn
 from subagents.actors import Runtime
+from subagents.actors._model import _grace
 from subagents.actors.testing import Answer, FakeCall, FakeOpenAI
 
 
@@ -64,3 +66,22 @@ def test_a_body_held_open_after_done_does_not_hold_the_turn(rt: Runtime, fake: F
     assert len(fake.requests) == 2
     assert fake.wait_disconnects(2)  # each held body's connection hung up on
     assert run_turn(rt, agent, "again").output == "echo: again"
+
+
+def test_an_answer_is_taken_when_its_watchdog_cannot_start(
+    rt: Runtime, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watchdog on a body's rest after ``[DONE]`` is a thread of its own, started
+    once the answer is whole; a process out of threads (``can't start new thread``)
+    failed the turn with its answer in hand. Now the rest of the body is read
+    without the bound. R-ERR-1."""
+
+    def no_thread(*_args: Any) -> int:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(_grace, "native_start_thread", no_thread)
+    register(rt, fake, max_retries=0)
+    fake.script(Answer(content="all there"))
+    end = run_turn(rt, rt.spawn("planner"), "hi")
+    assert (end.stop_reason, end.output, end.error) == ("completed", "all there", None)
+    assert len(fake.requests) == 1
