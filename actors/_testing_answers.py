@@ -4,10 +4,11 @@ answers, the requests it received, and the wire details it reproduces."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from subagents.actors._agents import valid_tool_name
 
 __all__ = [
     "USAGE",
@@ -83,15 +84,11 @@ class FakeRequest:
         return [t["function"]["name"] for t in tools]
 
 
-#: The names the real API takes for a function in a request, ``messages`` included.
-_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+\Z")
-
-
 def _bad_call_name(i: int, msg: Any) -> str | None:
     """The real API's refusal of an assistant message's call to a name it does not take."""
     for j, call in enumerate(msg.get("tool_calls") or ()):
         name = (call.get("function") or {}).get("name")
-        if not isinstance(name, str) or not _FUNCTION_NAME.match(name):
+        if not valid_tool_name(name):  # what the real API takes, ``messages`` included
             return (
                 f"Invalid 'messages[{i}].tool_calls[{j}].function.name': string does not"
                 " match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."

@@ -22,7 +22,7 @@ the activation does (a background run is the process's), so the log keeps it:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from subagents.protocol import (
@@ -54,15 +54,16 @@ def fold_owed(
     records: Sequence[LogRecord],
     seed_len: int,
     kept: Owed,
-    runs_again: Iterable[str] | None,
+    runs_again: Callable[[tuple[MessageId, ...], TurnEnd | None], bool],
 ) -> Owed:
     """The promises open after ``records`` (from ``kept``, a checkpoint's): a fork
-    seed's (before ``seed_len``) are another session's; ``runs_again``: the
-    ``turn/end`` errors of a turn that runs again (None: none does -- relaxed
-    durability, where a cut-short turn's message is not run again)."""
-    again = frozenset(runs_again or ())
+    seed's (before ``seed_len``) are another session's; ``runs_again(ids, end)``:
+    whether the turn of messages ``ids`` that ended with ``end`` (None: left open,
+    cut short by a crash) runs again at this activation -- it then makes its
+    promises anew."""
     owed: Owed = dict(kept)
     turn: Owed | None = None  # the promises of the turn the log is inside
+    mids: tuple[MessageId, ...] = ()
     for record in records:
         if record.seq < seed_len:
             continue
@@ -77,15 +78,16 @@ def fold_owed(
             if turn is not None:
                 turn.pop(mid, None)
         elif kind is TurnStart:
-            if turn and runs_again is None:
-                owed.update(turn)  # an earlier turn left open: it does not run again
-            turn = {}
+            assert isinstance(event, TurnStart)
+            if turn and not runs_again(mids, None):
+                owed.update(turn)  # an earlier turn left open
+            turn, mids = {}, tuple(event.message_ids)
         elif kind is TurnEnd:
             assert isinstance(event, TurnEnd)
-            if turn and event.error not in again:
+            if turn and not runs_again(mids, event):
                 owed.update(turn)
             turn = None
-    if turn and runs_again is None:
+    if turn and not runs_again(mids, None):
         owed.update(turn)
     return owed
 

@@ -57,60 +57,60 @@ class SessionStatistics:
 
 #: How many failed sessions ``statistics()`` lists at most (the latest).
 KEPT_FAILURES = 1000
+#: How many failed sessions the table remembers for ``flush`` (the latest).
+KEPT_UNWRITTEN = 100_000
 
 
 class PersistenceFailures:
-    """The failure table: written by the writer task, read by any thread."""
+    """The failure table: written by the writer task, read by any thread.
+
+    A session's entry is kept until it is activated here again, which a one-shot
+    child, a disposed agent or one resumed elsewhere never is: so the table keeps
+    the latest :data:`KEPT_UNWRITTEN` (an outage would otherwise leave every
+    session writing then here for good), and ``statistics()`` lists the latest
+    :data:`KEPT_FAILURES`. A write refused for a lost lease is kept too, for
+    ``flush`` to say so, but is no failure of persistence: not counted, not listed.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
         self._by_session: dict[SessionId, PersistenceFailure] = {}
-        # Sessions whose writes a lost lease refused: no failure of persistence (not
-        # counted, not listed), but ``flush`` still says their writes did not land.
-        self._lost: dict[SessionId, PersistenceFailure] = {}
         self._clock = clock
         self.count = 0
 
     def record(self, session_id: SessionId, error: BaseException) -> None:
+        """A write of ``session_id`` failed (the first failure is the cause)."""
         code = error.code if isinstance(error, SubagentError) else ErrorCode.INTERNAL
         failure = PersistenceFailure(session_id, str(code), str(error)[:1000], self._clock())
         with self._lock:
-            if session_id not in self._by_session:  # the first one is the cause
+            table = self._by_session
+            if session_id in table:
+                return
+            if code != ErrorCode.LEASE_LOST:
                 self.count += 1  # (once an activation: forget() starts the next)
-                self._by_session[session_id] = failure
-                # Kept until the session is activated here again, which a one-shot
-                # child, a disposed agent or one resumed elsewhere never is: an
-                # outage would leave every session writing then here for good.
-                if len(self._by_session) > KEPT_FAILURES:
-                    del self._by_session[next(iter(self._by_session))]  # the oldest
-
-    def record_lost(self, session_id: SessionId, error: BaseException) -> None:
-        """A write of ``session_id`` was refused for its lost lease (kept for
-        :meth:`unwritten`, the latest :data:`KEPT_FAILURES` of them)."""
-        code = error.code if isinstance(error, SubagentError) else ErrorCode.INTERNAL
-        failure = PersistenceFailure(session_id, str(code), str(error)[:1000], self._clock())
-        with self._lock:
-            lost = self._lost
-            lost.setdefault(session_id, failure)
-            if len(lost) > KEPT_FAILURES:
-                del lost[next(iter(lost))]  # the oldest
+            table[session_id] = failure
+            if len(table) > KEPT_UNWRITTEN:
+                del table[next(iter(table))]  # the oldest
 
     def get(self, session_id: SessionId) -> PersistenceFailure | None:
-        return self._by_session.get(session_id)
+        failure = self._by_session.get(session_id)
+        return None if failure is None or failure.code == ErrorCode.LEASE_LOST else failure
 
     def forget(self, session_id: SessionId) -> None:
         with self._lock:
             self._by_session.pop(session_id, None)
-            self._lost.pop(session_id, None)
 
     def snapshot(self) -> tuple[PersistenceFailure, ...]:
+        """The latest :data:`KEPT_FAILURES` failures, oldest first."""
         with self._lock:
-            return tuple(self._by_session.values())
+            values = list(self._by_session.values())
+        listed = [f for f in reversed(values) if f.code != ErrorCode.LEASE_LOST]
+        return tuple(reversed(listed[:KEPT_FAILURES]))
 
     def unwritten(self, session_id: SessionId) -> SubagentError | None:
         """What ``flush(session_id)`` raises once the writer forgot the failure (the
         activation ended at it): the failure's own code and message."""
-        failure = self._by_session.get(session_id) or self._lost.get(session_id)
+        failure = self._by_session.get(session_id)
         if failure is None:
             return None
         return SubagentError(
@@ -120,7 +120,7 @@ class PersistenceFailures:
 
     def error(self, session_id: SessionId) -> SubagentError | None:
         """The error an agent whose writes failed raises instead of accepting."""
-        failure = self._by_session.get(session_id)
+        failure = self.get(session_id)
         if failure is None:
             return None
         return SubagentError(

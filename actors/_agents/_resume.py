@@ -34,6 +34,7 @@ from subagents.protocol import (
     DescriptorFold,
     ErrorCode,
     Event,
+    MessageId,
     SessionHeader,
     SessionId,
     SubagentError,
@@ -161,10 +162,9 @@ def restore(
                 live,
                 (TurnEnd(turn=open_turn, at=host.clock(), stop_reason="failed", error=CUT_SHORT),),
             )
-        # Strict: a turn cut short or kept by a closing runtime runs again, and
-        # makes its promises anew.
-        again = (CUT_SHORT, KEPT) if sessions.strict else None
-        owed = fold_owed(records, header.seed_len, checkpointed(state), again)
+        owed = fold_owed(
+            records, header.seed_len, checkpointed(state), _runs_again(sessions, sid, token)
+        )
         agent._turns.owed = owed or None
         pending: list[InboxEntry] = []
         fresh: list[Any] = []
@@ -187,6 +187,30 @@ def restore(
         agent.dispose(flush=False)
         raise
     return Restored(agent, pending, fresh)
+
+
+def _runs_again(
+    sessions: SessionService, sid: SessionId, token: Any
+) -> Callable[[tuple[MessageId, ...], TurnEnd | None], bool]:
+    """Whether a turn of the log runs again at this activation (``fold_owed``): one
+    cut short by a crash, or kept by a closing runtime, whose message is still in
+    the durable inbox -- always, under strict durability; under relaxed, where it
+    came from the inbox (a strict process's, a send's), read once if asked."""
+    pending: set[MessageId] | None = None
+
+    def runs_again(mids: tuple[MessageId, ...], end: TurnEnd | None) -> bool:
+        nonlocal pending
+        if end is not None and end.error not in (CUT_SHORT, KEPT):
+            return False
+        if sessions.strict:
+            return True
+        if pending is None:
+            pending = set()
+            if token is not None:
+                pending = {e.message_id for e in sessions.pending(sid)}
+        return any(mid in pending for mid in mids)
+
+    return runs_again
 
 
 def _damaged(header: SessionHeader | None, exc: CorruptRecordError) -> SubagentError:

@@ -44,7 +44,7 @@ from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
 from ._reading import SessionReads
-from ._writer import Writer, lost_lease, unsure
+from ._writer import Writer, unsure
 
 __all__ = ["LiveSession", "SessionService"]
 
@@ -174,8 +174,7 @@ class SessionService(Acceptance, SessionReads):
         agent too (as Akka stops a persistent actor whose write failed): the store
         is the truth, and the next activation starts from it (under strict
         durability replaying what was accepted and not done)."""
-        failures = self.failures  # a lost lease: no failure of persistence, not counted
-        (failures.record_lost if lost_lease(error) else failures.record)(sid, error)
+        self.failures.record(sid, error)  # (a lost lease's is kept, not counted)
         if self._lost is not None:
             self._lost(sid)
 

@@ -175,6 +175,11 @@ def test_the_failure_table_keeps_the_latest_failed_sessions(
         stats = rt.sessions.statistics()
         assert stats.failed_writes == 12
         assert [f.session_id for f in stats.persistence_failures] == sids[-5:]
+        # Past the listing, flush still says the writes did not land (it is no
+        # success of a session whose writes failed): the table remembers more.
+        with pytest.raises(SubagentError) as err:
+            rt.sessions.flush(sids[0])
+        assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
 
 
 def test_a_thread_keeps_no_large_packing_buffer() -> None:

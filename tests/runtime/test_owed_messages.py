@@ -29,7 +29,16 @@ from subagents.store import LogRecord, MemoryStore
 AT = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
 A, B = MessageId("a" * 32), MessageId("b" * 32)
 CHILD = SessionId("c" * 32)
-STRICT = (CUT_SHORT, KEPT)
+
+
+def STRICT(mids: tuple[MessageId, ...], end: TurnEnd | None) -> bool:
+    """Strict durability: a turn cut short or kept runs again."""
+    return end is None or end.error in (CUT_SHORT, KEPT)
+
+
+def NEVER(mids: tuple[MessageId, ...], end: TurnEnd | None) -> bool:
+    """No durable inbox (a memory store): nothing runs again."""
+    return False
 
 
 def _log(*events: Any) -> list[LogRecord]:
@@ -41,9 +50,11 @@ def _promise(mid: MessageId) -> ExpectedEvent:
     return ExpectedEvent(message_id=mid, content={"stand-in": str(mid)}, source=source)
 
 
-def _turn(n: int, *inside: Any, error: str | None = None, ended: bool = True) -> list[Any]:
+def _turn(
+    n: int, *inside: Any, error: str | None = None, ended: bool = True, of: tuple[Any, ...] = ()
+) -> list[Any]:
     end = [TurnEnd(turn=n, at=AT, stop_reason="completed", error=error)] if ended else []
-    return [TurnStart(turn=n, at=AT), *inside, *end]
+    return [TurnStart(turn=n, at=AT, message_ids=of), *inside, *end]
 
 
 def test_a_promise_counts_once_its_turn_ended_until_its_message_ran() -> None:
@@ -57,10 +68,26 @@ def test_a_promise_counts_once_its_turn_ended_until_its_message_ran() -> None:
 def test_a_turn_that_runs_again_makes_its_promises_anew(error: str) -> None:
     log = _log(*_turn(0, _promise(A), error=error))
     assert fold_owed(log, 0, {}, STRICT) == {}
-    assert list(fold_owed(log, 0, {}, None)) == [A]  # relaxed: nothing runs again
+    assert list(fold_owed(log, 0, {}, NEVER)) == [A]  # nothing runs again
     open_turn = _log(*_turn(0, _promise(A), ended=False))
     assert fold_owed(open_turn, 0, {}, STRICT) == {}
-    assert list(fold_owed(open_turn, 0, {}, None)) == [A]
+    assert list(fold_owed(open_turn, 0, {}, NEVER)) == [A]
+
+
+def test_relaxed_a_turn_runs_again_where_its_message_is_in_the_inbox() -> None:
+    """Under relaxed durability a turn cut short (or kept) runs again only where its
+    message came from the durable inbox, still pending there: the fold asks of each
+    such turn's own messages (the resume's ``_runs_again`` reads the inbox)."""
+    inboxed, plain = MessageId("1" * 32), MessageId("2" * 32)
+
+    def pending(mids: tuple[MessageId, ...], end: TurnEnd | None) -> bool:
+        return STRICT(mids, end) and inboxed in mids
+
+    log = _log(
+        *_turn(0, _promise(A), error=KEPT, of=(inboxed,)),
+        *_turn(1, _promise(B), error=KEPT, of=(plain,)),
+    )
+    assert list(fold_owed(log, 0, {}, pending)) == [B]
 
 
 def test_a_fork_seed_promises_nothing_and_a_checkpoint_keeps_what_is_open() -> None:
