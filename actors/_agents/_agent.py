@@ -365,10 +365,10 @@ class Agent(Followups):
                 state["descriptor"] = descriptor_payload(self._descriptor)
             else:
                 state["options"] = dict(self._recorded)
-            if self._turns.owed:  # promised messages that never came (see ._expected)
-                state["expected"] = to_checkpoint(self._turns.owed)
+            # Promised messages that never came, always (none: []; see ._expected).
+            state["expected"] = owed = to_checkpoint(self._turns.owed or {})
             # Payloads nest two levels, not an output schema; reports are free-form.
-            free = pending or "expected" in state or "output_schema" in (self._recorded or ())
+            free = pending or owed or "output_schema" in (self._recorded or ())
             sessions.checkpoint(self._session, state, shaped=not free)
         self._host.leaving(self._session, self._descriptor)
         if self._flush_on_stop and sessions.persistence is not None:

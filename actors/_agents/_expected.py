@@ -12,7 +12,9 @@ the activation does (a background run is the process's), so the log keeps it:
   turn makes its promises anew then;
 * it is kept while no message with its id reached the session: the message's
   turn, logged, settles it; an agent disposed with promises open checkpoints them
-  (``expected``), as it does the quiet reports no turn saw;
+  (``expected``, an empty list when none is: a checkpoint without it is an older
+  runtime's, which kept the events verbatim but not their promises, so the log
+  behind it is read), as it does the quiet reports no turn saw;
 * the session's next activation (:func:`~._resume.restore`) delivers the stand-in
   of each open promise under the promised id, as a message accepted then: where
   the durable inbox already accepted that id (the promised message arrived and did
@@ -39,6 +41,7 @@ from subagents.store import InboxEntry, LogRecord
 __all__ = [
     "Owed",
     "arrived",
+    "behind",
     "checkpointed",
     "fold_owed",
     "stand_ins",
@@ -106,13 +109,28 @@ def to_checkpoint(owed: Owed) -> list[list[Any]]:
     ]
 
 
-def checkpointed(state: Mapping[str, Any] | None) -> Owed:
-    """The open promises a checkpoint kept (none in one written before they were)."""
+def checkpointed(state: Mapping[str, Any] | None) -> Owed | None:
+    """The open promises a checkpoint kept (none without a checkpoint); None for a
+    checkpoint without ``expected``, which a runtime from before promises wrote: it
+    kept their events verbatim but not in its checkpoint, so those made before it
+    are read from the log behind it (see :func:`behind`)."""
+    if state is not None and "expected" not in state:
+        return None
     owed: Owed = {}
     for mid, content, *source in (state or {}).get("expected") or ():
         src = MessageSource(kind=source[0], session_id=source[1]) if source else None
         owed[mid] = ExpectedEvent(message_id=mid, content=content, source=src)
     return owed
+
+
+def behind(
+    state: Mapping[str, Any], log: Callable[[], Sequence[LogRecord]], records: Sequence[LogRecord]
+) -> list[LogRecord]:
+    """What the promises are folded from past checkpoint ``state`` of an older runtime
+    (:func:`checkpointed` is None): the log through its seq (``log()``, the whole
+    log; read once, the next checkpoint carries them), then ``records``, the rest."""
+    seq = state.get("seq", -1)
+    return [r for r in log() if r.seq <= seq] + list(records)
 
 
 def stand_ins(owed: Owed) -> list[MessageEvent]:

@@ -50,7 +50,7 @@ from subagents.store import InboxEntry
 from ._agent import Agent
 from ._ahead import replay
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
-from ._expected import checkpointed, fold_owed, stand_ins, unstored
+from ._expected import behind, checkpointed, fold_owed, stand_ins, unstored
 from ._host import AgentHost
 from ._loop import KEPT
 from ._options import AgentOptions
@@ -162,9 +162,11 @@ def restore(
                 live,
                 (TurnEnd(turn=open_turn, at=host.clock(), stop_reason="failed", error=CUT_SHORT),),
             )
-        owed = fold_owed(
-            records, header.seed_len, checkpointed(state), _runs_again(sessions, sid, token)
-        )
+        kept, promised = checkpointed(state), records
+        if kept is None:  # an older runtime's checkpoint: its promises are behind it
+            assert state is not None
+            promised = behind(state, lambda: sessions.read_decodable(sid, []), records)
+        owed = fold_owed(promised, header.seed_len, kept or {}, _runs_again(sessions, sid, token))
         agent._turns.owed = owed or None
         pending: list[InboxEntry] = []
         fresh: list[Any] = []
