@@ -62,9 +62,10 @@ class PlacementHost:
         dropped = None if drop is None else (int(drop[0]), str(drop[1]))
         self._hosting.run(SessionId(child_id), call, [SessionId(w) for w in wake], dropped)
 
-    def settle(self, child_id: str) -> bool:
-        """Release it if it is quiet (True), else False."""
-        return self._hosting.settle(SessionId(child_id))
+    def settle(self, child_id: str, call: int | None = None) -> bool:
+        """Release it if it is quiet (True), else False (numbered ``call``: a run
+        asked before it and carried out after it does nothing)."""
+        return self._hosting.settle(SessionId(child_id), call)
 
     def cancel(self, child_id: str, cause: str, keep_inbox: bool, call: int | None = None) -> None:
         """Cancel its running turn (``keep_inbox=False``: and what waits, and what a
@@ -78,6 +79,11 @@ class PlacementHost:
     def release(self, child_id: str, cause: str, call: int | None = None) -> None:
         """Cancel it, keeping what it accepted, and release it."""
         self._hosting.release(SessionId(child_id), cause, call=call)
+
+    def forget(self, children: Sequence[Sequence[Any]]) -> None:
+        """Each ``(child_id, call)``: forget the child's markers up to ``call`` (its
+        parent's placement asks nothing lower of it)."""
+        self._hosting.forget([(SessionId(c), int(n)) for c, n in children])
 
     def held(self) -> list[str]:
         """The children this host holds now."""
@@ -114,7 +120,17 @@ _RayHost: type = type(
         "__init__": _init,
         **{
             n: _forward(n)
-            for n in ("run", "settle", "cancel", "interrupt", "release", "held", "pid", "close")
+            for n in (
+                "run",
+                "settle",
+                "cancel",
+                "interrupt",
+                "release",
+                "forget",
+                "held",
+                "pid",
+                "close",
+            )
         },
     },
 )

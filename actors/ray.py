@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from subagents.actors._children import ContinuableCreateSpec
 from subagents.actors._children._placed import _CALLS
 from subagents.actors._kernel import telemetry_for
+from subagents.actors._ray_checks import _bad, _check_arguments, _seconds
 from subagents.actors._ray_host import PlacementHost, _RayHost
 from subagents.actors._runtime import Runtime
 from subagents.protocol import ErrorCode, SessionId, SubagentError
@@ -55,6 +55,8 @@ logger = logging.getLogger("subagents")
 _POLL = 1.0
 #: What ``_on_host`` answers for a call not carried out (no host, or it is gone).
 _GONE: Any = object()
+#: A child forgotten by the pool, not yet by its host: (host, child, call, runs).
+_Forgetting = tuple[int, SessionId, int, list[Any]]
 
 
 class RayPlacement:
@@ -155,6 +157,12 @@ class RayPlacement:
         self._dropped: dict[SessionId, tuple[int, str]] = {}
         # Hosts that did not answer a call in time, until when they count as gone.
         self._silent: dict[int, float] = {}
+        # Runs returned from before their host answered, per child: until they
+        # are carried out, their host keeps the child's markers (see forget).
+        self._abandoned: dict[SessionId, list[Any]] = {}
+        # Children forgotten here whose host forgets them once those runs are done:
+        # (host, child, call below which its markers go, the runs).
+        self._forgetting: list[_Forgetting] = []
         self._next = itertools.cycle(range(hosts))
 
     def __repr__(self) -> str:
@@ -180,7 +188,8 @@ class RayPlacement:
         return list(self._hosts)
 
     def host_of(self, child_id: SessionId | str) -> int | None:
-        """The index of the host a child was last run on, or None."""
+        """The index of the host a child was last run on, or None (never run, or
+        settled or released since)."""
         return self._where.get(SessionId(child_id))
 
     # -- the placement (what a PlacedChild calls) ---------------------------------------
@@ -211,6 +220,7 @@ class RayPlacement:
                     except GetTimeoutError:
                         with self._lock:
                             if self._released_after(child_id, call):
+                                self._abandoned.setdefault(child_id, []).append(ref)
                                 return
                 self._silent.pop(i, None)
                 return
@@ -226,9 +236,11 @@ class RayPlacement:
                         code=ErrorCode.PERSISTENCE_UNAVAILABLE,
                     ) from exc
 
-    def settle(self, child_id: SessionId) -> bool:
-        """Release the child on its host if it is quiet there (True); False: busy."""
-        out = self._on_host(child_id, "settle")
+    def settle(self, child_id: SessionId, call: int | None = None) -> bool:
+        """Release the child on its host if it is quiet there (True); False: busy.
+        Numbered ``call``, a run asked before it that the host carries out after
+        it (one this pool stopped waiting for) does not hold the child there."""
+        out = self._on_host(child_id, "settle", call)
         if out is _GONE:  # a host that did not answer: its answer is not waited for,
             self.release(child_id, "settled", next(_CALLS))  # but it lets the child go
             return True
@@ -263,6 +275,26 @@ class RayPlacement:
                 # host it will go to must know of this release, to ignore it.
                 self._assign(child_id)
         self._on_host(child_id, "release", cause, call)
+
+    def forget(self, child_id: SessionId) -> None:
+        """The child settled or was released, and its stand-in asks nothing more:
+        what this pool keeps of it goes, and its host forgets its markers (the
+        calls that stop a late run from holding it again) once every run this
+        pool stopped waiting for has been carried out -- the numbers of the next
+        stand-in's calls are all higher."""
+        with self._lock:
+            i = self._where.pop(child_id, None)
+            self._released.pop(child_id, None)
+            self._dropped.pop(child_id, None)
+            runs = self._abandoned.pop(child_id, [])
+            if i is not None:
+                self._forgetting.append((i, child_id, next(_CALLS), runs))
+            due, self._forgetting = _done_runs(self._forgetting)
+        by_host: dict[int, list[tuple[str, int]]] = {}
+        for host, child, below, _ in due:
+            by_host.setdefault(host, []).append((str(child), below))
+        for host, pairs in by_host.items():  # not waited for: a lost one leaves markers
+            self._hosts[host].forget.remote(pairs)
 
     def close(self, timeout: float = 60.0) -> None:
         """Release every hosted child and stop the host actors."""
@@ -349,48 +381,9 @@ class RayPlacement:
             raise
 
 
-def _bad(message: str) -> SubagentError:
-    return SubagentError(message, code=ErrorCode.INVALID_ARGUMENT)
-
-
-def _seconds(value: Any, name: str) -> float:
-    if type(value) not in (int, float) or not (0 < value < math.inf):
-        raise _bad(f"{name} is a number of seconds > 0")
-    return float(value)
-
-
-def _check_arguments(
-    store: Any,
-    hosts: Any,
-    name: Any,
-    num_cpus: Any,
-    resources: Any,
-    max_restarts: Any,
-    lease_ttl: Any,
-    options: Any,
-) -> None:
-    """``INVALID_ARGUMENT`` for what a RayPlacement cannot start hosts with (Ray
-    itself raised ``ValueError``/``TypeError`` for some; the hosts died of others)."""
-    if type(hosts) is not int or hosts < 1:
-        raise _bad("hosts is an int >= 1")
-    if type(store) is not str:
-        raise _bad("store is a path or a postgresql:// URL")
-    if type(name) is not str or not name.strip():
-        raise _bad("name is a non-blank str")
-    if type(num_cpus) not in (int, float) or not (0 <= num_cpus < math.inf):
-        raise _bad("num_cpus is a number >= 0")
-    if type(max_restarts) is not int or max_restarts < -1:
-        raise _bad("max_restarts is an int >= -1 (-1: always)")
-    _seconds(lease_ttl, "lease_ttl")
-    if resources is not None and (
-        not isinstance(resources, Mapping)
-        or not all(
-            type(k) is str and type(v) in (int, float) and 0 <= v < math.inf
-            for k, v in resources.items()
-        )
-    ):
-        raise _bad("resources maps names to numbers >= 0")
-    if options is not None and (
-        not isinstance(options, Mapping) or not all(type(k) is str for k in options)
-    ):
-        raise _bad("options maps ray.remote option names to values")
+def _done_runs(entries: list[_Forgetting]) -> tuple[list[_Forgetting], list[_Forgetting]]:
+    """``entries`` split: those whose runs all returned (or failed), the others."""
+    refs = [r for e in entries for r in e[3]]
+    ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+    done = [e for e in entries if all(r in ready for r in e[3])]
+    return done, [e for e in entries if not all(r in ready for r in e[3])]

@@ -63,8 +63,12 @@ class Hosting:
         self._hosted = hosted
         self._lease_wait = lease_wait
         self._lock = threading.Lock()  # activations: one at a time
-        # The highest release call per child (see _placed._CALLS): a run asked
-        # before it and carried out after it must not hold the child again.
+        # Guards the markers below and what ``_hosted`` holds against an activation
+        # in progress: held only briefly, so a release, a settle or a cancel of one
+        # child never waits behind another's activation (its lease wait).
+        self._marks = threading.Lock()
+        # The highest release (or settle) call per child (see _placed._CALLS): a
+        # run asked before it and carried out after it must not hold the child again.
         self._released_at: dict[SessionId, int] = {}
         # The highest cancel call that dropped what waits, per child, with its
         # cause: a run asked before it and carried out after it drops what waits
@@ -95,7 +99,8 @@ class Hosting:
                 ``SESSION_NOT_FOUND``, or why it cannot be resumed here.
         """
         if drop is not None:
-            self._note_drop(child_id, int(drop[0]), str(drop[1]))
+            with self._marks:
+                self._note_drop(child_id, int(drop[0]), str(drop[1]))
         agent, dropped = self._activate(child_id, call)
         if agent is None:
             return  # asked before a release that came first: the child stays released
@@ -107,14 +112,22 @@ class Hosting:
                 self._wake(below)
         self._quiet(agent)
 
-    def settle(self, child_id: SessionId) -> bool:
-        """Release ``child_id`` if it is quiet (True); False when it is busy."""
-        agent = self._hosted.get(child_id)
-        if agent is None or agent.disposed:
-            return True
-        if self._below(agent) or not agent.close_if_idle():
-            return False
-        agent.dispose(checkpoint=True)
+    def settle(self, child_id: SessionId, call: int | None = None) -> bool:
+        """Release ``child_id`` if it is quiet (True); False when it is busy. Settled
+        (or found absent) as ``call``, it counts as a release: a run asked before
+        it -- one its parent stopped waiting for, still on its way here or
+        awaiting the child's lease -- does not hold the child afterwards."""
+        with self._marks:
+            agent = self._hosted.get(child_id)
+            if agent is not None and not agent.disposed:
+                if self._below(agent) or not agent.close_if_idle():
+                    return False
+            else:
+                agent = None
+            if call is not None:
+                self._mark_released(child_id, call)
+        if agent is not None:
+            agent.dispose(checkpoint=True)
         return True
 
     def cancel(
@@ -123,9 +136,10 @@ class Hosting:
         """Cancel its running turn; ``keep_inbox=False`` also drops what waits --
         here, and what is still untaken in its durable inbox -- and, numbered
         ``call``, what a run asked before it finds when carried out after it."""
-        if not keep_inbox and call is not None:
-            self._note_drop(child_id, call, cause)
-        agent = self._hosted.get(child_id)
+        with self._marks:  # an activation in progress reads the mark once it is done
+            if not keep_inbox and call is not None:
+                self._note_drop(child_id, call, cause)
+            agent = self._hosted.get(child_id)
         if agent is None or agent.disposed:
             return
         if keep_inbox:
@@ -152,15 +166,26 @@ class Hosting:
         """Cancel it (what it accepted stays accepted: it runs at its next
         activation), drain its resident children, then release it. A run asked
         before ``call`` that arrives later does not activate it again."""
-        if call is not None:
-            with self._lock:  # after an activation in progress, before the next
-                self._released_at[child_id] = max(call, self._released_at.get(child_id, 0))
-        agent = self._hosted.get(child_id)
+        with self._marks:  # an activation in progress reads the mark once it is done
+            if call is not None:
+                self._mark_released(child_id, call)
+            agent = self._hosted.get(child_id)
         if agent is None or agent.disposed:
             return
         agent.cancel(cause, keep_inbox=False, keep_accepted=True)
         self._release_below(agent, cause, 60.0 if timeout is None else timeout)
         agent.dispose(checkpoint=True, timeout=timeout)
+
+    def forget(self, children: Sequence[tuple[SessionId, int]]) -> None:
+        """Each ``(child, call)``: its parent's placement asks nothing more of it
+        below ``call`` (no run of a lower number is on its way): its markers up
+        to ``call`` go (a later one, of the next stand-in's calls, stays)."""
+        with self._marks:
+            for child_id, call in children:
+                if self._released_at.get(child_id, call + 1) <= call:
+                    del self._released_at[child_id]
+                if self._dropped_at.get(child_id, (call + 1, ""))[0] <= call:
+                    del self._dropped_at[child_id]
 
     def close(self) -> None:
         """Release every hosted child (the host stops)."""
@@ -173,9 +198,18 @@ class Hosting:
     # -- internals ---------------------------------------------------------------------
 
     def _note_drop(self, child_id: SessionId, call: int, cause: str) -> None:
-        with self._lock:  # after an activation in progress, before the next
-            if call > self._dropped_at.get(child_id, (0, ""))[0]:
-                self._dropped_at[child_id] = (call, cause)
+        """(The caller holds ``_marks``.)"""
+        if call > self._dropped_at.get(child_id, (0, ""))[0]:
+            self._dropped_at[child_id] = (call, cause)
+
+    def _mark_released(self, child_id: SessionId, call: int) -> None:
+        """(The caller holds ``_marks``.)"""
+        self._released_at[child_id] = max(call, self._released_at.get(child_id, 0))
+
+    def _stale(self, child_id: SessionId, call: int | None) -> bool:
+        """Whether run ``call`` was asked before a release carried out here (the
+        caller holds ``_marks``)."""
+        return call is not None and call < self._released_at.get(child_id, 0)
 
     def _drop(self, agent: Agent, cause: str) -> None:
         """Cancel its turn and drop what waits, here and untaken in its durable inbox."""
@@ -210,14 +244,15 @@ class Hosting:
 
     def _activate(self, child_id: SessionId, call: int | None) -> tuple[Agent | None, str | None]:
         """The child held here (activated if needed; None: asked before a release
-        carried out), and the cause of a drop it was asked before (None: none)."""
+        carried out -- before the activation, or while it awaited the lease), and
+        the cause of a drop it was asked before (None: none)."""
         with self._lock:
-            agent = self._hosted.get(child_id)
-            if agent is not None and not agent.disposed:
-                return agent, None
-            if call is not None and call < self._released_at.get(child_id, 0):
-                return None, None
-            dropped = self._dropped_at.get(child_id)
+            with self._marks:
+                agent = self._hosted.get(child_id)
+                if agent is not None and not agent.disposed:
+                    return agent, None
+                if self._stale(child_id, call):
+                    return None, None
             deadline = time.monotonic() + self._lease_wait
             while True:
                 try:
@@ -228,14 +263,25 @@ class Hosting:
                         raise
                 time.sleep(_RETRY)
             agent = restored.agent
-            self._hosted[child_id] = agent
             agent.add_dispose_listener(self._forget)
-            try:
-                replay(agent, restored.pending)
-            except BaseException:
-                restored.give_back()
+            # The marks again: a release or a settle carried out while the lease was
+            # awaited found nothing held here, and answered for this run too.
+            with self._marks:
+                stale = self._stale(child_id, call)
+                if not stale:
+                    self._hosted[child_id] = agent
+                    try:
+                        replay(agent, restored.pending)
+                    except BaseException:
+                        restored.give_back()
+                        agent.dispose(flush=False)
+                        raise
+                dropped = self._dropped_at.get(child_id)
+            if stale:
+                with contextlib.suppress(SubagentError):
+                    restored.give_back()
                 agent.dispose(flush=False)
-                raise
+                return None, None
             if call is not None and dropped is not None and call < dropped[0]:
                 return agent, dropped[1]
             return agent, None

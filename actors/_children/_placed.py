@@ -66,9 +66,11 @@ class Placement(Protocol):
         ``wake``, sessions below it, woken there; return once it is idle there and
         owns no resident child. ``call`` orders it against releases."""
 
-    def settle(self, child_id: SessionId) -> bool:
+    def settle(self, child_id: SessionId, call: int | None = None) -> bool:
         """Release ``child_id`` on its host if it is idle there (True); False when
-        it is busy again (a report of its own children woke it)."""
+        it is busy again (a report of its own children woke it). Numbered
+        ``call``, it orders as a release: a run of a lower one carried out after
+        it (a run the parent stopped waiting for) does nothing."""
 
     def cancel(
         self, child_id: SessionId, cause: str, keep_inbox: bool, call: int | None = None
@@ -84,6 +86,11 @@ class Placement(Protocol):
         """Cancel it (what it accepted stays accepted), release its resident
         children, then the child itself: its lease goes back to the store. A run
         of a lower ``call`` arriving after it does nothing."""
+
+    def forget(self, child_id: SessionId) -> None:
+        """Nothing more is asked for ``child_id`` by this stand-in (it settled or
+        was released, and no run of its is in flight here): what is kept of it
+        may go. The next stand-in's calls are numbered above all of this one's."""
 
 
 class PlacedChild:
@@ -110,6 +117,8 @@ class PlacedChild:
         self._owed: int | None = None  # a run a cancel owes, numbered below it (see cancel)
         self._disposed = False
         self._released = False  # release() asked: no run is asked after it
+        self._noticed = False  # the last notice ran: the child is settled or released
+        self._parties = 0  # a settling and a release in flight: the last one gives it
         self._idle_listeners: list[Callable[[Any], object]] = []
         self._dispose_listeners: list[Callable[[Any], object]] = []
         self.idle_since = time.monotonic()
@@ -343,6 +352,7 @@ class PlacedChild:
                 return
             self._disposed = True
             self._gate = _CLOSED
+            self._parties += 1
         task = self._backend.spawn(self._settle, name=f"subagents-placed-{self.session_id}")
         self._settling = task
         if wait:
@@ -350,7 +360,9 @@ class PlacedChild:
 
     def _settle(self) -> None:
         try:
-            while not self._backend.run_waiting(self._placement.settle, self.session_id):
+            while not self._backend.run_waiting(
+                self._placement.settle, self.session_id, next(_CALLS)
+            ):
                 with self._lock:
                     call = self._run_call()
                 if call is None:
@@ -364,7 +376,9 @@ class PlacedChild:
         """Release it now (the runtime closes): cancelled, accepted work kept; its
         runs and a settling in flight return, and are waited for."""
         with self._lock:
-            settling = self._disposed
+            if self._noticed:  # settled: its host let it go, and its placement forgot it
+                return
+            self._parties += 1
             self._disposed = True
             self._released = True
             self._gate = _CLOSED
@@ -376,13 +390,28 @@ class PlacedChild:
         for task in (self._task, self._settling):
             if task is not None:  # it returns now that the host let the child go
                 task.join(_JOIN)
-        if not settling:  # (else its settling ran them)
-            self._last_notice()
+        self._last_notice()  # (or the settling, if it is still at its host)
 
     def _last_notice(self) -> None:
-        """Run the dispose listeners, heard for the last time: then drop them and the
-        idle ones (a listener closing over what holds this child -- its activation
-        -- would otherwise keep both for the cycle collector)."""
+        """By the last of a settling and a release to return (it made the last call
+        to the placement): have the placement forget the child -- unless a run of
+        it is still in flight -- then run the dispose listeners, heard for the
+        last time, and drop them and the idle ones (a listener closing over what
+        holds this child -- its activation -- would otherwise keep both for the
+        cycle collector). Forgotten before the listeners: they release the
+        Activation, and the next stand-in's calls must not be forgotten."""
+        with self._lock:
+            self._parties -= 1
+            if self._parties > 0:
+                return
+            self._noticed = True
+            running = self._running
+        forget = getattr(self._placement, "forget", None)
+        if not running and forget is not None:
+            try:
+                self._backend.run_waiting(forget, self.session_id)
+            except Exception as exc:  # what it keeps stays: a leak, never a wrong answer
+                logger.warning("forgetting placed child %s: %r", self.session_id, exc)
         self._notify(self._dispose_listeners, "dispose")
         self._idle_listeners.clear()
         self._dispose_listeners.clear()
