@@ -54,13 +54,16 @@ class PlacementHost:
         call: int | None = None,
         wake: Sequence[str] = (),
         drop: Sequence[Any] | None = None,
+        attempt: int = 0,
     ) -> None:
         """Hold the child, run what waits for it (and for ``wake``, sessions below
         it), return once it is quiet (a run asked before a release carried out
         already: nothing; before a cancel that dropped what waits -- carried out
-        here, or ``drop``, its ``(call, cause)`` -- what waits is dropped)."""
+        here, or ``drop``, its ``(call, cause)`` -- what waits is dropped;
+        ``attempt``: the hosts it was sent to before)."""
         dropped = None if drop is None else (int(drop[0]), str(drop[1]))
-        self._hosting.run(SessionId(child_id), call, [SessionId(w) for w in wake], dropped)
+        wakes = [SessionId(w) for w in wake]
+        self._hosting.run(SessionId(child_id), call, wakes, dropped, int(attempt))
 
     def settle(self, child_id: str, call: int | None = None) -> bool:
         """Release it if it is quiet (True), else False (numbered ``call``: a run
@@ -79,6 +82,11 @@ class PlacementHost:
     def release(self, child_id: str, cause: str, call: int | None = None) -> None:
         """Cancel it, keeping what it accepted, and release it."""
         self._hosting.release(SessionId(child_id), cause, call=call)
+
+    def let_go(self, child_id: str, call: int, attempt: int) -> None:
+        """The placement took this host for dead in that attempt of run ``call``:
+        that attempt does nothing here, and what it holds of the child is released."""
+        self._hosting.let_go(SessionId(child_id), int(call), int(attempt))
 
     def forget(self, children: Sequence[Sequence[Any]]) -> None:
         """Each ``(child_id, call)``: forget the child's markers up to ``call`` (its
@@ -126,6 +134,7 @@ _RayHost: type = type(
                 "cancel",
                 "interrupt",
                 "release",
+                "let_go",
                 "forget",
                 "held",
                 "pid",

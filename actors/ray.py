@@ -157,6 +157,8 @@ class RayPlacement:
         self._dropped: dict[SessionId, tuple[int, str]] = {}
         # Hosts that did not answer a call in time, until when they count as gone.
         self._silent: dict[int, float] = {}
+        # Hosts a child's run failed over from (they may hold markers of it).
+        self._moved: dict[SessionId, set[int]] = {}
         # Runs returned from before their host answered, per child: until they
         # are carried out, their host keeps the child's markers (see forget).
         self._abandoned: dict[SessionId, list[Any]] = {}
@@ -198,7 +200,8 @@ class RayPlacement:
         self, child_id: SessionId, call: int | None = None, wake: Sequence[SessionId] = ()
     ) -> None:
         """Run what waits for ``child_id`` on its host (and for ``wake``, sessions
-        below it, woken there); on another if that one died.
+        below it, woken there); on another if that one died -- the one it was
+        sent to is told to let the child go, in case it lives on, unreachable.
         A run asked before a release of the child returns once the release is
         asked, wherever it went: it is not carried to another host after it, nor
         waited on (a host that stopped answering)."""
@@ -211,7 +214,8 @@ class RayPlacement:
                 drop = self._dropped.get(child_id)
                 if call is None or drop is None or drop[0] <= call:
                     drop = None
-            ref = self._hosts[i].run.remote(str(child_id), call, [str(w) for w in wake], drop)
+            wakes = [str(w) for w in wake]
+            ref = self._hosts[i].run.remote(str(child_id), call, wakes, drop, tried)
             try:
                 while True:
                     try:
@@ -225,11 +229,19 @@ class RayPlacement:
                 self._silent.pop(i, None)
                 return
             except RayActorError as exc:
-                tried += 1
                 logger.warning("host %d of %s died running %s: %s", i, self.name, child_id, exc)
                 with self._lock:
                     if self._where.get(child_id) == i:
                         self._where[child_id] = (i + 1) % len(self._hosts)
+                    self._moved.setdefault(child_id, set()).add(i)
+                if call is not None:  # not waited for: a dead host hears it restarted
+                    # Ray cannot tell a dead host from one unreachable for a while: that
+                    # one holds the child for this run, or takes it later. Let it go.
+                    try:
+                        self._hosts[i].let_go.remote(str(child_id), call, tried)
+                    except Exception as let_go_exc:  # (a handle Ray refuses outright)
+                        logger.warning("host %d of %s: %r", i, self.name, let_go_exc)
+                tried += 1
                 if tried > 2 * len(self._hosts):
                     raise SubagentError(
                         f"no host of {self.name!r} could run {child_id}",
@@ -283,12 +295,15 @@ class RayPlacement:
         pool stopped waiting for has been carried out -- the numbers of the next
         stand-in's calls are all higher."""
         with self._lock:
+            hosts = self._moved.pop(child_id, set())
             i = self._where.pop(child_id, None)
+            if i is not None:
+                hosts.add(i)
             self._released.pop(child_id, None)
             self._dropped.pop(child_id, None)
             runs = self._abandoned.pop(child_id, [])
-            if i is not None:
-                self._forgetting.append((i, child_id, next(_CALLS), runs))
+            below = next(_CALLS)
+            self._forgetting.extend((h, child_id, below, runs) for h in sorted(hosts))
             due, self._forgetting = _done_runs(self._forgetting)
         by_host: dict[int, list[tuple[str, int]]] = {}
         for host, child, below, _ in due:

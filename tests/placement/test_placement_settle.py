@@ -183,7 +183,7 @@ def test_what_the_pool_and_its_hosts_keep_of_settled_children_goes(
             assert all(tree.settled(c) for c in held)
             kept = {
                 k: getattr(placement, k)
-                for k in ("_where", "_released", "_dropped", "_abandoned", "_forgetting")
+                for k in ("_where", "_released", "_dropped", "_moved", "_abandoned", "_forgetting")
                 if getattr(placement, k, None)
             }
             assert not kept, kept
@@ -195,6 +195,7 @@ def test_what_the_pool_and_its_hosts_keep_of_settled_children_goes(
                             lambda actor: (
                                 dict(actor.host._hosting._released_at),
                                 dict(actor.host._hosting._dropped_at),
+                                dict(getattr(actor.host._hosting, "_moved_at", {})),
                             )
                         )
                         for h in placement.host_actors
@@ -202,10 +203,61 @@ def test_what_the_pool_and_its_hosts_keep_of_settled_children_goes(
                     timeout=_WAIT,
                 )
 
-            eventually(lambda: all(m == ({}, {}) for m in marks()), timeout=30, why=marks)
+            eventually(lambda: all(m == ({}, {}, {}) for m in marks()), timeout=30, why=marks)
     finally:
         for m in markers:
             Path(f"{m}.go").write_text("go")
+        placement.close(timeout=30)
+
+
+def test_a_host_taken_for_dead_but_alive_lets_the_child_go(
+    backend: Backend, tmp_path: Path, ray_pool: tuple[str, Any]
+) -> None:
+    """R-CONT-1, R-FU-1: Ray answers a run with ``ActorUnavailableError`` (a
+    ``RayActorError``) both for a host that died and for one unreachable for a
+    while, which runs on. Here the host running a placed child's turn is alive
+    when the pool is told so: the run fails over to the other host, which takes
+    the child once the first let it go, and runs the cut turn again (redelivered)
+    there. The child was held for good by the first host -- its turn running, its
+    lease renewed -- while the other failed to take it and the parent settled it."""
+    import ray
+    from ray.exceptions import ActorUnavailableError
+
+    db = ray_pool[0]
+    placement = _pool(db, "unreachable", hosts=2, call_timeout=3.0, lease_ttl=3.0)
+    marker = tmp_path / "busy"
+    get = placement._get
+    armed: list[bool] = []
+
+    def unreachable_once(ref: Any, timeout: float | None = None) -> Any:
+        if armed and not armed[0] and timeout != 3.0:  # the run's poll, once
+            armed[0] = True
+            raise ActorUnavailableError("unreachable for a while (the test)", None)
+        return get(ref, timeout)
+
+    placement._get = unreachable_once
+    try:
+        with parent_tree(db, backend, placement, "unreachable") as tree:
+            cid = tree.start(f"hold:{marker}", model="hold")
+            started = Path(f"{marker}.started")
+            eventually(lambda: started.exists())
+            first = placement.host_of(cid)
+            hosts = placement.host_actors
+            pids = ray.get([h.pid.remote() for h in hosts], timeout=_WAIT)
+            assert started.read_text() == str(pids[first])
+            armed.append(False)
+            other = pids[1 - first]
+            eventually(lambda: started.read_text() == str(other), timeout=_WAIT)
+            held = _held(hosts[first])
+            assert held is not None and str(cid) not in held[1], held
+            Path(f"{marker}.go").write_text("go")
+            assert tree.wait_outputs(cid, 2)[-1] == f"released@{other}!"
+            eventually(lambda: tree.settled(cid))
+            for host in hosts:
+                held = _held(host)
+                assert held is not None and str(cid) not in held[1], held
+    finally:
+        Path(f"{marker}.go").write_text("go")
         placement.close(timeout=30)
 
 
