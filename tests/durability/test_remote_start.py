@@ -346,7 +346,13 @@ def test_a_start_by_id_below_a_drained_parent_waits_for_the_tree(
     assert [e.message_id for e in b.store.pending(child_id)] == [message_id]
     assert not noted.items()
     a.close()
-    b.agents.resume(root.session_id)
+    # The tree is live again in b: by this resume, or by b's own sweep first (it
+    # adopts the child, orphaned by a's close, and resumes its parent to wake it).
+    try:
+        b.agents.resume(root.session_id)
+    except SubagentError as exc:
+        assert exc.code == ErrorCode.SESSION_EXISTS, exc
+    assert b.agents.get(root.session_id) is not None
     assert noted.runs("later", ["b"])
 
 
