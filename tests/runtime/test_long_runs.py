@@ -72,12 +72,13 @@ class _Refusing(MemoryStore):
         super().__init__()
         self.refused: set[Any] = set()
 
-        self.held: Any = None  # (session, gate): its next append waits at the gate
+        self.held: Any = None  # (session, gate, reached): its next append waits at the gate
 
     def append(self, session_id: Any, events: Any, **kw: Any) -> list[int]:
         held = self.held
         if held is not None and held[0] == session_id:
             self.held = None
+            held[2].set()  # the writer is here: what is queued now waits behind it
             held[1].wait(10)
         if session_id in self.refused:
             raise SubagentError("refused by the store", code=ErrorCode.PERSISTENCE_UNAVAILABLE)
@@ -137,9 +138,10 @@ def test_a_failure_in_the_batch_that_ends_its_activation_is_forgotten(
             a.followup("x")
             assert a.wait_idle(10)
         rt.sessions.flush()
-        gate = rt.backend.event()
-        store.held = (other.session_id, gate)
+        gate, reached = rt.backend.event(), rt.backend.event()
+        store.held = (other.session_id, gate, reached)
         other.followup("slow")  # the writer waits at the gate with its turn's write
+        assert reached.wait(10)  # ... before the failing write is queued behind it
         store.refused.add(agent.session_id)
         agent.followup("lost")  # its write queues behind, and will fail
         assert agent.wait_idle(10)
