@@ -177,7 +177,14 @@ class Mailman:
         while True:
             # A sweep every period, rung or not: a runtime rung more often than
             # that would otherwise never look for orphans or missed rings.
-            rings = self.doorbell.wait(max(0.0, swept + self._period - time.monotonic()))
+            try:
+                rings = self.doorbell.wait(max(0.0, swept + self._period - time.monotonic()))
+            except Exception:
+                # This task is the runtime's only way to hear of mail, interrupts and
+                # orphans: it outlives a failed wait (a ring may be lost: sweep now).
+                logger.exception("waiting for rings failed")
+                self._backend.sleep(min(self._period, 1.0))  # never a busy loop
+                rings = None
             abandon_if_forked(self._born)  # the parent's rings are not the child's to answer
             if rings == []:
                 return  # closed

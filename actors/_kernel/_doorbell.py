@@ -115,7 +115,8 @@ class Doorbell:
         return self._closed
 
     def wait(self, timeout: float | None) -> list[bytes] | None:
-        """Block until rung (the rings waiting, in order) or ``timeout`` passed (None).
+        """Block until rung (the rings waiting, in order) or ``timeout`` passed (None);
+        a ``timeout`` of 0 or less looks without blocking.
 
         Returns ``[]`` once closed.
         """
@@ -123,6 +124,16 @@ class Doorbell:
             return []
         if self._listener is not None:
             return self._wait_both(self._listener, timeout)
+        if timeout is not None and timeout <= 0:
+            # A look: a timeout of 0 makes the socket non-blocking, where ``recv``
+            # raises BlockingIOError, not TimeoutError (and a negative one is refused).
+            try:
+                rings = self._drain()
+            except OSError:  # EBADF: closed by close() from another task
+                if self._closed_now():
+                    return []
+                raise
+            return [] if self._closed_now() else rings or None
         sock = self._sock
         try:
             # Inside the try: close() from another task may close the socket at any

@@ -21,6 +21,24 @@ def test_a_ring_wakes_the_waiter_with_its_payload(backend: Backend) -> None:
     assert bell.wait(10) == []  # closed
 
 
+def test_a_wait_of_no_time_looks_and_returns(backend: Backend) -> None:
+    """The mail task waits for what is left of its sweep period: nothing when a
+    round outlasted it. ``wait(0)`` returns the rings already there, else None (a
+    timeout); it raised ``BlockingIOError`` (the socket made non-blocking) and the
+    mail task died -- that runtime never picked up mail or an interrupt again."""
+    bell = Doorbell(backend)
+    try:
+        for _ in range(3):
+            assert bell.wait(0) is None
+            assert bell.wait(-1.0) is None  # a deadline already past
+        assert ring(bell.local_address, b"z" * 16)
+        assert bell.wait(0) == [b"z" * 16]
+        assert ring(bell.local_address, b"w" * 16)
+        assert bell.wait(10) == [b"w" * 16]  # still blocking after a look
+    finally:
+        bell.close()
+
+
 class _ClosingSocket:
     """The doorbell's socket, closed by ``close()`` from "another task" at the worst
     moment: after ``wait`` checked the flag, before it set the timeout."""

@@ -10,9 +10,10 @@ accepted messages pending for as long as the rings went on.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
-from durability_kit import Noted, worker
+from durability_kit import Noted, until, worker
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import new_message_id, trusted_message
@@ -43,3 +44,33 @@ def test_an_orphan_is_adopted_while_rings_keep_coming(
             a.store.accept(orphan, [trusted_message(new_message_id(), "late", None)])
             assert noted.runs("late", ["a"], timeout=10)
             assert pacer.poll() is None  # the rings went on all along
+
+
+def test_the_mail_task_outlives_a_failed_wait(backend: Backend, db: str) -> None:
+    """A wait for rings that fails (a kernel error from the socket; before, also
+    ``wait(0)`` when a round outlasted the sweep period) is logged and the mail
+    task goes on: a message committed to the inbox of a session this runtime
+    holds, by another process, still runs here. The task died with the error
+    before, and that runtime never picked up mail, an interrupt or an orphan
+    again."""
+    with Runtime(db, backend=backend, lease_ttl=TTL) as a:
+        noted = Noted()
+        noted.register(a, "a", model="mark")
+        held = a.spawn("mark", label="held").session_id
+        assert a.mail is not None
+        bell = a.mail.doorbell
+        real, failed = bell.wait, []
+
+        def wait(timeout: float | None) -> list[bytes] | None:
+            if not failed:
+                failed.append(timeout)
+                raise OSError(errno.ENOBUFS, "no buffer space available")
+            return real(timeout)
+
+        bell.wait = wait  # type: ignore[method-assign]
+        a.mail.rung(held)  # the wait under way returns; the next one fails
+        assert until(a, lambda: bool(failed), 10)
+        assert a.store is not None
+        a.store.accept(held, [trusted_message(new_message_id(), "after", None)])
+        a.mail.rung(held)
+        assert noted.runs("after", ["a"], timeout=10)

@@ -258,7 +258,9 @@ def test_a_host_killed_mid_turn_hands_the_child_to_another_host(
     """Issue 15 point 2 (and issue 13 point 2 across hosts): the host running a turn
     is SIGKILLed; the next run takes the child on another host, which replays the
     cut turn (``redelivered``) and then the follow-up accepted behind it -- each
-    accepted message completes exactly once."""
+    accepted message completes exactly once. (The cut turn ends ``failed`` when
+    its start was written before the kill; a host under load may still hold it in
+    its writer then: the log shows no trace of the cut run.)"""
     import signal
 
     marker = tmp_path / "killed"
@@ -273,14 +275,19 @@ def test_a_host_killed_mid_turn_hands_the_child_to_another_host(
     second_host = int(started.read_text())
     assert second_host not in (first_host, os.getpid())
     Path(f"{marker}.go").write_text("go")
-    ends = eventually(
-        lambda: (e := tree.rt.sessions.turn_ends(cid)) and len(e) >= 3 and e,
-        timeout=90,
-        why=lambda: _placed_state(tree, cid, ray_pool[1]),
+
+    def completed() -> list[Any]:
+        return [e for e in tree.rt.sessions.turn_ends(cid) if e.stop_reason == "completed"]
+
+    eventually(
+        lambda: len(completed()) >= 2, timeout=90, why=lambda: _placed_state(tree, cid, ray_pool[1])
     )
-    assert [(e.stop_reason, e.output) for e in ends[:1]] == [("failed", None)]
-    assert ends[1].output == f"released@{second_host}!"
-    assert ends[2].output == f"behind the cut turn@{second_host}"
+    ends = tree.rt.sessions.turn_ends(cid)
+    assert [e.output for e in ends[-2:]] == [
+        f"released@{second_host}!",
+        f"behind the cut turn@{second_host}",
+    ]
+    assert [(e.stop_reason, e.output) for e in ends[:-2]] in ([], [("failed", None)])
     placement = ray_pool[1]
     # (host_of: None once it settled -- the pool forgets it -- or placed again.)
     assert "log=" in _placed_state(tree, cid, placement)  # what a failure would show
