@@ -57,6 +57,7 @@ class Acceptance:
     strict: bool
     leases: Any  # ._leases.Leases | None
     _live: dict[SessionId, LiveSession]
+    _backend: Any  # the runtime's Backend: its sleep
     flush: Callable[..., None]  # SessionService.flush
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -285,10 +286,12 @@ class Acceptance:
         listener: Listener | None = self._call(store.listen)
         return listener
 
-    def ring(self, address: str | None, payload: bytes) -> bool:
+    def ring(self, address: str | None, payload: bytes, patience: float = 0.0) -> bool:
         """Wake the runtime at ``address`` (a lease's ``wake``) with ``payload``: through
-        the store when the address is one of its channels, else the host's doorbell.
-        A hint: False when it could not be delivered, never an error."""
+        the store when the address is one of its channels, else the host's doorbell
+        (``patience``: seconds to ring again while its buffer is full, see
+        :func:`~subagents.actors._kernel.ring`). A hint: False when it could not be
+        delivered, never an error."""
         if not address or type(address) is not str:
             return False
         store = self.persistence
@@ -299,7 +302,7 @@ class Acceptance:
                 logger.debug("ringing %s through the store failed: %s", address, exc)
                 return False
             return delivered
-        return ring(address, payload)
+        return ring(address, payload, patience, self._backend.sleep)
 
     def once(
         self,

@@ -126,7 +126,7 @@ def forward_interrupt(
     if header.parent_session != parent:
         raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
     assert parent is not None
-    sessions.ring(address, interrupt_ring(target, parent, asked_now(sessions, clock)))
+    sessions.ring(address, interrupt_ring(target, parent, asked_now(sessions, clock)), _PATIENCE)
 
 
 def forward_ancestor_interrupt(
@@ -152,7 +152,12 @@ def forward_ancestor_interrupt(
     if not stored_ancestor(sessions, target, agent.session_id):
         raise SubagentError("not authorized to interrupt this child", code=ErrorCode.UNAUTHORIZED)
     ring = interrupt_ring(target, agent.session_id, asked_now(sessions, clock), ancestor=True)
-    sessions.ring(address, ring)
+    sessions.ring(address, ring, _PATIENCE)
+
+
+#: Seconds an interrupt rings again while the holder's doorbell is full: no sweep
+#: finds a lost interrupt again (a lost ring of mail waits for the next one).
+_PATIENCE = 2.0
 
 
 def asked_now(sessions: SessionService, clock: Callable[[], _dt.datetime]) -> float:

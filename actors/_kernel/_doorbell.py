@@ -25,6 +25,7 @@ return as a timeout does (sweep now).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import socket
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import gevent.select
@@ -211,16 +213,36 @@ def _call(fn: Any) -> Any:
     return fn()
 
 
-def ring(address: str | None, payload: bytes) -> bool:
+def ring(
+    address: str | None,
+    payload: bytes,
+    patience: float = 0.0,
+    sleep: Callable[[float], object] = time.sleep,
+) -> bool:
     """Ring the doorbell at ``address`` with ``payload``; False when it could not be
-    delivered (nobody there, a full buffer, no address). Never blocks or raises."""
+    delivered (nobody there, a full buffer, no address). Never raises; blocks only
+    with ``patience``: seconds to ring again, ``sleep`` between, while the buffer
+    is full (its holder busy) -- for a ring that carries what no sweep finds again
+    (an interrupt)."""
     if not address or len(payload) > MAX_RING:
         return False
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        sock.sendto(payload, socket.MSG_DONTWAIT, _sockaddr(address))
-    except OSError:
-        return False
-    finally:
-        sock.close()
-    return True
+    deadline = time.monotonic() + patience
+    pause = 0.001
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.sendto(payload, socket.MSG_DONTWAIT, _sockaddr(address))
+            return True
+        except OSError as exc:
+            # A full buffer (the holder's queue of datagrams is short: 10 on Linux
+            # by default) is worth waiting for; nobody there is not.
+            if exc.errno not in _FULL or time.monotonic() >= deadline:
+                return False
+        finally:
+            sock.close()
+        sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+#: Errors of a ring that found the doorbell's buffer full.
+_FULL: Final = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from durability_kit import gated, worker
 from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
+from subagents.actors._kernel import ring
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
 from subagents.protocol import (
@@ -260,3 +261,40 @@ def test_a_ring_of_an_unknown_kind_is_refused(pair: list[Runtime]) -> None:
     with pytest.raises(SubagentError) as err:
         a.continuation.interrupt_asked(new_session_id(), new_session_id(), 0.0, "bogus")
     assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_an_interrupt_waits_for_room_at_a_busy_holders_doorbell(
+    pair: list[Runtime], db: str, backend: Backend
+) -> None:
+    """R-INT-1: the holder's doorbell holds ten rings (Linux's queue of datagrams);
+    its mail task is busy (held here) while they fill it. An interrupt asked then
+    rings again until there is room, so the turn is cut once the mail task reads
+    again. Its one ring failed and the interrupt was lost: no sweep finds an
+    interrupt again (a lost ring of mail waits for the next sweep only). The hold
+    lasts 0.3 s of the interrupt's 2 s of patience: a holder busy that long."""
+    if db.startswith("postgresql"):
+        pytest.skip("NOTIFY through the server: no doorbell of the holder's to fill")
+    a, b = pair
+    gate = Gate()
+    root, child_id = _blocked_child(a, gate)
+    child = a.agents.get(child_id)
+    assert a.mail is not None and child is not None
+    bell = a.mail.doorbell
+    real = bell.wait
+    busy, free = backend.event(), backend.event()
+
+    def held_wait(timeout: float | None) -> list[bytes] | None:
+        busy.set()
+        free.wait(30)
+        return real(timeout)
+
+    bell.wait = held_wait  # type: ignore[method-assign]
+    assert ring(bell.local_address, b"w" * 16)  # the wait under way returns
+    assert busy.wait(10)  # the next one holds the mail task
+    while ring(bell.local_address, b"x" * 16):
+        pass  # until the queue is full
+    backend.spawn(lambda: (backend.sleep(0.3), free.set()), name="free-the-mail-task")
+    b.subagents.interrupt(child_id, UserAuthority(root.session_id))
+    assert child.wait_idle(10)
+    assert [e.stop_reason for e in _log(a, child_id) if isinstance(e, TurnEnd)] == ["cancelled"]
+    gate.release()
