@@ -186,7 +186,13 @@ def test_an_ancestor_interrupts_a_grandchild_wherever_it_runs(tree: Tree, tmp_pa
         tree.rt.subagents.interrupt(gid, AncestorAuthority(tree.rt.spawn("parent")))
     assert caught.value.code == ErrorCode.UNAUTHORIZED
     tree.rt.subagents.interrupt(gid, AncestorAuthority(tree.root))
-    assert tree.wait_outputs(gid, 1)[0] == "cancelled"
+    store = tree.rt.store
+    assert store is not None
+    ends = eventually(
+        lambda: tree.outputs(gid),
+        why=lambda: f"lease={store.get_lease(gid)} log={[r.event.type for r in store.read(gid)]}",
+    )
+    assert ends[0] == "cancelled"
     events = [r.event for r in tree.rt.sessions.read(gid)]
     interrupts = [e for e in events if isinstance(e, InterruptEvent)]
     assert [(e.authority, e.by_session) for e in interrupts] == [("ancestor", tree.root.session_id)]
