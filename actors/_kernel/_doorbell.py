@@ -229,7 +229,10 @@ def ring(
     deadline = time.monotonic() + patience
     pause = 0.001
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:  # (the socket too: a process out of descriptors raises EMFILE making it)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:
+            return False
         try:
             sock.sendto(payload, socket.MSG_DONTWAIT, _sockaddr(address))
             return True

@@ -61,3 +61,34 @@ def test_close_between_the_check_and_the_wait_ends_the_wait(backend: Backend) ->
     bell = Doorbell(backend)
     bell._sock = _ClosingSocket(bell, bell._sock)  # type: ignore[assignment]
     assert bell.wait(10) == []
+
+
+_OUT_OF_DESCRIPTORS = """
+import os, resource, sys
+from subagents.actors._kernel import ring
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+print(ring("@subagents-nobody-" + sys.argv[1], b"x" * 16))
+"""
+
+
+def test_a_ring_out_of_descriptors_returns_false(tmp_path: Any) -> None:
+    """``ring`` never raises: in a process out of file descriptors (making its
+    socket fails with EMFILE) it returns False. It raised, and the session writer
+    -- which rings this runtime's own pickup after a release that left messages
+    waiting -- ended with it."""
+    import subprocess
+    import sys
+    import uuid
+
+    done = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_DESCRIPTORS, uuid.uuid4().hex],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
