@@ -167,10 +167,16 @@ class Leases:
                 result = self._call(self._store.release_lease, sid, token, unrun=unrun)
             except SubagentError:
                 continue  # still failing: next period
+            except Exception:  # (not a store's typed error: the other releases still go)
+                logger.exception("releasing the lease of %s failed (retried)", sid)
+                continue
             with self._lock:
                 if self._unreleased.get(sid, (None,))[0] == token:
                     del self._unreleased[sid]
-            done(result)
+            try:
+                done(result)
+            except Exception:  # written: what is left of its callback is not retried
+                logger.exception("after releasing the lease of %s", sid)
 
     def holds(self, session_id: SessionId) -> bool:
         return session_id in self._held
@@ -221,8 +227,16 @@ class Leases:
                 self._fresh.discard(session_id)
         if still:
             logger.error("the lease of session %s was taken over", session_id)
-            self._lost(session_id)
+            self._let_go(session_id)
         return False
+
+    def _let_go(self, session_id: SessionId) -> None:
+        """``lost(session_id)``: what it raises is logged, and the other losses of
+        the round are still let go."""
+        try:
+            self._lost(session_id)
+        except Exception:
+            logger.exception("letting go of session %s (its lease was lost) failed", session_id)
 
     def _confirmed(self, asked: float) -> None:
         """A renewal asked at ``asked`` confirmed every lease held, its losses let go."""
@@ -239,37 +253,49 @@ class Leases:
             if self._stop.wait(period):
                 return
             abandon_if_forked(self._born)  # the parent's leases: never renewed by the child
-            with self._lock:
-                if self._closed:
-                    return
-                held = dict(self._held)
-            if self._unreleased:
-                self._retry_releases()
-            if not held:
-                continue
             try:
-                asked = time.monotonic()
-                self._refresh()
-                until = self._clock() + self.ttl
-                count = self._call(self._store.renew_lease_count, self.holder.id, until)
-                # Answered late (a stall, before or during it): a lease may have
-                # expired and been taken over, a loss a count can hide -- and a turn
-                # about to start trusts this renewal (confirm): the list is read.
-                late = time.monotonic() >= self._sure_until
-                if count == len(held) and not late:
-                    # Every lease it holds was renewed (none is lost, each is stored):
-                    # no list to read. A loss hidden by a lease taken meanwhile shows
-                    # in the next round's count; every write is fenced anyway.
-                    with self._lock:
-                        self._fresh -= held.keys()
-                    self._confirmed(asked)
-                    continue
-                renewed = set(self._call(self._store.renew_leases, self.holder.id, until))
-            except SubagentError:
-                logger.exception("renewing the leases of %s failed", self.holder.id)
-                continue
-            self._renewed(held, renewed)
-            self._confirmed(asked)
+                if not self._renew_round():
+                    return
+            except Exception:
+                # The only task renewing this runtime's leases: ended, they would all
+                # expire under its live agents. The next round comes a period later.
+                logger.exception("a lease renewal round of %s failed", self.holder.id)
+
+    def _renew_round(self) -> bool:
+        """One period's work: retry the releases the store refused, renew every lease
+        held and let the lost ones go. False once closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            held = dict(self._held)
+        if self._unreleased:
+            self._retry_releases()
+        if not held:
+            return True
+        try:
+            asked = time.monotonic()
+            self._refresh()
+            until = self._clock() + self.ttl
+            count = self._call(self._store.renew_lease_count, self.holder.id, until)
+            # Answered late (a stall, before or during it): a lease may have
+            # expired and been taken over, a loss a count can hide -- and a turn
+            # about to start trusts this renewal (confirm): the list is read.
+            late = time.monotonic() >= self._sure_until
+            if count == len(held) and not late:
+                # Every lease it holds was renewed (none is lost, each is stored):
+                # no list to read. A loss hidden by a lease taken meanwhile shows
+                # in the next round's count; every write is fenced anyway.
+                with self._lock:
+                    self._fresh -= held.keys()
+                self._confirmed(asked)
+                return True
+            renewed = set(self._call(self._store.renew_leases, self.holder.id, until))
+        except SubagentError:
+            logger.exception("renewing the leases of %s failed", self.holder.id)
+            return True
+        self._renewed(held, renewed)
+        self._confirmed(asked)
+        return True
 
     def _renewed(self, held: dict[SessionId, int], renewed: set[SessionId]) -> list[SessionId]:
         """After a renewal of the leases ``held`` (session -> epoch) that renewed
@@ -294,7 +320,7 @@ class Leases:
                     self._fresh.discard(sid)
             if still:
                 logger.error("the lease of session %s was taken over", sid)
-                self._lost(sid)
+                self._let_go(sid)
                 lost.append(sid)
         return lost
 

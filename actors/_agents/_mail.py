@@ -195,14 +195,37 @@ class Mailman:
                     self._interrupts(rings)
                 if rings is None or time.monotonic() - swept >= self._period:
                     swept = time.monotonic()
-                    rung += self._sessions.waiting(self._holder)
-                    rung += self._sessions.orphans()
-                    with self._doubts_lock:
-                        rung += list(self._doubts)
-                for sid in dict.fromkeys(rung):
-                    self.pickup(sid)
-            except Exception:
+                    rung += self._sweep()
+                self._pickups(rung)
+            except Exception:  # (the parts fail on their own: a bug of the round's)
                 logger.exception("mail pickup failed")
+
+    def _pickups(self, rung: list[SessionId]) -> None:
+        """Each pickup on its own: one that fails (every time, for a session that
+        cannot be taken up) must not keep the round's others from their mail."""
+        for sid in dict.fromkeys(rung):
+            try:
+                self.pickup(sid)
+            except Exception:
+                logger.exception("picking up the mail of %s failed", sid)
+
+    def _sweep(self) -> list[SessionId]:
+        """The sessions a sweep looks at: this holder's with messages nobody took,
+        the orphans, those with messages in doubt. Each asked on its own: a query
+        that fails (every time, a damaged row) leaves the others' answers."""
+        found: list[SessionId] = []
+        queries: list[tuple[str, Callable[[], list[SessionId]]]] = [
+            ("the waiting mail", lambda: self._sessions.waiting(self._holder)),
+            ("the orphans", self._sessions.orphans),
+        ]
+        for what, ask in queries:
+            try:
+                found += ask()
+            except Exception:
+                logger.exception("sweeping for %s failed", what)
+        with self._doubts_lock:
+            found += list(self._doubts)
+        return found
 
     def _interrupts(self, rings: list[bytes]) -> None:
         handle = self._interrupt

@@ -199,13 +199,38 @@ class Writer:
                 batch: list[tuple[int, str, SessionId, Any]] = []
                 while self._ops and len(batch) < 4096:
                     batch.append(self._ops.popleft())
-            self._write(batch)
+            try:
+                self._write(batch)
+            except Exception as exc:
+                # Raised with the batch half done: what of it reached the store is
+                # unknown. Its sessions fail as after a failed write (their next
+                # activation starts from the store), and the writer goes on: ended
+                # here, it left every later write unwritten, every flush waiting.
+                abandon_if_forked(self._born)  # forked mid-batch: the parent's, not ours
+                logger.exception("writing a batch of %d ops failed", len(batch))
+                self._fail_batch(batch, exc)
             with self._lock:
                 self._committed = batch[-1][0]
                 ready = [ev for t, ev in self._waiters if t <= self._committed]
                 self._waiters = [(t, ev) for t, ev in self._waiters if t > self._committed]
             for ev in ready:
                 ev.wake()
+
+    def _fail_batch(self, batch: list[tuple[int, str, SessionId, Any]], exc: Exception) -> None:
+        """Fail every session with a write in ``batch`` (see :meth:`_drain`)."""
+        for sid in dict.fromkeys(sid for _, op, sid, _ in batch if op not in ("reset", "ended")):
+            if sid not in self._failed:
+                self._failed[sid] = detached(exc)
+                self._call_back(self._on_failed, sid, exc)
+
+    def _call_back(self, fn: Callable[..., object], *args: Any) -> None:
+        """``fn(*args)``, one of the writer's callbacks: what it raises is logged and
+        stops neither the batch nor the writer (what it reports is written, or
+        failed, all the same)."""
+        try:
+            fn(*args)
+        except Exception:
+            logger.exception("the session writer's callback %r failed", fn)
 
     def _call(self, fn: Any, *args: Any) -> Any:
         if self._store.blocking:
@@ -280,14 +305,14 @@ class Writer:
                     if sid not in failed:
                         logger.error("persisting session %s failed: %s", sid, result)
                         self._failed[sid] = detached(result)
-                        self._on_failed(sid, result)
+                        self._call_back(self._on_failed, sid, result)
                     failed[sid] = k
             elif done[0] == "append" and result:
-                self._on_committed(sid, result[-1])
+                self._call_back(self._on_committed, sid, result[-1])
             elif (
                 done[0] == "release" and result == Release.WAITING and self._on_waiting is not None
             ):
-                self._on_waiting(sid)
+                self._call_back(self._on_waiting, sid)
         return failed
 
     def wait(self, ticket: int, timeout: float | None) -> bool:

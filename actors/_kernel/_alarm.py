@@ -5,10 +5,16 @@ The supervisor holds keep-warm deadlines but never blocks; it asks an
 is started on the first request and sleeps until the earliest deadline, then
 calls ``fire`` -- which only posts a notice, so the deadlines themselves stay the
 supervisor's. Deadlines are in ``clock()`` units (``time.monotonic`` by default).
+
+The task is the runtime's only one of its kind: a round that raises (``fire`` or
+``clock`` failing) is logged, its deadline stays pending, and the task tries
+again after a bounded backoff -- ended by the failure, no keep-warm child of the
+runtime would ever settle again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -18,6 +24,11 @@ from . import _fork
 from ._backend import Backend, EventLike, TaskHandle
 
 __all__ = ["Alarm"]
+
+logger = logging.getLogger("subagents")
+
+#: The pauses after rounds that failed in a row: from the first to the longest (s).
+_BACKOFF = (0.05, 1.0)
 
 
 class Alarm:
@@ -57,20 +68,41 @@ class Alarm:
         self._wake.set()
 
     def _run(self) -> None:
+        failures = 0
         while True:
             _fork.abandon_if_forked(self._born)
-            with self._lock:
-                if self._closed:
+            try:
+                if not self._round():
                     return
-                due = self._next
-                left = due - self._clock()
-                if left <= 0:
-                    self._next = math.inf
+                failures = 0
+            except Exception:
+                logger.exception("the alarm %s failed; trying again", self._name)
+                pause = min(_BACKOFF[1], _BACKOFF[0] * 2**failures)
+                failures += 1
+                self._wake.wait(pause)  # (close() wakes it)
+                self._wake.clear()
+
+    def _round(self) -> bool:
+        """Fire if the earliest deadline passed, else wait for it (or a wake-up);
+        False once closed. A fire that raises leaves its deadline pending."""
+        with self._lock:
+            if self._closed:
+                return False
+            due = self._next
+            left = due - self._clock()
             if left <= 0:
+                self._next = math.inf
+        if left <= 0:
+            try:
                 self._fire()
-                continue
-            self._wake.wait(None if left == math.inf else left)
-            self._wake.clear()
+            except BaseException:
+                with self._lock:
+                    self._next = min(self._next, due)
+                raise
+            return True
+        self._wake.wait(None if left == math.inf else left)
+        self._wake.clear()
+        return True
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Stop the task (a pending deadline never fires)."""
