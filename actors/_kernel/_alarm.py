@@ -78,7 +78,7 @@ class Alarm:
             except Exception:
                 logger.exception("the alarm %s failed; trying again", self._name)
                 pause = min(_BACKOFF[1], _BACKOFF[0] * 2**failures)
-                failures += 1
+                failures = min(failures + 1, 8)  # (past the longest pause: no bigger powers)
                 self._wake.wait(pause)  # (close() wakes it)
                 self._wake.clear()
 
