@@ -357,8 +357,12 @@ class PgListener:
     def _open(self) -> bool:
         try:
             conn = self._connect()
-            conn.execute(f'LISTEN "{self.channel}"')
         except psycopg.Error:
+            return False
+        try:
+            conn.execute(f'LISTEN "{self.channel}"')
+        except psycopg.Error:  # (a hot standby refuses it): tried again at reconnect
+            conn.close()  # else one connection left open a reconnect, until no slot is left
             return False
         self._conn = conn
         return True

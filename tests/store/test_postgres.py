@@ -188,6 +188,34 @@ def test_notify_reaches_the_listener_of_another_store(pg_url: str) -> None:
             listener.close()
 
 
+def test_a_listener_whose_listen_is_refused_closes_its_connection(pg_url: str) -> None:
+    """A listener whose ``LISTEN`` the server refuses (a hot standby refuses it
+    during recovery; here a channel name it cannot parse) closes the connection it
+    made for it, at opening and at each reconnect. It was left open: the mail task
+    reconnects a lost listener every few seconds, one more server connection each
+    time, until the server had no slot left."""
+    from subagents.store import PgListener
+
+    with PostgresStore(pg_url) as store:
+        made: list[Any] = []
+
+        def connect() -> Any:
+            conn = store.connect()
+            made.append(conn)
+            return conn
+
+        listener = PgListener(connect, 'refused"channel')
+        try:
+            assert listener.fileno() is None
+            assert not listener.reconnect()
+            assert len(made) == 2
+            assert [conn.closed for conn in made] == [True, True]
+        finally:
+            listener.close()
+            for conn in made:
+                conn.close()
+
+
 def test_the_doorbell_wakes_on_a_notify_and_a_lost_connection_means_sweep(
     backend: Backend, pg_server: str, pg_url: str, run_in: Any
 ) -> None:
