@@ -27,7 +27,7 @@ instead of this one (a second machine, for the PostgreSQL tests).
 
 ``pace``: sends ``NAME-i`` to SESSION with ``agents.send``, COUNT of them, one
 every 0.05 s, printing each id (a holder elsewhere is rung at that pace), and
-closes.
+closes. Its runtime adopts nothing.
 
 ``stall``: resumes SESSION and follows it up with ``m0`` .. ``m{COUNT-1}``, each
 turn 0.2 s of work its signal does not cut; prints ``ready``, then ``lost`` once
@@ -93,7 +93,9 @@ def main(argv: list[str]) -> int:
     _fake_host()
     mode, db, session, name, count, total, marks, backend, ttl = argv
     sid = SessionId(session) if session != "-" else None
-    rt = Runtime(db, backend=backend, lease_ttl=float(ttl))
+    # A pacer only sends: it adopts nothing, so an orphan the test plants is the
+    # rung runtime's to find (this one's sweep took it, now and then, under load).
+    rt = Runtime(db, backend=backend, lease_ttl=float(ttl), adopt=mode != "pace")
     try:
         register(rt, name, marks)
         if mode == "tree":
