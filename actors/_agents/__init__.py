@@ -7,7 +7,7 @@ only through :class:`AgentHost`, and never imports the subagent service.
 """
 
 from ._agent import Agent
-from ._ahead import committed_at
+from ._ahead import committed_at, keep_untaken, replay_first, replayed
 from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviour, echo
 from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
@@ -67,11 +67,14 @@ __all__ = [
     "dispose_by_depth",
     "echo",
     "interrupt_ring",
+    "keep_untaken",
     "kept",
     "not_open",
     "plain",
     "recorded_model",
     "replay",
+    "replay_first",
+    "replayed",
     "runtime_closed",
     "runtime_statistics",
     "spawn_agent",

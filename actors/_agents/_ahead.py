@@ -16,8 +16,20 @@ first follow-up of an activation looks once: it cannot know the place it
 follows. One committed behind a place the activation went past (two callers
 whose commits crossed) looks for nothing: the later one's look covered it.
 
-Written against the agent's duck type (``deliver``, ``inject_quiet``,
-``session``, ``_turns``, ``_taking``): the agent's own follow-up imports this module.
+A resumed activation's own replay comes before all of that. Its agent is
+registered -- found live by a report, a ``send``, the mail pickup -- before its
+owner (the resume, or a continuable child's publication, after its setup
+contributions) queues the messages the resume took from the inbox: until then
+(``LiveSession.replay_due``) a report or follow-up is committed untaken and left
+to the pickup (:func:`keep_untaken`), and the pickup stands back
+(:func:`stand_back`); the owner, once the replay is queued, rings the pickup for
+what waited (:func:`replay_first`, :func:`replayed`). Queued at once, such a message ran ahead of
+the messages accepted before it (a child's second report before the first, the
+one that woke its parent).
+
+Written against the agent's duck type (``deliver``, ``inject_quiet``, ``session``,
+``session_id``, ``_host``, ``_turns``, ``_taking``): the agent's own follow-up
+imports this module.
 """
 
 from __future__ import annotations
@@ -27,10 +39,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from subagents.protocol import MessageEvent, SubagentError
+from subagents.protocol import MessageEvent, MessageId, ReportEvent, SubagentError
 from subagents.store import InboxEntry
 
-__all__ = ["committed_at", "replay", "take_ahead"]
+__all__ = [
+    "committed_at",
+    "keep_untaken",
+    "replay",
+    "replay_first",
+    "replayed",
+    "stand_back",
+    "take_ahead",
+]
 
 logger = logging.getLogger("subagents")
 
@@ -62,6 +82,46 @@ def replay(agent: Any, entries: list[InboxEntry], *, drop: bool = False) -> None
             )
         else:
             agent.inject_quiet(event.content, event.source, event.message_id, drop=drop)
+
+
+def replay_first(agent: Any, entries: list[InboxEntry], *, drop: bool = False) -> None:
+    """The owner of a resumed activation queues its replay (:func:`replay`), then
+    lets the others in (:func:`replayed`), whatever happens to the replay."""
+    try:
+        replay(agent, entries, drop=drop)
+    finally:
+        replayed(agent)
+
+
+def replayed(agent: Any) -> None:
+    """The owner of a resumed activation queued its replay (a continuable child's
+    publication: with its first message and those that waited for it): from now
+    on others queue behind it; the pickup is rung for what a taker left meanwhile."""
+    live = agent.session
+    live.replay_due = False
+    # Read after the flag is down: a taker that stood back before that set it
+    # first (and one that set it after saw the flag down and went on).
+    if live.stood_back:
+        live.stood_back = False
+        agent._host.sessions.wake_pickup(agent.session_id)
+
+
+def stand_back(live: Any) -> bool:
+    """Whether a taker of untaken messages (the pickup, under the agent's taking
+    lock) must leave them for now: the activation's replay is not queued yet. The
+    owner rings the pickup once it is (:func:`replay_first`)."""
+    if not live.replay_due:
+        return False
+    live.stood_back = True
+    return bool(live.replay_due)  # queued meanwhile: the taker goes on, after it
+
+
+def keep_untaken(sessions: Any, session_id: Any, event: MessageEvent | ReportEvent) -> MessageId:
+    """Commit ``event`` for a session live here whose replay is not queued yet,
+    taken by nobody, and have the pickup take it (after the replay): its id."""
+    sessions.accept(session_id, (event,))
+    sessions.wake_pickup(session_id)
+    return event.message_id
 
 
 @contextmanager

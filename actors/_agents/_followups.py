@@ -26,7 +26,7 @@ from subagents.protocol import (
 )
 from subagents.store import Accepted, InboxEntry
 
-from ._ahead import committed_at
+from ._ahead import committed_at, keep_untaken
 from ._inbox import Inbox
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
@@ -169,6 +169,8 @@ class Followups(Inbox):
                 lambda: given,
             )
         mid = message_id if message_id is not None else new_message_id()
+        if self._session.replay_due:  # resumed, its replay not queued yet: after it
+            return keep_untaken(sessions, self.session_id, trusted_message(mid, content, source))
         accepted = self._commit(mid, content, source)
         if accepted.duplicate:
             return mid
@@ -196,6 +198,11 @@ class Followups(Inbox):
                 lambda: self._steer_or_queue(content, source, mid, strict),
                 lambda: Steered(mid, "duplicate"),
             )
+        if self._session.replay_due:  # resumed, its replay not queued yet: no turn is
+            if strict:  # open, and a queued one goes after the replay
+                raise not_open(self.session_id)
+            keep_untaken(sessions, self.session_id, trusted_message(mid, content, source))
+            return Steered(mid, "queued")
         # Committed first, as every accepted message is; taken back if refused.
         accepted = self._commit(mid, content, source)
         if accepted.duplicate:

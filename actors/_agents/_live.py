@@ -36,6 +36,8 @@ class LiveSession:
         "next_seq",
         "projection_mark",
         "released",
+        "replay_due",
+        "stood_back",
         "token",
         "unrun",
         "written",
@@ -63,6 +65,10 @@ class LiveSession:
         # none yet): a follow-up committed further on, past a gap, may have been
         # preceded by messages another process committed that nobody took yet.
         self.inbox_n = 0
+        # A resumed activation whose replay of its pending messages is not queued
+        # yet: nothing else may be queued before it (see _ahead.replay_first).
+        self.replay_due = False
+        self.stood_back = False  # a taker left its messages to the pickup meanwhile
         self.deduplicated = 0  # messages offered again under an accepted id (statistics)
         self._lock = threading.Lock()
 

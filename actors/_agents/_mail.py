@@ -59,6 +59,7 @@ from subagents.actors._kernel import (
 from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
 
 from ._agent import Agent
+from ._ahead import stand_back
 from ._followups import DOUBT_GRACE
 from ._resume import replay
 from ._sessions import SessionService
@@ -265,6 +266,8 @@ class Mailman:
         for again in (False, True):
             try:
                 with agent._taking:  # one taker at a time (see _ahead.committed_at)
+                    if stand_back(agent.session):
+                        return  # its replay is not queued yet: rung again once it is
                     self._take(agent)
                 break
             except SubagentError as exc:

@@ -38,7 +38,7 @@ from ._host import AgentHost
 from ._live import LiveSession
 from ._options import AgentOptions
 from ._output import check_agent_arguments
-from ._resume import Restored, recorded_payload, replay, restore
+from ._resume import Restored, recorded_payload, replay_first, restore
 from ._send import send_unheld, subagent_refused
 from ._turn import Turn
 
@@ -180,7 +180,7 @@ class AgentRegistry:
             restored = self._restore(sid, **kwargs)
             # Replayed before the claim ends: a caller that waited on it and follows
             # up the agent it finds queues behind what was accepted before.
-            replay(restored.agent, restored.pending)
+            replay_first(restored.agent, restored.pending)
         finally:
             self._claims.unclaim(sid)
         return restored.agent
@@ -202,7 +202,7 @@ class AgentRegistry:
             if not self._host.sessions.pending(session_id):
                 return None
             restored = self._restore(session_id)
-            replay(restored.agent, restored.pending)
+            replay_first(restored.agent, restored.pending)
         finally:
             self._claims.unclaim(session_id)
         agent = restored.agent

@@ -48,7 +48,7 @@ from subagents.protocol import (
 from subagents.store import InboxEntry
 
 from ._agent import Agent
-from ._ahead import replay
+from ._ahead import replay, replay_first
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._expected import behind, checkpointed, fold_owed, stand_ins, unstored
 from ._host import AgentHost
@@ -62,6 +62,7 @@ __all__ = [
     "Restored",
     "recorded_payload",
     "replay",
+    "replay_first",
     "restore",
     "stored_options",
 ]
@@ -149,6 +150,7 @@ def restore(
         if token is not None:
             sessions.give_up(sid, token)
         raise
+    live.replay_due = True  # until its owner queues the replay (_ahead.replay_first)
     agent = start(live, built, options, next_turn, output_schema, sessions.release)
     agent.damaged_seqs = tuple(skipped or ())
     if fold.verdict == "ok" and isinstance(fold.descriptor, ContinuableDescriptor):

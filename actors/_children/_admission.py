@@ -57,7 +57,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from subagents.actors._agents import UNTAKEN, Agent, AgentRegistry, replay
+from subagents.actors._agents import UNTAKEN, Agent, AgentRegistry, replay, replayed
 from subagents.actors._kernel import Latch
 from subagents.protocol import (
     ErrorCode,
@@ -346,6 +346,7 @@ class Registry(Authority, NoticeLoop):
                 request.reply.set_result(None)
             except SubagentError as exc:
                 request.reply.set_exception(exc)
+        replayed(agent)  # what reports and the pickup left meanwhile is queued after
         if closed:
             agent.close_admission()
         if m.hold:

@@ -27,7 +27,7 @@ from subagents.actors._agents import (
     AgentRegistry,
     SessionService,
     dispose_by_depth,
-    replay,
+    replay_first,
 )
 from subagents.protocol import ErrorCode, InterruptEvent, SessionId, SubagentError
 
@@ -309,7 +309,7 @@ class Hosting:
                     if call is not None:
                         self._activated_by[child_id] = (call, attempt)
                     try:
-                        replay(agent, restored.pending)
+                        replay_first(agent, restored.pending)
                     except BaseException:
                         restored.give_back()
                         agent.dispose(flush=False)

@@ -159,6 +159,11 @@ def _deliver(
     while its report is under way waits for its outcome, ``signal`` aborting
     the wait)."""
     mid = event.message_id
+    if parent is not None and sessions.strict and parent.session.replay_due:
+        # Resumed, its replay not queued yet: queued now, this report would run
+        # ahead of what the parent accepted before it (the report that woke it,
+        # say). Kept, the pickup queues it after the replay (see _agents._ahead).
+        parent = None
     if parent is None or not is_live(parent):
         if not sessions.strict:
             raise _unauthorized("the direct parent is not live")
