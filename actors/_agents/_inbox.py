@@ -345,7 +345,8 @@ class Inbox:
         either way. Skipped messages leave the durable inbox too, unless
         ``keep_accepted=True`` (the runtime is closing): then they -- and the
         message of a turn this cancels -- stay accepted and run at the session's
-        next activation (the cancelled turn's as a redelivery).
+        next activation (the cancelled turn's as a redelivery), and so does every
+        message it accepts from now on, behind them: this activation runs no more.
         """
         with self._lock:
             turn = self._turns.current
@@ -405,7 +406,11 @@ class Inbox:
     def _handle(self, message: Any) -> None:
         turns = self._turns
         try:
-            if message.n <= self._discard_through:
+            if message.n <= self._discard_through or (
+                turns.keep_accepted and type(message) is not Call and turns.kept(message)
+            ):
+                # (Accepted after the closing runtime's cancel too: run here, it
+                # would run ahead of what that cancel kept for the next activation.)
                 turns.discard(message)
             elif type(message) is Deliver:  # a turn: the common case, one call less
                 turns.run_turn(message)

@@ -185,6 +185,10 @@ class TurnRunner:
                 self.inboxed = set()
             self.inboxed.update(ids)
 
+    def kept(self, message: Any) -> bool:
+        """Whether ``message`` stays in the durable inbox, unrun, when discarded."""
+        return self._durable(message.message_id)
+
     def _durable(self, message_id: MessageId) -> bool:
         """Whether the message is in the session's durable inbox until its turn ends."""
         inboxed = self.inboxed

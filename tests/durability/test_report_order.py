@@ -22,7 +22,7 @@ from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._agents import _mail, _registry
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
-from subagents.protocol import SessionId
+from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
 
 
 def _settled(rt: Runtime, parent: Any, label: str) -> SessionId:
@@ -179,3 +179,72 @@ def test_a_report_another_runtime_rang_about_waits_for_the_replay(
         assert until(a, lambda: any(c == "r2" for c, _ in seen), timeout=30)
         assert a.wait_idle(30)
     assert [s for s in seen if s[0] != "p"] == [("r2", ("r1",))]
+
+
+def test_reports_accepted_while_the_runtime_closes_run_after_those_it_kept(
+    backend: Backend, db: str
+) -> None:
+    """The runtime closes while the parent's turn runs, a quiet report q1 queued
+    behind it: the close cancels the parent keeping what it accepted (q1 runs at
+    its next activation). Its disposal comes after its child's, whose turn is still
+    running; meanwhile the child reports q2 (quiet) and w3 (waking). They were
+    accepted and run at once -- w3's turn took q2 as its context, in the closing
+    runtime -- and q1 later, behind them (the crash soak saw a child's second quiet
+    report consumed before its first). Now the cancelled activation runs nothing
+    more: what it accepts after the close's cancel stays in the inbox too, behind
+    q1, and the next activation runs all three in order."""
+    hold_parent, hold_child = Gate("parent"), Gate("child")
+    seen: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def model(_options: Any) -> Any:
+        def on_turn(turn: Any) -> Any:
+            seen.append((turn.content, tuple(m.content for m in turn.context)))
+            if turn.content == "hold":
+                hold_parent.pass_through(turn.signal)  # cancelled by the close
+            elif turn.content == "hold-child":
+                hold_child.pass_through()  # not cancellable: the close waits for it
+            return turn.content
+
+        return on_turn
+
+    rt = Runtime(db, backend=backend, keep_warm=60)
+    try:
+        rt.models.register("m", model)
+        parent = rt.spawn("m", label="parent")
+        parent_id = parent.session_id
+        child = rt.subagents.start_continuable(
+            ContinuableStartSpec(parent=parent, provider="local", prompt="hi", label="k", model="m")
+        ).child_id
+        assert rt.wait_idle(30)
+        rt.subagents.followup(parent, child, "hold-child")
+        assert hold_child.wait_reached(30)
+        parent.followup("hold")
+        assert hold_parent.wait_reached(30)
+        rt.subagents.report_from(child, "q1")  # queued behind the parent's turn
+        closing = rt.backend.spawn(rt.close, name="close")
+        # The close's cancel ended the parent's turn; the child's turn holds the close.
+        assert until(rt, lambda: len(rt.sessions.turn_ends(parent_id)) == 1, timeout=30)
+        rt.subagents.report_from(child, "q2")
+        rt.subagents.report_from(child, "w3", delivery="waking")
+        hold_child.release()
+        assert closing.join(60) and closing.exception is None
+    finally:
+        hold_child.release()
+        hold_parent.release()  # its turn runs again at the next activation
+        rt.close()
+    assert ("w3", ("q2",)) not in seen  # nothing more ran in the closing runtime
+    with Runtime(db, backend=backend) as again:
+        again.models.register("m", model)
+        try:
+            again.agents.resume(parent_id)
+        except SubagentError as exc:  # adopted meanwhile (w3 wakes it)
+            assert exc.code == ErrorCode.SESSION_EXISTS
+        assert until(again, lambda: any(c == "w3" for c, _ in seen), timeout=30)
+        assert again.wait_idle(30)
+        reports = [
+            r.event.content
+            for r in again.sessions.read(parent_id)
+            if isinstance(r.event, ReportEvent)
+        ]
+    assert reports == ["q1", "q2", "w3"]
+    assert seen[-1] == ("w3", ("q1", "q2"))
