@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from subagents.protocol import MessageEvent, MessageId, ReportEvent, SubagentError
+from subagents.protocol import MessageEvent, ReportEvent, SubagentError
 from subagents.store import InboxEntry
 
 __all__ = [
@@ -116,12 +116,13 @@ def stand_back(live: Any) -> bool:
     return bool(live.replay_due)  # queued meanwhile: the taker goes on, after it
 
 
-def keep_untaken(sessions: Any, session_id: Any, event: MessageEvent | ReportEvent) -> MessageId:
+def keep_untaken(sessions: Any, session_id: Any, event: MessageEvent | ReportEvent) -> bool:
     """Commit ``event`` for a session live here whose replay is not queued yet,
-    taken by nobody, and have the pickup take it (after the replay): its id."""
-    sessions.accept(session_id, (event,))
+    taken by nobody, and have the pickup take it (after the replay); True when
+    its id was accepted before (nothing new)."""
+    (accepted,) = sessions.accept(session_id, (event,))
     sessions.wake_pickup(session_id)
-    return event.message_id
+    return bool(accepted.duplicate)
 
 
 @contextmanager

@@ -170,7 +170,8 @@ class Followups(Inbox):
             )
         mid = message_id if message_id is not None else new_message_id()
         if self._session.replay_due:  # resumed, its replay not queued yet: after it
-            return keep_untaken(sessions, self.session_id, trusted_message(mid, content, source))
+            keep_untaken(sessions, self.session_id, trusted_message(mid, content, source))
+            return mid
         accepted = self._commit(mid, content, source)
         if accepted.duplicate:
             return mid
@@ -201,8 +202,8 @@ class Followups(Inbox):
         if self._session.replay_due:  # resumed, its replay not queued yet: no turn is
             if strict:  # open, and a queued one goes after the replay
                 raise not_open(self.session_id)
-            keep_untaken(sessions, self.session_id, trusted_message(mid, content, source))
-            return Steered(mid, "queued")
+            seen = keep_untaken(sessions, self.session_id, trusted_message(mid, content, source))
+            return Steered(mid, "duplicate" if seen else "queued")
         # Committed first, as every accepted message is; taken back if refused.
         accepted = self._commit(mid, content, source)
         if accepted.duplicate:

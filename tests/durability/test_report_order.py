@@ -248,3 +248,48 @@ def test_reports_accepted_while_the_runtime_closes_run_after_those_it_kept(
         ]
     assert reports == ["q1", "q2", "w3"]
     assert seen[-1] == ("w3", ("q1", "q2"))
+
+
+def test_a_send_during_the_resume_runs_after_the_replay(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FUP-1, L-8: as a report, a ``send`` that found the resumed session's agent
+    registered before its replay was queued ran first -- its turn without the
+    quiet report r1 that waited in the inbox as its context. Now it is kept in the
+    inbox, and the pickup queues it after the replay."""
+    replaying = Gate("replay")
+    register = _registry.AgentRegistry._register
+    watched: list[SessionId] = []
+
+    def gated(self: Any, agent: Any, **kw: Any) -> None:
+        register(self, agent, **kw)
+        if agent.session_id in watched:
+            watched.clear()
+            replaying.pass_through()
+
+    seen: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def watch(_options: Any) -> Any:
+        def on_turn(turn: Any) -> Any:
+            seen.append((turn.content, tuple(m.content for m in turn.context)))
+            return turn.content
+
+        return on_turn
+
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("note", watch)
+        parent = rt.spawn("note", label="parent")
+        parent_id = parent.session_id
+        child_id = _settled(rt, parent, "kid")
+        parent.dispose()
+        rt.subagents.report_from(child_id, "r1")  # quiet: kept, wakes nobody
+        watched.append(parent_id)
+        monkeypatch.setattr(_registry.AgentRegistry, "_register", gated)
+        resumed = rt.backend.spawn(lambda: rt.agents.resume(parent_id), name="resume")
+        assert replaying.wait_reached(30)
+        rt.agents.send(parent_id, "m2")
+        replaying.release()
+        assert resumed.join(30) and resumed.exception is None
+        assert until(rt, lambda: any(c == "m2" for c, _ in seen), timeout=30)
+        assert rt.wait_idle(30)
+    assert [s for s in seen if s[0] != "p"] == [("m2", ("r1",))]
