@@ -67,7 +67,8 @@ class Driver:
 
     def start(self, i: int) -> None:
         backend = self.rnd.choice(["threading", "gevent"])
-        env = dict(os.environ)
+        # A stuck worker is sent SIGABRT at the stop: faulthandler prints its threads.
+        env = dict(os.environ, PYTHONFAULTHANDLER="1")
         if self.rnd.random() < 0.5:
             env["SOAK_PATCH"] = "1"
         seed = str(self.rnd.randrange(1 << 30))
@@ -118,8 +119,12 @@ class Driver:
             except subprocess.TimeoutExpired:
                 self.note(pid=p.pid, t=time.time(), stuck=True)
                 print("STUCK: worker did not close within 60 s:", p.pid, flush=True)
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait()
+                os.kill(p.pid, signal.SIGABRT)  # its stacks, to workers.log
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.kill(p.pid, signal.SIGKILL)
+                    p.wait()
                 ok = False
         self.kills.close()
         self.logs.close()
