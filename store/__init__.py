@@ -47,6 +47,7 @@ from ._keys import StoredKey
 from ._location import is_postgres_url, redacted_url
 from ._memory import MemoryStore
 from ._open import open_store
+from ._promises import Promises
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import SqliteStore
 
@@ -70,6 +71,7 @@ __all__ = [
     "NewLease",
     "PgListener",
     "PostgresStore",
+    "Promises",
     "Release",
     "SessionStore",
     "SqliteStore",

@@ -29,6 +29,7 @@ from subagents.protocol import (
 from ._base import not_found
 from ._durable import Accepted, Lease, LeaseToken, NewLease, Release
 from ._group import GroupCommitter
+from ._promises import Promises, check_owe, owe_in
 from ._queue_txn import AcceptOp, Message
 from ._validate import (
     check_acquire,
@@ -75,7 +76,7 @@ class StoreStatistics:
     pending: int
 
 
-class CommittedWrites:
+class CommittedWrites(Promises):
     """Every write of a SQL store (see the module docstring)."""
 
     _committer: GroupCommitter
@@ -185,7 +186,22 @@ class CommittedWrites:
             seq = check_int(op[3], "seq", minimum=-1)
             blob = check_blob(op[4])
             return lambda txn: txn.put_projection(sid, unit, seq, blob)
+        if kind == "owe":
+            sid, token, add, drop, clear = check_owe(op)
+            token = check_token(token)
+            return lambda txn: owe_in(txn, sid, token, add, drop, clear)
         raise invalid(f"unknown write op {kind!r}")
+
+    def owe(
+        self,
+        session_id: SessionId | str,
+        add: Sequence[MessageId] = (),
+        drop: Sequence[MessageId] = (),
+        *,
+        lease: LeaseToken | None = None,
+        clear: bool = False,
+    ) -> None:
+        self._committer.submit(self._prepare(("owe", session_id, lease, add, drop, clear)))
 
     def raise_delegation_depth(self, session_id: SessionId | str, depth: int) -> SessionHeader:
         sid = check_session_id(session_id)

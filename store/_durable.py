@@ -350,9 +350,9 @@ class DurableQueues(abc.ABC):
 
     @abc.abstractmethod
     def orphans(self, now: float) -> list[SessionId]:
-        """Sessions with messages not done whose lease is free at ``now`` (released,
-        expired, or never taken): accepted work no live activation will run unless
-        somebody activates the session."""
+        """Sessions with messages not done, or promises open (:mod:`._promises`), whose
+        lease is free at ``now`` (released, expired, or never taken): accepted work
+        no live activation will run unless somebody activates the session."""
 
     @abc.abstractmethod
     def waiting(self, holder: str) -> list[SessionId]:

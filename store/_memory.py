@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 from subagents.protocol import (
     CorruptRecordError,
@@ -27,6 +28,7 @@ from ._base import LogRecord, SessionStore, not_found, session_exists, store_clo
 from ._durable import LeaseToken, NewLease
 from ._memory_queues import MemoryQueues, QueueState
 from ._native import native_lock
+from ._promises import Promises
 from ._validate import (
     check_blob,
     check_events,
@@ -46,7 +48,7 @@ __all__ = ["MemoryStore"]
 
 
 class _Session:
-    __slots__ = ("checkpoint", "events", "header", "projections", "queues")
+    __slots__ = ("checkpoint", "events", "header", "projections", "promised", "queues")
 
     def __init__(self, header: SessionHeader, events: list[Event | TurnRecord]) -> None:
         self.header = header
@@ -54,6 +56,7 @@ class _Session:
         self.checkpoint: tuple[int, bytes] | None = None
         self.projections: dict[str, tuple[int, bytes]] = {}
         self.queues: QueueState | None = None  # inbox and lease, made on first use
+        self.promised: dict[MessageId, None] = {}  # open promises (see ._promises)
 
 
 def _ordered(headers: list[SessionHeader]) -> list[SessionHeader]:
@@ -61,7 +64,7 @@ def _ordered(headers: list[SessionHeader]) -> list[SessionHeader]:
     return headers
 
 
-class MemoryStore(MemoryQueues, SessionStore):
+class MemoryStore(MemoryQueues, Promises, SessionStore):
     """Sessions in this process's memory; nothing survives it.
 
     Events are stored as given (no encoding, so content the codec could not pack
@@ -226,6 +229,50 @@ class MemoryStore(MemoryQueues, SessionStore):
                 raise store_closed(self)
             headers = [s.header for s in self._sessions.values()]
         return _ordered(headers)
+
+    def owe(
+        self,
+        session_id: SessionId | str,
+        add: Sequence[MessageId] = (),
+        drop: Sequence[MessageId] = (),
+        *,
+        lease: LeaseToken | None = None,
+        clear: bool = False,
+    ) -> None:
+        sid = check_session_id(session_id)
+        adds, drops, token = check_message_ids(add), check_message_ids(drop), check_token(lease)
+        if type(clear) is not bool:
+            raise invalid("clear must be a bool")
+        with self._lock:
+            session = self._get(sid)
+            self._fence(sid, self._queues(sid), token)
+            owed = session.promised
+            if clear:
+                owed.clear()
+            for mid in drops:
+                owed.pop(mid, None)
+            owed.update(dict.fromkeys(adds))
+
+    def owed(self, session_id: SessionId | str) -> list[MessageId]:
+        sid = check_session_id(session_id)
+        with self._lock:
+            return list(self._get(sid).promised)
+
+    def _apply(self, op: tuple[Any, ...]) -> Any:
+        if op[0] == "owe":
+            return self.owe(op[1], *op[3:5], lease=op[2], clear=op[5] if len(op) > 5 else False)
+        return super()._apply(op)
+
+    def orphans(self, now: float) -> list[SessionId]:
+        out = super().orphans(now)  # (checks ``now``)
+        with self._lock:
+            for sid, session in self._sessions.items():
+                if not session.promised or sid in out:
+                    continue
+                lease = None if session.queues is None else self._live(session.queues.lease)
+                if lease is None or lease.holder is None or lease.expires <= now:
+                    out.append(sid)  # owed a message: accepted work (see ._promises)
+        return out
 
     def delete_session(self, session_id: SessionId | str) -> None:
         sid = check_session_id(session_id)

@@ -17,7 +17,7 @@ before it did not exist here): ``sessions``, ``events``, ``checkpoints``,
 ``projection_cache``, ``inbox``, ``leases``, with the same columns, keys and
 indexes; ids are ``bytea`` (16 bytes), times ``bigint`` microseconds or
 ``double precision`` seconds. Version 2 adds SQLite's version 4: ``holders``,
-one lease heartbeat per holder.
+one lease heartbeat per holder; version 3 SQLite's version 5: ``promises``.
 
 SQL is written with ``?``/``?N`` placeholders, once for both stores;
 :func:`translate` turns it into psycopg's ``%s`` and the parameter order.
@@ -32,6 +32,8 @@ from typing import Any, Final, Literal
 import psycopg
 import psycopg.errors
 from subagents.protocol import ErrorCode, SubagentError
+
+from ._promises import PROMISES_DDL
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -79,10 +81,16 @@ def _v1_to_v2(conn: psycopg.Connection[Any]) -> None:
     )
 
 
+def _v2_to_v3(conn: psycopg.Connection[Any]) -> None:
+    # Open promises, as SQLite's version 5 (see ``_promises.py``).
+    conn.execute(PROMISES_DDL.replace("BLOB", "bytea"))
+
+
 #: ``PG_MIGRATIONS[n]`` migrates version ``n`` to ``n + 1``; append, never edit.
 PG_MIGRATIONS: Final[tuple[Callable[[psycopg.Connection[Any]], None], ...]] = (
     _v0_to_v1,
     _v1_to_v2,
+    _v2_to_v3,
 )
 #: The PostgreSQL schema version this code reads and writes.
 PG_SCHEMA_VERSION: Final = len(PG_MIGRATIONS)

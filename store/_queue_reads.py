@@ -20,6 +20,7 @@ from subagents.protocol import (
 from ._base import not_found
 from ._cells import inbox_event, integer, real, text_or_none
 from ._durable import DurableQueues, InboxEntry, Lease
+from ._promises import OWED_SESSIONS
 from ._queue_txn import EXPIRY, LEASE, LEASES
 from ._validate import (
     check_message_ids,
@@ -113,10 +114,16 @@ class SqlQueueReads(DurableQueues):
         rows = self._query(
             "SELECT DISTINCT i.session FROM inbox i LEFT JOIN leases l ON l.session = i.session"
             " LEFT JOIN holders h ON h.holder = l.holder"
-            f" WHERE i.done = 0 AND (l.session IS NULL OR l.holder IS NULL OR {EXPIRY} <= ?)",
-            (at,),
+            f" WHERE i.done = 0 AND (l.session IS NULL OR l.holder IS NULL OR {EXPIRY} <= ?)"
+            f" UNION {OWED_SESSIONS.format(expiry=EXPIRY)}",  # owed a message: see ._promises
+            (at, at),
         )
         return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+
+    def owed(self, session_id: SessionId | str) -> list[MessageId]:
+        sid = check_session_id(session_id)
+        rows = self._query("SELECT message_id FROM promises WHERE session = ?", (sid.to_bytes(),))
+        return [MessageId.from_bytes(bytes(r[0])) for r in rows]
 
     def waiting(self, holder: str) -> list[SessionId]:
         if type(holder) is not str:

@@ -52,6 +52,8 @@ Version 4:
   reads a lease by its own ``expires`` alone: during a rolling upgrade it may
   take over a session an upgraded process holds once that lease's own expiry
   passed; fencing keeps the loser from writing (it sees ``LEASE_LOST``).
+
+Version 5: ``promises(session, message_id)``, open promises (:mod:`._promises`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ from collections.abc import Callable
 from typing import Final, Literal
 
 from subagents.protocol import ErrorCode, SubagentError
+
+from ._promises import PROMISES_DDL
 
 __all__ = [
     "APPLICATION_ID",
@@ -166,8 +170,12 @@ def _v3_to_v4(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v4_to_v5(conn: sqlite3.Connection) -> None:
+    conn.execute(f"{PROMISES_DDL} WITHOUT ROWID")  # open promises: see ._promises
+
+
 #: ``MIGRATIONS[n]`` migrates version ``n`` to ``n + 1``; append, never edit.
-MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1, _v1_to_v2, _v2_to_v3, _v3_to_v4)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_v0_to_v1, _v1_to_v2, _v2_to_v3, _v3_to_v4, _v4_to_v5)
 #: The schema version this code reads and writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -222,6 +222,7 @@ class Txn(QueueTxn):
             ("projection_cache", "session"),
             ("inbox", "session"),
             ("leases", "session"),
+            ("promises", "session"),
             ("sessions", "id"),
         ):
             self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
