@@ -32,7 +32,7 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
 )
-from subagents.store import Accepted, InboxEntry, Listener, SessionStore
+from subagents.store import Accepted, InboxEntry, Listener, Promises, SessionStore
 
 from ._live import LiveSession
 from ._underway import Underway
@@ -59,6 +59,7 @@ class Acceptance:
     _live: dict[SessionId, LiveSession]
     _backend: Any  # the runtime's Backend: its sleep
     flush: Callable[..., None]  # SessionService.flush
+    _writer: Any  # ._writer.Writer | None
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -206,6 +207,39 @@ class Acceptance:
             store.hand_over, session_id, message_ids, live.token[1], lease=live.token
         )
         return taken
+
+    def owe(
+        self,
+        live: LiveSession,
+        add: Sequence[MessageId] = (),
+        drop: Sequence[MessageId] = (),
+        clear: bool = False,
+    ) -> None:
+        """Queue a change of the store's record of ``live``'s open promises (the
+        sweep's accepted work: ``subagents.store._promises``) behind the session's
+        writes so far: promises ``add``-ed, kept ones dropped, all of them first with
+        ``clear``. Only a leased activation, on a store that keeps promises, has
+        them recorded (nothing sweeps the others)."""
+        writer = self._writer
+        if live.token is None or writer is None or self._promising() is None:
+            return
+        if add or drop or clear:
+            writer.submit("owe", live.header.id, (live.token, tuple(add), tuple(drop), clear))
+
+    def has_work(self, session_id: SessionId) -> bool:
+        """Whether ``session_id`` has accepted work: messages not done in its inbox,
+        or promises open (their stand-ins or results to deliver)."""
+        return bool(self.pending(session_id)) or self.owes(session_id)
+
+    def owes(self, session_id: SessionId) -> bool:
+        """Whether the store records promises open for ``session_id``."""
+        store = self._promising()
+        return store is not None and bool(self._call(store.owed, session_id))
+
+    def _promising(self) -> Promises | None:
+        """The store, if it keeps promises."""
+        store: object = self.persistence
+        return store if isinstance(store, Promises) else None
 
     def waiting(self, holder: str) -> list[SessionId]:
         """Sessions ``holder`` leases that have messages nobody took."""

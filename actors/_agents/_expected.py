@@ -16,14 +16,22 @@ the activation does (a background run is the process's), so the log keeps it:
   runtime's, which kept the events verbatim but not their promises, so the log
   behind it is read), as it does the quiet reports no turn saw;
 * the session's next activation (:func:`~._resume.restore`) delivers the stand-in
-  of each open promise under the promised id, as a message accepted then: where
+  of each open promise under the promised id, as a message accepted then -- or the
+  promised message itself, where the behaviour reads it from the store
+  (:func:`settled`: a run that ended, its delivery lost) -- : where
   the durable inbox already accepted that id (the promised message arrived and did
   not run yet, or ran) nothing new is queued, so the model hears of each promise
-  once -- the real message, or the stand-in.
+  once -- the real message, or the stand-in;
+* the store keeps a row for each open promise (``subagents.store._promises``):
+  written before the turn's end, forgotten when the promise is kept or an
+  activation delivers it (:meth:`SessionService.owe`), so a session owed a
+  message is accepted work a sweep adopts when its holder died.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,12 +46,15 @@ from subagents.protocol import (
 )
 from subagents.store import InboxEntry, LogRecord
 
+logger = logging.getLogger("subagents")
+
 __all__ = [
     "Owed",
     "arrived",
     "behind",
     "checkpointed",
     "fold_owed",
+    "settled",
     "stand_ins",
     "to_checkpoint",
     "unstored",
@@ -95,18 +106,25 @@ def fold_owed(
     return owed
 
 
-def arrived(owed: Owed, message_ids: Iterable[MessageId]) -> None:
-    """Messages ``message_ids`` run in a turn: the promises of their ids are kept."""
-    for mid in message_ids:
-        owed.pop(mid, None)
+def arrived(owed: Owed, message_ids: Iterable[MessageId]) -> list[MessageId]:
+    """Messages ``message_ids`` run in a turn: the promises of their ids are kept
+    (returned: the store forgets them, :meth:`SessionService.owe`)."""
+    return [mid for mid in message_ids if owed.pop(mid, None) is not None]
 
 
 def to_checkpoint(owed: Owed) -> list[list[Any]]:
-    """The open promises as checkpoint data (``[id, stand-in, *source]``)."""
-    return [
-        [e.message_id, e.content, *((e.source.kind, e.source.session_id) if e.source else ())]
-        for e in owed.values()
-    ]
+    """The open promises as checkpoint data (``[id, stand-in, *source]``, the source
+    as ``kind, session_id[, trace]``: the stand-in continues the trace of the turn
+    that made the promise, as the promised message would have)."""
+    return [[e.message_id, e.content, *_source_row(e.source)] for e in owed.values()]
+
+
+def _source_row(source: MessageSource | None) -> tuple[Any, ...]:
+    if source is None:
+        return ()
+    if source.trace is None:
+        return (source.kind, source.session_id)
+    return (source.kind, source.session_id, source.trace)
 
 
 def checkpointed(state: Mapping[str, Any] | None) -> Owed | None:
@@ -118,7 +136,10 @@ def checkpointed(state: Mapping[str, Any] | None) -> Owed | None:
         return None
     owed: Owed = {}
     for mid, content, *source in (state or {}).get("expected") or ():
-        src = MessageSource(kind=source[0], session_id=source[1]) if source else None
+        src = None
+        if source:  # (a checkpoint of a runtime from before traces has two)
+            trace = source[2] if len(source) > 2 else None
+            src = MessageSource(kind=source[0], session_id=source[1], trace=trace)
         owed[mid] = ExpectedEvent(message_id=mid, content=content, source=src)
     return owed
 
@@ -131,6 +152,26 @@ def behind(
     log; read once, the next checkpoint carries them), then ``records``, the rest."""
     seq = state.get("seq", -1)
     return [r for r in log() if r.seq <= seq] + list(records)
+
+
+def settled(owed: Owed, behaviour: Any, sessions: Any) -> Owed:
+    """``owed`` with the message of each promise that was kept after all in place of
+    its stand-in: ``behaviour.promised_message(sessions, promise)`` (a behaviour that
+    makes promises may say) returns the promised message's content where the store
+    holds it -- a background run that ended, its result never delivered -- else None
+    (what it raises is logged: the stand-in then)."""
+    read = getattr(behaviour, "promised_message", None)
+    if not owed or read is None:
+        return owed
+    out: Owed = {}
+    for mid, event in owed.items():
+        try:
+            content = read(sessions, event)
+        except Exception:
+            logger.exception("reading the message promised as %s failed", mid)
+            content = None
+        out[mid] = event if content is None else dataclasses.replace(event, content=content)
+    return out
 
 
 def stand_ins(owed: Owed) -> list[MessageEvent]:

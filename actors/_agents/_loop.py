@@ -266,7 +266,8 @@ class TurnRunner:
             context = tuple(self.context)
             self.context.clear()
         if self.owed:  # a promised message (or its stand-in) runs: that promise is kept
-            arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
+            kept = arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
+            host.sessions.owe(session, drop=kept)
         # The turn's events, as one record: built when a reader asks (see
         # protocol.TurnRecord); the system clock is read once a turn.
         record = TurnRecord(index, clock(), d, context)
@@ -347,6 +348,7 @@ class TurnRunner:
                 promised, self.expecting = self.expecting, None
         if promised and error != KEPT:  # a turn run again makes its promises anew
             self.owed = {**(self.owed or {}), **promised}
+            sessions.owe(session, add=tuple(promised))  # (stored before the turn's end)
         usage = turn._usage
         # An injected clock is asked again; the system's dates the end by the
         # turn's own duration (record.elapsed).
@@ -398,7 +400,9 @@ class TurnRunner:
         events = [trusted_message(m.message_id, m.content, m.source) for m in messages]
         self._host.sessions.append(self._session, events, defer=True)  # stored with turn/end
         if self.owed:
-            arrived(self.owed, (m.message_id for m in messages))
+            self._host.sessions.owe(
+                self._session, drop=arrived(self.owed, (m.message_id for m in messages))
+            )
         return True
 
     def record_expected(self, turn: Turn, event: ExpectedEvent) -> None:

@@ -199,7 +199,7 @@ class AgentRegistry:
         try:
             # Looked at under the claim, before any agent is live: a message sent
             # from now on resumes the session after this claim, itself.
-            if not self._host.sessions.pending(session_id):
+            if not self._host.sessions.has_work(session_id):  # (promises too)
                 return None
             restored = self._restore(session_id)
             replay_first(restored.agent, restored.pending)

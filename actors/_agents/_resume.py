@@ -15,6 +15,8 @@ and deals with what a crash may have left:
 * a message promised to the session that never came (a background run's result,
   the run gone with its process: :mod:`._expected`) is accepted now, as its
   stand-in, under the promised id -- nothing new where the inbox accepted that id;
+  the message itself where the behaviour reads it from the store (a run that
+  ended, its result never delivered: ``promised_message``);
 * the messages still pending in the durable inbox are handed to the new
   activation (recorded in the store before they run) and replayed in acceptance
   order with their original ids and sources; those that an earlier activation
@@ -34,6 +36,7 @@ from subagents.protocol import (
     DescriptorFold,
     ErrorCode,
     Event,
+    ExpectedEvent,
     MessageId,
     SessionHeader,
     SessionId,
@@ -50,7 +53,7 @@ from subagents.store import InboxEntry
 from ._agent import Agent
 from ._ahead import replay, replay_first
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
-from ._expected import behind, checkpointed, fold_owed, stand_ins, unstored
+from ._expected import behind, checkpointed, fold_owed, settled, stand_ins, unstored
 from ._host import AgentHost
 from ._loop import KEPT
 from ._options import AgentOptions
@@ -169,12 +172,15 @@ def restore(
             assert state is not None
             promised = behind(state, lambda: sessions.read_decodable(sid, []), records)
         owed = fold_owed(promised, header.seed_len, kept or {}, _runs_again(sessions, sid, token))
+        owed = settled(owed, built, sessions)  # a promise kept after all: its message
         agent._turns.owed = owed or None
         pending: list[InboxEntry] = []
         fresh: list[Any] = []
         if token is not None:  # (relaxed too: a strict process's, a crash's)
             if owed:  # their stand-ins, where the inbox has not accepted their ids
                 sessions.accept(sid, stand_ins(owed), live)
+            if owed or kept or any(type(r.event) is ExpectedEvent for r in promised):
+                sessions.owe(live, clear=True)  # in the inbox now: the store's record goes
             pending = sessions.pending(sid)
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:

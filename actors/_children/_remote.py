@@ -322,8 +322,9 @@ def adopt(
             or why it cannot be activated here.
     """
     header = sessions.header(session_id)
-    if header is None or _only_quiet(sessions.pending(session_id)):
-        return  # quiet reports wait for the next turn: nothing to wake it for
+    pending = [] if header is None else sessions.pending(session_id)
+    if header is None or (_only_quiet(pending) and not sessions.owes(session_id)):
+        return  # quiet reports wait for the next turn: nothing to wake it for (nor owed)
     if header.origin == "subagent" and header.parent_session is not None:
         wake_child(agents, sessions, continuation, session_id, header.parent_session)
     elif agents.get(session_id) is None:

@@ -154,6 +154,27 @@ class Telemetry:
             return source
         return dataclasses.replace(source, trace=parent)
 
+    @contextlib.contextmanager
+    def continuing(self, source: MessageSource) -> Iterator[None]:
+        """The context ``source`` carries current in this block: what is accepted here
+        on behalf of the work that made ``source`` (a background run's result,
+        delivered from the run's thread) continues that trace."""
+        token = None
+        if source.trace is not None:
+            try:
+                parent = _PROPAGATOR.extract({"traceparent": source.trace})
+                token = otel_context.attach(parent)
+            except Exception:
+                _failed()
+        try:
+            yield
+        finally:
+            if token is not None:
+                try:
+                    otel_context.detach(token)
+                except Exception:
+                    _failed()
+
     def start(self, name: str, attributes: Mapping[str, Any]) -> Any:
         """A span below the current one, not made current (ended by :meth:`end`)."""
         try:

@@ -1,20 +1,112 @@
 """One agent's background runs, for the dispatcher (:mod:`._dispatch`): the state
-it keeps of them, and their disposal once they settled."""
+it keeps of them, the delivery of each one's result, and their disposal once they
+settled.
+
+A result's delivery is a follow-up of the agent under the id the turn promised
+(``Turn.expect``), so it is accepted once however often it is tried. One the
+store refused for a reason that may pass -- it was unavailable, or locked past its
+busy timeout: ``PERSISTENCE_UNAVAILABLE`` (perhaps committed all the same: the
+retry with its id settles that) or ``TIMEOUT`` -- is tried again, in a task of its
+own, after :data:`RETRY_DELAYS`, for as long as the agent and its runs live. One
+that could not be delivered at all says so where it would fit: a result the log
+cannot hold (``ENCODE_ERROR``) is delivered as the run's failure to deliver it.
+What still did not arrive stays promised: the agent's next activation reads the
+run's end from its child's log (:func:`._delegated.kept_result`) and delivers
+that, not a stand-in saying the run stopped.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from subagents.actors._children import SubagentRun
-from subagents.actors._kernel import AbortController
-from subagents.protocol import SubagentError
+from subagents.actors._kernel import AbortController, AbortSignal
+from subagents.protocol import ErrorCode, MessageId, MessageSource, SubagentError
 
-__all__ = ["Background", "Countdown", "dispose_later", "dispose_quietly"]
+from ._delegated import failure, run_result
+
+__all__ = [
+    "Background",
+    "Countdown",
+    "deliver_result",
+    "dispose_later",
+    "dispose_quietly",
+    "in_order",
+]
 
 logger = logging.getLogger("subagents")
+
+#: Seconds between the tries of a result's delivery the store refused for a
+#: reason that may pass (about two minutes in all).
+RETRY_DELAYS: Final = (0.05, 0.25, 1.0, 2.0, 4.0, *(8.0,) * 14)
+#: Refusals that may pass (see the module docstring).
+_PASSING: Final = frozenset({ErrorCode.PERSISTENCE_UNAVAILABLE, ErrorCode.TIMEOUT})
+
+
+def deliver_result(
+    agent: Any, run: SubagentRun, signal: AbortSignal, source: MessageSource, delivery: MessageId
+) -> Callable[[], None] | None:
+    """Deliver settled ``run``'s result to ``agent`` (from ``source``, under
+    ``delivery``) unless the run was cancelled with the agent's work; the retries
+    to run in a task of their own where the store refused it for a reason that
+    may pass (None: nothing left to do). See the module docstring."""
+    if agent.disposed or signal.aborted:
+        return None  # cancelled with the agent's work: nobody waits for it
+    try:
+        done = run_result(agent.host.sessions, run.id, run.result.get(0), structured=False)
+    except Exception as exc:
+        done = {"id": str(run.id), "error": failure(exc)}
+    content: dict[str, Any] = {"delegate_result": done}
+    error = _offer(agent, content, source, delivery)
+    if error is not None and error.code == ErrorCode.ENCODE_ERROR:
+        # The log cannot hold it: the run's result, as far as the model can be told.
+        unheld = {"id": str(run.id), "stop_reason": done.get("stop_reason"), "output": None}
+        content = {"delegate_result": {**unheld, "error": failure(error)}}
+        error = _offer(agent, content, source, delivery)
+    if error is None or error.code not in _PASSING:
+        return None
+
+    def retries() -> None:
+        for delay in RETRY_DELAYS:
+            if signal.wait(delay) or agent.disposed:
+                return  # cancelled meanwhile: as above
+            again = _offer(agent, content, source, delivery)
+            if again is None or again.code not in _PASSING:
+                return
+        logger.error(
+            "background result of %s not delivered; the agent's next activation"
+            " delivers it from the run's log",
+            run.id,
+        )
+
+    return retries
+
+
+def in_order(first: Callable[[], object], then: Callable[[], object]) -> None:
+    """``first()``, then ``then()`` whatever ``first`` raised."""
+    try:
+        first()
+    finally:
+        then()
+
+
+def _offer(
+    agent: Any, content: Any, source: MessageSource, delivery: MessageId
+) -> SubagentError | None:
+    """One try of a delivery: None once accepted, else why not (logged)."""
+    tel = agent.host.telemetry
+    try:
+        # Accepted inside the trace of the turn that started the run.
+        with tel.continuing(source) if tel is not None else contextlib.nullcontext():
+            agent.followup(content, source=source, message_id=delivery)
+    except SubagentError as exc:
+        logger.warning("background result of %s not delivered: %s", source.session_id, exc)
+        return exc
+    return None
 
 
 class Background:

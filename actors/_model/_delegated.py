@@ -18,7 +18,9 @@
   running it stopped -- a crash, the runtime closing or disposing the agent --
   before the run ended. Its agent's next activation delivers this in the
   result's place (``Turn.expect``): stop reason ``cancelled``, error
-  ``CANCELLED``.
+  ``CANCELLED``. A run that did end there, its result never delivered, has
+  its real result delivered instead, read from its child's log
+  (:func:`kept_result`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,23 @@ from typing import Any, Final
 
 from subagents.actors._agents import SessionService, Turn
 from subagents.actors._children import RunResult
-from subagents.protocol import ErrorCode, SubagentDescriptorEvent, SubagentError, error_text
+from subagents.protocol import (
+    ErrorCode,
+    ExpectedEvent,
+    SubagentDescriptorEvent,
+    SubagentError,
+    error_text,
+)
 
-__all__ = ["LOST", "background_refused", "failure", "lost_result", "one_shot", "run_result"]
+__all__ = [
+    "LOST",
+    "background_refused",
+    "failure",
+    "kept_result",
+    "lost_result",
+    "one_shot",
+    "run_result",
+]
 
 #: The longest ``message`` of an ``error`` a tool result carries.
 MAX_MESSAGE: Final = 2000
@@ -94,6 +110,29 @@ LOST: Final = (
     "its process stopped before the run ended (a crash, or the runtime closed or disposed"
     " the agent that started it): the run delivers no result"
 )
+
+
+def kept_result(sessions: SessionService, promise: ExpectedEvent) -> dict[str, Any] | None:
+    """The ``delegate_result`` a background run's promise stands for, read from its
+    child's log where the run ended there (completed, or failed) though its result
+    never reached the agent -- its process stopped as it was delivered, or the
+    delivery failed: what :func:`run_result` would have said, once delivered. None
+    for another promise, a run that did not end (or was cancelled: the stand-in
+    says so), or a child whose log is not here."""
+    content, source = promise.content, promise.source
+    if source is None or source.kind != "child" or source.session_id is None:
+        return None
+    if not isinstance(content, Mapping) or not isinstance(content.get("delegate_result"), Mapping):
+        return None
+    try:
+        ends = sessions.turn_ends(source.session_id)
+    except SubagentError:  # not a session of this store, or a damaged log: the stand-in
+        return None
+    if not ends or ends[-1].stop_reason == "cancelled":
+        return None
+    end = ends[-1]
+    ran = RunResult(output=end.output, structured=None, stop_reason=end.stop_reason)
+    return {"delegate_result": run_result(sessions, source.session_id, ran, structured=False)}
 
 
 def lost_result(run_id: object) -> dict[str, Any]:

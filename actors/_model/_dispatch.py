@@ -56,10 +56,17 @@ from typing import Any, Final
 
 import jsonschema
 from subagents.actors._agents import Turn
-from subagents.actors._kernel import AbortController
+from subagents.actors._kernel import AbortController, stamp
 from subagents.protocol import ErrorCode, MessageSource, SessionId, SubagentError, error_text
 
-from ._background import Background, Countdown, dispose_later, dispose_quietly
+from ._background import (
+    Background,
+    Countdown,
+    deliver_result,
+    dispose_later,
+    dispose_quietly,
+    in_order,
+)
 from ._calls import (
     call_message_id,
     child_fields,
@@ -70,7 +77,7 @@ from ._calls import (
     send_message,
     start_agent,
 )
-from ._delegated import background_refused, failure, lost_result, one_shot, run_result
+from ._delegated import background_refused, lost_result, one_shot, run_result
 from ._runtime_tools import UnshownNames, runtime_tool
 from ._schemas import (
     SUBAGENT_TOOLS,
@@ -311,20 +318,28 @@ class ToolDispatcher:
         with self._lock:
             state.runs[str(run.id)] = run
         agent = turn.agent
-        source = MessageSource(kind="child", session_id=run.id)
+        # The result continues this turn's trace, and so does its stand-in.
+        source = stamp(agent.host.telemetry, MessageSource(kind="child", session_id=run.id))
         delivery = result_message_id(mid, run.id)
 
         def deliver(_future: Any) -> None:
+            retries = None
             try:
-                _deliver()
+                retries = deliver_result(agent, run, controller.signal, source, delivery)
             finally:
-                with self._lock:  # (not if cancelled with them all meanwhile)
-                    mine = str(run.id) in state.runs
-                if mine:
-                    # Its result is in the agent's inbox (or had nowhere to go): the
-                    # run is disposed -- in a task, this may be the run's own thread
-                    # -- and then the hold ends if it was the last.
-                    state.backend.spawn(finish, name="background-run-dispose")
+                if retries is not None:  # (not in the run's thread: they wait)
+                    state.backend.spawn(in_order, retries, disposing, name="background-result")
+                else:
+                    disposing()
+
+        def disposing() -> None:
+            with self._lock:  # (not if cancelled with them all meanwhile)
+                mine = str(run.id) in state.runs
+            if mine:
+                # Its result is in the agent's inbox (or had nowhere to go): the
+                # run is disposed -- in a task, this may be the run's own thread
+                # -- and then the hold ends if it was the last.
+                state.backend.spawn(finish, name="background-run-dispose")
 
         def finish() -> None:
             dispose_quietly(run)
@@ -334,20 +349,6 @@ class ToolDispatcher:
                 mine = state.runs.pop(str(run.id), None) is not None
             if mine:
                 self._release_if_idle(state)
-
-        def _deliver() -> None:
-            if agent.disposed or controller.signal.aborted:
-                return  # cancelled with the agent's work: nobody waits for it
-            try:
-                result = run.result.get(0)
-                done = run_result(sessions, run.id, result, structured=False)
-            except Exception as exc:
-                done = {"id": str(run.id), "error": failure(exc)}
-            content = {"delegate_result": done}
-            try:
-                agent.followup(content, source=source, message_id=delivery)
-            except SubagentError as exc:
-                logger.warning("background result of %s not delivered: %s", run.id, exc)
 
         run.result.add_done_callback(deliver)
         try:  # the promise outlives this process: see ._delegated.lost_result

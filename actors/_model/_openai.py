@@ -37,6 +37,7 @@ child, send it a message, report -- take effect once (:mod:`._calls`).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import os
@@ -44,9 +45,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from subagents.actors._agents import AgentOptions, Turn, validate_output
-from subagents.protocol import ErrorCode, SubagentError
+from subagents.actors._agents import AgentOptions, SessionService, Turn, validate_output
+from subagents.protocol import ErrorCode, ExpectedEvent, SubagentError
 
+from ._delegated import kept_result
 from ._dispatch import ToolDispatcher
 from ._history import history_messages, text, tool_text
 from ._wire import Completion, ModelError, ToolCall, check_answer, encode_body
@@ -112,6 +114,11 @@ class OpenAIChat:
         head = [{"role": "system", "content": system}] if system else []
         tail = [{"role": "system", "content": REDELIVERED_NOTE}] if turn.redelivered else []
         return head + history_messages(turn) + tail
+
+    def promised_message(self, sessions: SessionService, promise: ExpectedEvent) -> Any:
+        """What a background run whose result never came was promised to deliver, read
+        from the store (``None``: the stand-in stays; see :func:`._delegated.kept_result`)."""
+        return kept_result(sessions, promise)
 
     def on_turn(self, turn: Turn) -> Any:
         """Run the tool-call loop for one turn; the model's final text is the output."""
@@ -221,7 +228,12 @@ def _parallel(turn: Turn, jobs: list[Callable[[], None]]) -> None:
                 errors.append(exc)
 
     count = min(len(jobs), PARALLEL_TOOL_CALLS)
-    tasks = [backend.spawn(worker, name="tool-call") for _ in range(count - 1)]
+    # Each task in a copy of the turn's context: its span stays current there (what
+    # a call starts or follows up continues the turn's trace, as in the turn's own).
+    tasks = [
+        backend.spawn(contextvars.copy_context().run, worker, name="tool-call")
+        for _ in range(count - 1)
+    ]
     worker()
     for task in tasks:
         task.join(None)
