@@ -43,7 +43,7 @@ from subagents.protocol import (
 )
 
 from ._behaviours import Behaviour
-from ._expected import to_checkpoint
+from ._expected import forsaken, to_checkpoint
 from ._followups import Followups
 from ._host import AgentHost
 from ._inbox import CLOSED
@@ -357,8 +357,7 @@ class Agent(Followups):
     def _let_go(self, sessions: Any) -> None:
         """Checkpoint (a settling child, a top-level agent), flush and release the session."""
         if self._checkpoints(self._checkpoint_on_stop):
-            # Quiet reports not yet seen by a turn are folded state too: the next
-            # turn of the next epoch sees them (R-REP-5).
+            # Quiet reports no turn saw yet are folded state too (R-REP-5).
             pending = self._turns.pending_context()
             state = {"next_turn": self._turns.next_turn, "context": pending}
             if self._descriptor is not None:
@@ -370,6 +369,7 @@ class Agent(Followups):
             # Payloads nest two levels, not an output schema; reports are free-form.
             free = pending or owed or "output_schema" in (self._recorded or ())
             sessions.checkpoint(self._session, state, shaped=not free)
+        forsaken(self)  # a disposal: its promises are no sweep's work (see ._expected)
         self._host.leaving(self._session, self._descriptor)
         if self._flush_on_stop and sessions.persistence is not None:
             try:

@@ -54,6 +54,7 @@ __all__ = [
     "behind",
     "checkpointed",
     "fold_owed",
+    "forsaken",
     "settled",
     "stand_ins",
     "to_checkpoint",
@@ -172,6 +173,18 @@ def settled(owed: Owed, behaviour: Any, sessions: Any) -> Owed:
             content = None
         out[mid] = event if content is None else dataclasses.replace(event, content=content)
     return out
+
+
+def forsaken(agent: Any) -> None:
+    """``agent``'s activation ends with promises open: where it was disposed -- not
+    settling (a continuable child's promises wait for a sweep, which delivers them),
+    not the runtime closing (kept, as its inbox is), not its lease lost -- the store
+    forgets them (``SessionService.owe``): no sweep brings a disposed agent back for
+    them. Its checkpoint keeps them, for its next activation to deliver."""
+    turns = agent._turns
+    kept = turns.keep_accepted or agent._checkpoint_on_stop or not agent._flush_on_stop
+    if turns.owed and not kept:
+        agent._host.sessions.owe(agent._session, clear=True)
 
 
 def stand_ins(owed: Owed) -> list[MessageEvent]:

@@ -45,10 +45,12 @@ def _killed(db: str, backend: Backend, shape: str) -> str:
     return done.stdout.split()[0]
 
 
-def _runtime(db: str, backend: Backend, fake: FakeOpenAI) -> Runtime:
+def _runtime(db: str, backend: Backend, fake: FakeOpenAI, *, runs: bool = False) -> Runtime:
+    """A runtime on ``db``; ``runs``: its runs run (both until cancelled), else none
+    does (a run again would block)."""
     rt = Runtime(db, backend=backend, lease_ttl=TTL)
-    never = rt.backend.event()  # no child runs here: a run again would block
-    rt.models.register(FAST, lambda _o: fast(never))
+    never = rt.backend.event()
+    rt.models.register(FAST, lambda _o: slow if runs else fast(never))
     rt.models.register(SLOW, lambda _o: slow)
     rt.models.register("m", openai_chat("gpt-test", base_url=fake.base_url, api_key="k"))
     rt.models.register("root", lambda _o: lambda turn: "root again")
@@ -130,3 +132,31 @@ def test_a_run_that_completed_as_its_result_was_lost_delivers_that_result(
         assert [m.message_id for m in fast_result] == [promise.message_id]
         assert fast_result[0].source is not None
         assert str(fast_result[0].source.session_id) == labels[FAST]
+
+
+def test_a_disposed_parent_is_left_alone_and_a_closed_one_is_adopted(
+    backend: Backend, db: str
+) -> None:
+    """A disposal is the owner's: the store forgets its promises (no sweep brings
+    the agent back for them; its next activation still delivers their stand-ins).
+    A closing runtime keeps them, as it keeps accepted messages: the next
+    runtime's sweep adopts the agent and tells its model."""
+    with FakeOpenAI(api_key="k", responder=responder()) as fake:
+        with _runtime(db, backend, fake, runs=True) as rt:
+            disposed, closed = rt.spawn("m", label="disposed"), rt.spawn("m", label="closed")
+            for agent in (disposed, closed):
+                agent.followup("start both")
+            assert fake.wait_requests(4, 30)
+            assert disposed.wait_idle(30) and closed.wait_idle(30)  # (their runs run on)
+            rt.sessions.flush()
+            assert len(rt.store.owed(disposed.session_id)) == 2
+            disposed.dispose()
+            assert rt.store.owed(disposed.session_id) == []
+        with _runtime(db, backend, fake) as rt:
+            assert len(rt.store.owed(closed.session_id)) == 2
+            assert fake.wait_requests(6, 60), "the closed agent was never adopted"
+            assert rt.wait_idle(30)
+            assert rt.agents.get(disposed.session_id) is None
+            told = [r for request in fake.requests[4:] for r in results_in(request)]
+            closed_runs = _labels(rt, closed.session_id).values()
+            assert sorted(r["id"] for r in told) == sorted(closed_runs)
