@@ -268,8 +268,7 @@ class TurnRunner:
         if self.owed:  # a promised message (or its stand-in) runs: that promise is kept
             kept = arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
             host.sessions.owe(session, drop=kept)
-        # The turn's events, as one record: built when a reader asks (see
-        # protocol.TurnRecord); the system clock is read once a turn.
+        # The turn's events as one record, built when read (protocol.TurnRecord); one clock read.
         record = TurnRecord(index, clock(), d, context)
         turn = Turn(
             self._agent, index, d, context, session.next_seq - 1, self._lock, self, record.at
@@ -400,9 +399,8 @@ class TurnRunner:
         events = [trusted_message(m.message_id, m.content, m.source) for m in messages]
         self._host.sessions.append(self._session, events, defer=True)  # stored with turn/end
         if self.owed:
-            self._host.sessions.owe(
-                self._session, drop=arrived(self.owed, (m.message_id for m in messages))
-            )
+            kept = arrived(self.owed, (m.message_id for m in messages))
+            self._host.sessions.owe(self._session, drop=kept)
         return True
 
     def record_expected(self, turn: Turn, event: ExpectedEvent) -> None:
