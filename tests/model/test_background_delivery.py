@@ -126,8 +126,11 @@ def test_a_result_delivered_just_before_its_turn_is_disposed(
 
     monkeypatch.setattr(_agent.Agent, "followup", followup_then_wait)
 
+    taken = backend.event()
+
     def kid(turn: Turn) -> Any:
         if turn.index == 0:
+            assert taken.wait(10)  # the test holds the agent first
             _delegate_and_settle(dispatcher, provider, turn, backend)
         else:
             dispatcher.dispose_settled(turn)  # what openai_chat's turn does first
@@ -135,10 +138,11 @@ def test_a_result_delivered_just_before_its_turn_is_disposed(
         return None
 
     kid_id = _start_kid(rt, kid)
-    # Taken now: once its second turn ran, the child may settle (and leave the
-    # registry) before this thread looks.
+    # Taken while its first turn waits: once its second turn ran, the child may
+    # settle (and leave the registry) before this thread looks.
     agent = rt.agents.get(kid_id)
     assert agent is not None
+    taken.set()
     assert second_ran.wait(10)
     assert agent.wait_disposed(20)  # it settles
     assert len(provider.disposed) == 1
