@@ -44,7 +44,7 @@ from ._agents import (
     SessionService,
     ToolRegistry,
     Turn,
-    dispose_by_depth,
+    close_agents,
     runtime_statistics,
     spawn_agent,
     wait_all_idle,
@@ -126,6 +126,12 @@ class Runtime:
         adopt: on a durable store, this runtime's sweep activates sessions that
             nobody holds and work waits for (the default); ``False`` runs only
             what it is asked to (a placement host: the parent's runtime owns the tree).
+        adopted_grace: seconds a top-level agent the sweep adopted stays resident
+            once quiet (idle, no resident child, no background run) before it is
+            let go -- disposed, its lease released -- so that the session's next
+            activation may be in any process. A message during the grace keeps
+            it; ``float("inf")`` keeps adoptions for the runtime's life. Agents
+            this runtime's user spawned or resumed are never let go this way.
 
     Attributes:
         agents: the live top-level and child agents (:class:`AgentRegistry`):
@@ -157,6 +163,7 @@ class Runtime:
         max_inbox: int | None = None,
         tracing: Any = None,
         adopt: bool = True,
+        adopted_grace: float = 30.0,
     ) -> None:
         self.backend = get_backend(backend)
         check_runtime_arguments(
@@ -169,6 +176,7 @@ class Runtime:
             max_inbox=max_inbox,
             adopt=adopt,
             keep_warm=keep_warm,
+            adopted_grace=adopted_grace,
         )
         self.max_delegation_depth = max_delegation_depth
         self.max_inbox = max_inbox
@@ -215,12 +223,14 @@ class Runtime:
                 telemetry=self.telemetry,
             ),
             self.models,
+            adopted_grace,
         )
         events = EventBus()
         providers = ProviderRegistry(events)
         self.continuation = ContinuationManager(
             self, self.backend, providers=providers, events=events, keep_warm=keep_warm
         )
+        self.agents.adopted.children = self.continuation.has_children
         self.subagents = SubagentService(
             ctx=self,
             providers=providers,
@@ -402,21 +412,7 @@ class Runtime:
             # First: a pickup in flight may activate a session; none may start after
             # the agents below are listed.
             self.mail.close()
-        # Nor may anything else (a send, a follow-up waking a child, a resume); one
-        # begun before must end first, or its agent is in no list and its lease kept.
-        self.agents.close()
-        if not self.agents.wait_activations(30.0):
-            logger.warning("an activation was still in flight when the runtime closed")
-        agents = self.agents.list()
-        for agent in agents:
-            # What they accepted and did not run stays in their durable inboxes
-            # (strict durability): it runs at each session's next activation.
-            agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
-        dispose_by_depth(agents, 30.0)
-        # Children that settled on their own (disposing without a waiter) release
-        # their sessions in their actors' on_stop: before the writer closes.
-        if not self.agents.wait_stopped(30.0):
-            logger.warning("an agent was still disposing when the runtime closed")
+        close_agents(self.agents)  # nor may anything else; then every agent stops
         self.continuation.close()
         self.sessions.close()
         if self.store is not None:

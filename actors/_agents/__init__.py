@@ -9,6 +9,7 @@ only through :class:`AgentHost`, and never imports the subagent service.
 from ._agent import Agent
 from ._ahead import committed_at, keep_untaken, replay_first, replayed
 from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviour, echo
+from ._claims import runtime_closed
 from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
 from ._leases import Holder, Leases
@@ -19,11 +20,11 @@ from ._messages import UNTAKEN, plain
 from ._options import AgentOptions, recorded_model
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
-from ._registry import AgentRegistry, runtime_closed
+from ._registry import AgentRegistry
 from ._resume import CUT_SHORT, Restored, replay, stored_options
 from ._send import kept
 from ._sessions import SessionService
-from ._spawn import dispose_by_depth, spawn_agent, wait_all_idle
+from ._spawn import close_agents, dispose_by_depth, spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
 from ._tools import TOOL_NAME_PATTERN, ToolFn, ToolRegistry, valid_tool_name
@@ -63,6 +64,7 @@ __all__ = [
     "as_behaviour",
     "check_output_schema",
     "check_steer",
+    "close_agents",
     "committed_at",
     "dispose_by_depth",
     "echo",

@@ -30,7 +30,7 @@ from subagents.protocol import ErrorCode, SessionId, SubagentError
 from ._agent import Agent
 from ._host import AgentHost
 
-__all__ = ["CLAIM_WAIT", "SessionClaims"]
+__all__ = ["CLAIM_WAIT", "SessionClaims", "runtime_closed"]
 
 #: How long a second activation of a session waits for the first (or for the
 #: previous agent's disposal) before it is refused with ``SESSION_EXISTS``.
@@ -138,3 +138,9 @@ class SessionClaims:
 
 def _never(_timeout: float) -> object:  # pragma: no cover - never called
     raise AssertionError("not waited for")
+
+
+def runtime_closed() -> SubagentError:
+    """``RUNTIME_CLOSED``: what an activation, or a call the closed runtime's actors
+    would answer, gets once the runtime closes."""
+    return SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)

@@ -28,21 +28,21 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     TurnStart,
-    new_message_id,
 )
 
+from ._adopted import Adoptions
 from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
-from ._claims import SessionClaims
+from ._claims import SessionClaims, runtime_closed
 from ._host import AgentHost
 from ._live import LiveSession
 from ._options import AgentOptions
 from ._output import check_agent_arguments
 from ._resume import Restored, recorded_payload, replay_first, restore
-from ._send import send_unheld, subagent_refused
+from ._send import send_to, subagent_refused
 from ._turn import Turn
 
-__all__ = ["AgentRegistry", "runtime_closed"]
+__all__ = ["AgentRegistry"]
 
 logger = logging.getLogger("subagents")
 
@@ -54,7 +54,9 @@ def _as_session_id(value: Any) -> SessionId:
 class AgentRegistry:
     """Live agents by session id (the seed's ``ctx.agents``). Thread-safe."""
 
-    def __init__(self, host: AgentHost, models: ModelRegistry) -> None:
+    def __init__(
+        self, host: AgentHost, models: ModelRegistry, adopted_grace: float = float("inf")
+    ) -> None:
         # An agent's ``forget`` and ``released`` report here: one call, no hop.
         self._host = dataclasses.replace(host, forget=self._unregister, released=self._released)
         self._models = models
@@ -64,6 +66,7 @@ class AgentRegistry:
         # agent is still disposing (it holds the lease until its release).
         self._claims = SessionClaims(self._host, self._lock, self._agents)
         self._closing = False  # the runtime closes: no agent is registered any more
+        self.adopted = Adoptions(host.backend, adopted_grace)  # the sweep's: let go
         self._pid = os.getpid()
         track_fork(self)
 
@@ -148,7 +151,9 @@ class AgentRegistry:
         One activation of a session at a time here: a resume, send or follow-up
         activating the same session meanwhile is waited for, and so is the
         disposal of its previous agent (``dispose(wait=False)`` releases the
-        session later), up to 30 seconds each.
+        session later), up to 30 seconds each. A session this runtime's sweep
+        adopted is live here already (``SESSION_EXISTS``): asking for it makes it
+        the caller's, never let go once quiet (see ``Runtime(adopted_grace=)``).
 
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``SESSION_NOT_FOUND``,
@@ -168,9 +173,20 @@ class AgentRegistry:
             header = None  # the restore says what is wrong with it
         if header is not None and header.parent_session is not None:
             raise subagent_refused(sid)
-        return self._resume_top(
-            sid, behaviour=behaviour, options=options, output_schema=output_schema, damaged=damaged
-        )
+        try:
+            return self._resume_top(
+                sid, behaviour=behaviour, options=options, output_schema=output_schema,
+                damaged=damaged,
+            )  # fmt: skip
+        except SubagentError as exc:
+            if exc.code == ErrorCode.SESSION_EXISTS:
+                self.adopted.keep(sid)  # adopted here: the caller's from now on
+            raise
+
+    def resume_unasked(self, session_id: SessionId) -> Agent:
+        """:meth:`resume` of a top-level session for no user here (the sweep wakes a
+        child below it); one live here meanwhile: ``SESSION_EXISTS``, left as is."""
+        return self._resume_top(session_id)
 
     def _resume_top(self, sid: SessionId, **kwargs: Any) -> Agent:
         """``resume`` of a session the caller read the header of: a top-level one.
@@ -187,10 +203,8 @@ class AgentRegistry:
 
     def resume_waiting(self, session_id: SessionId) -> Agent | None:
         """Activate a top-level session for the messages waiting in its inbox (the
-        mail's adoption of a session nobody holds). ``None``, and nothing left
-        live, when the activation finds none waiting: they ran meanwhile, in an
-        agent since disposed -- a top-level agent never settles, so one activated
-        for nothing would stay for the runtime's life.
+        mail adopts a session nobody holds: :attr:`adopted`). ``None``, and nothing
+        left live, when it finds none waiting (they ran meanwhile, elsewhere).
 
         Raises:
             SubagentError: those of :meth:`resume`.
@@ -203,6 +217,8 @@ class AgentRegistry:
                 return None
             restored = self._restore(session_id)
             replay_first(restored.agent, restored.pending)
+            # For no user here: let go once quiet (after its replay: idle before).
+            self.adopted.add(restored.agent)
         finally:
             self._claims.unclaim(session_id)
         agent = restored.agent
@@ -292,6 +308,7 @@ class AgentRegistry:
         ``RUNTIME_CLOSED``, so :meth:`list` holds every agent the close must stop."""
         with self._lock:
             self._closing = True
+        self.adopted.close()  # (the close disposes every agent)
 
     def wait_activations(self, timeout: float) -> bool:
         """Wait for the activations begun before :meth:`close` to end (True), each
@@ -397,23 +414,8 @@ class AgentRegistry:
                 ``ENCODE_ERROR``, ``INVALID_ARGUMENT``, the store's error.
         """
         self._host.check_thread()
-        sid = _as_session_id(session_id)
-        if source is not None and not isinstance(source, MessageSource):
-            raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
-        mid = new_message_id() if message_id is None else MessageId(message_id)
-        agent = self.get(sid)
-        if agent is not None:
-            if agent.parent_session is not None:  # resident or not, the same answer
-                raise subagent_refused(sid)
-            try:
-                return agent.followup(content, source=source, message_id=mid)
-            except SubagentError as exc:
-                if exc.code not in (ErrorCode.AGENT_DISPOSED, ErrorCode.LEASE_LOST):
-                    raise
-                # Let go, or taken over unnoticed (nothing accepted): as if not live here.
-        host = self._host
-        return send_unheld(
-            host.sessions, self.get, self._resume_top, sid, content, source, mid, host.telemetry
+        return send_to(
+            self._host, self.get, self._resume_top, session_id, content, source, message_id
         )
 
     def list(self) -> list[Agent]:
@@ -426,9 +428,3 @@ class AgentRegistry:
         listener), else None: a call that waits for every agent must not come
         from one of them."""
         return next((a for a in self.list() if a._in_own_loop()), None)
-
-
-def runtime_closed() -> SubagentError:
-    """``RUNTIME_CLOSED``: what an activation, or a call the closed runtime's actors
-    would answer, gets once the runtime closes."""
-    return SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)

@@ -14,6 +14,7 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
     check_value,
+    new_message_id,
     trusted_message,
 )
 
@@ -22,7 +23,7 @@ from ._followups import USER
 from ._mail import wake_holder
 from ._sessions import SessionService
 
-__all__ = ["kept", "send_unheld", "subagent_refused"]
+__all__ = ["kept", "send_to", "send_unheld", "subagent_refused"]
 
 logger = logging.getLogger("subagents")
 
@@ -56,6 +57,36 @@ def kept(
             "could not retract %s from %s (%s): it stays accepted", message_id, target, again
         )
         return True
+
+
+def send_to(
+    host: Any,
+    get: Callable[[SessionId], Agent | None],
+    resume_top: Callable[[SessionId], Agent],
+    session_id: Any,
+    content: Any,
+    source: MessageSource | None,
+    message_id: MessageId | str | None,
+) -> MessageId:
+    """``AgentRegistry.send`` (see there): a follow-up of the agent when it is live
+    here, else :func:`send_unheld`; ``host`` is the registry's :class:`AgentHost`."""
+    sid = session_id if type(session_id) is SessionId else SessionId(session_id)
+    if source is not None and not isinstance(source, MessageSource):
+        raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
+    mid = new_message_id() if message_id is None else MessageId(message_id)
+    agent = get(sid)
+    if agent is not None:
+        if agent.parent_session is not None:  # resident or not, the same answer
+            raise subagent_refused(sid)
+        try:
+            return agent.followup(content, source=source, message_id=mid)
+        except SubagentError as exc:
+            if exc.code not in (ErrorCode.AGENT_DISPOSED, ErrorCode.LEASE_LOST):
+                raise
+            # Let go (an adoption that was quiet, say), or taken over unnoticed
+            # (nothing accepted): as if not live here.
+    sessions = host.sessions
+    return send_unheld(sessions, get, resume_top, sid, content, source, mid, host.telemetry)
 
 
 def send_unheld(

@@ -31,7 +31,7 @@ from ._output import check_agent_arguments
 from ._registry import AgentRegistry
 from ._sessions import SessionService
 
-__all__ = ["dispose_by_depth", "spawn_agent", "wait_all_idle"]
+__all__ = ["close_agents", "dispose_by_depth", "spawn_agent", "wait_all_idle"]
 
 logger = logging.getLogger("subagents")
 
@@ -120,3 +120,24 @@ def dispose_by_depth(agents: list[Agent], timeout: float) -> None:
         for agent in level:
             if not agent.wait_disposed(max(0.0, deadline - time.monotonic())):
                 logger.warning("%r was still disposing when the runtime closed", agent)
+
+
+def close_agents(registry: AgentRegistry) -> None:
+    """The agents' part of ``Runtime.close`` (after the mail's: no pickup may
+    activate a session once the agents are listed): refuse every activation from
+    now on, and wait for those begun before -- else an agent is in no list and
+    its lease is kept --; then stop every live agent, deepest first, keeping what
+    they accepted, and wait for every release."""
+    registry.close()
+    if not registry.wait_activations(30.0):
+        logger.warning("an activation was still in flight when the runtime closed")
+    agents = registry.list()
+    for agent in agents:
+        # What they accepted and did not run stays in their durable inboxes
+        # (strict durability): it runs at each session's next activation.
+        agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
+    dispose_by_depth(agents, 30.0)
+    # Children that settled on their own (disposing without a waiter) release
+    # their sessions in their actors' on_stop: before the writer closes.
+    if not registry.wait_stopped(30.0):
+        logger.warning("an agent was still disposing when the runtime closed")

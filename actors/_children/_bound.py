@@ -108,12 +108,13 @@ class BoundSubagents:
         self._service.interrupt(child_id, AncestorAuthority(self._agent))
 
     def hold_residency(self) -> Callable[[], None] | None:
-        """Keep this agent resident, if it is a resident continuable child, until
-        the returned release is called: for work it started that outlives its
-        turns (a background run whose result comes back as a message). None for
-        any other agent. Release it once that work ended, and when the agent is
-        cancelled without ``keep_inbox`` (``Agent.add_cancel_listener``): a drain
-        waits for the release."""
+        """Keep this agent resident, if it is a resident continuable child or a
+        live top-level agent (one the sweep adopted is not let go meanwhile),
+        until the returned release is called: for work it started that outlives
+        its turns (a background run whose result comes back as a message). None
+        for any other agent. Release it once that work ended, and when the agent
+        is cancelled without ``keep_inbox`` (``Agent.add_cancel_listener``): a
+        drain waits for the release."""
         return self._service.hold_residency(self._agent)
 
     def list_children(self, *, signal: AbortSignal | None = None) -> Listing:

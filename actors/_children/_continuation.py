@@ -172,11 +172,13 @@ class ContinuationManager(Followups):
         """Keep ``agent``'s Activation resident -- it neither settles nor is
         released -- until the returned release is called (once; later calls do
         nothing): what a continuable child's background work needs to outlive its
-        turns. None when ``agent`` is not the agent of a resident continuable child
-        (a top-level agent, say). A drain still cancels the agent: whoever holds
+        turns. A top-level agent is kept from being let go as an adoption
+        (``AgentRegistry.adopted``); None for any other agent that is not a
+        resident continuable child. A drain still cancels the agent: whoever holds
         must release once that cancel ended its work (``add_cancel_listener``)."""
         if self.activation(agent.session_id) is None:
-            return None
+            top = agent.parent_session is None and self.require_agents().is_live(agent)
+            return self.require_agents().adopted.hold(agent) if top else None
         act: Activation | None = self._ask(Hold(agent.session_id))
         if act is None:
             return None
@@ -215,6 +217,11 @@ class ContinuationManager(Followups):
             act.released.wait(ADMISSION_TIMEOUT)
             return True
         return not self.require_agents().is_live(agent)
+
+    def has_children(self, parent_id: SessionId) -> bool:
+        """Whether a continuable child of ``parent_id`` is resident here, or on its
+        way in or out (any Activation not released)."""
+        return any(a.parent_session == parent_id for a in self._index.copy().values())
 
     def activations(self) -> list[Activation]:
         """Every resident Activation."""

@@ -30,13 +30,10 @@ from subagents.actors._agents import (
     AgentRegistry,
     SessionService,
     Steered,
-    check_steer,
     kept,
-    not_open,
     stored_options,
     wake_holder,
 )
-from subagents.actors._kernel import AbortSignal
 from subagents.protocol import (
     ErrorCode,
     InboxFullError,
@@ -61,7 +58,6 @@ __all__ = [
     "followup_by_id",
     "start_by_id",
     "start_child",
-    "steer_by_id",
     "wake_child",
     "wake_orphan",
 ]
@@ -243,14 +239,16 @@ def wake_child(
     continuation: ContinuationManager,
     child_id: SessionId,
     parent_id: SessionId,
+    adopted: bool = False,
 ) -> None:
     """Messages wait in a continuable child's durable inbox: wake whoever can run
     them -- the child's holder; else, climbing from its parent through settled
     subagent sessions, the first ancestor live here (the chain below it is woken
     here, :meth:`Chains.wake`) or held by another process
     (rung about the child: it wakes the chain there); else the top-level agent is
-    resumed here first. A committed message is never lost by a failure here: it
-    runs at the child's next activation, and the holders' sweeps look again.
+    resumed here first (``adopted``, the sweep's: let go once quiet, after its
+    child). A committed message is never lost by a failure here: it runs at the
+    child's next activation, and the holders' sweeps look again.
 
     Raises:
         SubagentError: resuming the top-level agent failed (not ``LEASE_HELD``).
@@ -258,7 +256,7 @@ def wake_child(
     # The chain's top may leave residency while it is woken (it settled, or was
     # disposed): then once more from the start, where it is not live.
     for attempt in range(WAKE_TRIES):
-        if _wake_once(agents, sessions, continuation, child_id, parent_id, attempt):
+        if _wake_once(agents, sessions, continuation, child_id, parent_id, attempt, adopted):
             return
 
 
@@ -269,8 +267,10 @@ def _wake_once(
     child_id: SessionId,
     parent_id: SessionId,
     attempt: int,
+    adopted: bool,
 ) -> bool:
     """One try of :func:`wake_child`: False when the chain's top left meanwhile."""
+    resumed = None
     # A holder's doorbell nobody answers (its process died, on this host) counts as
     # no holder: the lease of a dead holder here is taken over at once.
     child_holder = sessions.wake_address(child_id)
@@ -291,8 +291,8 @@ def _wake_once(
         if header.origin == "subagent" and header.parent_session is not None:
             sid = header.parent_session
             continue
-        try:
-            resume_here(agents, sid)
+        try:  # (the sweep's own resume: one found live is somebody else's)
+            resumed = agents.resume_unasked(sid) if adopted else resume_here(agents, sid)
         except SubagentError as exc:
             if exc.code == ErrorCode.SESSION_EXISTS:  # being activated here meanwhile:
                 return attempt == WAKE_TRIES - 1  # again, through it (or the sweep)
@@ -304,7 +304,11 @@ def _wake_once(
     else:
         return True
     chain.reverse()
-    return continuation.chains.wake(chain, last_try=attempt == WAKE_TRIES - 1)
+    try:
+        return continuation.chains.wake(chain, last_try=attempt == WAKE_TRIES - 1)
+    finally:
+        if adopted and resumed is not None:  # after the chain: its child keeps it
+            agents.adopted.add(resumed)
 
 
 def adopt(
@@ -326,7 +330,7 @@ def adopt(
     if header is None or (_only_quiet(pending) and not sessions.owes(session_id)):
         return  # quiet reports wait for the next turn: nothing to wake it for (nor owed)
     if header.origin == "subagent" and header.parent_session is not None:
-        wake_child(agents, sessions, continuation, session_id, header.parent_session)
+        wake_child(agents, sessions, continuation, session_id, header.parent_session, True)
     elif agents.get(session_id) is None:
         agents.resume_waiting(session_id)
 
@@ -393,37 +397,3 @@ def _local(
     return continuation.followup(
         parent, child_id, content, source=source, message_id=message_id, steer=steer
     )
-
-
-def steer_by_id(
-    agents: AgentRegistry,
-    sessions: SessionService,
-    continuation: ContinuationManager,
-    parent_id: SessionId,
-    child_id: SessionId,
-    content: Any,
-    source: MessageSource | None,
-    steer: Any,
-    message_id: MessageId | str | None = None,
-    signal: AbortSignal | None = None,
-) -> Steered:
-    """A steer naming the parent by id: through the parent when it is live here
-    (only a child resident here has a turn to steer), else queued by id --
-    ``message_id`` deduplicating it either way."""
-    strict = check_steer(steer)
-    parent = agents.get(parent_id)
-    if parent is not None:
-        steered = continuation.followup(
-            parent, child_id, content, source=source, signal=signal,
-            message_id=message_id, steer=steer,
-        )  # fmt: skip
-        assert isinstance(steered, Steered)  # a steer was asked: the outcome
-        return steered
-    if strict:
-        raise not_open(child_id)
-    steered = followup_by_id(
-        agents, sessions, continuation, parent_id, child_id, content,
-        source=source, message_id=message_id, steer=steer,
-    )  # fmt: skip
-    assert isinstance(steered, Steered)  # a steer was asked: the outcome
-    return steered

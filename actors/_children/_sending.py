@@ -1,19 +1,27 @@
 """The subagent service's follow-up beyond its common case (a live parent, no wait,
 no tracing, which goes straight to the continuation manager): a parent named by
-its session id (:mod:`._remote`), waiting for room in a bounded inbox
-(:mod:`._room`), and the acceptance's span when the runtime traces."""
+its session id (:mod:`._remote`; a steer by it: :func:`steer_by_id`), waiting for
+room in a bounded inbox (:mod:`._room`), and the acceptance's span when the
+runtime traces."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from subagents.actors._agents import Agent, AgentRegistry, SessionService, Steered
-from subagents.actors._kernel import Telemetry, check_timeout, stamp, traced
+from subagents.actors._agents import (
+    Agent,
+    AgentRegistry,
+    SessionService,
+    Steered,
+    check_steer,
+    not_open,
+)
+from subagents.actors._kernel import AbortSignal, Telemetry, check_timeout, stamp, traced
 from subagents.protocol import MessageId, MessageSource, SessionId
 
 from ._continuation import ContinuationManager
-from ._remote import followup_by_id, steer_by_id
+from ._remote import followup_by_id
 from ._room import until_room
 from ._validate import check_signal
 
@@ -79,3 +87,37 @@ def send_followup(
         return run()
     attrs = {"child_id": child_id, "parent_session_id": parent_id}
     return traced(telemetry, "subagents.followup", attrs, run)
+
+
+def steer_by_id(
+    agents: AgentRegistry,
+    sessions: SessionService,
+    continuation: ContinuationManager,
+    parent_id: SessionId,
+    child_id: SessionId,
+    content: Any,
+    source: MessageSource | None,
+    steer: Any,
+    message_id: MessageId | str | None = None,
+    signal: AbortSignal | None = None,
+) -> Steered:
+    """A steer naming the parent by id: through the parent when it is live here
+    (only a child resident here has a turn to steer), else queued by id --
+    ``message_id`` deduplicating it either way."""
+    strict = check_steer(steer)
+    parent = agents.get(parent_id)
+    if parent is not None:
+        steered = continuation.followup(
+            parent, child_id, content, source=source, signal=signal,
+            message_id=message_id, steer=steer,
+        )  # fmt: skip
+        assert isinstance(steered, Steered)  # a steer was asked: the outcome
+        return steered
+    if strict:
+        raise not_open(child_id)
+    steered = followup_by_id(
+        agents, sessions, continuation, parent_id, child_id, content,
+        source=source, message_id=message_id, steer=steer,
+    )  # fmt: skip
+    assert isinstance(steered, Steered)  # a steer was asked: the outcome
+    return steered

@@ -278,8 +278,9 @@ class SubagentService(CatalogReads):
         )  # fmt: skip
 
     def hold_residency(self, agent: Agent) -> Callable[[], None] | None:
-        """Keep ``agent`` resident until the returned release (None: it is not a
-        resident continuable child); see ``BoundSubagents.hold_residency``."""
+        """Keep ``agent`` resident until the returned release (None: it is neither a
+        resident continuable child nor a live top-level agent); see
+        ``BoundSubagents.hold_residency``."""
         self._check_process()
         return self._continuation.hold(agent)
 

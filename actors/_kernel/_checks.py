@@ -80,6 +80,7 @@ def check_runtime_arguments(
     max_inbox: object = None,
     adopt: object = True,
     keep_warm: object = 0.0,
+    adopted_grace: object = 30.0,
 ) -> None:
     """The ``Runtime`` constructor's arguments, checked before anything is built.
 
@@ -104,6 +105,7 @@ def check_runtime_arguments(
             code=ErrorCode.INVALID_ARGUMENT,
         )
     check_keep_warm(keep_warm)
+    check_keep_warm(adopted_grace, "adopted_grace")
     if max_delegation_depth is not None and (
         type(max_delegation_depth) is not int or max_delegation_depth < 1
     ):
@@ -119,13 +121,12 @@ def check_runtime_arguments(
 MAX_LEASE_TTL: Final = 1e9
 
 
-def check_keep_warm(value: object) -> None:
-    """Seconds an idle child stays resident: a number >= 0 (``inf``: until drained),
+def check_keep_warm(value: object, name: str = "keep_warm") -> None:
+    """Seconds an idle agent stays resident (``name``: ``keep_warm``, a child's;
+    ``adopted_grace``, an adoption's): a number >= 0 (``inf``: for good),
     ``INVALID_ARGUMENT`` otherwise -- an int past a float's range too."""
     if type(value) not in (int, float) or value != value or value < 0:  # type: ignore[operator]
-        raise SubagentError(
-            "keep_warm is a number of seconds >= 0", code=ErrorCode.INVALID_ARGUMENT
-        )
+        raise SubagentError(f"{name} is a number of seconds >= 0", code=ErrorCode.INVALID_ARGUMENT)
 
 
 def check_max_inbox(value: object, name: str) -> None:

@@ -8,6 +8,8 @@ Usage::
     python mp_worker.py accept DB SESSION - COUNT - MARKS BACKEND TTL
     python mp_worker.py stall DB SESSION NAME COUNT - MARKS BACKEND TTL
     python mp_worker.py tree DB - - COUNT - MARKS BACKEND TTL
+    python mp_worker.py leave DB SESSION - COUNT - MARKS BACKEND TTL
+    python mp_worker.py resume DB SESSION - - - MARKS BACKEND TTL
 
 ``send``: sends COUNT messages ``NAME-i`` to SESSION with ``agents.send``,
 printing each id it was given, then waits until the session's log has TOTAL
@@ -16,6 +18,12 @@ completed turns (whichever process runs them) and closes.
 ``accept``: resumes SESSION, whose first turn (``first``) then never ends, and
 follows it up with ``m0`` .. ``m{COUNT-1}`` (accepted, queued behind it); prints
 ``ready`` and waits to be killed.
+
+``leave``: as ``accept``, then closes its runtime instead of waiting: the
+first turn is cancelled, and what it accepted stays in the session's inbox.
+
+``resume``: resumes SESSION, prints ``resumed`` (or the error's code), waits
+until it is idle and closes.
 
 ``tree``: spawns a top-level ``mark`` agent and a continuable child of it
 (model ``stuck``) whose first turn, its prompt ``m0``, never ends; follows the
@@ -125,7 +133,7 @@ def main(argv: list[str]) -> int:
             for i in range(int(count)):
                 print(rt.agents.send(sid, f"{name}-{i}"), flush=True)
                 rt.backend.sleep(0.05)  # the pace of the rings, not an ordering
-        elif mode == "accept":
+        elif mode in ("accept", "leave"):
             assert sid is not None
             stuck = lambda _o: lambda turn: turn.signal.wait(3600)  # noqa: E731
             rt.models.register("mark", stuck, replace=True)
@@ -134,7 +142,17 @@ def main(argv: list[str]) -> int:
             for i in range(int(count)):
                 agent.followup(f"m{i}")
             print("ready", flush=True)
-            agent.wait_disposed(3600)  # killed before
+            if mode == "accept":
+                agent.wait_disposed(3600)  # killed before
+        elif mode == "resume":
+            assert sid is not None
+            try:
+                resumed = rt.agents.resume(sid)
+            except SubagentError as exc:
+                print(exc.code, flush=True)
+            else:
+                print("resumed", flush=True)
+                resumed.wait_idle(30)
         elif mode == "stall":
             assert sid is not None
 

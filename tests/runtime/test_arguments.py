@@ -79,6 +79,9 @@ def test_drain_takes_agents(backend: Backend, parents: Any) -> None:
     [
         {"keep_warm": float("nan")},
         {"keep_warm": -1},
+        {"adopted_grace": float("nan")},
+        {"adopted_grace": -1},
+        {"adopted_grace": "30"},
         {"lease_ttl": float("inf")},
         {"projections": "yes"},
         {"default_providers": 1},
