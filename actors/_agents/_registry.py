@@ -397,13 +397,12 @@ class AgentRegistry:
 
         Live here: it is ``agent.followup``. Otherwise, under strict durability,
         the message is committed to the session's inbox first, then the session is
-        resumed here (from its recorded options) and runs it -- or, when another
-        process holds it (``LEASE_HELD``), that process is woken and runs it. On a
-        memory store or under relaxed durability the session is resumed here first.
-        ``message_id`` makes the call idempotent, as for ``followup``. Committed and
-        then not run here because the runtime closes (or the store cannot take it
-        back), the message stays accepted: the id is returned, and it runs at the
-        session's next activation.
+        resumed here (from its recorded options; let go once quiet, as the sweep's
+        adoptions) and runs it -- or another process holding it (``LEASE_HELD``) is
+        woken and runs it. On a memory store or under relaxed durability the session
+        is resumed here first. ``message_id`` makes the call idempotent. Committed
+        and then not run here because the runtime closes (or the store cannot take
+        it back), the message stays accepted: it runs at the next activation.
 
         Raises:
             SubagentError: ``SESSION_NOT_FOUND``; ``UNAUTHORIZED`` for a subagent's
@@ -415,8 +414,9 @@ class AgentRegistry:
         """
         self._host.check_thread()
         return send_to(
-            self._host, self.get, self._resume_top, session_id, content, source, message_id
-        )
+            self._host, self.get, self._resume_top, session_id, content, source, message_id,
+            self.adopted.add,
+        )  # fmt: skip
 
     def list(self) -> list[Agent]:
         """Every live agent."""

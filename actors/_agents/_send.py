@@ -67,9 +67,11 @@ def send_to(
     content: Any,
     source: MessageSource | None,
     message_id: MessageId | str | None,
+    adopt: Callable[[Agent], object] = lambda _agent: None,
 ) -> MessageId:
     """``AgentRegistry.send`` (see there): a follow-up of the agent when it is live
-    here, else :func:`send_unheld`; ``host`` is the registry's :class:`AgentHost`."""
+    here, else :func:`send_unheld`; ``host`` is the registry's :class:`AgentHost`;
+    ``adopt``: what becomes of an agent the send resumed (see there)."""
     sid = session_id if type(session_id) is SessionId else SessionId(session_id)
     if source is not None and not isinstance(source, MessageSource):
         raise SubagentError("source must be a MessageSource", code=ErrorCode.INVALID_ARGUMENT)
@@ -86,7 +88,7 @@ def send_to(
             # Let go (an adoption that was quiet, say), or taken over unnoticed
             # (nothing accepted): as if not live here.
     sessions = host.sessions
-    return send_unheld(sessions, get, resume_top, sid, content, source, mid, host.telemetry)
+    return send_unheld(sessions, get, resume_top, sid, content, source, mid, host.telemetry, adopt)
 
 
 def send_unheld(
@@ -98,11 +100,15 @@ def send_unheld(
     source: MessageSource | None,
     mid: MessageId,
     telemetry: Telemetry | None = None,
+    adopt: Callable[[Agent], object] = lambda _agent: None,
 ) -> MessageId:
     """Send ``content`` to ``sid``, a session not live here (or leaving): see
     ``AgentRegistry.send``; ``get`` and ``resume_top`` are the registry's. Traced
     as a follow-up where the message is committed here (it carries the span to
-    whichever process runs it); otherwise the resumed agent's follow-up traces it."""
+    whichever process runs it); otherwise the resumed agent's follow-up traces it.
+    An agent this resumed is handed to ``adopt`` once its message is queued: it
+    was resumed for the message, for no user here (the registry lets it go once
+    quiet, as the sweep's adoptions)."""
     header = sessions.header(sid)
     if header is None:
         raise SubagentError(f"no session {sid}", code=ErrorCode.SESSION_NOT_FOUND)
@@ -110,13 +116,16 @@ def send_unheld(
         raise subagent_refused(sid)
     if not sessions.strict or sessions.leases is None:
         try:
-            agent = resume_top(sid)
+            agent, resumed = resume_top(sid), True
         except SubagentError as exc:
             found = get(sid)
             if exc.code != ErrorCode.SESSION_EXISTS or found is None:
                 raise
-            agent = found
-        return agent.followup(content, source=source, message_id=mid)
+            agent, resumed = found, False
+        queued = agent.followup(content, source=source, message_id=mid)
+        if resumed:
+            adopt(agent)
+        return queued
     check_value(content)  # refuse what the log cannot hold before anything is accepted
 
     def commit(src: MessageSource | None) -> MessageId:
@@ -124,7 +133,7 @@ def send_unheld(
         if accepted.duplicate:
             return mid
         try:
-            resume_top(sid)  # its replay runs the message
+            adopt(resume_top(sid))  # its replay runs the message
         except SubagentError as exc:
             if exc.code == ErrorCode.SESSION_EXISTS:
                 # Live here since we looked: its pickup takes what nobody took.

@@ -353,3 +353,30 @@ def test_a_resident_child_keeps_its_adopted_parent_until_it_settles(
         assert _let_go(b, child)
         assert _let_go(b, lead.session_id)
         assert noted.contents()[:2] == ["p", "work"]
+
+
+@pytest.mark.parametrize("sent", ["send", "send-relaxed"])
+def test_a_session_a_send_resumed_is_let_go_once_quiet(
+    backend: Backend, db: str, tmp_path: Path, sent: str
+) -> None:
+    """``agents.send`` to a top-level session nobody holds resumes it here to run
+    the message -- for no user here, as the sweep's adoptions: once quiet for the
+    grace it is let go (agent disposed, lease released) and another process
+    resumes it. It stayed live in the sender for the process's life (a server
+    worker that sends to many sessions kept them all, and their leases). A
+    session the user resumed, then sent to, stays."""
+    sid, mine_sid = _session(db, backend), _session(db, backend)
+    durability = "strict" if sent == "send" else "relaxed"
+    with Runtime(
+        db, backend=backend, lease_ttl=TTL, adopted_grace=GRACE, durability=durability
+    ) as b:
+        noted = Noted()
+        noted.register(b, "b", model="mark")
+        mine = b.agents.resume(mine_sid)
+        b.agents.send(sid, "hello")
+        b.agents.send(mine_sid, "mine")
+        assert noted.runs("hello", ["b"], timeout=30)
+        assert _let_go(b, sid, timeout=20), "the sender kept the session"
+        assert _resume_elsewhere(db, backend, str(sid), tmp_path / "m") == "resumed"
+        assert noted.runs("mine", ["b"], timeout=30)
+        assert b.agents.get(mine_sid) is mine and not mine.disposed
