@@ -346,7 +346,8 @@ class Registry(Authority, NoticeLoop):
                 request.reply.set_result(None)
             except SubagentError as exc:
                 request.reply.set_exception(exc)
-        replayed(agent)  # what reports and the pickup left meanwhile is queued after
+        if isinstance(agent, Agent):  # (a placed child's host replays its own)
+            replayed(agent)  # what reports and the pickup left meanwhile is queued after
         if closed:
             agent.close_admission()
         if m.hold:

@@ -122,13 +122,13 @@ def followup_by_id(
         # Full of messages nobody may be running (the tree not live anywhere):
         # have them run, or no place would ever open.
         try:
-            wake_child(agents, sessions, continuation, child_id, parent_id)
+            wake_child(agents, sessions, continuation, child_id, parent_id, True)
         except SubagentError as exc:
             logger.debug("waking %s, whose inbox is full, failed: %s", child_id, exc)
         raise
     if not accepted.duplicate:
         try:
-            wake_child(agents, sessions, continuation, child_id, parent_id)
+            wake_child(agents, sessions, continuation, child_id, parent_id, True)
         except SubagentError as exc:
             # Nobody can run it (the parent cannot be resumed: a damaged log, a
             # model not registered here): an error means nothing was accepted --
@@ -209,7 +209,7 @@ def _start_unheld(
     handle, created = continuation.start_unheld(spec, StoredParent(parent_id, header, options))
     if created:
         try:
-            wake_child(agents, sessions, continuation, handle.child_id, parent_id)
+            wake_child(agents, sessions, continuation, handle.child_id, parent_id, True)
         except SubagentError:
             # Nobody can run it (nobody holds the parent and it cannot be resumed
             # here: a model not registered here, a damaged log): an error means
@@ -246,7 +246,8 @@ def wake_child(
     subagent sessions, the first ancestor live here (the chain below it is woken
     here, :meth:`Chains.wake`) or held by another process
     (rung about the child: it wakes the chain there); else the top-level agent is
-    resumed here first (``adopted``, the sweep's: let go once quiet, after its
+    resumed here first (``adopted``: for no user here -- the sweep's, or a
+    follow-up's or start's by the parent's id -- let go once quiet, after its
     child). A committed message is never lost by a failure here: it runs at the
     child's next activation, and the holders' sweeps look again.
 

@@ -380,3 +380,35 @@ def test_a_session_a_send_resumed_is_let_go_once_quiet(
         assert _resume_elsewhere(db, backend, str(sid), tmp_path / "m") == "resumed"
         assert noted.runs("mine", ["b"], timeout=30)
         assert b.agents.get(mine_sid) is mine and not mine.disposed
+
+
+@pytest.mark.parametrize("by", ["followup", "start"])
+def test_a_root_a_call_by_its_id_resumed_is_let_go_after_its_child(
+    backend: Backend, db: str, by: str
+) -> None:
+    """A follow-up (or a start) naming a parent by its id, in a process where nobody
+    holds the tree, resumes the top-level agent here to wake the child below it --
+    for no user here: once the child settled and the top-level agent is quiet for
+    the grace, it is let go (its lease released). It stayed for the process's life
+    (a server worker answering requests by id kept every tree it touched)."""
+    with Runtime(db, backend=backend) as a:
+        a.models.register("mark", lambda _o: lambda turn: None)
+        root = a.spawn("mark", label="root")
+        child_id, _mid = a.subagents.start_continuable(
+            ContinuableStartSpec(parent=root, provider="local", prompt="p", label="c", model="mark")
+        )
+        assert a.wait_idle(10)
+    root_id = root.session_id
+    with Runtime(db, backend=backend, lease_ttl=TTL, adopted_grace=GRACE) as b:
+        noted = Noted()
+        noted.register(b, "b", model="mark")
+        if by == "followup":
+            b.subagents.followup(root_id, child_id, "x")
+        else:
+            spec = ContinuableStartSpec(
+                parent=root_id, provider="local", prompt="x", label="c2", model="mark"
+            )
+            child_id, _mid = b.subagents.start_continuable(spec)
+        assert noted.runs("x", ["b"], timeout=30)
+        assert _let_go(b, child_id), "the child did not settle"
+        assert _let_go(b, root_id, timeout=20), "the caller's runtime kept the top-level agent"
