@@ -38,17 +38,48 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg_pool.pool import AddConnection
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._native import native_lock, original_sleep, start_native_thread
 from ._pg_schema import pg_error
 
-__all__ = ["DIRECT_READS", "DeadlineConnection", "DeadlinePassed", "PgReader", "deadline_passed"]
+__all__ = [
+    "DIRECT_READS",
+    "DeadlineConnection",
+    "DeadlinePassed",
+    "PgReader",
+    "ReadPool",
+    "deadline_passed",
+]
 
 #: Most reads on connections of their own at once (see :class:`PgReader`): a
 #: store holds at most ``pool_size`` + this + 1 (the writer's) connections, and a
 #: runtime's listener one more.
 DIRECT_READS = 2
+
+
+#: Longest pause between the read pool's attempts to connect (seconds).
+RECONNECT_PAUSE = 1.0
+
+
+class ReadPool(psycopg_pool.ConnectionPool[Any]):
+    """The store's read pool: psycopg_pool's, whose attempts to reconnect are never
+    more than :data:`RECONNECT_PAUSE` apart.
+
+    The pool backs off exponentially (1, 2, 4, 8 s ... up to its give-up time),
+    and the attempts it scheduled during an outage outlive it: once the server is
+    back, a read waited for the next one -- seconds, or past the connect timeout,
+    when it failed although the server answered (a runtime's lease renewal, which
+    reads the server's clock first, waited as long while its leases ran out). A
+    refused connect costs the server nothing; a hung one is bounded by the
+    connect timeout, in the pool's one worker.
+    """
+
+    def schedule_task(self, task: Any, delay: float) -> None:
+        if isinstance(task, AddConnection):
+            delay = min(delay, RECONNECT_PAUSE)
+        super().schedule_task(task, delay)
 
 
 class DeadlinePassed(psycopg.OperationalError):

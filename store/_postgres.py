@@ -60,7 +60,7 @@ from ._forked import track
 from ._group import GroupCommitter
 from ._location import is_postgres_url, redacted_url
 from ._native import HubThread, HubThreadStopped, threads_are_greenlets
-from ._pg_deadline import DeadlineConnection, PgReader
+from ._pg_deadline import DeadlineConnection, PgReader, ReadPool
 from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
@@ -231,7 +231,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
 
     def _make_pool(self) -> psycopg_pool.ConnectionPool[Any]:
         """The read pool, open (making its first connection in the background)."""
-        return psycopg_pool.ConnectionPool(
+        return ReadPool(
             self._conninfo,
             kwargs=self._kwargs,
             connection_class=DeadlineConnection,

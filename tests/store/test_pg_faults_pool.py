@@ -187,3 +187,32 @@ def test_closing_a_runtime_on_a_hung_server_is_bounded(
         for agent in agents:
             ends = again.sessions.turn_ends(agent.session_id)
             assert [e.output for e in ends] == ["ok"]
+
+
+def test_reads_after_a_long_outage_do_not_wait_for_the_pools_backoff(
+    own_pg_server: Any,
+) -> None:
+    """R-ERR-1, R-DUR-3: the server stays down for seconds while reads fail, then
+    comes back. The pool's reconnection used to back off exponentially (1, 2, 4,
+    8 s ... between attempts), and the attempts it had scheduled during the outage
+    outlived it: once one read had found the server back, the next ones waited
+    for the pool's next attempt -- up to the connect timeout, and then failed
+    although the server answered (a runtime's lease renewal, which reads the
+    server's clock first, waited as long, and its leases expired meanwhile)."""
+    with PostgresStore(_url(own_pg_server), pool_size=2, connect_timeout_s=3) as store:
+        store.list_headers(None)
+        own_pg_server.stop("fast")
+        # The length of the outage (not an ordering): the pool's backoff grows
+        # while reads keep failing.
+        down_until = time.monotonic() + 9
+        while time.monotonic() < down_until:
+            with pytest.raises(SubagentError) as err:
+                store.list_headers(None)
+            assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+            time.sleep(0.2)
+        own_pg_server.start()
+        for _ in range(5):
+            started = time.monotonic()
+            assert store.list_headers(None) == []  # failed after the connect timeout
+            # A generous bound on a loaded machine, below the connect timeout.
+            assert time.monotonic() - started < 2.5
