@@ -60,6 +60,7 @@ class Acceptance:
     _backend: Any  # the runtime's Backend: its sleep
     flush: Callable[..., None]  # SessionService.flush
     _writer: Any  # ._writer.Writer | None
+    _failed: Callable[[SessionId, BaseException], None]  # SessionService._failed
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -240,6 +241,15 @@ class Acceptance:
         """The store, if it keeps promises."""
         store: object = self.persistence
         return store if isinstance(store, Promises) else None
+
+    def stop_writes(self, live: LiveSession, error: SubagentError) -> None:
+        """``live``'s activation cannot go on -- it would run what the store does not
+        know it took -- so it ends as one whose write failed: its later writes are
+        dropped, its agent stops, and the next activation replays from the store."""
+        if self._writer is not None:
+            self._writer.fail(live.id, error)
+        else:  # no store: nothing to replay from, nothing to keep out of it
+            self._failed(live.id, error)
 
     def waiting(self, holder: str) -> list[SessionId]:
         """Sessions ``holder`` leases that have messages nobody took."""

@@ -221,7 +221,9 @@ class TurnRunner:
     def _take(self, d: Deliver) -> bool:
         """Take an untaken message into this activation before it runs; False when
         it is not ours to run: taken already (this process's mail pickup delivered
-        it too) or this activation lost its lease (the new holder runs it)."""
+        it too), this activation lost its lease (the new holder runs it), or the
+        take could not be recorded: the activation stops, as one whose write failed
+        (run anyway, the message ran again at the next, unflagged: untaken)."""
         d.redelivered = False
         session = self._session
         try:
@@ -229,9 +231,10 @@ class TurnRunner:
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_LOST:
                 logger.warning("not running %s: %s lost its lease", d.message_id, session.id)
-                return False
-            logger.warning("could not record %s taken: %s", d.message_id, exc)
-        return True
+            else:
+                logger.warning("not running %s: its take failed: %s", d.message_id, exc)
+                self._host.sessions.stop_writes(session, exc)
+        return False
 
     def _still_held(self) -> bool:
         """Whether this activation still holds its session's lease as a turn starts

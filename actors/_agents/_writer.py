@@ -168,6 +168,13 @@ class Writer:
         with contextlib.suppress(SubagentError):  # closed meanwhile: as above
             self.submit("ended", session_id, None)
 
+    def fail(self, session_id: SessionId, error: SubagentError) -> None:
+        """Stop ``session_id``'s writes as a failed write would, behind those queued
+        so far: later ones are dropped (the activation did what the store does
+        not know), and its agent stops. Closing: nothing is written any more."""
+        with contextlib.suppress(SubagentError):
+            self.submit("fail", session_id, error)
+
     def reset(self, session_id: SessionId) -> int | None:
         """A new activation of ``session_id`` starts from what the store holds: its
         writes go through again. Queued behind the failed activation's writes, which
@@ -256,6 +263,10 @@ class Writer:
                     ended[sid] = len(ops)
                 continue
             if sid in self._failed:
+                continue
+            if op == "fail":  # (see fail): what is queued after it is dropped
+                self._failed[sid] = payload
+                self._on_failed(sid, payload)
                 continue
             if op == "append":
                 events, token, done = payload
