@@ -215,8 +215,9 @@ class PgReader:
 
     * a pooled connection the server dropped (a restart drops every idle one):
       the pool checks its connections, and the read runs once more on a fresh
-      one -- it used to take the next dead one and fail although the server was
-      back;
+      one, of its own when a direct slot is free (the server still down: it fails
+      at once) -- it used to take the next dead one and fail although the server
+      was back;
     * no pooled connection free within ``timeout`` while the pool connects fine
       (all held up by a lock, a long listing): ``TIMEOUT``, the server being up;
       when the pool could not connect, the server is unreachable;
@@ -261,10 +262,14 @@ class PgReader:
         except _LostConnection:
             # A restart drops every idle pooled connection, not only this one: the
             # pool checks them (a dead one fails at once), and the read runs again
-            # on one it makes afresh, waiting for it as any read does (a restart
-            # is over sooner).
+            # on a connection of its own -- refused at once while the server is
+            # down, where the pool's would be waited for up to the connect timeout
+            # -- or, with no direct slot free, on one the pool makes afresh.
             with contextlib.suppress(psycopg_pool.PoolClosed):
                 self.pool.check()
+            rows = self._direct(text, args)
+            if rows is not None:
+                return rows
             try:
                 return self._pooled(text, args)
             except _LostConnection as again:

@@ -216,3 +216,22 @@ def test_reads_after_a_long_outage_do_not_wait_for_the_pools_backoff(
             assert store.list_headers(None) == []  # failed after the connect timeout
             # A generous bound on a loaded machine, below the connect timeout.
             assert time.monotonic() - started < 2.5
+
+
+def test_a_read_meeting_a_dead_connection_while_the_server_is_down_fails_fast(
+    own_pg_server: Any,
+) -> None:
+    """R-ERR-1: the server stops with the pool's connections idle. The read that
+    meets a dead one runs again on a connection of its own, refused at once:
+    ``PERSISTENCE_UNAVAILABLE`` without waiting the connect timeout for the pool
+    (it waited, and a runtime's mail task and lease renewal with it)."""
+    with PostgresStore(_url(own_pg_server), pool_size=2, connect_timeout_s=6) as store:
+        store.list_headers(None)
+        own_pg_server.stop("fast")
+        started = time.monotonic()
+        with pytest.raises(SubagentError) as err:
+            store.list_headers(None)
+        assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert time.monotonic() - started < 3  # generous; it took the 6 s connect timeout
+        own_pg_server.start()
+        assert store.list_headers(None) == []
