@@ -38,7 +38,6 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-from psycopg_pool.pool import AddConnection
 from subagents.protocol import ErrorCode, SubagentError
 
 from ._native import native_lock, original_sleep, start_native_thread
@@ -59,6 +58,10 @@ __all__ = [
 DIRECT_READS = 2
 
 
+# psycopg_pool's task of reconnecting: not its public API (a later version may
+# move it; then the pool backs off as it does by itself).
+_AddConnection: Any = getattr(getattr(psycopg_pool, "pool", None), "AddConnection", None)
+
 #: Longest pause between the read pool's attempts to connect (seconds).
 RECONNECT_PAUSE = 1.0
 
@@ -77,7 +80,7 @@ class ReadPool(psycopg_pool.ConnectionPool[Any]):
     """
 
     def schedule_task(self, task: Any, delay: float) -> None:
-        if isinstance(task, AddConnection):
+        if _AddConnection is not None and isinstance(task, _AddConnection):
             delay = min(delay, RECONNECT_PAUSE)
         super().schedule_task(task, delay)
 
