@@ -179,8 +179,11 @@ def restore(
         if token is not None:  # (relaxed too: a strict process's, a crash's)
             if owed:  # their stand-ins, where the inbox has not accepted their ids
                 sessions.accept(sid, stand_ins(owed), live)
-            if owed or kept or any(type(r.event) is ExpectedEvent for r in promised):
-                sessions.owe(live, clear=True)  # in the inbox now: the store's record goes
+            # In the inbox now, the store's record goes -- also a row the log does
+            # not back (its turn cut short after it was written): else owed for good.
+            logged = owed or kept or any(type(r.event) is ExpectedEvent for r in promised)
+            if logged or sessions.owes(sid):
+                sessions.owe(live, clear=True)
             pending = sessions.pending(sid)
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:
