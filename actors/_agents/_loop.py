@@ -191,10 +191,9 @@ class TurnRunner:
 
     def _durable(self, message_id: MessageId) -> bool:
         """Whether the message is in the session's durable inbox until its turn ends."""
-        inboxed = self.inboxed
         if self.one_shot:  # its prompt is in no inbox, and nobody resumes it
             return False
-        return self._host.sessions.strict or (inboxed is not None and message_id in inboxed)
+        return self._host.sessions.strict or message_id in (self.inboxed or ())
 
     def _last_chance(self) -> bool:
         """Whether a turn that never runs records the quiet reports no turn saw:
@@ -219,11 +218,9 @@ class TurnRunner:
             )
 
     def _take(self, d: Deliver) -> bool:
-        """Take an untaken message into this activation before it runs; False when
-        it is not ours to run: taken already (this process's mail pickup delivered
-        it too), this activation lost its lease (the new holder runs it), or the
-        take could not be recorded: the activation stops, as one whose write failed
-        (run anyway, the message ran again at the next, unflagged: untaken)."""
+        """Take an untaken message into this activation before it runs; False when not
+        ours to run: taken already (the pickup delivered it too), the lease lost (the
+        new holder runs it), the take not recorded (the activation stops: see stop_writes)."""
         d.redelivered = False
         session = self._session
         try:
