@@ -266,7 +266,7 @@ class Writer:
                 continue
             if op == "fail":  # (see fail): what is queued after it is dropped
                 self._failed[sid] = payload
-                self._on_failed(sid, payload)
+                self._call_back(self._on_failed, sid, payload)  # (else the batch fails)
                 continue
             if op == "append":
                 events, token, done = payload

@@ -211,3 +211,30 @@ def test_a_writer_batch_of_unknown_fate_fails_its_sessions(backend: Backend, db:
         assert again.wait_idle(10)
         rt.sessions.flush(a.session_id, timeout=10)
         assert _contents(db, a.session_id) == ["lost"]
+
+
+def test_a_failed_callback_of_a_stopped_session_spares_the_batch(backend: Backend, db: str) -> None:
+    """A session stopped by ``Writer.fail`` (a take that could not be recorded) whose
+    failure callback raises leaves the other sessions' writes of the same batch
+    alone: they are written. Before, the callback's exception escaped the batch,
+    which failed every session in it as of unknown fate -- their writes dropped."""
+    with Runtime(db, backend=backend) as rt:
+        a = rt.spawn("echo", label="a")
+        b = rt.spawn("echo", label="b")
+        rt.sessions.flush(a.session_id, timeout=10)
+        rt.sessions.flush(b.session_id, timeout=10)
+        writer = rt.sessions._writer
+        assert writer is not None
+        failed: list[Any] = []
+        writer._on_failed = _fail_once(
+            writer._on_failed, failed, RuntimeError("injected callback failure")
+        )
+        stop = SubagentError("injected take failure", code=ErrorCode.PERSISTENCE_UNAVAILABLE)
+        event = trusted_message(new_message_id(), "kept", None)
+        # One batch, as the writer's task takes it: the stop of a, then b's append.
+        writer._write(
+            [(0, "fail", a.session_id, stop), (0, "append", b.session_id, ((event,), None, ()))]
+        )
+        assert failed
+        assert b.session_id not in writer._failed
+        assert _contents(db, b.session_id) == ["kept"]
