@@ -169,11 +169,7 @@ class Telemetry:
         try:
             yield
         finally:
-            if token is not None:
-                try:
-                    otel_context.detach(token)
-                except Exception:
-                    _failed()
+            _detach(token)
 
     def start(self, name: str, attributes: Mapping[str, Any]) -> Any:
         """A span below the current one, not made current (ended by :meth:`end`)."""
@@ -208,11 +204,7 @@ class Telemetry:
     @staticmethod
     def leave_turn(started: Any) -> None:
         """The behaviour returned: the turn's span is no longer current."""
-        if started[1] is not None:
-            try:
-                otel_context.detach(started[1])
-            except Exception:
-                _failed()
+        _detach(started[1])
 
     @contextlib.contextmanager
     def current(self, span: Any) -> Iterator[Any]:
@@ -231,11 +223,7 @@ class Telemetry:
                 _failed()
             raise
         finally:
-            if token is not None:
-                try:
-                    otel_context.detach(token)
-                except Exception:
-                    _failed()
+            _detach(token)
 
     @staticmethod
     def end(span: Any, stop_reason: str | None = None, error: str | None = None) -> None:
@@ -285,3 +273,13 @@ def _attrs(attributes: Mapping[str, Any]) -> dict[str, Any]:
         for k, v in attributes.items()
         if v is not None
     }
+
+
+def _detach(token: Any) -> None:
+    """Make the context before an ``attach`` current again (``token``: its answer;
+    None: nothing was attached). A failure is counted, never raised."""
+    if token is not None:
+        try:
+            otel_context.detach(token)
+        except Exception:
+            _failed()
