@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from subagents.protocol import SubagentError
+
 __all__ = ["LeaseClock"]
 
 logger = logging.getLogger("subagents")
@@ -77,8 +79,10 @@ class LeaseClock:
         self._tried = before
         try:
             server = float(self._call(read))
-        except Exception:  # the extrapolation goes on: a lease's clock never fails a call
-            logger.warning("could not read the store's clock", exc_info=True)
+        except Exception as exc:  # the extrapolation goes on: a lease's clock never fails a call
+            # (A typed store error -- an outage -- says what it is: no traceback.)
+            typed = isinstance(exc, SubagentError)
+            logger.warning("could not read the store's clock: %s", exc, exc_info=not typed)
             return
         after = time.monotonic()
         with self._lock:  # the reading was taken somewhere in the round trip: its middle

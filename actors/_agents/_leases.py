@@ -290,8 +290,8 @@ class Leases:
                 self._confirmed(asked)
                 return True
             renewed = set(self._call(self._store.renew_leases, self.holder.id, until))
-        except SubagentError:
-            logger.exception("renewing the leases of %s failed", self.holder.id)
+        except SubagentError as exc:  # the store's, typed (an outage): no traceback
+            logger.warning("renewing the leases of %s failed: %s", self.holder.id, exc)
             return True
         self._renewed(held, renewed)
         self._confirmed(asked)

@@ -207,6 +207,8 @@ class Mailman:
         for sid in dict.fromkeys(rung):
             try:
                 self.pickup(sid)
+            except SubagentError as exc:  # the store's, typed (an outage)
+                logger.warning("picking up the mail of %s failed: %s", sid, exc)
             except Exception:
                 logger.exception("picking up the mail of %s failed", sid)
 
@@ -222,6 +224,8 @@ class Mailman:
         for what, ask in queries:
             try:
                 found += ask()
+            except SubagentError as exc:  # the store's, typed: an outage says so once
+                logger.warning("sweeping for %s failed: %s", what, exc)
             except Exception:
                 logger.exception("sweeping for %s failed", what)
         with self._doubts_lock:
