@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -217,22 +218,39 @@ def test_a_send_as_an_adoption_is_let_go_runs_once(
     noted = Noted()
     with Runtime(db, backend=backend, lease_ttl=TTL, adopted_grace=0.0) as b:
         noted.register(b, "b")
-        for i in range(10):
-            sent: list[Any] = []
-            # (Set before the session exists: B's sweep may adopt it at once.)
-            sends.append(lambda sid, i=i, sent=sent: sent.append(b.agents.send(sid, f"late{i}")))
-            sid = _waiting_root(db, backend, f"w{i}")
-            b.mail.rung(sid)  # type: ignore[union-attr]  # (else: the next sweep)
-            assert noted.wait_for(lambda items, i=i: ("b", f"late{i}") in _runs(items), 30)
-            assert sent, "the send did not race the let-go"
-            assert b.wait_idle(10)
-            assert noted.ran(f"w{i}") == ["b"] and noted.ran(f"late{i}") == ["b"]
-            assert _let_go(b, sid)
-            assert b.sessions.pending(sid) == []
+        _race_the_let_go(b, b, db, backend, noted, sends)
 
 
 def _runs(items: list[tuple[str, Any, bool]]) -> list[tuple[str, Any]]:
     return [(who, content) for who, content, _again in items]
+
+
+def _race_the_let_go(
+    b: Runtime,
+    sender: Runtime,
+    db: str,
+    backend: Backend,
+    noted: Noted,
+    sends: list[Any],
+    also: Callable[[SessionId], bool] = lambda _sid: True,
+) -> None:
+    """Ten rounds: a session waits for ``b`` to adopt it; the send of ``late{i}``
+    from ``sender`` (queued in ``sends`` for the patched gate to fire) races its
+    let-go. Each message runs once, in ``b``, which lets the session go with
+    nothing pending; ``also(session)`` holds after each round."""
+    for i in range(10):
+        sent: list[Any] = []
+        # (Set before the session exists: B's sweep may adopt it at once.)
+        sends.append(lambda sid, i=i, sent=sent: sent.append(sender.agents.send(sid, f"late{i}")))
+        sid = _waiting_root(db, backend, f"w{i}")
+        b.mail.rung(sid)  # type: ignore[union-attr]  # (else: the next sweep)
+        assert noted.wait_for(lambda items, i=i: ("b", f"late{i}") in _runs(items), 30)
+        assert sent, "the send did not race the let-go"
+        assert b.wait_idle(10)
+        assert noted.ran(f"w{i}") == ["b"] and noted.ran(f"late{i}") == ["b"]
+        assert _let_go(b, sid)
+        assert b.sessions.pending(sid) == []
+        assert also(sid)
 
 
 def test_a_message_from_another_process_as_an_adoption_is_let_go_runs_once(
@@ -260,18 +278,7 @@ def test_a_message_from_another_process_as_an_adoption_is_let_go_runs_once(
     ):
         noted.register(b, "b")
         noted.register(c, "c")
-        for i in range(10):
-            sent: list[Any] = []
-            sends.append(lambda sid, i=i, sent=sent: sent.append(c.agents.send(sid, f"late{i}")))
-            sid = _waiting_root(db, backend, f"w{i}")
-            b.mail.rung(sid)  # type: ignore[union-attr]  # (else: the next sweep)
-            assert noted.wait_for(lambda items, i=i: ("b", f"late{i}") in _runs(items), 30)
-            assert sent, "the send did not race the let-go"
-            assert b.wait_idle(10)
-            assert noted.ran(f"w{i}") == ["b"] and noted.ran(f"late{i}") == ["b"]
-            assert _let_go(b, sid)
-            assert c.agents.get(sid) is None
-            assert b.sessions.pending(sid) == []
+        _race_the_let_go(b, c, db, backend, noted, sends, lambda sid: c.agents.get(sid) is None)
 
 
 def _witness(b: Runtime, db: str, backend: Backend, noted: Noted, n: int) -> None:

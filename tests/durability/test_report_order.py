@@ -44,6 +44,21 @@ def _settled(rt: Runtime, parent: Any, label: str) -> SessionId:
     return child_id
 
 
+def _hold_after_registering(monkeypatch: pytest.MonkeyPatch, sid: SessionId, gate: Gate) -> None:
+    """The next activation of ``sid`` waits at ``gate`` right after its agent is
+    registered -- found live by others -- and before its replay is queued."""
+    register = _registry.AgentRegistry._register
+    watched = [sid]
+
+    def gated(self: Any, agent: Any, **kw: Any) -> None:
+        register(self, agent, **kw)
+        if agent.session_id in watched:
+            watched.clear()
+            gate.pass_through()
+
+    monkeypatch.setattr(_registry.AgentRegistry, "_register", gated)
+
+
 def _ran(noted: Noted, who: str) -> list[Any]:
     return [c for n, c, _ in noted.items() if n == who and c != "p"]
 
@@ -56,14 +71,6 @@ def test_a_report_during_the_parents_resume_runs_after_the_one_that_woke_it(
     registration, before the replay of r1. The child's next report r2 meanwhile finds
     the parent live: it ran before r1. Now it runs after it."""
     replaying = Gate("replay")
-    register = _registry.AgentRegistry._register
-    watched: list[SessionId] = []
-
-    def gated(self: Any, agent: Any, **kw: Any) -> None:
-        register(self, agent, **kw)
-        if agent.session_id in watched:  # registered: found live; its replay comes next
-            watched.clear()
-            replaying.pass_through()
 
     noted = Noted()
     with Runtime(db, backend=backend) as rt:
@@ -72,8 +79,7 @@ def test_a_report_during_the_parents_resume_runs_after_the_one_that_woke_it(
         parent_id = parent.session_id
         child_id = _settled(rt, parent, "kid")
         parent.dispose()
-        watched.append(parent_id)
-        monkeypatch.setattr(_registry.AgentRegistry, "_register", gated)
+        _hold_after_registering(monkeypatch, parent_id, replaying)
         rt.subagents.report_from(child_id, "r1", delivery="waking")
         assert replaying.wait_reached(30)  # registered, r1 not queued yet
         rt.subagents.report_from(child_id, "r2", delivery="waking")
@@ -133,14 +139,6 @@ def test_a_report_another_runtime_rang_about_waits_for_the_replay(
     of the replay of r1, so r2's turn ran without r1 as its context. Now the pickup
     stands back until the replay is queued: r2's turn sees r1."""
     replaying = Gate("replay")
-    register = _registry.AgentRegistry._register
-    watched: list[SessionId] = []
-
-    def gated(self: Any, agent: Any, **kw: Any) -> None:
-        register(self, agent, **kw)
-        if agent.session_id in watched:
-            watched.clear()
-            replaying.pass_through()
 
     picked: list[bool] = []
     deliver = _mail.Mailman._deliver
@@ -167,8 +165,7 @@ def test_a_report_another_runtime_rang_about_waits_for_the_replay(
         child_id = _settled(a, parent, "kid")
         parent.dispose()
         a.subagents.report_from(child_id, "r1")  # quiet: kept, wakes nobody
-        watched.append(parent_id)
-        monkeypatch.setattr(_registry.AgentRegistry, "_register", gated)
+        _hold_after_registering(monkeypatch, parent_id, replaying)
         monkeypatch.setattr(_mail.Mailman, "_deliver", looked)
         resumed = a.backend.spawn(lambda: a.agents.resume(parent_id), name="resume")
         assert replaying.wait_reached(30)  # registered (leased by a), r1 not queued yet
@@ -258,14 +255,6 @@ def test_a_send_during_the_resume_runs_after_the_replay(
     quiet report r1 that waited in the inbox as its context. Now it is kept in the
     inbox, and the pickup queues it after the replay."""
     replaying = Gate("replay")
-    register = _registry.AgentRegistry._register
-    watched: list[SessionId] = []
-
-    def gated(self: Any, agent: Any, **kw: Any) -> None:
-        register(self, agent, **kw)
-        if agent.session_id in watched:
-            watched.clear()
-            replaying.pass_through()
 
     seen: list[tuple[Any, tuple[Any, ...]]] = []
 
@@ -283,8 +272,7 @@ def test_a_send_during_the_resume_runs_after_the_replay(
         child_id = _settled(rt, parent, "kid")
         parent.dispose()
         rt.subagents.report_from(child_id, "r1")  # quiet: kept, wakes nobody
-        watched.append(parent_id)
-        monkeypatch.setattr(_registry.AgentRegistry, "_register", gated)
+        _hold_after_registering(monkeypatch, parent_id, replaying)
         resumed = rt.backend.spawn(lambda: rt.agents.resume(parent_id), name="resume")
         assert replaying.wait_reached(30)
         rt.agents.send(parent_id, "m2")
