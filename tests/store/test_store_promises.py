@@ -91,3 +91,45 @@ def test_a_postgres_schema_of_the_previous_version_keeps_promises(
     with PostgresStore(pg_url) as store:
         _migrated(store, h.id)
     assert _pg_schema.PG_SCHEMA_VERSION == 3
+
+
+def _delete_as_before_promises(path_or_url: str, sid: Any) -> None:
+    """What a process of the schema before promises does to delete a session (it
+    runs beside a migrated one until restarted): every row of it but its promises."""
+    key = sid.to_bytes()
+    tables = ("events", "checkpoints", "projection_cache", "inbox", "leases", "sessions")
+    if path_or_url.startswith("postgresql"):
+        import psycopg
+
+        base, _, schema = path_or_url.partition("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            for table in tables:
+                column = "id" if table == "sessions" else "session"
+                conn.execute(f'DELETE FROM "{schema}".{table} WHERE {column} = %s', (key,))
+        return
+    import sqlite3
+
+    with sqlite3.connect(path_or_url) as conn:
+        for table in tables:
+            column = "id" if table == "sessions" else "session"
+            conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_promises_of_a_session_an_older_process_deleted_are_no_work(
+    kind: str, tmp_path: Path, make_header: MakeHeader, request: pytest.FixtureRequest
+) -> None:
+    """L-8, R-DUR-*: a session deleted by a process of the previous schema (which
+    knows no promise rows) is no accepted work: the sweep does not find it, and
+    adopt a session that is not there, every period."""
+    where = str(tmp_path / "s.db") if kind == "sqlite" else request.getfixturevalue("pg_url")
+    store: SessionStore = SqliteStore(where) if kind == "sqlite" else PostgresStore(where)
+    with store:
+        h, other = make_header(), make_header()
+        store.create_session(h)
+        store.create_session(other)
+        store.owe(h.id, [A])
+        store.owe(other.id, [B])
+        assert sorted(store.orphans(NOW)) == sorted([h.id, other.id])
+        _delete_as_before_promises(where, h.id)
+        assert store.orphans(NOW) == [other.id]
