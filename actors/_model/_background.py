@@ -7,10 +7,13 @@ A result's delivery is a follow-up of the agent under the id the turn promised
 store refused for a reason that may pass -- it was unavailable, or locked past its
 busy timeout: ``PERSISTENCE_UNAVAILABLE`` (perhaps committed all the same: the
 retry with its id settles that) or ``TIMEOUT`` -- is tried again, in a task of its
-own, after :data:`RETRY_DELAYS`, for as long as the agent and its runs live. One
+own, after :data:`RETRY_DELAYS` and then every :data:`RETRY_EVERY` seconds, for as
+long as the agent and its runs live (the run stays counted, so the agent stays
+resident). One
 that could not be delivered at all says so where it would fit: a result the log
 cannot hold (``ENCODE_ERROR``) is delivered as the run's failure to deliver it.
-What still did not arrive stays promised: the agent's next activation reads the
+What did not arrive when the agent went (disposed, or its runtime closed) stays
+promised: the agent's next activation reads the
 run's end from its child's log (:func:`._delegated.kept_result`) and delivers
 that, not a stand-in saying the run stopped.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from subagents.actors._children import SubagentRun
@@ -40,9 +43,13 @@ __all__ = [
 
 logger = logging.getLogger("subagents")
 
-#: Seconds between the tries of a result's delivery the store refused for a
-#: reason that may pass (about two minutes in all).
+#: Seconds between the first tries of a result's delivery the store refused for
+#: a reason that may pass (about two minutes in all) ...
 RETRY_DELAYS: Final = (0.05, 0.25, 1.0, 2.0, 4.0, *(8.0,) * 14)
+#: ... and between the tries after those, for as long as the agent and its runs
+#: live (an outage can outlast two minutes: a live top-level agent has no next
+#: activation to deliver the result at).
+RETRY_EVERY: Final = 8.0
 #: Refusals that may pass (see the module docstring).
 _PASSING: Final = frozenset({ErrorCode.PERSISTENCE_UNAVAILABLE, ErrorCode.TIMEOUT})
 
@@ -71,19 +78,28 @@ def deliver_result(
         return None
 
     def retries() -> None:
-        for delay in RETRY_DELAYS:
+        for tries, delay in enumerate(_delays(), 1):
             if signal.wait(delay) or agent.disposed:
                 return  # cancelled meanwhile: as above
             again = _offer(agent, content, source, delivery)
             if again is None or again.code not in _PASSING:
                 return
-        logger.error(
-            "background result of %s not delivered; the agent's next activation"
-            " delivers it from the run's log",
-            run.id,
-        )
+            if tries == len(RETRY_DELAYS):
+                logger.error(
+                    "background result of %s not delivered after %d tries; tried every"
+                    " %g s while its agent lives (its next activation delivers it)",
+                    run.id,
+                    tries,
+                    RETRY_EVERY,
+                )
 
     return retries
+
+
+def _delays() -> Iterator[float]:
+    yield from RETRY_DELAYS
+    while True:
+        yield RETRY_EVERY
 
 
 def in_order(first: Callable[[], object], then: Callable[[], object]) -> None:

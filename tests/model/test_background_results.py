@@ -151,3 +151,31 @@ def test_a_result_and_a_stand_in_continue_the_trace_of_the_turn_that_started_the
     stand_in = [s for s in delivered if s.attributes["subagents.message_id"] not in
                 {m.message_id for m in result}]  # fmt: skip
     assert [s.parent.span_id for s in stand_in] == [first.context.span_id]
+
+
+def test_a_delivery_refused_past_the_retry_schedule_is_still_tried(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L-8: an outage longer than the retry schedule (about two minutes; here three
+    tries) does not leave a live agent's model waiting for good: the delivery is
+    tried again, every ``RETRY_EVERY``, while the agent lives, and the result
+    arrives in the same activation, once."""
+    from subagents.actors._model import _background
+
+    monkeypatch.setattr(_background, "RETRY_DELAYS", (0.01,) * 3)
+    monkeypatch.setattr(_background, "RETRY_EVERY", 0.01)
+    with FakeOpenAI(api_key="k", responder=responder()) as fake:
+        gate = backend.event()
+        with _runtime(db, backend, fake, gate) as rt:
+            refused, _first = _refusing(rt, ErrorCode.PERSISTENCE_UNAVAILABLE, 8)
+            agent = rt.spawn("m", label="root")
+            agent.followup("start both")
+            assert fake.wait_requests(2, 30) and agent.wait_idle(30)
+            gate.set()  # the fast run ends; its delivery is refused 8 times (1 + 7 retries)
+            assert fake.wait_requests(3, 30), "the result never reached the model"
+            assert agent.wait_idle(30)
+            assert len(refused) == 8
+            labels = {r.label: str(r.id) for r in rt.subagents.list_children(agent.session_id).rows}
+            assert _results(fake) == [
+                {"id": labels[FAST], "stop_reason": "completed", "output": "fast done"}
+            ]
