@@ -217,8 +217,17 @@ class ProjectionRegistry:
                 mark = live.projection_mark = _Watermark(
                     self._generation, {n: u.initial() for n, u in self._units.items()}
                 )
+        # The read happens outside the watermark's lock: it may wait for the store
+        # (a blocking store's read yields to the hub under gevent), and a plain lock
+        # held across that wait stops the whole thread when another greenlet of it
+        # asks for the same watermark. What another snapshot folded meanwhile is
+        # skipped: the records are contiguous from the seq read at.
         with mark.lock:
-            last = self._fold_into(mark.states, read_from(mark.seq + 1))
+            start = mark.seq + 1
+        records = list(read_from(start))
+        with mark.lock:
+            seen = mark.seq
+            last = self._fold_into(mark.states, (r for r in records if r[0] > seen))
             if last >= 0:
                 mark.seq = last
             return mark.seq, dict(mark.states)

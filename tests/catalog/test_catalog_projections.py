@@ -423,6 +423,42 @@ def test_watermark_snapshot_equals_a_fold_from_scratch(
     assert starts == expected_starts
 
 
+def test_a_snapshot_waiting_for_its_read_stops_no_other_greenlet(
+    registry: ProjectionRegistry,
+) -> None:
+    """R-LIST-8 on the gevent backend: a snapshot whose read waits for the store (a
+    blocking store's read yields to the hub) holds no plain lock across that wait.
+    Held, another greenlet of the thread snapshotting the same session -- a listing
+    while the session's own settle cached its identity -- blocked the whole thread,
+    and the read it waited for never ran again. Each record is folded once."""
+    import gevent
+    import gevent.event
+
+    log: list[Event] = [continuable("child"), *turn(0, 0, 1), *turn(1, 2, 3)]
+    session = _Marked()
+    reading, release = gevent.event.Event(), gevent.event.Event()
+
+    def slow_read(seq: int) -> Iterator[tuple[int, Event]]:
+        reading.set()
+        assert release.wait(30)
+        return ((i, e) for i, e in enumerate(log) if i >= seq)
+
+    def read(seq: int) -> Iterator[tuple[int, Event]]:
+        return ((i, e) for i, e in enumerate(log) if i >= seq)
+
+    waiting = gevent.spawn(registry.snapshot, session, slow_read)
+    assert reading.wait(30)
+    seq, states = registry.snapshot(session, read)  # (blocked the thread for good)
+    release.set()
+    seq_waited, states_waited = waiting.get(timeout=30)
+    whole = fold(registry, log)
+    assert seq == seq_waited == len(log) - 1
+    assert registry.values(states) == registry.values(states_waited) == whole
+    log += turn(2, 4, 5)  # and the watermark goes on from there
+    seq, states = registry.snapshot(session, read)
+    assert seq == len(log) - 1 and registry.values(states) == fold(registry, log)
+
+
 # -- through a runtime (exact durations from an injected clock) ---------------------------
 
 
