@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from subagents.actors._agents import Agent, SessionService, committed_at
+from subagents.actors._agents import Agent, SessionService, committed_at, kept
 from subagents.actors._kernel import AbortSignal, Telemetry, stamp
 from subagents.protocol import (
     ErrorCode,
@@ -176,7 +176,7 @@ def _deliver(
         # What was committed before it that nobody took yet runs first (FIFO), as
         # for a follow-up; and the next follow-up finds no gap to look behind.
         with committed_at(sessions, parent, accepted.n):
-            return _offer(sessions, parent, event)
+            return _offer(sessions, parent, event, accepted.at)
     if deduplicate:
         # A repeat of an id under way waits for its outcome (the parent leaving
         # meanwhile accepts nothing): see SessionService.once.
@@ -191,9 +191,14 @@ def _deliver(
     return _offer(sessions, parent, event)
 
 
-def _offer(sessions: SessionService, parent: Agent, event: ReportEvent) -> MessageId:
-    """Hand ``event`` to its live ``parent`` (committed first, under strict
-    durability: taken back, or kept for the next activation, when refused)."""
+def _offer(
+    sessions: SessionService, parent: Agent, event: ReportEvent, accepted_at: float | None = None
+) -> MessageId:
+    """Hand ``event`` to its live ``parent``. Under strict durability it was committed
+    first (at ``accepted_at``): refused, it is taken back and the refusal raised --
+    unless it stays accepted (the parent leaving, a retraction the store could not
+    make, another acceptance of its id answered for since: see ``kept``); then it
+    runs where the parent is next held, and its id is returned."""
     mid = event.message_id
     try:
         if event.delivery == "quiet":
@@ -205,8 +210,15 @@ def _offer(sessions: SessionService, parent: Agent, event: ReportEvent) -> Messa
         if sessions.strict and leaving:
             _give_back(sessions, parent, mid)  # kept, untaken again: the next activation's
             return mid
-        if sessions.strict:
-            _retract(sessions, parent, mid)
+        if sessions.strict and kept(
+            sessions, parent.session_id, mid, exc, accepted_at, parent.session
+        ):
+            # In the inbox, taken by an activation that will not run it: given back
+            # to nobody, for the pickup or the parent's next activation (which
+            # would run it anyway, as one that may have run before).
+            _give_back(sessions, parent, mid, quiet=True)
+            if isinstance(exc, Exception):  # (an interrupt of the caller still is one)
+                return mid
         if leaving:
             raise _unauthorized("the direct parent is leaving residency") from None
         raise
@@ -217,22 +229,19 @@ def _unauthorized(message: str) -> SubagentError:
     return SubagentError(message, code=ErrorCode.UNAUTHORIZED)
 
 
-def _give_back(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
+def _give_back(
+    sessions: SessionService, parent: Agent, message_id: MessageId, quiet: bool = False
+) -> None:
+    """Give a report ``parent``'s activation took and will not run back to nobody; a
+    failure is logged (``quiet``: at debug level -- what kept it said so already)."""
     token = parent.session.token
     if token is None:
         return
     try:
         sessions.give_back(parent.session_id, [message_id], token[1])
     except SubagentError:
-        logger.warning("could not keep %s for %s", message_id, parent.session_id, exc_info=True)
-
-
-def _retract(sessions: SessionService, parent: Agent, message_id: MessageId) -> None:
-    """Take back a committed report its live parent refused."""
-    try:
-        sessions.retract(parent.session_id, message_id, parent.session)
-    except SubagentError:
-        logger.warning("could not retract %s from %s", message_id, parent.session_id, exc_info=True)
+        log = logger.debug if quiet else logger.warning
+        log("could not keep %s for %s", message_id, parent.session_id, exc_info=True)
 
 
 def _keep(sessions: SessionService, parent_id: SessionId, event: ReportEvent) -> None:

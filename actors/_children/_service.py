@@ -331,7 +331,12 @@ class SubagentService(CatalogReads):
             SubagentError: ``UNAUTHORIZED`` (not an exact live continuable child --
                 by id: not a continuable subagent; or, relaxed, the parent is not
                 live), ``SESSION_NOT_FOUND`` (by id), ``INVALID_ARGUMENT``,
-                ``CANCELLED``.
+                ``CANCELLED``; ``PERSISTENCE_UNAVAILABLE`` (strict) when the store
+                cannot commit the report, or when the live parent stopped (its
+                write failed) as the report was handed over and it was taken back:
+                nothing is accepted (a report that could not be taken back is
+                accepted instead, and its id returned); one in doubt says so in
+                ``hint["in_doubt"]`` -- retry with its id.
         """
         self._check_process()
         continuation = self._continuation
