@@ -9,7 +9,11 @@ real SQLite or PostgreSQL error), or a repeat of the same message id was accepte
 meanwhile (its caller was told "accepted"). Then the report stays in the inbox and
 runs at the parent's next activation, so the call returns its id rather than the
 refusal; the parent runs it once. A retraction that works still raises the refusal
-and leaves nothing. Both backends, both stores.
+and leaves nothing; so does one whose COMMIT's answer was lost (a
+:class:`~commit_cut.CommitCut` proxy in front of PostgreSQL), whichever way the
+server went: asked again, and the inbox read, it is settled from the store (when
+nobody can say, the call raises in doubt, naming the id to retry with). Both
+backends, both stores.
 """
 
 from __future__ import annotations
@@ -249,3 +253,39 @@ def test_a_retraction_whose_answer_was_lost_is_settled_from_the_store(
         assert rt.sessions.persistence.pending(parent_id) == []
     _next_activation(pg_url, backend, seen, parent_id)
     assert _ran(seen, "waking", "r4") == 0
+
+
+def test_a_retraction_nobody_can_settle_is_raised_in_doubt(
+    backend: Backend, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-REP-1, L-9: the retraction's answer is lost and the store cannot be read
+    either (a wrapper: both raise ``PERSISTENCE_UNAVAILABLE``): nobody can say whether
+    the report stays, so the call raises in doubt, naming its id -- it raised the
+    refusal, though the report stayed -- and a retry with the id returns it; the
+    parent runs it once."""
+    db = str(tmp_path / "sessions.db")
+    seen = Seen()
+    with Runtime(db, backend=backend) as rt:
+        seen.register(rt, "first")
+        parent = rt.spawn("note", label="parent")
+        parent_id = parent.session_id
+        child_id = _settled_child(rt, parent)
+
+        def lost(*_args: Any, **_kwargs: Any) -> Any:
+            raise SubagentError("connection lost", code=ErrorCode.PERSISTENCE_UNAVAILABLE)
+
+        def cut_off() -> None:
+            monkeypatch.setattr(rt.sessions, "retract", lost)
+            monkeypatch.setattr(rt.sessions, "pending", lost)
+
+        _failing_as_it_takes(rt, parent, "waking", cut_off)
+        with pytest.raises(SubagentError) as doubt:
+            rt.subagents.report_from(child_id, "r5", delivery="waking", message_id=MID)
+        monkeypatch.undo()
+        assert doubt.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert isinstance(doubt.value.hint, dict)
+        assert doubt.value.hint.get("in_doubt") is True
+        assert doubt.value.hint.get("message_id") == MID
+        assert rt.subagents.report_from(child_id, "r5", delivery="waking", message_id=MID) == MID
+    _next_activation(db, backend, seen, parent_id)
+    assert _ran(seen, "waking", "r5") == 1
