@@ -12,9 +12,10 @@ commits first and delivers second; this module holds the steps around that:
   then routed; whoever runs it records it taken first;
 * when delivery fails after the commit, the message is retracted -- unless it is
   no longer ours to take back: another process holds the child (it runs the
-  message from its inbox), an activation took it meanwhile, the runtime closes
-  (it runs at the next activation), or the store cannot take it back. Then the
-  call returns the id: the message is accepted after all.
+  message from its inbox), an activation took it meanwhile, a repeat of its id
+  was accepted since, the runtime closes (it runs at the next activation), or
+  the store cannot take it back. Then the call returns the id: the message is
+  accepted after all (``kept``).
 
 A repeated message id is recognized by the store (strict) or by the runtime's
 memory (relaxed), per target session. A continuable start is deduplicated by its
@@ -34,6 +35,7 @@ from subagents.actors._agents import (
     SessionService,
     Steered,
     committed_at,
+    kept,
     not_open,
 )
 from subagents.protocol import (
@@ -90,8 +92,13 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     with committed_at(sessions, agent, accepted.n):  # after what was committed ahead
         try:
             admitted = agent.admit_followup(d.content, d.source, d.message_id)
-        except BaseException:
-            _retract(sessions, agent.session_id, d.message_id, agent)
+        except BaseException as exc:
+            # Refused (drained): taken back -- unless it is not ours to take back (a
+            # retraction the store could not make, a repeat of its id accepted
+            # since: see kept); then it runs at the child's next activation.
+            sid, mid = agent.session_id, d.message_id
+            if kept(sessions, sid, mid, exc, accepted.at, live) and isinstance(exc, Exception):
+                return DONE
             raise
     if admitted:
         return DONE

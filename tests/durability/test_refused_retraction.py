@@ -1,4 +1,4 @@
-"""A report its live parent refused, whose retraction does not take it back, is accepted.
+"""A message refused after its commit, whose retraction does not take it back, is accepted.
 
 Under strict durability a report is committed to the parent's durable inbox before
 it is handed to the live parent. Here the parent's write fails between the report's
@@ -12,8 +12,9 @@ refusal; the parent runs it once. A retraction that works still raises the refus
 and leaves nothing; so does one whose COMMIT's answer was lost (a
 :class:`~commit_cut.CommitCut` proxy in front of PostgreSQL), whichever way the
 server went: asked again, and the inbox read, it is settled from the store (when
-nobody can say, the call raises in doubt, naming the id to retry with). Both
-backends, both stores.
+nobody can say, the call raises in doubt, naming the id to retry with). So is a
+parent's follow-up to a child resident here that the child refused as it was
+admitted (``ADMISSION_CLOSED``, a drain's cut). Both backends, both stores.
 """
 
 from __future__ import annotations
@@ -130,16 +131,20 @@ def _next_activation(db: str, backend: Backend, seen: Seen, parent_id: SessionId
     took it first) and given one more turn, which a quiet report is context of."""
     with Runtime(db, backend=backend) as rt:
         seen.register(rt, "next")
-        try:
-            agent = rt.agents.resume(parent_id)
-        except SubagentError as exc:
-            found = rt.agents.get(parent_id)
-            if exc.code != ErrorCode.SESSION_EXISTS or found is None:
-                raise
-            agent = found
-        agent.followup("next")
+        _resumed(rt, parent_id).followup("next")
         assert seen.wait_for(lambda items: any(c == "next" for _, c, _ in items), 30)
         assert rt.wait_idle(30)
+
+
+def _resumed(rt: Runtime, session_id: SessionId) -> Any:
+    """``session_id`` resumed in ``rt`` -- unless its sweep adopted it first."""
+    try:
+        return rt.agents.resume(session_id)
+    except SubagentError as exc:
+        found = rt.agents.get(session_id)
+        if exc.code != ErrorCode.SESSION_EXISTS or found is None:
+            raise
+        return found
 
 
 def _ran(seen: Seen, delivery: str, content: str) -> int:
@@ -289,3 +294,49 @@ def test_a_retraction_nobody_can_settle_is_raised_in_doubt(
         assert rt.subagents.report_from(child_id, "r5", delivery="waking", message_id=MID) == MID
     _next_activation(db, backend, seen, parent_id)
     assert _ran(seen, "waking", "r5") == 1
+
+
+@pytest.mark.parametrize("keeps", ["store-error", "repeat"])
+def test_a_followup_its_resident_child_refused_but_not_taken_back_is_accepted(
+    backend: Backend, db: str, keeps: str
+) -> None:
+    """R-FUP-1, R-FUP-5, L-8: a parent's follow-up to a child resident here is
+    committed, then refused as it is admitted (a drain cut the child off:
+    ``ADMISSION_CLOSED``), and cannot be taken back -- the store refuses the
+    retraction, or a repeat of its id was accepted meanwhile. It stays in the
+    child's inbox, so ``followup`` returns its id (it raised the refusal), and the
+    child runs it once, at its next activation."""
+    seen = Seen()
+    answers: list[MessageId] = []
+    with Runtime(db, backend=backend, keep_warm=60) as rt:
+        seen.register(rt, "first")
+        parent = rt.spawn("note", label="parent")
+        parent_id = parent.session_id
+        child_id = rt.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=parent, provider="local", prompt="hi", label="kid", model="note"
+            )
+        ).child_id
+        assert seen.wait_for(lambda items: any(c == "hi" for _, c, _ in items))
+        assert rt.wait_idle(10)
+        child = rt.agents.get(child_id)
+        assert child is not None  # resident: kept warm
+        if keeps == "store-error":
+            refuse_retractions(db, child_id)
+        real = child.admit_followup
+
+        def admit(*args: Any, **kwargs: Any) -> Any:
+            if keeps == "repeat":  # a retry of the same follow-up, by another caller
+                answers.append(rt.subagents.followup(parent, child_id, "f1", message_id=MID))
+            child.admit_followup = real  # type: ignore[method-assign]
+            raise SubagentError("drained", code=ErrorCode.ADMISSION_CLOSED)
+
+        child.admit_followup = admit  # type: ignore[method-assign]
+        assert rt.subagents.followup(parent, child_id, "f1", message_id=MID) == MID
+        assert answers == ([MID] if keeps == "repeat" else [])
+    with Runtime(db, backend=backend) as rt:
+        seen.register(rt, "next")
+        rt.subagents.followup(_resumed(rt, parent_id), child_id, "then")
+        assert seen.wait_for(lambda items: any(c == "then" for _, c, _ in items), 30)
+        assert rt.wait_idle(30)
+    assert seen.contents().count("f1") == 1
