@@ -48,10 +48,12 @@ GET      /stats                                      live agents, idle disposals
 Bodies are read by ``Content-Length`` or chunked (at most 1 MB, else 413) and
 parsed as strict JSON: ``NaN``, ``Infinity`` and ``1e400`` are refused (400), as
 is a body cut short. Responses are standard JSON, and connections keep alive
-without Nagle's delay (``TCP_NODELAY``), at most 1000 at once. SIGTERM (or
-Ctrl-C) stops gracefully: new connections are refused, idle kept-alive ones
-closed, and the requests in flight answered (for 5 s at most; a new one on a
-kept-alive connection is a 503 ``SHUTTING_DOWN``) before the runtime closes. One
+without Nagle's delay (``TCP_NODELAY``), at most 1000 at once (more wait in
+the listen backlog). SIGTERM (or Ctrl-C) stops gracefully: new connections are
+refused (the server prints ``stopped listening on ...`` once they are), idle
+kept-alive ones closed, and the requests in flight answered (for 5 s at most; a
+new one on a kept-alive connection, or one the listen backlog held, is a 503
+``SHUTTING_DOWN``) before the runtime closes. One
 still running after those 5 s is cut short with a 503 ``SHUTTING_DOWN`` saying
 its outcome is unknown (a follow-up may yet be committed): send it again, with
 the same ``message_id``, and it is accepted once.
@@ -92,6 +94,7 @@ runs the child.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import re
 import signal
@@ -402,11 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, stop.set)
         server.start()
-        print(f"listening on http://{args.host}:{server.server_port}", flush=True)
+        address = f"http://{args.host}:{server.server_port}"
+        print(f"listening on {address}", flush=True)
         stop.wait()
-        # New connections are refused, idle ones closed; the requests in flight are
-        # answered (for DRAIN_TIMEOUT at most), and only then does the runtime close.
+        # New connections are refused (those the backlog held are answered), idle
+        # ones closed; the requests in flight are answered (for DRAIN_TIMEOUT at
+        # most), and only then does the runtime close.
         app.streams.end()
+        server.close()
+        with contextlib.suppress(OSError):  # no one reads the output any more
+            print(f"stopped listening on {address}", flush=True)
         server.stop(timeout=DRAIN_TIMEOUT)
         app.idle.stop()
     owners.close()

@@ -13,14 +13,20 @@ get right:
   (:data:`MAX_CONNECTIONS`; past it, new ones wait in the listen backlog), so
   ``stop(timeout)`` refuses new connections and then waits up to ``timeout``
   for the requests in flight (without a pool, pywsgi's ``stop`` returns at once,
-  and whatever the caller closes next closes under them). Once stopping, a
+  and whatever the caller closes next closes under them). The connections the
+  listen backlog holds when it stops (the client connected, the server had not
+  accepted it yet: its pool full, or its hub busy) are accepted first and
+  answered as below, not reset by the listener's closing (a client whose
+  request was sent could not tell whether it ran). Once stopping, a
   kept-alive connection takes no new request: one waiting idly for its next
   request is closed, a request that arrives anyway is refused (503
   ``SHUTTING_DOWN``, ``Retry-After``), and every response says ``Connection:
   close``. A request still running when ``timeout`` ends is cut short (pywsgi
   kills its greenlet) and answered 503 ``SHUTTING_DOWN`` too: what it asked for
   may yet take effect (a commit under way goes on), so the answer says its
-  outcome is unknown and to send it again with the same ``message_id``.
+  outcome is unknown and to send it again with the same ``message_id``. (A
+  connection arriving at the very moment the listener closes can still be
+  refused or reset, by the kernel: the client sees that its connect failed.)
 * :func:`read_json` reads a body given by ``Content-Length`` or sent
   ``Transfer-Encoding: chunked`` (pywsgi decodes it and ends the input there),
   refusing one larger than a limit (413) instead of reading it as empty, and
@@ -46,6 +52,7 @@ import json
 import math
 import select
 import socket
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -106,17 +113,53 @@ class NoDelayServer(WSGIServer):  # type: ignore[misc]
         pool = gevent.pool.Pool(max_connections)
         super().__init__(listener, application, spawn=pool, handler_class=_Handler, **kw)
         self.waiting: set[_Handler] = set()  # connections waiting for their next request
+        # The connections taken from the backlog while stopping: outside the pool (it
+        # may be full), and waited for as long as it is.
+        self.backlogged = gevent.pool.Group()
 
     def handle(self, sock: Any, address: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().handle(sock, address)
 
     def close(self) -> None:
-        """Stop accepting (``stop`` calls it first), and close the connections waiting
-        for a request that has not begun to arrive."""
+        """Stop accepting (``stop`` calls it first): accept the connections the listen
+        backlog holds, close the listener, then answer them as a stopping server
+        does, and close the connections waiting for a request that has not begun
+        to arrive."""
+        queued = self._accept_backlog() if self.started else []
         super().close()
+        for sock, address in queued:
+            self.backlogged.spawn(self._serve_backlogged, sock, address)
         for handler in list(self.waiting):
             handler.hang_up()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """pywsgi's ``stop``; the connections taken from the backlog are given the same
+        ``timeout``, then ended."""
+        deadline = time.monotonic() + (self.stop_timeout if timeout is None else timeout)
+        super().stop(timeout)
+        self.backlogged.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.backlogged.kill(block=True, timeout=1)
+
+    def _accept_backlog(self) -> list[tuple[Any, Any]]:
+        """The connections the listener holds now, accepted without waiting (as many as
+        its backlog, at most: a flood arriving meanwhile does not keep it open)."""
+        queued: list[tuple[Any, Any]] = []
+        for _ in range(self.backlog):
+            try:
+                accepted = self.do_read()  # None: the backlog is empty
+            except OSError:  # one aborted by its client, or no descriptor left
+                break
+            if not accepted:
+                break
+            queued.append(accepted)
+        return queued
+
+    def _serve_backlogged(self, sock: Any, address: Any) -> None:
+        try:
+            self.handle(sock, address)
+        finally:
+            sock.close()
 
 
 class _Handler(WSGIHandler):  # type: ignore[misc]

@@ -26,6 +26,7 @@ from server_kit import TOKEN, Server, eventually, start_server, stop_server, str
 from subagents.protocol import SessionId
 
 FAULTY = Path(__file__).with_name("faulty_server.py")
+SMALL_POOL = Path(__file__).with_name("small_pool_server.py")
 
 
 def _agent(srv: Server, label: str = "boss") -> str:
@@ -70,6 +71,17 @@ def _refused(srv: Server) -> bool:
     return False
 
 
+def _stopped_listening(srv: Server) -> None:
+    """Wait for the line a stopping server prints once its listener is closed, and
+    see a new connection refused. (Probing before that line raced the listener's
+    closing: a connect whose handshake the kernel had completed, the server not
+    yet accepted it, was reset under the client, a ``ConnectionResetError``.)"""
+    assert srv.proc.stdout is not None
+    line = srv.proc.stdout.readline()
+    assert line.startswith("stopped listening on http://"), line
+    assert _refused(srv), "new connections refused once stopping"
+
+
 # -- SIGTERM ---------------------------------------------------------------------------
 
 
@@ -102,7 +114,7 @@ def test_sigterm_finishes_the_requests_in_flight(db: str) -> None:
         assert idle.sock is not None
 
         srv.proc.send_signal(signal.SIGTERM)
-        eventually(lambda: _refused(srv), "new connections refused once stopping")
+        _stopped_listening(srv)
 
         busy.sendall(body[5:])
         status, headers, accepted = _response(busy)
@@ -135,6 +147,49 @@ def test_sigterm_finishes_the_requests_in_flight(db: str) -> None:
 
         eventually(lambda: "after" in ran(), "the agent ran its messages")
         assert ran() == ["in flight", "after"]
+    finally:
+        stop_server(srv)
+
+
+def test_sigterm_answers_the_connections_the_backlog_held(db: str) -> None:
+    """Connections the server had not accepted yet when the SIGTERM came (its pool
+    full: ``small_pool_server.py`` serves one at a time) were reset as the listener
+    closed, a request sent on one left not knowing whether it ran. They are accepted
+    before the listener closes: one whose request was sent is answered 503
+    ``SHUTTING_DOWN`` (``Retry-After``, ``Connection: close``) and the request is not
+    run; one with nothing sent yet is closed cleanly (no reset)."""
+    srv = start_server(db, script=SMALL_POOL)
+    try:
+        agent = _agent(srv)
+        path = f"/agents/{agent}/messages"
+        held = srv.connect()  # the pool's one slot, kept alive then idle
+        held.request("GET", "/stats", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert held.getresponse().read()
+        assert held.sock is not None
+        # The pool is full once ``held`` was answered: these wait in the backlog.
+        queued = _connect(srv)
+        body = b'{"content": "queued"}'
+        queued.sendall(_head("POST", path, f"Content-Length: {len(body)}\r\n") + body)
+        silent = _connect(srv)
+
+        srv.proc.send_signal(signal.SIGTERM)
+        _stopped_listening(srv)
+
+        status, headers, refused = _response(queued)
+        assert status == 503, refused
+        assert refused["error"]["code"] == "SHUTTING_DOWN", refused
+        assert headers["Connection"] == "close" and int(headers["Retry-After"]) > 0
+        assert silent.recv(1) == b"", "closed, not reset"
+        assert held.sock.recv(1) == b"", "the idle kept-alive connection was closed"
+        assert srv.proc.wait(30) == 0
+        for sock in (queued, silent):
+            sock.close()
+        held.close()
+    finally:
+        stop_server(srv)
+    srv = start_server(db)
+    try:
+        assert not [e for e in _events(srv, agent) if e["type"] == "message"]
     finally:
         stop_server(srv)
 
