@@ -34,6 +34,7 @@ from subagents.protocol import (
 )
 from subagents.store import Accepted, InboxEntry, Listener, Promises, SessionStore
 
+from ._doubts import HandOverDoubts
 from ._live import LiveSession
 from ._underway import Underway
 
@@ -73,6 +74,8 @@ class Acceptance:
         #: Messages offered again under an accepted id, since the runtime opened.
         self.deduplicated = 0
         self._damaged: set[tuple[SessionId, int]] = set()  # inbox rows logged as damaged
+        #: Messages a hand-over of this runtime may have taken (see :mod:`._doubts`).
+        self.doubts = HandOverDoubts()
 
     def accept(
         self,
@@ -200,13 +203,22 @@ class Acceptance:
         self, session_id: SessionId, message_ids: Sequence[MessageId], live: LiveSession
     ) -> list[MessageId]:
         """Take messages nobody took into ``live``'s activation (before it runs them);
-        returns those it took (the others were taken already)."""
+        returns those it took (the others were taken already). Those it took are no
+        doubt of an earlier hand-over any more (its taker queues them).
+
+        Raises:
+            SubagentError: the store's; one that may have committed all the same
+                (``_writer.unsure``) leaves them in doubt, for the caller to settle
+                (see :mod:`._doubts`).
+        """
         store = self.persistence
         assert store is not None
         assert live.token is not None
         taken: list[MessageId] = self._call(
             store.hand_over, session_id, message_ids, live.token[1], lease=live.token
         )
+        if taken:
+            self.doubts.forget(session_id, taken)
         return taken
 
     def owe(

@@ -17,7 +17,8 @@ any process -- once it has been *quiet* for ``grace`` seconds:
   set by the runtime): a child keeps its parent resident until it settles;
 * no work of it outliving its turns (:meth:`hold`: background runs, whose
   results come back as messages);
-* no message of it in doubt (``Agent._in_doubt``).
+* no message of it in doubt (``Agent._in_doubt``, and the hand-overs of
+  ``SessionService.doubts``).
 
 A message arriving during the grace keeps it: the agent is busy again, and the
 grace restarts when it next goes idle (its idle listener re-arms the alarm).
@@ -151,7 +152,9 @@ class Adoptions:
 
     def _kept(self, agent: Agent) -> bool:
         """Whether something other than its inbox keeps ``agent`` resident."""
-        return bool(agent in self._holds or agent._in_doubt() or self.children(agent.session_id))
+        sid = agent.session_id
+        doubts = agent._host.sessions.doubts.held(sid) or agent._in_doubt()
+        return bool(agent in self._holds or doubts or self.children(sid))
 
     def _let_go(self, agent: Agent) -> None:
         sid = agent.session_id

@@ -42,6 +42,9 @@ from typing import Any
 from subagents.protocol import MessageEvent, ReportEvent, SubagentError
 from subagents.store import InboxEntry
 
+from ._doubts import taken_after_all
+from ._writer import unsure
+
 __all__ = [
     "committed_at",
     "keep_untaken",
@@ -50,6 +53,7 @@ __all__ = [
     "replayed",
     "stand_back",
     "take_ahead",
+    "take_one",
 ]
 
 logger = logging.getLogger("subagents")
@@ -147,14 +151,42 @@ def committed_at(sessions: Any, agent: Any, n: int) -> Iterator[None]:
 
 def take_ahead(sessions: Any, agent: Any, n: int) -> None:
     """Take and deliver, first and in order, the messages committed before place
-    ``n`` of ``agent``'s durable inbox that nobody took yet. A store error leaves
-    them to the pickup, later: they stay accepted."""
+    ``n`` of ``agent``'s durable inbox that nobody took yet (under the agent's
+    taking lock). A store error leaves them to the pickup, later: they stay
+    accepted. A hand-over whose answer was lost may have taken them all the same:
+    it is settled at once (:func:`~._doubts.taken_after_all`), else they are left
+    to the pickup as doubts (``sessions.doubts``), which it settles -- then they
+    run after the message at ``n``, but once."""
     try:
         sid = agent.session_id
         ahead = [e for e in sessions.pending(sid) if e.epoch is None and e.n < n]
         if not ahead:
             return
-        taken = set(sessions.hand_over(sid, [e.message_id for e in ahead], agent.session))
+        ids = [e.message_id for e in ahead]
+        try:
+            taken = set(sessions.hand_over(sid, ids, agent.session))
+        except SubagentError as exc:
+            if not unsure(exc):
+                raise
+            try:
+                taken = taken_after_all(sessions, agent.session, ids)
+            except SubagentError:
+                sessions.doubts.add(sid, ids)
+                sessions.wake_pickup(sid)
+                raise
         replay(agent, [e for e in ahead if e.message_id in taken])
     except SubagentError as exc:
         logger.warning("taking the messages ahead of a follow-up failed: %s", exc)
+
+
+def take_one(sessions: Any, agent: Any, live: Any, message_id: Any) -> bool:
+    """Take one message nobody took into ``agent``'s activation (``live``) as its
+    turn starts: whether it took it. Under the agent's taking lock, as every taker
+    (a take-ahead settling a take whose answer was lost counts on it: see
+    :func:`~._doubts.taken_after_all`).
+
+    Raises:
+        SubagentError: the store's (the caller stops the activation).
+    """
+    with agent._taking:
+        return bool(sessions.hand_over(live.id, (message_id,), live))

@@ -27,6 +27,7 @@ from subagents.protocol import (
 from subagents.store import Accepted, InboxEntry
 
 from ._ahead import committed_at, keep_untaken
+from ._doubts import DOUBT_GRACE
 from ._inbox import Inbox
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
@@ -39,11 +40,6 @@ USER = MessageSource(kind="user")
 #: Held while messages in doubt are settled: a follow-up that finds some waits, and
 #: runs after them (held for no store call).
 _SETTLING = threading.Lock()
-#: Seconds a message in doubt that the store does not show stays in doubt: the
-#: server may still be finishing the COMMIT whose answer was lost (a connection
-#: the deadline's watchdog cut while the server waited on its disk), invisible to
-#: other connections until it ends.
-DOUBT_GRACE = 60.0
 
 
 def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseException) -> bool:

@@ -33,6 +33,7 @@ from subagents.protocol import (
     trusted_message,
 )
 
+from ._ahead import take_one
 from ._behaviours import Behaviour
 from ._expected import Owed, arrived
 from ._host import AgentHost
@@ -224,7 +225,7 @@ class TurnRunner:
         d.redelivered = False
         session = self._session
         try:
-            return bool(self._host.sessions.hand_over(session.id, (d.message_id,), session))
+            return take_one(self._host.sessions, self._agent, session, d.message_id)
         except SubagentError as exc:
             if exc.code == ErrorCode.LEASE_LOST:
                 logger.warning("not running %s: %s lost its lease", d.message_id, session.id)
@@ -349,8 +350,7 @@ class TurnRunner:
             self.owed = {**(self.owed or {}), **promised}
             sessions.owe(session, add=tuple(promised))  # (stored before the turn's end)
         usage = turn._usage
-        # An injected clock is asked again; the system's dates the end by the
-        # turn's own duration (record.elapsed).
+        # An injected clock is asked again; the system's dates the end by record.elapsed.
         end_at = None if clock is utcnow else clock()
         record.end = (stop, output, structured, error, usage, end_at)
         if not (

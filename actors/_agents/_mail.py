@@ -11,7 +11,9 @@ agent runs once, whoever takes it first) and queue them, in acceptance order.
 
 A write whose connection was lost may have committed all the same (its answer
 lost): a hand-over (the messages stay taken by this activation, which never
-queued them) or one of the agent's own acceptances (``Agent._doubt``). The pickup
+queued them) -- the pickup's own, or one a follow-up's take-ahead could not
+settle at once (``SessionService.doubts``, see :mod:`._doubts`) -- or one of the
+agent's own acceptances (``Agent._doubt``). The pickup
 settles such messages in the agent's loop, once the store answers -- at once, and
 then at each sweep: after the session's writes so far are in (a turn that ran
 one of them has marked it done), those the store holds taken by this activation
@@ -43,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import struct
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,7 +61,6 @@ from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
 
 from ._agent import Agent
 from ._ahead import stand_back
-from ._followups import DOUBT_GRACE
 from ._resume import replay
 from ._sessions import SessionService
 from ._writer import unsure
@@ -126,10 +126,9 @@ class Mailman:
         self.doorbell = Doorbell(backend, self._listener)
         self._task: TaskHandle | None = None
         # Sessions with messages in doubt, looked at again by every sweep: by
-        # session, those a hand-over of theirs may have taken (see the module doc).
-        # (each since when: see DOUBT_GRACE).
-        self._doubts: dict[SessionId, dict[MessageId, float]] = {}
-        self._doubts_lock = threading.Lock()
+        # session, those a hand-over of this runtime may have taken (see the module
+        # doc): the pickup's, a take-ahead's (one registry: see _doubts).
+        self._doubts = sessions.doubts
 
     @property
     def address(self) -> str:
@@ -228,9 +227,7 @@ class Mailman:
                 logger.warning("sweeping for %s failed: %s", what, exc)
             except Exception:
                 logger.exception("sweeping for %s failed", what)
-        with self._doubts_lock:
-            found += list(self._doubts)
-        return found
+        return found + self._doubts.sessions()
 
     def _interrupts(self, rings: list[bytes]) -> None:
         handle = self._interrupt
@@ -253,8 +250,7 @@ class Mailman:
         """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``."""
         agent = self._live(sid)
         if agent is None:
-            with self._doubts_lock:  # its next activation replays what the store holds
-                self._doubts.pop(sid, None)
+            self._doubts.forget(sid)  # its next activation replays what the store holds
             if not self._holds(sid):  # released, or never ours: somebody must activate it
                 self._orphan(sid)
             return  # materializing: its resume reads the inbox, the sweep the rest
@@ -278,21 +274,17 @@ class Mailman:
                 if again or not self._doubted(agent) or exc.code == ErrorCode.TIMEOUT:
                     logger.warning("picking up the mail of %s failed: %s", sid, exc)
                     break
-        with self._doubts_lock:  # looked at by every sweep while any stay in doubt
-            if self._doubted(agent):
-                self._doubts.setdefault(sid, {})
-            else:
-                self._doubts.pop(sid, None)
+        # Looked at by every sweep while any stay in doubt.
+        self._doubts.watch(sid, self._doubted(agent))
 
     def _doubted(self, agent: Agent) -> bool:
-        return bool(self._doubts.get(agent.session_id) or agent._in_doubt())
+        return bool(self._doubts.held(agent.session_id) or agent._in_doubt())
 
     def _take(self, agent: Agent) -> None:
         """One pickup of ``agent``'s mail (see :meth:`_deliver`)."""
         sessions = self._sessions
         sid = agent.session_id
-        with self._doubts_lock:
-            held = dict(self._doubts.get(sid, {}))
+        held = self._doubts.held(sid)
         asked = agent._in_doubt()
         # (In the agent's loop: a short wait, the next sweep looks again.)
         if held and not sessions.written(agent.session, _WRITTEN_WAIT):
@@ -305,11 +297,7 @@ class Mailman:
                 taken = set(sessions.hand_over(sid, untaken, agent.session))
             except SubagentError as exc:
                 if unsure(exc):  # taken, or not: the next look settles them
-                    now = time.monotonic()
-                    with self._doubts_lock:
-                        doubts = self._doubts.setdefault(sid, {})
-                        for mid in untaken:
-                            doubts.setdefault(mid, now)
+                    self._doubts.add(sid, untaken)
                 raise
         handed = [e for e in entries if e.message_id in taken]
         try:
@@ -320,15 +308,7 @@ class Mailman:
                 # Settled: taken now, or shown taken (ours: queued). One shown untaken
                 # or not at all may be a hand-over the server is still finishing.
                 settled = taken | {e.message_id for e in entries if e.epoch is not None}
-                now = time.monotonic()
-                with self._doubts_lock:
-                    left = self._doubts.get(sid)
-                    if left is not None:
-                        for mid, since in held.items():
-                            if mid in settled or now - since >= DOUBT_GRACE:
-                                left.pop(mid, None)
-                        if not left:
-                            del self._doubts[sid]
+                self._doubts.settle(sid, held, settled)
             elif handed:
                 replay(agent, handed)
         except SubagentError:

@@ -25,6 +25,7 @@ and deals with what a crash may have left:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,6 +59,7 @@ from ._host import AgentHost
 from ._loop import KEPT
 from ._options import AgentOptions
 from ._sessions import SessionService
+from ._writer import unsure
 
 __all__ = [
     "CUT_SHORT",
@@ -187,7 +189,7 @@ def restore(
             pending = sessions.pending(sid)
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:
-                fresh = sessions.hand_over(sid, fresh, live)
+                fresh = _take(sessions, live, fresh)
         elif owed:  # no durable inbox (a memory store): delivered as if accepted
             pending = unstored(owed)
         if state is not None and not any(isinstance(e, TurnStart) for e in events):
@@ -200,6 +202,22 @@ def restore(
         agent.dispose(flush=False)
         raise
     return Restored(agent, pending, fresh)
+
+
+def _take(sessions: SessionService, live: Any, fresh: list[MessageId]) -> list[MessageId]:
+    """A resume's hand-over of the messages nobody took. One whose answer was lost
+    may have taken them all the same: the resume fails (nothing of them ran), and
+    they go back to nobody first -- else the next activation would take them for
+    messages a turn of this one had run (``redelivered``). A give-back that fails
+    too leaves them so: they still run, once."""
+    try:
+        taken: list[MessageId] = sessions.hand_over(live.id, fresh, live)
+    except SubagentError as exc:
+        if unsure(exc):
+            with contextlib.suppress(SubagentError):
+                sessions.give_back(live.id, fresh, live.token[1])
+        raise
+    return taken
 
 
 def _runs_again(
