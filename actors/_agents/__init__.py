@@ -12,17 +12,17 @@ from ._behaviours import Behaviour, BehaviourFactory, ModelRegistry, as_behaviou
 from ._claims import runtime_closed
 from ._failures import PersistenceFailure, SessionStatistics
 from ._host import AgentHost
+from ._kept import kept, wake_holder
 from ._leases import Holder, Leases
 from ._live import LiveSession
 from ._loop import KEPT
-from ._mail import Mailman, interrupt_ring, wake_holder
+from ._mail import Mailman, interrupt_ring
 from ._messages import UNTAKEN, plain
 from ._options import AgentOptions, recorded_model
 from ._outcome import TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
 from ._resume import CUT_SHORT, Restored, replay, stored_options
-from ._send import kept
 from ._sessions import SessionService
 from ._spawn import close_agents, dispose_by_depth, spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics

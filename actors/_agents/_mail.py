@@ -65,7 +65,7 @@ from ._resume import replay
 from ._sessions import SessionService
 from ._writer import unsure
 
-__all__ = ["Mailman", "interrupt_ring", "wake_holder"]
+__all__ = ["Mailman", "interrupt_ring"]
 
 logger = logging.getLogger("subagents")
 
@@ -326,10 +326,3 @@ def _session_ids(rings: list[bytes]) -> list[SessionId]:
         for i in range(0, len(payload) - _ID + 1, _ID):
             seen[SessionId.from_bytes(payload[i : i + _ID])] = None
     return list(seen)
-
-
-def wake_holder(sessions: SessionService, error: BaseException, session_id: SessionId) -> None:
-    """After ``LEASE_HELD``: ring the holder named in the error's hint."""
-    hint: Any = getattr(error, "hint", None)
-    if isinstance(hint, dict):
-        sessions.ring(hint.get("wake"), session_id.to_bytes())

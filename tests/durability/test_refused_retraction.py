@@ -19,13 +19,13 @@ admitted (``ADMISSION_CLOSED``, a drain's cut). Both backends, both stores.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from commit_cut import CommitCut
 from durability_kit import Noted
+from refusal_kit import Seen, refuse_retractions, resumed
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
@@ -34,56 +34,6 @@ pytestmark = pytest.mark.timeout(90)
 
 MID = MessageId("5" * 32)
 DELIVERIES = ["waking", "quiet"]
-
-
-def _pg(db: str) -> tuple[str, str]:
-    base, _, schema = db.partition("?schema=")
-    return base, schema
-
-
-def refuse_retractions(db: str, session: SessionId) -> None:
-    """Make the store refuse to delete any inbox row of ``session`` (a real store
-    error for a retraction; marking a row done or giving it back still works)."""
-    key = session.to_bytes().hex()
-    if db.startswith("postgresql"):
-        import psycopg
-
-        base, schema = _pg(db)
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(
-                f'CREATE OR REPLACE FUNCTION "{schema}".keep_inbox()'
-                " RETURNS trigger LANGUAGE plpgsql AS $$"
-                f" BEGIN IF OLD.session = '\\x{key}'::bytea THEN"
-                " RAISE EXCEPTION 'injected retraction failure'; END IF; RETURN OLD; END $$"
-            )
-            conn.execute(
-                f'CREATE TRIGGER keep_inbox BEFORE DELETE ON "{schema}".inbox'
-                f' FOR EACH ROW EXECUTE FUNCTION "{schema}".keep_inbox()'
-            )
-        return
-    with sqlite3.connect(db) as conn:
-        conn.execute(
-            "CREATE TRIGGER keep_inbox BEFORE DELETE ON inbox"
-            f" WHEN OLD.session = X'{key}'"
-            " BEGIN SELECT RAISE(ABORT, 'injected retraction failure'); END"
-        )
-    conn.close()
-
-
-class Seen(Noted):
-    """``Noted``, with each turn's context (the quiet reports it took)."""
-
-    def register(self, rt: Runtime, name: str, model: str = "note") -> None:
-        def factory(_options: Any) -> Any:
-            def on_turn(turn: Any) -> Any:
-                for message in turn.context:
-                    self.add((name, ("context", message.content), turn.redelivered))
-                self.add((name, turn.content, turn.redelivered))
-                return turn.content
-
-            return on_turn
-
-        rt.models.register(model, factory, replace=True)
 
 
 def _settled_child(rt: Runtime, parent: Any) -> SessionId:
@@ -131,20 +81,9 @@ def _next_activation(db: str, backend: Backend, seen: Seen, parent_id: SessionId
     took it first) and given one more turn, which a quiet report is context of."""
     with Runtime(db, backend=backend) as rt:
         seen.register(rt, "next")
-        _resumed(rt, parent_id).followup("next")
+        resumed(rt, parent_id).followup("next")
         assert seen.wait_for(lambda items: any(c == "next" for _, c, _ in items), 30)
         assert rt.wait_idle(30)
-
-
-def _resumed(rt: Runtime, session_id: SessionId) -> Any:
-    """``session_id`` resumed in ``rt`` -- unless its sweep adopted it first."""
-    try:
-        return rt.agents.resume(session_id)
-    except SubagentError as exc:
-        found = rt.agents.get(session_id)
-        if exc.code != ErrorCode.SESSION_EXISTS or found is None:
-            raise
-        return found
 
 
 def _ran(seen: Seen, delivery: str, content: str) -> int:
@@ -336,7 +275,7 @@ def test_a_followup_its_resident_child_refused_but_not_taken_back_is_accepted(
         assert answers == ([MID] if keeps == "repeat" else [])
     with Runtime(db, backend=backend) as rt:
         seen.register(rt, "next")
-        rt.subagents.followup(_resumed(rt, parent_id), child_id, "then")
+        rt.subagents.followup(resumed(rt, parent_id), child_id, "then")
         assert seen.wait_for(lambda items: any(c == "then" for _, c, _ in items), 30)
         assert rt.wait_idle(30)
     assert seen.contents().count("f1") == 1
