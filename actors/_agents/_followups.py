@@ -29,6 +29,7 @@ from subagents.store import Accepted, InboxEntry
 from ._ahead import committed_at, keep_untaken
 from ._doubts import DOUBT_GRACE
 from ._inbox import Inbox
+from ._kept import kept
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
 from ._writer import unsure
@@ -40,23 +41,6 @@ USER = MessageSource(kind="user")
 #: Held while messages in doubt are settled: a follow-up that finds some waits, and
 #: runs after them (held for no store call).
 _SETTLING = threading.Lock()
-
-
-def _kept(sessions: Any, sid: Any, mid: MessageId, live: Any, refused: BaseException) -> bool:
-    """Take back a message committed and then refused; True when the refusal was the
-    closing runtime's (``AGENT_DISPOSED``) and the take-back found its store closed:
-    the message stays accepted (it runs at the session's next activation), and the
-    caller says so rather than raise ``STORE_CLOSED`` over a message it kept. Any
-    other failure of the take-back is raised (a strict steer's ``TURN_NOT_OPEN``
-    never turns into a queued message)."""
-    try:
-        sessions.retract(sid, mid, live)
-    except SubagentError as exc:
-        closing = isinstance(refused, SubagentError) and refused.code == ErrorCode.AGENT_DISPOSED
-        if closing and exc.code == ErrorCode.STORE_CLOSED:
-            return True
-        raise
-    return False
 
 
 class Followups(Inbox):
@@ -98,14 +82,19 @@ class Followups(Inbox):
 
         ``steer=True`` hands it to the running turn instead, if one is open (it
         sees it at its next safe point, :meth:`Turn.steering`), else queues it;
-        ``steer="strict"`` raises ``TURN_NOT_OPEN`` rather than queue. Either
-        returns a :class:`Steered` (the id, and ``steered`` / ``queued`` /
-        ``duplicate``); see ``_agents/_steering.py``.
+        ``steer="strict"`` raises ``TURN_NOT_OPEN`` rather than queue (under
+        strict durability, one whose commit cannot be taken back -- the store
+        refuses, or a repeat of its ``message_id`` was accepted meanwhile -- is
+        accepted all the same: ``queued``). Either returns a :class:`Steered` (the
+        id, and ``steered`` / ``queued`` / ``duplicate``); see
+        ``_agents/_steering.py``.
 
         Under strict durability the message is committed to the session's inbox
         before this returns. ``message_id`` makes it idempotent: the same id again
         returns it and queues nothing (see ``docs/durability.md`` for how long ids
-        are remembered).
+        are remembered). Refused after its commit and taken back, it raises the
+        refusal; when it cannot be taken back (see above), it stays accepted and
+        runs once: the call returns its id.
 
         Raises:
             SubagentError: ``AGENT_DISPOSED``; ``PERSISTENCE_UNAVAILABLE`` once
@@ -176,7 +165,10 @@ class Followups(Inbox):
             try:
                 return self.deliver(content, source, message_id=mid)
             except BaseException as refused:
-                if _kept(sessions, self.session_id, mid, self._session, refused):
+                # Taken back -- unless it is not ours to take back (the store could
+                # not, a repeat of its id was accepted since, the runtime closes):
+                # then it runs at the session's next activation (see kept).
+                if self._stays(mid, refused, accepted) and isinstance(refused, Exception):
                     return mid
                 raise
 
@@ -205,12 +197,26 @@ class Followups(Inbox):
         if accepted.duplicate:
             return Steered(mid, "duplicate")
         with committed_at(sessions, self, accepted.n):  # queued, it runs after those
+            if self.steer_in(content, source, mid):
+                return Steered(mid, "steered")
+            if strict:
+                refused = not_open(self.session_id)
+                if not self._stays(mid, refused, accepted):
+                    raise refused  # taken back: nothing accepted
+                # It stays accepted: no steer any more, a follow-up of the inbox,
+                # queued now (it would wait for the next activation otherwise).
             try:
-                return self._steer_or_queue(content, source, mid, strict)
+                return Steered(self.deliver(content, source, message_id=mid), "queued")
             except BaseException as refused:
-                if _kept(sessions, self.session_id, mid, self._session, refused):
-                    return Steered(mid, "queued")
+                if self._stays(mid, refused, accepted) and isinstance(refused, Exception):
+                    return Steered(mid, "queued")  # it runs at the next activation
                 raise
+
+    def _stays(self, mid: MessageId, refused: BaseException, accepted: Accepted) -> bool:
+        """Whether ``mid``, committed (``accepted``) by this activation and then
+        ``refused``, stays accepted: it could not be taken back (see ``kept``)."""
+        sessions = self._host.sessions
+        return kept(sessions, self.session_id, mid, refused, accepted.at, self._session)
 
     def _commit(
         self,

@@ -12,7 +12,9 @@ The outcome is reported (:class:`Steered`): ``steered`` (handed to the open turn
 or ``queued`` (no turn was open: it runs as a turn of its own, as a plain
 follow-up would). ``steer="strict"`` refuses instead of queueing: a steer that
 loses the race with the turn's end raises ``TURN_NOT_OPEN`` and delivers nothing
-(under strict durability its acceptance is taken back). A message handed to a
+(under strict durability its acceptance is taken back -- or, when it cannot be,
+the store refusing or a repeat of its id accepted since, it is ``queued``: see
+``_kept.kept``). A message handed to a
 turn that ends before another safe point is not lost: it runs as a turn of its
 own, in acceptance order -- after what was queued before it was steered, before
 what came after (as a crash replays it).

@@ -153,9 +153,10 @@ class Followups:
         signal: AbortSignal,
     ) -> MessageId:
         # The resident path: the registry's index and phase route it, the
-        # child's gate admits it (followup_plain is this path's common case).
+        # child's gate admits it (followup_plain is this path's common case). One
+        # committed already (a steer's, its child retiring) is routed as it is.
         act = self._index.get(cid)
-        if act is not None and act.phase is Phase.RESIDENT:
+        if act is not None and act.phase is Phase.RESIDENT and not delivery.committed:
             agent = act.agent
             header = agent.header
             _authorize(parent, header, agents.is_live)

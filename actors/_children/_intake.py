@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from subagents.actors._agents import (
     Agent,
+    LiveSession,
     SessionService,
     Steered,
     committed_at,
@@ -44,6 +45,7 @@ from subagents.protocol import (
     SessionId,
     SubagentError,
 )
+from subagents.store import Accepted
 from subagents.supervision import Phase
 
 from ._requests import Delivery
@@ -89,6 +91,15 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     if accepted.duplicate:
         d.duplicate = True
         return DONE
+    return _admit_committed(sessions, agent, live, d, accepted)
+
+
+def _admit_committed(
+    sessions: SessionService, agent: Agent, live: LiveSession, d: Delivery, accepted: Accepted
+) -> str:
+    """Admit ``d``, committed (``accepted``) taken by ``agent``'s activation
+    ``live``: :data:`DONE`, or :data:`ROUTE` (the child is retiring: ``d`` is
+    given back to nobody, committed, for the registry to route)."""
     with committed_at(sessions, agent, accepted.n):  # after what was committed ahead
         try:
             admitted = agent.admit_followup(d.content, d.source, d.message_id)
@@ -110,6 +121,7 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
         except SubagentError:
             logger.warning("could not give %s back", d.message_id, exc_info=True)
     d.committed = True
+    d.accepted_at = accepted.at  # (a retraction on the way leaves a repeat's since)
     return ROUTE
 
 
@@ -117,35 +129,48 @@ def steer_resident(
     sessions: SessionService, agent: Agent, d: Delivery, strict: bool
 ) -> Steered | None:
     """Steer ``d`` into the resident ``agent``'s open turn: a :class:`Steered`
-    (``steered`` or ``duplicate``), or None when no turn took it and it should be
-    followed up as usual (``queued``).
+    (``steered``, ``queued`` or ``duplicate``), or None when it should be
+    followed up as usual (``queued``; ``d.committed``: routed as committed).
 
     Under strict durability it is committed taken by the child's activation first,
-    and taken back when refused. ``strict``: refuse (``TURN_NOT_OPEN``) instead of
-    None, delivering nothing.
+    and taken back when no turn took it. ``strict``: refuse (``TURN_NOT_OPEN``)
+    instead of None, delivering nothing. A commit that cannot be taken back (see
+    ``kept``) is no steer any more: it is the child's follow-up, admitted from the
+    inbox row it has (``queued``, whether ``strict`` or not: committed again, it
+    would be a "duplicate" that nobody runs before the child's next activation).
     """
     mid = d.message_id
-    if sessions.strict:
-        try:  # (a commit whose answer was lost stays in doubt: see Agent._commit)
-            accepted = agent._commit(mid, d.content, d.source)
-        except SubagentError as exc:
-            if exc.code == ErrorCode.LEASE_LOST and not strict:
-                return None  # the activation left: the usual path routes it
-            raise
-        if accepted.duplicate:
-            return Steered(mid, "duplicate")
-    try:
+    if not sessions.strict:
         if agent.steer_in(d.content, d.source, mid, continuation=True):
             return Steered(mid, "steered")
         if strict:
             raise not_open(agent.session_id)
-    except BaseException:
-        if sessions.strict:
-            _retract(sessions, agent.session_id, mid, agent)
+        return None
+    live = agent.session
+    try:  # (a commit whose answer was lost stays in doubt: see Agent._commit)
+        accepted = agent._commit(mid, d.content, d.source)
+    except SubagentError as exc:
+        if exc.code == ErrorCode.LEASE_LOST and not strict:
+            return None  # the activation left: the usual path routes it
         raise
-    if sessions.strict:  # queued: the usual path commits it again
-        _retract(sessions, agent.session_id, mid, agent)
-    return None
+    if accepted.duplicate:
+        return Steered(mid, "duplicate")
+    sid = agent.session_id
+    try:
+        if agent.steer_in(d.content, d.source, mid, continuation=True):
+            return Steered(mid, "steered")
+    except BaseException as exc:  # refused (drained)
+        if kept(sessions, sid, mid, exc, accepted.at, live) and isinstance(exc, Exception):
+            return Steered(mid, "queued")  # it runs at the child's next activation
+        raise
+    refused = not_open(sid)  # no turn open
+    if not kept(sessions, sid, mid, refused, accepted.at, live):
+        if strict:
+            raise refused  # taken back: nothing accepted
+        return None  # taken back: the usual path commits it again (bounded)
+    if _admit_committed(sessions, agent, live, d, accepted) == DONE:
+        return Steered(mid, "queued")
+    return None  # retiring: d is committed, the usual path routes it
 
 
 def steer_followup(
@@ -175,12 +200,3 @@ def steer_followup(
     # Not steered: the usual path (which also refuses a parent that is not the one).
     mid = followup(agents, parent, cid, d, signal)
     return Steered(mid, "duplicate" if d.duplicate else "queued")
-
-
-def _retract(
-    sessions: SessionService, target: SessionId, message_id: MessageId, agent: Agent
-) -> None:
-    try:
-        sessions.retract(target, message_id, agent.session)
-    except SubagentError:
-        logger.warning("could not retract %s from %s", message_id, target, exc_info=True)

@@ -226,7 +226,10 @@ class SubagentService(CatalogReads):
         ``steer=True`` hands it to the child's open turn instead, when the child is
         resident here with a turn running (it sees it at its next safe point),
         else follows up as usual; ``steer="strict"`` raises ``TURN_NOT_OPEN``
-        rather than queue or resume a cold child. Either returns a
+        rather than queue or resume a cold child (under strict durability, one
+        whose commit cannot be taken back -- the store refuses, or a repeat of its
+        ``message_id`` was accepted meanwhile -- is accepted all the same, and
+        queued). Either returns a
         :class:`~subagents.actors.Steered` (the id, and ``steered`` / ``queued`` /
         ``duplicate``).
 

@@ -134,19 +134,27 @@ def test_a_followup_its_store_closed_under_stays_accepted(
     assert [e.message_id for e in store.pending(agent.session_id)] == [mid]
 
 
-def test_a_strict_steer_whose_take_back_fails_is_not_queued(
+def test_a_strict_steer_whose_take_back_fails_is_queued_and_runs(
     rt_sqlite: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only the closing runtime's refusal with its store closed keeps a message: a
-    strict steer that found no open turn, whose take-back then failed otherwise
-    (a busy timeout), raises that failure -- it was reported ``queued``, which a
-    strict steer never is."""
+    """A strict steer that found no open turn, whose take-back then failed otherwise
+    (a busy timeout), stays in the durable inbox: accepted, it is no steer any more
+    but a follow-up, so the call says ``queued`` and the agent runs it now, once --
+    it raised the timeout while the message stayed, to run at the next activation
+    (and, before that, it was reported ``queued`` and left unrun)."""
     agent = rt_sqlite.spawn("echo")
+    store = rt_sqlite.sessions.persistence
+    assert store is not None
 
     def busy(*_a: Any, **_k: Any) -> Any:
         raise SubagentError("database is locked", code=ErrorCode.TIMEOUT)
 
     monkeypatch.setattr(rt_sqlite.sessions, "retract", busy)
-    with pytest.raises(SubagentError) as caught:
-        agent.followup("now or never", steer="strict")
-    assert caught.value.code == ErrorCode.TIMEOUT
+    answer = agent.followup("now or never", steer="strict")
+    assert answer.outcome == "queued"
+    assert agent.wait_idle(10)
+    monkeypatch.undo()
+    rt_sqlite.sessions.flush()
+    (end,) = rt_sqlite.sessions.turn_ends(agent.session_id)
+    assert end.stop_reason == "completed"
+    assert store.pending(agent.session_id) == []
