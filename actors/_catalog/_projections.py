@@ -51,7 +51,10 @@ __all__ = [
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProjectionUnit:
     """``initial()`` gives a fresh state; ``step(state, seq, event)`` the next one;
-    ``value(state)`` the serialisable projection. ``step`` must never raise."""
+    ``value(state)`` the serialisable projection. ``step`` must never raise, nor
+    wait: it runs under the session's watermark lock, and on gevent a step that
+    yielded to the hub there would stop the thread for another greenlet listing
+    the same session."""
 
     name: str
     initial: Callable[[], Any]

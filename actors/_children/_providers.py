@@ -19,7 +19,6 @@ its recorded outcome when its run completed, else it runs once more
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from subagents.actors._agents import Agent, TurnOutcome
@@ -167,18 +166,20 @@ def _rollback(runtime: ChildContext, child: Agent) -> None:
 def _disposer(
     child: Agent, result: ResultFuture[RunResult], remove_listener: Callable[[], None] | None
 ) -> Callable[[float | None], None]:
-    lock = threading.Lock()
+    """The run's release. :class:`SubagentRun` calls it once (a concurrent dispose
+    waits for the first), so it takes no lock: it waits for the result and for the
+    child's stop, and a plain lock held across those waits would stop the whole
+    thread under gevent as soon as another greenlet of it asked for the lock."""
 
     def dispose(timeout: float | None) -> None:
-        with lock:
-            if remove_listener is not None:
-                remove_listener()
-            child.cancel("disposed", keep_inbox=False)
-            if not result.wait(timeout):
-                raise SubagentError(
-                    f"run {child.session_id} did not settle within {timeout} s",
-                    code=ErrorCode.TIMEOUT,
-                )
-            child.dispose(timeout=timeout)
+        if remove_listener is not None:
+            remove_listener()
+        child.cancel("disposed", keep_inbox=False)
+        if not result.wait(timeout):
+            raise SubagentError(
+                f"run {child.session_id} did not settle within {timeout} s",
+                code=ErrorCode.TIMEOUT,
+            )
+        child.dispose(timeout=timeout)
 
     return dispose
