@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from subagents.actors import AbortController, Runtime
+from subagents.actors import AbortController, ContinuableStartSpec, Runtime
 from subagents.actors.testing import Gate
 
 
@@ -145,3 +145,25 @@ def gated(gates: dict[str, Gate]) -> Callable[[Any], Any]:
         return turn.content
 
     return on_turn
+
+
+def settled_child(rt: Runtime, parent: Any) -> str:
+    """A continuable child of ``parent`` that ran its prompt and settled (not live:
+    ``keep_warm`` 0)."""
+    ended = Noted()
+
+    def listen(event: Any) -> None:
+        if event.type == "subagent/end":
+            ended.add(("end", event.child_id, False))
+
+    subscription = rt.subagents.subscribe(listen)
+    child_id = rt.subagents.start_continuable(
+        ContinuableStartSpec(
+            parent=parent, provider="local", prompt="hi", label="kid", model="echo"
+        )
+    ).child_id
+    assert ended.wait_for(lambda items: ("end", child_id, False) in items)
+    subscription.dispose()
+    assert rt.wait_idle(10)
+    assert rt.agents.get(child_id) is None
+    return str(child_id)

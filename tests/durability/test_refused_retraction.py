@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from commit_cut import CommitCut
-from durability_kit import Noted
+from durability_kit import settled_child
 from refusal_kit import Seen, refuse_retractions, resumed
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
@@ -34,26 +34,6 @@ pytestmark = pytest.mark.timeout(90)
 
 MID = MessageId("5" * 32)
 DELIVERIES = ["waking", "quiet"]
-
-
-def _settled_child(rt: Runtime, parent: Any) -> SessionId:
-    """A continuable child of ``parent`` that ran its prompt and settled."""
-    ended = Noted()
-
-    def listen(event: Any) -> None:
-        if event.type == "subagent/end":
-            ended.add(("end", event.child_id, False))
-
-    subscription = rt.subagents.subscribe(listen)
-    child_id = rt.subagents.start_continuable(
-        ContinuableStartSpec(
-            parent=parent, provider="local", prompt="hi", label="kid", model="echo"
-        )
-    ).child_id
-    assert ended.wait_for(lambda items: ("end", child_id, False) in items)
-    subscription.dispose()
-    assert rt.wait_idle(10)
-    return SessionId(child_id)
 
 
 def _failing_as_it_takes(
@@ -105,7 +85,7 @@ def test_a_report_whose_retraction_the_store_refuses_is_accepted(
         seen.register(rt, "first")
         parent = rt.spawn("note", label="parent")
         parent_id = parent.session_id
-        child_id = _settled_child(rt, parent)
+        child_id = SessionId(settled_child(rt, parent))
         refuse_retractions(db, parent_id)
         _failing_as_it_takes(rt, parent, delivery)
         got = rt.subagents.report_from(child_id, "r1", delivery=delivery, message_id=MID)
@@ -130,7 +110,7 @@ def test_a_repeat_accepted_before_the_retraction_keeps_the_report(
         seen.register(rt, "first")
         parent = rt.spawn("note", label="parent")
         parent_id = parent.session_id
-        child_id = _settled_child(rt, parent)
+        child_id = SessionId(settled_child(rt, parent))
 
         def repeat() -> None:  # a retry of the same report, by another caller
             answers.append(
@@ -155,7 +135,7 @@ def test_a_refused_report_taken_back_is_refused(backend: Backend, db: str, deliv
         seen.register(rt, "first")
         parent = rt.spawn("note", label="parent")
         parent_id = parent.session_id
-        child_id = _settled_child(rt, parent)
+        child_id = SessionId(settled_child(rt, parent))
         _failing_as_it_takes(rt, parent, delivery)
         with pytest.raises(SubagentError) as refused:
             rt.subagents.report_from(child_id, "r3", delivery=delivery, message_id=MID)
@@ -180,7 +160,7 @@ def test_a_retraction_whose_answer_was_lost_is_settled_from_the_store(
         seen.register(rt, "first")
         parent = rt.spawn("note", label="parent")
         parent_id = parent.session_id
-        child_id = _settled_child(rt, parent)
+        child_id = SessionId(settled_child(rt, parent))
 
         def cut_the_retraction() -> None:  # once the parent's own writes are done
             assert parent.wait_disposed(30)
@@ -213,7 +193,7 @@ def test_a_retraction_nobody_can_settle_is_raised_in_doubt(
         seen.register(rt, "first")
         parent = rt.spawn("note", label="parent")
         parent_id = parent.session_id
-        child_id = _settled_child(rt, parent)
+        child_id = SessionId(settled_child(rt, parent))
 
         def lost(*_args: Any, **_kwargs: Any) -> Any:
             raise SubagentError("connection lost", code=ErrorCode.PERSISTENCE_UNAVAILABLE)

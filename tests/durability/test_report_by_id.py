@@ -12,31 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from durability_kit import Noted
+from durability_kit import Noted, settled_child
 from subagents.actors import AbortSignal, ContinuableStartSpec, Runtime, SubagentStartRequest
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, MessageSource, ReportEvent, SessionId, SubagentError
-
-
-def _settled_child(rt: Runtime, parent: Any) -> str:
-    """A continuable child of ``parent`` that ran its prompt and settled (not live)."""
-    ended = Noted()
-
-    def listen(event: Any) -> None:
-        if event.type == "subagent/end":
-            ended.add(("end", event.child_id, False))
-
-    subscription = rt.subagents.subscribe(listen)
-    child_id = rt.subagents.start_continuable(
-        ContinuableStartSpec(
-            parent=parent, provider="local", prompt="hi", label="kid", model="echo"
-        )
-    ).child_id
-    assert ended.wait_for(lambda items: ("end", child_id, False) in items)
-    subscription.dispose()
-    assert rt.wait_idle(10)
-    assert rt.agents.get(child_id) is None  # keep_warm=0: settled at once
-    return str(child_id)
 
 
 def _reports(rt: Runtime, parent_id: str) -> list[ReportEvent]:
@@ -52,7 +31,7 @@ def test_a_settled_child_reports_by_id_to_its_live_parent(backend: Backend, db: 
     with Runtime(db, backend=backend) as rt:
         noted.register(rt, "p")
         parent = rt.spawn("note", label="parent")
-        child_id = _settled_child(rt, parent)
+        child_id = settled_child(rt, parent)
         mid = rt.subagents.report_from(child_id, "done", delivery="waking", message_id="a" * 32)
         again = rt.subagents.report_from(child_id, "done", delivery="waking", message_id="a" * 32)
         assert mid == again == "a" * 32
@@ -74,7 +53,7 @@ def test_by_id_to_a_parent_not_live_is_kept_and_delivered(backend: Backend, db: 
         noted.register(rt, "one")
         parent = rt.spawn("note", label="parent")
         parent_id = parent.session_id
-        child_id = _settled_child(rt, parent)
+        child_id = settled_child(rt, parent)
         parent.dispose()
         quiet = rt.subagents.report_from(child_id, "fyi")
         assert rt.subagents.report_receipt(child_id, quiet).status == "pending"
@@ -136,7 +115,7 @@ def test_relaxed_by_id_needs_a_live_parent(backend: Backend, tmp_path: Any) -> N
     (``UNAUTHORIZED``); a live one receives the report."""
     with Runtime(str(tmp_path / "r.db"), backend=backend, durability="relaxed") as rt:
         parent = rt.spawn("echo", label="parent")
-        child_id = _settled_child(rt, parent)
+        child_id = settled_child(rt, parent)
         rt.subagents.report_from(child_id, "ok", delivery="waking")
         assert parent.wait_idle(10)
         parent.dispose()
