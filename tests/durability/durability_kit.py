@@ -121,6 +121,14 @@ def until(rt: Runtime, done: Callable[[], bool], timeout: float = 10.0) -> bool:
     return True
 
 
+def exited(rt: Runtime, proc: subprocess.Popen[Any], timeout: float = 60.0) -> int | None:
+    """``proc``'s exit code once it ended (None past ``timeout``), waiting on ``rt``'s
+    backend: a blocking ``proc.wait`` stops a gevent runtime's hub -- its session
+    writer and lease renewal -- while the process may be waiting for just those
+    (its view of the store), until the runtime's leases lapse."""
+    return proc.returncode if until(rt, lambda: proc.poll() is not None, timeout) else None
+
+
 def two_runtimes(backend: Any, db: str, lease_ttl: float) -> Iterator[list[Runtime]]:
     """Two strict runtimes on one store (for a fixture: ``yield from``), closed
     after, the second first."""

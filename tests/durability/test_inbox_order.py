@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_kit import until, worker
+from durability_kit import exited, until, worker
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._agents import _mail
 from subagents.actors._kernel._backend import Backend
@@ -81,7 +81,7 @@ def test_a_send_committed_by_another_process_runs_before_one_sent_after_it(
             a.agents.send(sid, "m2")
             pickup.release()
             assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 2, timeout=30)
-            assert b.wait(60) == 0
+            assert exited(a, b) == 0  # (b waits to see the turns a writes)
         assert [e.output for e in a.sessions.turn_ends(sid)] == ["w-0", "m2"]
 
 
@@ -120,7 +120,7 @@ def test_a_send_waits_for_a_pickup_that_took_the_messages_before_it(
             queueing.release()
             assert sent.join(30) and sent.exception is None
             assert until(a, lambda: len(a.sessions.turn_ends(sid)) >= 3, timeout=30)
-            assert b.wait(60) == 0
+            assert exited(a, b) == 0  # (b waits to see the turns a writes)
         assert [e.output for e in a.sessions.turn_ends(sid)] == ["w-0", "w-1", "m2"]
 
 
