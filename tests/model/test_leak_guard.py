@@ -1,8 +1,8 @@
-"""The model tests' leak guard (``conftest.py``) fails the test that leaked a socket
--- at its teardown, naming it -- and not a later test whose allocations happened to
-collect the socket and so raised its ``ResourceWarning`` as an error. Three sockets
-leaked by an earlier test once failed an innocent test this way. Test
-infrastructure: no R-* requirement."""
+"""The leak guard (``tests/resource_guard.py``, on in the model, example-server and
+CLI tests) fails the test that leaked a socket -- at its teardown, naming it -- and
+not a later test whose allocations happened to collect the socket and so raised its
+``ResourceWarning`` as an error. Three sockets leaked by an earlier test once failed
+an innocent test this way. Test infrastructure: no R-* requirement."""
 
 from __future__ import annotations
 
