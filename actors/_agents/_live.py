@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from subagents.protocol import (
@@ -11,6 +12,7 @@ from subagents.protocol import (
     MessageId,
     SessionHeader,
     SessionId,
+    SubagentError,
     TurnRecord,
     materialise,
 )
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
     from ._writer import Writer
 
 __all__ = ["LiveSession"]
+
+logger = logging.getLogger("subagents")
 
 
 class LiveSession:
@@ -84,31 +88,69 @@ class LiveSession:
         with self._lock:
             self.events.extend(events)
             self.next_seq += len(events)
-            if writer is not None:
-                if writer.inline:
-                    if not defer:
-                        self._write_inline(writer)
-                else:
-                    self.last_ticket = writer.submit(
-                        "append", self.header.id, (events, self.token, done)
-                    )
-            return self.next_seq - 1
+            last = self.next_seq - 1
+            if writer is None:
+                return last
+            if not writer.inline:
+                self.last_ticket = writer.submit(
+                    "append", self.header.id, (events, self.token, done)
+                )
+                return last
+            if defer or self._write_inline(writer):
+                return last
+        writer.report()  # it failed: the agent stops, with this lock released
+        return last
 
-    def _write_inline(self, writer: Writer) -> None:
-        """Inline mode, lock held: store the events not stored yet, drop the tail."""
+    def _write_inline(self, writer: Writer) -> bool:
+        """Inline mode, lock held: store the events not stored yet, drop the tail.
+
+        False when they were not stored: the caller calls ``writer.report()``
+        once it released the lock (the failure stops the agent, whose abort
+        listeners may append to or read this very session)."""
         written = self.written
         if written == self.next_seq:
-            return
+            return True
         events = self.events
         pending = events if written == self.base_seq else events[written - self.base_seq :]
         if writer.write_through(self.header.id, written, pending):
             # The store holds the whole log now: no tail to keep.
             self.events.clear()
             self.base_seq = self.written = self.next_seq
+            return True
+        return False
 
     def _write_pending(self, writer: Writer) -> None:
         with self._lock:
-            self._write_inline(writer)
+            if self._write_inline(writer):
+                return
+        writer.report()  # (see _write_inline)
+
+    def _checkpoint(
+        self, writer: Writer, state: dict[str, Any], pack: Callable[[Any], bytes]
+    ) -> None:
+        """Queue a checkpoint of ``state`` through the last seq (``SessionService.checkpoint``):
+        inline, the log through that seq is written first. The caller calls
+        ``writer.report()`` after (see :meth:`_write_inline`)."""
+        with self._lock:
+            if writer.inline:
+                self._write_inline(writer)  # the log through seq first
+            seq = self.next_seq - 1
+            if seq < 0:
+                return
+            try:
+                data = pack({"v": 1, "seq": seq, **state})
+            except SubagentError as exc:  # never breaks a release: resume refolds the log
+                logger.error(
+                    "no checkpoint of %s: %s (its resume refolds the log; quiet reports kept"
+                    " for its next turn stay only in a strict inbox)",
+                    self.id,
+                    exc,
+                )
+                return
+            # Fenced by its lease: a holder that lost the session stores no state.
+            self.last_ticket = writer.submit(
+                "checkpoint", self.id, (seq, data, self.token), report=False
+            )
 
     def _trim_through(self, seq: int) -> None:
         with self._lock:

@@ -247,15 +247,18 @@ class SessionService(Acceptance, SessionReads):
             live.next_seq += 1
             if writer is None:
                 live.events.append(record)
-            elif writer.inline:
-                live.events.append(record)
-                live._write_inline(writer)
-            else:
+                return
+            if not writer.inline:
                 end = record.end_event()
                 live.events.append(end)
                 live.last_ticket = writer.submit(
                     "append", live.header.id, ((end,), live.token, done)
                 )
+                return
+            live.events.append(record)
+            if live._write_inline(writer):
+                return
+        writer.report()  # it failed: the agent stops, with the session's lock released
 
     def checkpoint(self, live: LiveSession, state: dict[str, Any], *, shaped: bool = False) -> None:
         """Queue a checkpoint of folded ``state`` valid through the live log's last seq.
@@ -265,27 +268,14 @@ class SessionService(Acceptance, SessionReads):
         values of known, shallow nesting, so the nesting check is skipped (every
         settle writes one; the check was a tenth of a drain's time).
         """
-        pack = pack_shaped if shaped else packb
-        if self._writer is None:
+        writer = self._writer
+        if writer is None:
             return
-        with live._lock:
-            if self._writer.inline:
-                live._write_inline(self._writer)  # the log through seq first
-            seq = live.next_seq - 1
-            if seq < 0:
-                return
-            try:
-                data = pack({"v": 1, "seq": seq, **state})
-            except SubagentError as exc:  # never breaks a release: resume refolds the log
-                logger.error(
-                    "no checkpoint of %s: %s (its resume refolds the log; quiet reports kept"
-                    " for its next turn stay only in a strict inbox)",
-                    live.id,
-                    exc,
-                )
-                return
-            # Fenced by its lease: a holder that lost the session stores no state.
-            live.last_ticket = self._writer.submit("checkpoint", live.id, (seq, data, live.token))
+        try:
+            live._checkpoint(writer, state, pack_shaped if shaped else packb)
+        finally:
+            if writer.inline:  # a failure: the agent stops, with the session's lock released
+                writer.report()
 
     def cache_projection(
         self, live: LiveSession, unit: str, seq: int, value: Any, *, shaped: bool = False

@@ -68,6 +68,13 @@ class Writer:
     other ops), by the caller under the writer lock: the same order, no task, and
     no thread or greenlet hand-off per write, which cost a follow-up's round trip
     more than the write itself.
+
+    A write's failure is recorded at once (the session gets no later write), and
+    its callback (``failed``: the session's agent stops, running its turn's abort
+    listeners -- behaviour code, which may write to that session, read it, or
+    yield) runs from :meth:`report` once the writer's lock and the caller's are
+    released: the writer task after each batch, an inline writer's caller after
+    its own ``with``.
     """
 
     def __init__(
@@ -92,6 +99,8 @@ class Writer:
         self._wake = backend.event()
         self._waiters: list[tuple[int, Any]] = []
         self._failed: dict[SessionId, BaseException] = {}
+        # Failures recorded, their callbacks not run yet (see report).
+        self._due: deque[tuple[SessionId, BaseException]] = deque()
         self._closing = False
         self._task: TaskHandle | None = None
         self._awake = False  # the writer is draining: no need to signal it again
@@ -99,7 +108,9 @@ class Writer:
         self._append_owned = store._owned_appender()
         self._compact = store._takes_turn_records()  # it takes TurnRecord slots as they are
 
-    def submit(self, op: str, session_id: SessionId, payload: Any) -> int:
+    def submit(self, op: str, session_id: SessionId, payload: Any, *, report: bool = True) -> int:
+        """Queue ``op`` (or, inline, write it now); its ticket. ``report=False``: the
+        caller holds a lock of its own, and calls :meth:`report` once it let go."""
         with self._lock:
             if self._closing:
                 raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
@@ -108,13 +119,17 @@ class Writer:
             if self.inline:
                 self._write([(ticket, op, session_id, payload)])
                 self._committed = ticket
-                return ticket
-            self._ops.append((ticket, op, session_id, payload))
-            if self._task is None:
-                self._task = self._backend.spawn(self._run, name="subagents-session-writer")
-            if self._awake:
-                return ticket
-            self._awake = True
+            else:
+                self._ops.append((ticket, op, session_id, payload))
+                if self._task is None:
+                    self._task = self._backend.spawn(self._run, name="subagents-session-writer")
+                if self._awake:
+                    return ticket
+                self._awake = True
+        if self.inline:
+            if report and self._due:  # it failed: the callback, with the lock released
+                self.report()
+            return ticket
         # Setting an event costs microseconds (a gevent one schedules a callback);
         # only the submit that finds the writer asleep pays it.
         self._wake.set()
@@ -130,7 +145,8 @@ class Writer:
         store in seq order; no other order matters to an append, so the writer
         lock is not taken (the store has its own). A failure is logged and kept
         for ``flush`` to report, and the session gets no later writes (no holes in
-        its log).
+        its log); the caller, on False, calls :meth:`report` once it released the
+        session's lock (the failure callback stops the agent: see the class).
         """
         if self._closing:
             raise SubagentError("the session service is closed", code=ErrorCode.STORE_CLOSED)
@@ -145,10 +161,28 @@ class Writer:
             )
         except Exception as exc:
             logger.error("persisting session %s failed: %s", session_id, exc)
-            self._failed[session_id] = detached(exc)
-            self._on_failed(session_id, exc)
+            self._fails(session_id, exc)
             return False
         return True
+
+    def _fails(self, sid: SessionId, exc: BaseException) -> None:
+        """Record ``sid``'s failure: no later write of it lands; its callback is due."""
+        self._failed[sid] = detached(exc)
+        self._due.append((sid, exc))
+
+    def report(self) -> None:
+        """Run the callbacks of the failures recorded so far, each once, in order.
+
+        Called with no lock held (the writer's, a session's): the callback stops
+        the session's agent, and that runs behaviour code. What it raises is
+        logged (:meth:`_call_back`)."""
+        due = self._due
+        while due:
+            try:
+                sid, exc = due.popleft()
+            except IndexError:  # another caller took the last one meanwhile
+                return
+            self._call_back(self._on_failed, sid, exc)
 
     def ended(self, session_id: SessionId) -> None:
         """The activation of ``session_id`` is over (its session left the live set,
@@ -216,6 +250,7 @@ class Writer:
                 abandon_if_forked(self._born)  # forked mid-batch: the parent's, not ours
                 logger.exception("writing a batch of %d ops failed", len(batch))
                 self._fail_batch(batch, exc)
+            self.report()  # before a flush waiting for the batch wakes: it reads the failures
             with self._lock:
                 self._committed = batch[-1][0]
                 ready = [ev for t, ev in self._waiters if t <= self._committed]
@@ -227,8 +262,7 @@ class Writer:
         """Fail every session with a write in ``batch`` (see :meth:`_drain`)."""
         for sid in dict.fromkeys(sid for _, op, sid, _ in batch if op not in ("reset", "ended")):
             if sid not in self._failed:
-                self._failed[sid] = detached(exc)
-                self._call_back(self._on_failed, sid, exc)
+                self._fails(sid, exc)
 
     def _call_back(self, fn: Callable[..., object], *args: Any) -> None:
         """``fn(*args)``, one of the writer's callbacks: what it raises is logged and
@@ -266,7 +300,7 @@ class Writer:
                 continue
             if op == "fail":  # (see fail): what is queued after it is dropped
                 self._failed[sid] = payload
-                self._call_back(self._on_failed, sid, payload)  # (else the batch fails)
+                self._due.append((sid, payload))
                 continue
             if op == "append":
                 events, token, done = payload
@@ -315,8 +349,7 @@ class Writer:
                     # (A projection is derived data: a lost cache row is harmless.)
                     if sid not in failed:
                         logger.error("persisting session %s failed: %s", sid, result)
-                        self._failed[sid] = detached(result)
-                        self._call_back(self._on_failed, sid, result)
+                        self._fails(sid, result)
                     failed[sid] = k
             elif done[0] == "append" and result:
                 self._call_back(self._on_committed, sid, result[-1])

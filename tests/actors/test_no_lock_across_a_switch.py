@@ -14,12 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 import gevent
+import gevent.event
 import gevent.monkey
 import pytest
 from held_locks import HeldLockWatch
-from subagents.actors import ContinuableStartSpec, Runtime, SubagentStartRequest
+from subagents.actors import ContinuableStartSpec, Runtime, SubagentStartRequest, UserAuthority
 from subagents.actors._kernel._signal import AbortSignal
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
+from subagents.protocol import ErrorCode, SubagentError
+from subagents.store import MemoryStore
 
 pytestmark = [
     pytest.mark.backend_specific,
@@ -93,5 +96,61 @@ def test_children_started_followed_up_listed_and_drained_hold_no_lock_across_a_y
             run.id,
             child,
         }
+    assert watch.switches > 0
+    assert watch.held == []
+
+
+def test_a_failed_inline_writes_abort_listener_may_wait_on_another_greenlet() -> None:
+    """R-INT-7, R-INT-8 on gevent: the in-memory store is written inline, under the
+    session's lock; a write of it that fails stops the agent, which aborts the
+    running turn's signal. Its listener waits for another greenlet that reads the
+    same session first: the stop ran with the session's lock held, so that read
+    stopped the whole thread (the listener never ran again). Now no lock is held
+    across the listener's wait, the interrupt returns, the agent stops."""
+    store = MemoryStore()
+    read: list[int] = []
+    with HeldLockWatch() as watch, Runtime(store, backend="gevent") as rt:
+        inside = gevent.event.Event()
+
+        def model(_options: Any) -> Any:
+            def on_turn(turn: Any) -> str:
+                sid = turn.agent.session_id
+
+                def listener(_reason: Any) -> None:
+                    done = gevent.event.Event()
+
+                    def reader() -> None:
+                        try:  # the live tail (its lock), then the store, which lost it
+                            read.append(len(rt.sessions.read(sid)))
+                        except SubagentError as exc:
+                            read.append(exc.code)
+                        finally:
+                            done.set()
+
+                    gevent.spawn(reader)
+                    assert done.wait(30)
+
+                turn.signal.add_listener(listener)
+                inside.set()
+                assert turn.signal.wait(30)
+                return "stopped"
+
+            return on_turn
+
+        rt.models.register("listening", model)
+        parent = rt.spawn("echo")
+        spec = ContinuableStartSpec(
+            parent=parent, provider="local", prompt="go", label="c", model="listening"
+        )
+        child = rt.subagents.start_continuable(spec).child_id
+        assert inside.wait(30)
+        agent = rt.agents.get(child)
+        assert agent is not None
+        store.delete_session(child)  # as another holder of the store would: writes fail
+        rt.subagents.interrupt(child, UserAuthority(parent.session_id))
+        assert agent.wait_disposed(30)
+        assert read == [ErrorCode.SESSION_NOT_FOUND]
+        (failure,) = rt.sessions.statistics().persistence_failures
+        assert failure.session_id == child
     assert watch.switches > 0
     assert watch.held == []
