@@ -18,6 +18,7 @@ import gevent.event
 import gevent.monkey
 import pytest
 from held_locks import HeldLockWatch
+from listening_child import listening_child
 from subagents.actors import ContinuableStartSpec, Runtime, SubagentStartRequest, UserAuthority
 from subagents.actors._kernel._signal import AbortSignal
 from subagents.actors.testing import Block, Gate, ScriptedBehaviour
@@ -110,43 +111,28 @@ def test_a_failed_inline_writes_abort_listener_may_wait_on_another_greenlet() ->
     store = MemoryStore()
     read: list[int] = []
     with HeldLockWatch() as watch, Runtime(store, backend="gevent") as rt:
-        inside = gevent.event.Event()
 
-        def model(_options: Any) -> Any:
-            def on_turn(turn: Any) -> str:
-                sid = turn.agent.session_id
+        def listener_for(turn: Any, _parent: Any) -> Any:
+            sid = turn.agent.session_id
 
-                def listener(_reason: Any) -> None:
-                    done = gevent.event.Event()
+            def listener(_reason: Any) -> None:
+                done = gevent.event.Event()
 
-                    def reader() -> None:
-                        try:  # the live tail (its lock), then the store, which lost it
-                            read.append(len(rt.sessions.read(sid)))
-                        except SubagentError as exc:
-                            read.append(exc.code)
-                        finally:
-                            done.set()
+                def reader() -> None:
+                    try:  # the live tail (its lock), then the store, which lost it
+                        read.append(len(rt.sessions.read(sid)))
+                    except SubagentError as exc:
+                        read.append(exc.code)
+                    finally:
+                        done.set()
 
-                    gevent.spawn(reader)
-                    assert done.wait(30)
+                gevent.spawn(reader)
+                assert done.wait(30)
 
-                turn.signal.add_listener(listener)
-                inside.set()
-                assert turn.signal.wait(30)
-                return "stopped"
+            return listener
 
-            return on_turn
-
-        rt.models.register("listening", model)
-        parent = rt.spawn("echo")
-        spec = ContinuableStartSpec(
-            parent=parent, provider="local", prompt="go", label="c", model="listening"
-        )
-        child = rt.subagents.start_continuable(spec).child_id
-        assert inside.wait(30)
-        agent = rt.agents.get(child)
-        assert agent is not None
-        store.delete_session(child)  # as another holder of the store would: writes fail
+        # Its session deleted, as another holder of the store would: writes fail.
+        parent, child, agent = listening_child(rt, store, listener_for)
         rt.subagents.interrupt(child, UserAuthority(parent.session_id))
         assert agent.wait_disposed(30)
         assert read == [ErrorCode.SESSION_NOT_FOUND]

@@ -20,7 +20,8 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
+from listening_child import listening_child
+from subagents.actors import Runtime, UserAuthority
 from subagents.actors._agents._messages import Deliver
 from subagents.actors._agents._sessions import SessionService
 from subagents.actors._kernel._backend import Backend
@@ -75,27 +76,9 @@ def test_an_abort_listener_may_touch_the_session_whose_inline_write_failed(
     store = MemoryStore()
     heard: list[Any] = []
     with Runtime(store, backend=backend) as rt:
-        inside = rt.backend.event()
-
-        def model(_options: Any) -> Any:
-            def on_turn(turn: Any) -> str:
-                turn.signal.add_listener(_listen(rt, parent, turn, heard))
-                inside.set()
-                assert turn.signal.wait(30)
-                return "stopped"
-
-            return on_turn
-
-        rt.models.register("listening", model)
-        parent = rt.spawn("echo")
-        spec = ContinuableStartSpec(
-            parent=parent, provider="local", prompt="go", label="c", model="listening"
+        parent, child, agent = listening_child(
+            rt, store, lambda turn, parent: _listen(rt, parent, turn, heard)
         )
-        child = rt.subagents.start_continuable(spec).child_id
-        assert inside.wait(30)
-        agent = rt.agents.get(child)
-        assert agent is not None
-        store.delete_session(child)
         if how == "interrupt":
             rt.subagents.interrupt(child, UserAuthority(parent.session_id))
         else:
@@ -127,32 +110,16 @@ def test_an_expect_from_the_abort_listener_is_kept_out_of_the_store(backend: Bac
     store = MemoryStore()
     promised: list[str] = []
     with Runtime(store, backend=backend) as rt:
-        inside = rt.backend.event()
 
-        def model(_options: Any) -> Any:
-            def on_turn(turn: Any) -> str:
-                def listener(_reason: Any) -> None:
-                    mid = new_message_id()
-                    turn.expect(mid, "stand-in")
-                    promised.append(mid)
+        def listener_for(turn: Any, _parent: Any) -> Any:
+            def listener(_reason: Any) -> None:
+                mid = new_message_id()
+                turn.expect(mid, "stand-in")
+                promised.append(mid)
 
-                turn.signal.add_listener(listener)
-                inside.set()
-                assert turn.signal.wait(30)
-                return "stopped"
+            return listener
 
-            return on_turn
-
-        rt.models.register("listening", model)
-        parent = rt.spawn("echo")
-        spec = ContinuableStartSpec(
-            parent=parent, provider="local", prompt="go", label="c", model="listening"
-        )
-        child = rt.subagents.start_continuable(spec).child_id
-        assert inside.wait(30)
-        agent = rt.agents.get(child)
-        assert agent is not None
-        store.delete_session(child)
+        parent, child, agent = listening_child(rt, store, listener_for)
         rt.subagents.interrupt(child, UserAuthority(parent.session_id))
         assert agent.wait_disposed(30)
         assert len(promised) == 1
