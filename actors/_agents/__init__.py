@@ -15,11 +15,10 @@ from ._host import AgentHost
 from ._kept import kept, wake_holder
 from ._leases import Holder, Leases
 from ._live import LiveSession
-from ._loop import KEPT
 from ._mail import Mailman, interrupt_ring
 from ._messages import UNTAKEN, plain
 from ._options import AgentOptions, recorded_model
-from ._outcome import TurnOutcome
+from ._outcome import KEPT, TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
 from ._resume import CUT_SHORT, Restored, replay, stored_options

@@ -45,6 +45,14 @@ class _CallableBehaviour:
         return self.fn(turn)
 
 
+def turn_function(behaviour: Behaviour) -> Callable[[Turn], Any]:
+    """What to call for each turn of ``behaviour``: a plain callable's function
+    itself, not its wrapper's method (one call less a turn)."""
+    if type(behaviour) is _CallableBehaviour:
+        return behaviour.fn
+    return behaviour.on_turn
+
+
 def as_behaviour(obj: Any) -> Behaviour:
     """Accept a behaviour object or a plain callable; else ``INVALID_ARGUMENT``."""
     # hasattr, not isinstance(obj, Behaviour): runtime-checkable Protocol checks

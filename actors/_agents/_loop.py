@@ -11,15 +11,15 @@ lock, to abort the running turn's signal.
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from greenlet import GreenletExit
 from subagents.actors._kernel._checks import utcnow
 from subagents.actors._kernel._fork import abandon
-from subagents.actors._kernel._listeners import hear
 from subagents.actors._kernel._telemetry import Telemetry
 from subagents.protocol import (
     ErrorCode,
@@ -34,18 +34,20 @@ from subagents.protocol import (
 )
 
 from ._ahead import take_one
-from ._behaviours import Behaviour
+from ._behaviours import Behaviour, turn_function
 from ._expected import Owed, arrived
 from ._host import AgentHost
 from ._live import LiveSession
 from ._messages import UNTAKEN, Call, Deliver, Quiet, plain
-from ._outcome import TurnOutcome
+from ._outcome import CLOSED_ONE_SHOT, DISCARDED, KEPT, TurnOutcome, notify
 from ._output import validate_output
 from ._stats import WINDOW
 from ._turn import Message, Turn, TurnAgent
 
 __all__ = ["KEPT", "TurnRunner"]
 
+_now = _dt.datetime.now
+_UTC = _dt.UTC
 logger = logging.getLogger("subagents")
 
 
@@ -57,6 +59,7 @@ class TurnRunner:
         "_behaviour",
         "_host",
         "_lock",
+        "_on_turn",
         "_output_schema",
         "_session",
         "context",
@@ -89,6 +92,7 @@ class TurnRunner:
         self._host = host
         self._session = session
         self._behaviour = behaviour
+        self._on_turn = turn_function(behaviour)
         self._output_schema = output_schema
         self._lock = lock
         self.next_turn = next_turn
@@ -270,7 +274,8 @@ class TurnRunner:
             kept = arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
             host.sessions.owe(session, drop=kept)
         # The turn's events as one record, built when read (protocol.TurnRecord); one clock read.
-        record = TurnRecord(index, clock(), d, context)
+        # (The system clock read straight: utcnow's own call is one more a turn.)
+        record = TurnRecord(index, _now(_UTC) if clock is utcnow else clock(), d, context)
         turn = Turn(
             self._agent, index, d, context, session.next_seq - 1, self._lock, self, record.at
         )
@@ -291,8 +296,14 @@ class TurnRunner:
         try:
             sessions.begin_turn(session, record)
             if unrun is None:
-                output = self._behaviour.on_turn(turn)
-                stop = "cancelled" if turn.cancelled else "completed"
+                output = self._on_turn(turn)
+                # Turn.cancelled, read without its property call: most turns make no controller.
+                controller = turn._controller
+                stop = (
+                    "cancelled"
+                    if controller is not None and controller.signal.aborted
+                    else "completed"
+                )
             else:
                 stop, error = "cancelled", unrun
         except SubagentError as exc:
@@ -415,16 +426,3 @@ class TurnRunner:
                 self.expecting = {}
             self.expecting[event.message_id] = event
         self._host.sessions.append(self._session, (event,), defer=True)  # stored with turn/end
-
-
-DISCARDED = "discarded unrun"
-#: The error text of a turn the closing runtime cancelled (strict durability): its
-#: messages stay accepted and run again at the next activation, as after a crash.
-KEPT = "cancelled: the runtime closed; its messages run again"
-#: The same for a one-shot child's turn: its run ends there, never to run again.
-CLOSED_ONE_SHOT = "cancelled: the runtime closed; a one-shot run does not run again"
-
-
-def notify(fn: Callable[[TurnOutcome], object], outcome: TurnOutcome) -> None:
-    """Call a turn observer; what it raises is logged, never propagated."""
-    hear(fn, outcome, "turn observer")

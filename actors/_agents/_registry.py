@@ -13,7 +13,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from subagents.actors._kernel._fork import inherited_error as inherited_runtime
@@ -52,7 +53,7 @@ def _as_session_id(value: Any) -> SessionId:
 
 
 class AgentRegistry:
-    """Live agents by session id (the seed's ``ctx.agents``). Thread-safe."""
+    """Live agents by session id (the seed's ``ctx.agents``; ``live`` views them). Thread-safe."""
 
     def __init__(
         self, host: AgentHost, models: ModelRegistry, adopted_grace: float = float("inf")
@@ -62,6 +63,7 @@ class AgentRegistry:
         self._models = models
         self._lock = threading.Lock()
         self._agents: dict[SessionId, Agent] = {}
+        self.live: Mapping[SessionId, Agent] = MappingProxyType(self._agents)  # read-only
         # One activation of a session at a time here, and none while its previous
         # agent is still disposing (it holds the lease until its release).
         self._claims = SessionClaims(self._host, self._lock, self._agents)
@@ -369,7 +371,6 @@ class AgentRegistry:
 
     def is_live(self, agent: object) -> bool:
         """True when ``agent`` is exactly the registered agent of its session."""
-        # Asked once per follow-up: the agent's fields, not its properties.
         return (
             isinstance(agent, Agent)
             and self._agents.get(agent._session.header.id) is agent

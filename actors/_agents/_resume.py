@@ -56,8 +56,8 @@ from ._ahead import replay, replay_first
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
 from ._expected import behind, checkpointed, fold_owed, settled, stand_ins, unstored
 from ._host import AgentHost
-from ._loop import KEPT
 from ._options import AgentOptions
+from ._outcome import KEPT
 from ._sessions import SessionService
 from ._writer import unsure
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from subagents.actors import Runtime, Turn
+from subagents.actors._agents import KEPT
 from subagents.actors._agents._expected import checkpointed, fold_owed, to_checkpoint
-from subagents.actors._agents._loop import KEPT
 from subagents.actors._agents._resume import CUT_SHORT
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import (
