@@ -29,6 +29,8 @@ from ._vocabulary import Event, MessageSource, ReportEvent, TurnEnd
 __all__ = ["Delivered", "TurnRecord", "materialise"]
 
 _delta = _dt.timedelta
+_fromtimestamp = _dt.datetime.fromtimestamp
+_UTC = _dt.UTC
 
 
 class Delivered(Protocol):
@@ -52,15 +54,18 @@ class TurnRecord:
     steered message -- may lie between head and end). ``end`` is ``(stop_reason,
     output, structured, error, usage, at)``, where ``at`` is ``None`` when the
     end's time is the start's plus ``elapsed`` seconds (one wall-clock read a turn).
+    The start time ``at`` may be given as POSIX seconds (``time.time()``): it is
+    dated when first read.
 
     The owner sets ``seq``, ``end`` and ``end_seq`` before it publishes the slots
     they describe; after that a record only caches what it built.
     """
 
     __slots__ = (
+        "_at",
         "_end",
         "_head",
-        "at",
+        "_t",
         "context",
         "delivered",
         "elapsed",
@@ -72,10 +77,22 @@ class TurnRecord:
     )
 
     def __init__(
-        self, turn: int, at: _dt.datetime, delivered: Delivered, context: tuple[Any, ...] = ()
+        self,
+        turn: int,
+        at: _dt.datetime | float,
+        delivered: Delivered,
+        context: tuple[Any, ...] = (),
     ) -> None:
         self.turn = turn
-        self.at = at
+        # A float is the system clock's POSIX seconds (time.time), dated only when
+        # read: building a datetime was a fifth of a turn's bookkeeping, and most
+        # records are never read back in the process that wrote them.
+        self._at: _dt.datetime | None = None
+        self._t = 0.0
+        if isinstance(at, float):
+            self._t = at
+        else:  # a datetime: an injected clock's
+            self._at = at
         self.delivered = delivered
         # Quiet reports taken as context: values with message_id, content, source.
         self.context = context
@@ -87,6 +104,14 @@ class TurnRecord:
         self.end: tuple[str, Any, Any, str | None, Mapping[str, int] | None, Any] | None = None
         self._head: tuple[Event, ...] | None = None
         self._end: TurnEnd | None = None
+
+    @property
+    def at(self) -> _dt.datetime:
+        """The turn's start time (``turn/start``'s), an aware UTC datetime."""
+        at = self._at
+        if at is None:
+            at = self._at = _fromtimestamp(self._t, _UTC)  # two readers: equal values
+        return at
 
     def event(self, seq: int) -> Event:
         """The event at ``seq`` (one of this record's slots)."""

@@ -227,10 +227,10 @@ class Agent(Followups):
 
     def running_for(self, ago: float) -> Any:
         """The turn running now if it began at least ``ago`` seconds ago (on the
-        monotonic clock): the turn an interrupt asked ``ago`` seconds ago means;
-        None when there is none."""
+        monotonic clock ``Turn.began`` reads): the turn an interrupt asked ``ago``
+        seconds ago means; None when there is none."""
         turn = self._turns.current
-        return turn if turn is not None and turn.began <= time.monotonic() - ago else None
+        return turn if turn is not None and turn.began <= time.perf_counter() - ago else None
 
     def cancel_turn(self, turn: Any, cause: Any) -> None:
         """Abort ``turn``'s signal if it is still the running turn: a turn that began

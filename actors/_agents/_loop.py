@@ -11,7 +11,6 @@ lock, to abort the running turn's signal.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import time
 from collections.abc import Iterable
@@ -46,8 +45,7 @@ from ._turn import Message, Turn, TurnAgent
 
 __all__ = ["KEPT", "TurnRunner"]
 
-_now = _dt.datetime.now
-_UTC = _dt.UTC
+_time = time.time
 logger = logging.getLogger("subagents")
 
 
@@ -273,12 +271,12 @@ class TurnRunner:
         if self.owed:  # a promised message (or its stand-in) runs: that promise is kept
             kept = arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
             host.sessions.owe(session, drop=kept)
-        # The turn's events as one record, built when read (protocol.TurnRecord); one clock read.
-        # (The system clock read straight: utcnow's own call is one more a turn.)
-        record = TurnRecord(index, _now(_UTC) if clock is utcnow else clock(), d, context)
-        turn = Turn(
-            self._agent, index, d, context, session.next_seq - 1, self._lock, self, record.at
-        )
+        # The turn's events as one record, built when read (protocol.TurnRecord). One
+        # wall-clock read, dated only if read (the system's: POSIX seconds), and one
+        # of the monotonic clock: the turn's age and, at its end, its duration.
+        record = TurnRecord(index, _time() if clock is utcnow else clock(), d, context)
+        turn = Turn(self._agent, index, d, context, session.next_seq - 1, self._lock, self, record)
+        started = turn.began
         if unrun is None:  # a turn recorded unrun is no open turn: nothing steers into it
             self.current = turn  # a reference swap; cancel() reads it under the agent's lock
         if d.redelivered is True:
@@ -292,7 +290,6 @@ class TurnRunner:
             traced = tel.turn(
                 d.source, {"session_id": session.id, "turn": index, "message_id": d.message_id}
             )
-        started = time.perf_counter()
         try:
             sessions.begin_turn(session, record)
             if unrun is None:

@@ -32,6 +32,7 @@ from subagents.protocol import (
     SessionId,
     SubagentDescriptorEvent,
     SubagentError,
+    TurnRecord,
     check_name,
     check_source,
     check_value,
@@ -137,13 +138,13 @@ class Turn:
         "_delivered",
         "_history_through",
         "_lock",
+        "_record",
         "_runner",
         "_steer",
         "_usage",
         "began",
         "context",
         "index",
-        "started_at",
     )
 
     def __init__(
@@ -155,7 +156,7 @@ class Turn:
         history_through: int,
         lock: Any,
         runner: Any = None,
-        started_at: _dt.datetime | None = None,
+        record: TurnRecord | None = None,
     ) -> None:
         self._agent = agent
         self.index = index
@@ -170,11 +171,16 @@ class Turn:
         #: The turn's runner: logs the steered messages the turn takes
         #: (``record_steered``); None outside a runner (nothing to log).
         self._runner = runner
-        #: When the turn began (its ``turn/start`` time).
-        self.started_at = started_at
-        #: When the turn began on the monotonic clock (what a remote interrupt's
-        #: age is measured against: no step of the wall clock moves it).
-        self.began = time.monotonic()
+        self._record = record  # the turn as logged: its start time, dated when read
+        #: When the turn began on the monotonic clock (``time.perf_counter``): what a
+        #: remote interrupt's age is measured against (no wall-clock step moves it).
+        self.began = time.perf_counter()
+
+    @property
+    def started_at(self) -> _dt.datetime | None:
+        """When the turn began: its ``turn/start`` time (None outside a runner)."""
+        record = self._record
+        return None if record is None else record.at
 
     def _controller_locked(self) -> AbortController:
         """The turn's controller, made on first use; the caller holds ``_lock``."""

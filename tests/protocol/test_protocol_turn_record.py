@@ -36,6 +36,7 @@ from subagents.protocol import (
     TurnStart,
     encode_event,
     materialise,
+    new_message_id,
 )
 
 
@@ -197,3 +198,29 @@ def test_an_end_not_yet_set_is_refused_and_can_be_replaced_before_it_is_read() -
         "output cannot be recorded",
     )
     assert "turn=0" in repr(record)
+
+
+@given(
+    seconds=st.floats(min_value=0, max_value=4_000_000_000, allow_nan=False),
+    elapsed=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_start_given_as_posix_seconds_is_dated_when_read(seconds: float, elapsed: float) -> None:
+    """Issue 20 point 2 (time taken once per turn, converted when read): a record
+    given the system clock's seconds (what the turn loop passes) dates its start
+    as ``datetime.fromtimestamp(seconds, UTC)``; its ``turn/start`` and its end
+    (start plus elapsed) carry that date, encoded as a datetime would be."""
+    d = Envelope(new_message_id(), "hi")
+    record = TurnRecord(0, float(seconds), d)
+    record.seq, record.end_seq = 0, 2
+    record.elapsed = elapsed
+    record.end = ("completed", None, None, None, None, None)
+    at = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    assert record.at == at
+    assert record.at is record.at  # dated once
+    start, _message, end = materialise(0, [record, record, record])
+    assert isinstance(start, TurnStart)
+    assert start.at == at
+    assert end.at == at + dt.timedelta(seconds=elapsed)
+    twin = TurnRecord(0, at, d)
+    assert encode_event(start) == encode_event(twin.head()[0])

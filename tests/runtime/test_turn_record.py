@@ -168,3 +168,24 @@ def test_a_message_that_cannot_be_recorded_fails_its_turn_and_keeps_the_log(
         stored = [r.event for r in store.read(agent.session_id)]
         assert [e for e in stored if isinstance(e, TurnEnd)] == ends
         assert [e.content for e in stored if isinstance(e, MessageEvent)][-2:] == ["bad", "fine"]
+
+
+def test_a_turn_s_start_time_is_the_one_it_logged(backend: Backend) -> None:
+    """Issue 20 point 2 (one wall-clock read a turn, dated when read): what a
+    behaviour reads as ``turn.started_at`` is its ``turn/start``'s time, an aware
+    UTC datetime, between the times read around the follow-ups; the end follows it."""
+    seen: list[Any] = []
+    before = dt.datetime.now(dt.UTC)
+    with Runtime(backend=backend) as rt:
+        agent = rt.spawn(lambda turn: seen.append(turn.started_at))
+        for i in range(3):
+            agent.followup(i)
+        assert agent.wait_idle(10)
+        events = [r.event for r in rt.sessions.read(agent.session_id)]
+    after = dt.datetime.now(dt.UTC)
+    starts = [e.at for e in events if isinstance(e, TurnStart)]
+    ends = [e.at for e in events if isinstance(e, TurnEnd)]
+    assert seen == starts and len(starts) == 3
+    for start, end in zip(starts, ends, strict=True):
+        assert start.tzinfo is dt.UTC
+        assert before - dt.timedelta(milliseconds=1) <= start <= end <= after
