@@ -243,7 +243,7 @@ class Runtime:
         self._born = fork_generation()  # in a later one, this is the parent's (_kernel/_fork)
         # A forgotten close() loses nothing; Ctrl-C never splits a store write.
         close_at_exit(self)
-        install_sigint(defer_interrupt)
+        install_sigint(defer_interrupt, self, self.backend is GEVENT or threading_is_patched())
         set_interrupt_delivery(deliver_interrupt)
         #: The pickup of messages other processes accept for sessions this runtime
         #: holds (on a durable store).

@@ -13,6 +13,9 @@
   inside a store section it would break (its ``defer`` says so; the store then
   delivers it with :func:`deliver_interrupt` when the section ends). It is
   installed only over Python's default handler: a program's own is left alone.
+  For a runtime whose waits park the main thread in its gevent hub it also makes
+  a signal caught by any other thread wake that hub at once (:mod:`._sigwake`),
+  until :func:`closed`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any, Protocol
 
 import greenlet
 from gevent._hub_local import get_hub_if_exists
+
+from ._sigwake import unwatch_signals, watch_signals
 
 __all__ = ["close_at_exit", "closed", "deliver_interrupt", "install_sigint"]
 
@@ -76,6 +81,7 @@ os.register_at_fork(after_in_child=_forget_inherited)
 def closed(obj: _Closeable) -> None:
     with _lock:
         _open.discard(obj)
+    unwatch_signals(obj)
 
 
 def _close_all() -> None:
@@ -107,13 +113,18 @@ def _never() -> bool:
 _defer: Callable[[], bool] = _never
 
 
-def install_sigint(defer: Callable[[], bool]) -> None:
+def install_sigint(defer: Callable[[], bool], owner: _Closeable, in_hub: bool) -> None:
     """Install the handler (see the module docstring) if Ctrl-C still has Python's
     default one and this is the main thread; idempotent. ``defer()`` is True when
-    the interrupt must wait (recorded by it, delivered later)."""
+    the interrupt must wait (recorded by it, delivered later). ``in_hub``: the
+    runtime ``owner`` waits in this thread's gevent hub, which then wakes for a
+    signal any thread catches, until :func:`closed` (``owner``), whatever handler
+    the signal has."""
     global _defer
     if threading.current_thread() is not threading.main_thread():
         return
+    if in_hub:
+        watch_signals(owner)
     _defer = defer
     try:
         if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:

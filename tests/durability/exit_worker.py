@@ -9,7 +9,8 @@ Usage: ``python exit_worker.py BACKEND DB MODE`` where MODE is
   prints ``waiting`` first: the test sends SIGINT then;
 * ``foreign-sigint``: as ``with-sigint``, but the SIGINT is raised in a thread
   the script started (as a library's pool would): the test writes a line to
-  the worker's stdin, and that thread signals itself;
+  the worker's stdin, and that thread signals itself; the script prints how long
+  after the signal its wait raised (``raised after SECONDS``);
 * ``close-sigint``: a turn that ignores its cancel for 3 s runs when the script
   closes the runtime; the turn prints ``closing`` when the close has cancelled it
   (the test sends SIGINT then, inside the close); the script catches the
@@ -84,12 +85,21 @@ def run(rt: Runtime, mode: str) -> None:
     agent.followup("work")
     agent.followup("queued")
     say("waiting")
-    rt.wait_idle(60)
+    try:
+        rt.wait_idle(60)
+    except KeyboardInterrupt:
+        if _signalled:
+            say(f"raised after {time.monotonic() - _signalled[0]:.3f}")
+        raise
     say("finished normally")
+
+
+_signalled: list[float] = []  # when the foreign thread sent its SIGINT
 
 
 def _signal_from_a_foreign_thread() -> None:
     sys.stdin.readline()
+    _signalled.append(time.monotonic())
     # Thread-directed: the C handler runs here, not in the main thread.
     signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
