@@ -84,8 +84,8 @@ def run(rt: Runtime, mode: str) -> None:
     say(agent.session_id)
     agent.followup("work")
     agent.followup("queued")
-    say("waiting")
-    try:
+    try:  # the signal may land as the wait begins (after the line is out)
+        say("waiting")
         rt.wait_idle(60)
     except KeyboardInterrupt:
         if _signalled:

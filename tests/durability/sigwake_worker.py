@@ -51,8 +51,8 @@ def interrupted_wait(rt: Runtime, prefix: str = "") -> None:
         # Thread-directed: the C handler runs here, not in the main thread.
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
-    threading.Thread(target=foreign, daemon=True).start()
-    try:
+    try:  # from here on: the signal may land before the wait begins (threads)
+        threading.Thread(target=foreign, daemon=True).start()
         rt.backend.event().wait(60)
         say(f"{prefix}not interrupted")  # ... or raised late, here
     except KeyboardInterrupt:
