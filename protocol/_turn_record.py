@@ -64,8 +64,8 @@ class TurnRecord:
     __slots__ = (
         "_at",
         "_end",
+        "_given",
         "_head",
-        "_t",
         "context",
         "delivered",
         "elapsed",
@@ -87,12 +87,8 @@ class TurnRecord:
         # A float is the system clock's POSIX seconds (time.time), dated only when
         # read: building a datetime was a fifth of a turn's bookkeeping, and most
         # records are never read back in the process that wrote them.
+        self._given: _dt.datetime | float = at
         self._at: _dt.datetime | None = None
-        self._t = 0.0
-        if isinstance(at, float):
-            self._t = at
-        else:  # a datetime: an injected clock's
-            self._at = at
         self.delivered = delivered
         # Quiet reports taken as context: values with message_id, content, source.
         self.context = context
@@ -110,7 +106,9 @@ class TurnRecord:
         """The turn's start time (``turn/start``'s), an aware UTC datetime."""
         at = self._at
         if at is None:
-            at = self._at = _fromtimestamp(self._t, _UTC)  # two readers: equal values
+            given = self._given  # two readers may both date it: equal values
+            at = _fromtimestamp(given, _UTC) if isinstance(given, float) else given
+            self._at = at
         return at
 
     def event(self, seq: int) -> Event:
