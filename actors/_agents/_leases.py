@@ -12,7 +12,9 @@ nothing more (``LEASE_LOST``). :class:`Leases` keeps them:
 * one renewal task extends every lease this holder has, every ``ttl / 3`` seconds,
   in one store write, for as long as it holds any; a session whose lease was not
   renewed (taken over after this process stalled past its ttl) is reported lost;
-* ``release`` gives a session's lease up with its last write.
+* ``release`` gives a session's lease up with its last write;
+* an acquisition whose commit answer was lost may have taken the lease all the
+  same: it is settled from the store (:mod:`._lease_doubts`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from subagents.protocol import CorruptRecordError, ErrorCode, MessageId, Session
 from subagents.store import Holder, Lease, LeaseToken, SessionStore
 
 from ._lease_clock import LeaseClock
+from ._lease_doubts import Doubts
+from ._writer import unsure
 
 __all__ = ["Holder", "Leases"]
 
@@ -72,6 +76,7 @@ class Leases:
         self._unreleased: dict[
             SessionId, tuple[LeaseToken, Callable[[Any], object], Sequence[MessageId]]
         ] = {}
+        self._doubts = Doubts(store, self.holder.id, self._call, self._lock, self._held)
         self._task: TaskHandle | None = None
         self._stop: EventLike = backend.event()
         self._closed = False
@@ -112,18 +117,27 @@ class Leases:
         Raises:
             SubagentError: ``LEASE_HELD`` when another live holder has it.
         """
-        self._refresh()
-        now = self._clock()
-        lease: Lease = self._call(
-            self._store.acquire_lease,
-            session_id,
-            self.holder.id,
-            now=now,
-            expires=now + self.ttl,
-            wake=self.wake,
-            dead=self.holder.dead,
-        )
-        self._hold(session_id, lease.epoch)
+        try:
+            with self._doubts.acquiring(session_id):
+                self._refresh()
+                now = self._clock()
+                lease: Lease = self._call(
+                    self._store.acquire_lease,
+                    session_id,
+                    self.holder.id,
+                    now=now,
+                    expires=now + self.ttl,
+                    wake=self.wake,
+                    dead=self.holder.dead,
+                )
+                self._hold(session_id, lease.epoch)  # under way until held
+        except SubagentError as exc:
+            if unsure(exc):  # taken all the same? (its answer lost): settled now, or later
+                self._doubts.add(session_id)
+                with self._lock:
+                    self._renewing()
+                self._doubts.settle()
+            raise
         return lease
 
     def token(self, session_id: SessionId, epoch: int) -> LeaseToken:
@@ -136,8 +150,14 @@ class Leases:
             if not self._held:
                 self._sure_until = time.monotonic() + self.ttl * 2 / 3
             self._held[session_id] = epoch
-            if self._task is None:
-                self._task = self._backend.spawn(self._renew_loop, name="subagents-leases")
+            self._doubts.discard(session_id)
+            self._renewing()
+
+    def _renewing(self) -> None:
+        """The renewal task runs (under the lock): for the leases held, and for the
+        doubts to settle while none is."""
+        if self._task is None and not self._closed:
+            self._task = self._backend.spawn(self._renew_loop, name="subagents-leases")
 
     def forget(self, session_id: SessionId, epoch: int) -> None:
         """This runtime stops holding the session (call it before the release is written,
@@ -270,6 +290,8 @@ class Leases:
             held = dict(self._held)
         if self._unreleased:
             self._retry_releases()
+        if self._doubts:
+            self._doubts.settle()
         if not held:
             return True
         try:
@@ -352,3 +374,5 @@ class Leases:
             task.join(30)
         if self._unreleased:
             self._retry_releases()
+        if self._doubts:
+            self._doubts.settle()

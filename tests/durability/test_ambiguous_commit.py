@@ -20,7 +20,11 @@ before the COMMIT reaches the server):
   its handle, and its prompt never ran;
 * a follow-up to a continuable child resident here (committed taken by its
   activation): as for a top-level agent's;
-* a waking report of a continuable child to its live parent: as for a follow-up.
+* a waking report of a continuable child to its live parent: as for a follow-up;
+* a resume whose lease acquisition lost its answer: the lease stayed this
+  runtime's in the store, with no activation here, and this runtime's heartbeat
+  (it held other leases) kept it live -- every other process was refused
+  ``LEASE_HELD`` for as long as this one lived.
 
 Each cut checks what the server did (``cut.committed``): a COMMIT psycopg runs as
 a prepared statement carries no ``COMMIT`` text, and the one it prepares commits
@@ -37,7 +41,7 @@ from typing import Any
 
 import pytest
 from commit_cut import CommitCut
-from durability_kit import Noted
+from durability_kit import Noted, exited, until, worker
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, MessageId, SubagentError, new_message_id
@@ -257,3 +261,38 @@ def test_an_error_in_doubt_names_the_generated_message_id(
     assert agent.followup("second", message_id=mid) == mid
     agent.followup("third")
     _ran_once_each(rt, agent, noted, ["first", "second", "third"])
+
+
+@OUTCOMES
+def test_a_resume_whose_lease_answer_was_lost_leaves_no_lease_behind(
+    backend: Backend, cut: CommitCut, pg_url: str, noted: Noted, tmp_path: Any, committed: bool
+) -> None:
+    """L-7, R-DUR-1: a resume here raises: its lease acquisition's answer was lost.
+    The lease, taken or not, is no lease of this runtime's for long: another
+    process (a real one) resumes the session, and this runtime resumes it again
+    once that one let it go. It used to stay this runtime's, renewed by the
+    heartbeat of the agent it keeps live, for as long as the runtime lived."""
+    with Runtime(cut.url, backend=backend, lease_ttl=2.0) as rt:
+        noted.register(rt, "rt", model="mark")
+        lost = rt.spawn("mark")
+        lost.followup("first")
+        assert lost.wait_idle(10)
+        sid = lost.session_id
+        lost.dispose()
+        rt.sessions.flush()
+        live = rt.spawn("mark")  # held all along: the heartbeat goes on
+        live.followup("live")
+        assert live.wait_idle(10)
+        rt.sessions.flush()
+        assert rt.store is not None and rt.store.get_lease(sid).holder is None  # type: ignore[union-attr]
+        _lost(cut, committed, lambda: rt.agents.resume(sid))
+        # Ten lease ttls: the lease's own expiry is long past; only a heartbeat holds it.
+        assert until(rt, lambda: rt.store.get_lease(sid).holder is None, 20)  # type: ignore[union-attr]
+        marks = tmp_path / "marks"
+        args = ("resume", pg_url, str(sid), "-", "-", "-", str(marks), backend.name, "2")
+        with worker("mp_worker.py", *args) as other:
+            assert exited(rt, other) == 0
+            assert other.stdout is not None and other.stdout.read().strip() == "resumed"
+        again = rt.agents.resume(sid)
+        again.followup("again")
+        assert noted.runs("again", ["rt"], 20)
