@@ -82,11 +82,8 @@ class SessionService(Acceptance, SessionReads):
         #: Called with a session this runtime released while messages nobody took
         #: were waiting in its inbox (the runtime sees that they run).
         self.on_waiting: Callable[[SessionId], object] | None = None
-        self._writer = (
-            Writer(persistence, backend, self._committed, self._failed, self.wake_pickup)
-            if persistence is not None
-            else None
-        )
+        callbacks = (self._committed, self._failed, self.wake_pickup, self._release_later)
+        self._writer = Writer(persistence, backend, *callbacks) if persistence is not None else None
 
     # -- lifecycle of live sessions -------------------------------------------------
 
@@ -326,12 +323,20 @@ class SessionService(Acceptance, SessionReads):
                 released = self._call(store.release_lease, session_id, token, unrun=unrun)
             except SubagentError as exc:
                 logger.warning("releasing the lease of %s failed (retried): %s", session_id, exc)
-                if self.leases is not None:
-                    self.leases.release_later(
-                        session_id, token, lambda r: self._released(session_id, r), unrun
-                    )
+                self._release_later(session_id, token, unrun)
             else:
                 self._released(session_id, released)
+
+    def _release_later(
+        self, session_id: SessionId, token: tuple[str, int], unrun: Sequence[MessageId]
+    ) -> None:
+        """A release that did not land -- refused, or (the writer's) its batch or an
+        earlier write of the session failed: retried every renewal period until
+        written, else the lease stays this holder's, live by its heartbeat."""
+        if self.leases is not None:
+            self.leases.release_later(
+                session_id, token, lambda r: self._released(session_id, r), unrun
+            )
 
     def written(self, live: LiveSession, timeout: float | None = 30.0) -> bool:
         """Wait for ``live``'s writes so far; a failure stays for its release (not flush)."""

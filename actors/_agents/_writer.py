@@ -84,11 +84,16 @@ class Writer:
         committed: Callable[[SessionId, int], object],
         failed: Callable[[SessionId, BaseException], object],
         waiting: Callable[[SessionId], object] | None = None,
+        unreleased: Callable[[SessionId, Any, Any], object] | None = None,
     ) -> None:
         # A fork before this runs its first round: the child's copy still abandons.
         self._born = fork_generation()
         self._store = store
         self._on_waiting = waiting  # a released session has messages nobody took
+        # A release that did not land (its batch failed, or an earlier write of its
+        # session did): its (token, unrun), to be given back another way -- else the
+        # lease stays this holder's, kept live by its heartbeat.
+        self._on_unreleased = unreleased
         self._backend = backend
         self._on_committed = committed  # (session, last seq) now in the store
         self._on_failed = failed  # a session's write failed: it gets no more writes
@@ -264,6 +269,10 @@ class Writer:
             if sid not in self._failed:
                 self._fails(sid, exc)
 
+    def _unreleased(self, sid: SessionId, payload: Any) -> None:
+        if self._on_unreleased is not None:
+            self._call_back(self._on_unreleased, sid, *payload)
+
     def _call_back(self, fn: Callable[..., object], *args: Any) -> None:
         """``fn(*args)``, one of the writer's callbacks: what it raises is logged and
         stops neither the batch nor the writer (what it reports is written, or
@@ -297,6 +306,8 @@ class Writer:
                     ended[sid] = len(ops)
                 continue
             if sid in self._failed:
+                if op == "release":
+                    self._unreleased(sid, payload)
                 continue
             if op == "fail":  # (see fail): what is queued after it is dropped
                 self._failed[sid] = payload
@@ -351,6 +362,8 @@ class Writer:
                         logger.error("persisting session %s failed: %s", sid, result)
                         self._fails(sid, result)
                     failed[sid] = k
+                    if done[0] == "release":  # (lost at its commit: NOT_HELD then)
+                        self._unreleased(sid, done[2:])
             elif done[0] == "append" and result:
                 self._call_back(self._on_committed, sid, result[-1])
             elif (
