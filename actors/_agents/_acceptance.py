@@ -37,6 +37,7 @@ from subagents.store import Accepted, InboxEntry, Listener, Promises, SessionSto
 from ._doubts import HandOverDoubts
 from ._live import LiveSession
 from ._underway import Underway
+from ._writer import unsure
 
 __all__ = ["SEEN_MAX", "Acceptance"]
 
@@ -161,11 +162,26 @@ class Acceptance:
     def withdraw_unheld(self, session_id: SessionId, message_id: MessageId) -> bool:
         """Undo :meth:`create_unheld` while nobody has taken its prompt, nor answered
         for it (:meth:`answer_unheld`): the session is deleted, with its prompt, in one
-        transaction (True); False when it stays."""
+        transaction (True); False when it stays. One whose answer was lost (``unsure``)
+        is asked again; withdrawing nothing then, the store says if the session is gone.
+
+        Raises:
+            SubagentError: the store's (it stays), or ``hint["in_doubt"]``: nobody can say.
+        """
         store = self.persistence
         assert store is not None
-        done: bool = self._call(store.withdraw, session_id, message_id)
-        return done
+        try:
+            return bool(self._call(store.withdraw, session_id, message_id))
+        except SubagentError as exc:
+            if not unsure(exc):
+                raise
+            lost = exc
+        try:
+            again = self._call(store.withdraw, session_id, message_id)
+            return bool(again) or self._call(store.header, session_id) is None
+        except SubagentError as exc:
+            doubt = {"message_id": str(message_id), "in_doubt": True}
+            raise SubagentError(f"withdrawal in doubt: {exc}", code=lost.code, hint=doubt) from exc
 
     def answer_unheld(self, session_id: SessionId, message_id: MessageId) -> bool:
         """A start that found the session :meth:`create_unheld` made answers for its

@@ -225,10 +225,14 @@ def _withdrawn(sessions: SessionService, handle: ContinuableHandle) -> bool:
     """Withdraw a child committed unheld that nobody could wake (True: nothing of it
     remains, the start raises). A withdrawal the store cannot make (the runtime
     closing under the start) keeps it: it is committed with its prompt, which runs
-    at the child's next activation, so the start returns it."""
+    at the child's next activation, so the start returns it. One nobody can say
+    was made or not (its answer lost, the store not answering since) raises in
+    doubt: a retry with its ``message_id`` finds the child, or starts it again."""
     try:
         return sessions.withdraw_unheld(handle.child_id, handle.message_id)
     except SubagentError as exc:
+        if isinstance(exc.hint, dict) and exc.hint.get("in_doubt") is True:
+            raise
         logger.warning("could not withdraw %s (%s): it stays started", handle.child_id, exc)
         return False
 

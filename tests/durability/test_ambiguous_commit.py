@@ -24,7 +24,10 @@ before the COMMIT reaches the server):
 * a resume whose lease acquisition lost its answer: the lease stayed this
   runtime's in the store, with no activation here, and this runtime's heartbeat
   (it held other leases) kept it live -- every other process was refused
-  ``LEASE_HELD`` for as long as this one lived.
+  ``LEASE_HELD`` for as long as this one lived;
+* the take-back of a start by the parent's id that nobody could run: the start
+  returned the handle of the child it had deleted (or kept a child it could
+  have withdrawn at once).
 
 Each cut checks what the server did (``cut.committed``): a COMMIT psycopg runs as
 a prepared statement carries no ``COMMIT`` text, and the one it prepares commits
@@ -296,3 +299,39 @@ def test_a_resume_whose_lease_answer_was_lost_leaves_no_lease_behind(
         again = rt.agents.resume(sid)
         again.followup("again")
         assert noted.runs("again", ["rt"], 20)
+
+
+@OUTCOMES
+def test_a_withdrawal_whose_commit_answer_was_lost_is_settled_from_the_store(
+    backend: Backend, cut: CommitCut, pg_url: str, noted: Noted, committed: bool
+) -> None:
+    """R-CONT-1, R-DUR-1: a start by the parent's id that nobody can run (nobody
+    holds the parent, and its model is not registered here) is withdrawn, and the
+    withdrawal's answer is lost. The start raises, and nothing of the child
+    remains. It used to return the child's handle -- the start accepted -- with the
+    child deleted (committed): its prompt never ran; or (not committed) to keep it
+    and its prompt when the store could have withdrawn it at once."""
+    with Runtime(pg_url, backend=backend) as other:
+        other.models.register("root-only", lambda _o: lambda _turn: None)
+        root = other.spawn("root-only", label="root").session_id
+    with Runtime(cut.url, backend=backend) as rt:
+        noted.register(rt, "rt")
+        assert rt.store is not None
+        before = sorted(h.id for h in rt.store.all_headers())
+        withdraw = rt.sessions.withdraw_unheld
+
+        def cut_withdrawal(*args: Any) -> bool:
+            cut.arm(forward=committed)  # this COMMIT's answer is lost
+            return withdraw(*args)
+
+        rt.sessions.withdraw_unheld = cut_withdrawal  # type: ignore[method-assign]
+        spec = ContinuableStartSpec(
+            parent=root, provider="local", prompt="PROMPT", label="w", model="note",
+            message_id=new_message_id(),
+        )  # fmt: skip
+        with pytest.raises(SubagentError) as err:
+            rt.subagents.start_continuable(spec)
+        assert err.value.code == ErrorCode.MODEL_NOT_FOUND
+        assert cut.cuts == 1 and cut.committed == (1 if committed else 0)
+        assert sorted(h.id for h in rt.store.all_headers()) == before
+        assert not noted.items()
