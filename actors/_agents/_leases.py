@@ -120,6 +120,7 @@ class Leases:
         try:
             with self._doubts.acquiring(session_id):
                 self._refresh()
+                asked = time.monotonic()  # when the expiry written was read
                 now = self._clock()
                 lease: Lease = self._call(
                     self._store.acquire_lease,
@@ -130,7 +131,7 @@ class Leases:
                     wake=self.wake,
                     dead=self.holder.dead,
                 )
-                self._hold(session_id, lease.epoch)  # under way until held
+                self._hold(session_id, lease.epoch, asked)  # under way until held
         except SubagentError as exc:
             if unsure(exc):  # taken all the same? (its answer lost): settled now, or later
                 self._doubts.add(session_id)
@@ -143,12 +144,18 @@ class Leases:
     def token(self, session_id: SessionId, epoch: int) -> LeaseToken:
         return (self.holder.id, epoch)
 
-    def _hold(self, session_id: SessionId, epoch: int) -> None:
+    def _hold(self, session_id: SessionId, epoch: int, asked: float | None = None) -> None:
+        """Hold ``session_id`` (its lease's expiry read at monotonic ``asked``, or now).
+        A lease counts as held without asking the store only until two thirds of the
+        ttl past that reading: an acquisition that waited long for the store (a
+        lock another process held) wrote an expiry already past, or nearly, and
+        another process may take it over at once -- the next turn then asks."""
+        since = time.monotonic() if asked is None else asked
         with self._lock:
             if self._closed:
                 raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
-            if not self._held:
-                self._sure_until = time.monotonic() + self.ttl * 2 / 3
+            sure = since + self.ttl * 2 / 3
+            self._sure_until = sure if not self._held else min(self._sure_until, sure)
             self._held[session_id] = epoch
             self._doubts.discard(session_id)
             self._renewing()
