@@ -42,6 +42,7 @@ from subagents.protocol import (
     resolve_delegation_depth,
 )
 
+from ._agent_actor import _AgentActor
 from ._behaviours import Behaviour
 from ._expected import forsaken, to_checkpoint
 from ._followups import Followups
@@ -49,7 +50,6 @@ from ._host import AgentHost
 from ._inbox import CLOSED
 from ._live import LiveSession
 from ._loop import TurnRunner
-from ._messages import OWN, Deliver
 from ._options import AgentOptions
 
 __all__ = ["Agent"]
@@ -374,8 +374,10 @@ class Agent(Followups):
         if self._flush_on_stop and sessions.persistence is not None:
             try:
                 sessions.flush(self.session_id)
-            except Exception:
-                logger.exception("best-effort flush of session %s failed", self.session_id)
+            except Exception as exc:  # (a takeover's LEASE_LOST is expected: no traceback)
+                lost = isinstance(exc, SubagentError) and exc.code == ErrorCode.LEASE_LOST
+                sid = self.session_id
+                logger.error("flushing %s failed: %s", sid, exc, exc_info=not lost)
         sessions.release(self._session)
 
     def _restore_context(self, pending: Any) -> None:
@@ -390,43 +392,3 @@ class Agent(Followups):
     def disposed_now(self) -> bool:
         """Whether its disposal finished (its session released)."""
         return bool(self._stopped.is_set())
-
-
-class _AgentActor:
-    """The agent's actor behaviour; built into an actor class per backend."""
-
-    actor_inbox: Any  # the backend actor's (ThreadActor's or GeventActor's): a deque
-
-    def __init__(self, agent: Agent) -> None:
-        super().__init__()
-        self._agent = agent
-
-    def on_start(self) -> None:
-        self._agent._loop = greenlet.getcurrent()
-
-    def _handle_receive(self, message: Any) -> Any:
-        # Our own messages first: pykka's dispatch tests four of its own types
-        # before it reaches on_receive (kernel/_pykka.py lists this override).
-        if type(message) in OWN:
-            agent = self._agent
-            try:
-                agent._handle(message)
-                if type(message) is Deliver:
-                    # The turns queued right behind it run here, in order, without a
-                    # pass through pykka's loop each (no stop, call or other message
-                    # is taken out of turn: the run ends at the first not a turn).
-                    queued = self.actor_inbox.queued
-                    while queued and type(queued[0]) is Deliver:
-                        agent._handle(queued.popleft())
-            except greenlet.GreenletExit:
-                # Killed mid-turn on gevent (or the behaviour raised it): this actor
-                # stops -- out of here, pykka would stop every actor of the process.
-                self._stop()  # type: ignore[attr-defined]
-            return None
-        return super()._handle_receive(message)  # type: ignore[misc]
-
-    def on_receive(self, message: Any) -> Any:
-        self._agent._handle(message)
-
-    def on_stop(self) -> None:
-        self._agent._finish_dispose()
