@@ -243,15 +243,24 @@ class Followups(Inbox):
                 leaves this message in doubt (``PERSISTENCE_UNAVAILABLE``) names
                 it in ``hint["message_id"]``, with ``hint["in_doubt"]``.
         """
-        if self._unsure:
-            self._settle_unsure()
         mid = event.message_id
+        since = None
+        if self._unsure:
+            self._settle_unsure()  # (accepted before this one)
+            # A retry of a message still in doubt is this call's to settle: out of the
+            # doubts while it commits, or the pickup, settling them meanwhile, would
+            # queue the very commit this call delivers (run twice).
+            with _SETTLING:
+                since = self._unsure.pop(mid, None) if self._unsure else None
         try:
             (accepted,) = self._host.sessions.accept(self.session_id, [event], self._session, limit)
         except SubagentError as exc:
+            back = None if since is None else {mid: since}  # (still in doubt, as before)
             if not unsure(exc):
+                if back:
+                    self._doubt((), back)
                 raise
-            self._doubt((mid,))
+            self._doubt((mid,), back)
             # Its id, for a caller who gave none: a retry with it is accepted once.
             hint = exc.hint if isinstance(exc.hint, dict) else {}
             raise SubagentError(
@@ -259,22 +268,25 @@ class Followups(Inbox):
                 code=exc.code,
                 hint={**hint, "message_id": str(mid), "in_doubt": True},
             ) from exc.__cause__  # (the store's own error, as the original's)
-        unsure_now = self._unsure
-        if unsure_now and mid in unsure_now:  # a retry of a message in doubt
-            if accepted.duplicate:  # committed after all (since the look above): run it
-                self._settle_unsure()
-            else:  # it was not: this commit is the one, delivered by the caller
-                with _SETTLING:
-                    unsure_now.pop(mid, None)
+        if since is not None and accepted.duplicate:
+            # The commit in doubt had landed: settled from the store (queued when this
+            # activation holds it), not by the caller. Else this commit is the one.
+            self._doubt((), {mid: since})
+            self._settle_unsure()
         return accepted
 
-    def _doubt(self, message_ids: Iterable[MessageId]) -> None:
+    def _doubt(
+        self, message_ids: Iterable[MessageId], since: dict[MessageId, float] | None = None
+    ) -> None:
         """``message_ids`` were committed, or not, by this activation (see
-        :meth:`_settle_unsure`); this runtime's mail pickup is asked to settle them."""
+        :meth:`_settle_unsure`); this runtime's mail pickup is asked to settle them.
+        ``since``: messages in doubt from an earlier time (put back, their grace kept)."""
         now = time.monotonic()
         with _SETTLING:
             if self._unsure is None:
                 self._unsure = {}
+            for mid, when in (since or {}).items():
+                self._unsure.setdefault(mid, when)
             for mid in message_ids:
                 self._unsure.setdefault(mid, now)
         self._host.sessions.wake_pickup(self.session_id)
