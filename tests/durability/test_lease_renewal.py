@@ -22,7 +22,10 @@ from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionHeader, SessionId, new_session_id
 from subagents.store import SqliteStore
 
-TTL = 0.06  # a renewal every 20 ms
+# A renewal every 200 ms. A round answered later than two thirds of the ttl after
+# the last confirmation reads the list by design (a stall may hide a loss): with a
+# ttl of 60 ms, a 40 ms pause of a loaded box did, and the test failed now and then.
+TTL = 0.6
 
 
 class CountingStore(SqliteStore):
