@@ -131,7 +131,12 @@ class Leases:
                     wake=self.wake,
                     dead=self.holder.dead,
                 )
-                self._hold(session_id, lease.epoch, asked)  # under way until held
+                try:
+                    self._hold(session_id, lease.epoch, asked)  # under way until held
+                except SubagentError:  # closed meanwhile: the lease just taken goes back
+                    with contextlib.suppress(SubagentError):
+                        self._call(self._store.release_lease, session_id, lease.token())
+                    raise
         except SubagentError as exc:
             if unsure(exc):  # taken all the same? (its answer lost): settled now, or later
                 self._doubts.add(session_id)

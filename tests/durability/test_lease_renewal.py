@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from subagents.actors._agents import Leases
 from subagents.actors._kernel._backend import Backend
-from subagents.protocol import SessionHeader, SessionId, new_session_id
+from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentError, new_session_id
 from subagents.store import SqliteStore
 
 # A renewal every 200 ms. A round answered later than two thirds of the ttl after
@@ -255,6 +256,27 @@ def test_one_damaged_lease_row_hides_no_takeover(backend: Backend, tmp_path: Pat
         conn.close()
         assert sorted(leases._renewed(dict.fromkeys(sids, 1), set())) == sorted(sids[:2])
         assert all(leases.holds(sid) for sid in sids[2:])
+    finally:
+        leases.close()
+        store.close()
+
+
+def test_a_lease_taken_as_the_holder_closes_is_given_back(backend: Backend, tmp_path: Path) -> None:
+    """R-DUR-1: an acquisition whose store call ends after the holder closed (a
+    resume racing ``Runtime.close``) is refused ``RUNTIME_CLOSED`` -- and the lease
+    it took in the store is released, not left to expire a ttl later while every
+    other process is told ``LEASE_HELD``."""
+    store = CountingStore(tmp_path / "leases.db")
+    leases = Leases(store, backend, ttl=TTL, lost=lambda _sid: None)
+    try:
+        header = dataclasses.replace(ROOT, id=new_session_id())
+        store.create_session(header)
+        leases.close()
+        with pytest.raises(SubagentError) as refused:
+            leases.acquire(header.id)
+        assert refused.value.code == ErrorCode.RUNTIME_CLOSED
+        lease = store.get_lease(header.id)
+        assert lease is None or lease.holder is None  # released: nobody holds it
     finally:
         leases.close()
         store.close()
