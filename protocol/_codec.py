@@ -77,6 +77,11 @@ def _default(obj: Any) -> Any:
         raise EncodeError("cannot pack a naive datetime; use an aware (UTC) datetime")
     if isinstance(obj, str):  # another str subclass: pack as its plain value
         return str(obj)
+    if kind is int:  # msgpack hands over only the ints it has no format for
+        raise EncodeError(
+            f"cannot pack an int of {obj.bit_length()} bits: msgpack holds ints from"
+            " -2**63 to 2**64 - 1 (send a larger one as a str)"
+        )
     raise EncodeError(f"cannot pack a value of type {type(obj).__name__}")
 
 

@@ -169,6 +169,18 @@ def test_packing_refuses_with_encode_error(value: Any) -> None:
     assert info.value.code == "ENCODE_ERROR"
 
 
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, {"n": [2**70]}], ids=repr)
+def test_an_int_out_of_range_is_refused_by_its_range(value: Any) -> None:
+    """R-ERR-1: an int msgpack cannot hold (a JSON client's big number, sent on as
+    content) is refused naming msgpack's range -- not "a value of type int", which
+    reads as if ints could not be sent at all."""
+    with pytest.raises(EncodeError) as info:
+        packb(value)
+    message = str(info.value)
+    assert "type int" not in message
+    assert "-2**63 to 2**64 - 1" in message and "bits" in message
+
+
 def test_packing_refuses_a_cycle() -> None:
     cycle: list[Any] = []
     cycle.append(cycle)
