@@ -206,7 +206,8 @@ def reorder(order: tuple[int, ...] | None, params: Sequence[Any]) -> Sequence[An
 def pg_error(exc: BaseException, what: str = "session store") -> SubagentError:
     """A PostgreSQL failure as a :class:`SubagentError`: ``TIMEOUT`` for a lock or
     statement timeout, else ``PERSISTENCE_UNAVAILABLE`` (server down, connection
-    lost, disk full...). The original is the cause."""
+    lost, disk full...). ``what`` is what was being done or used, as the message's
+    subject: "``{what}`` failed: ...". The original is the cause."""
     if isinstance(exc, (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)):
         err = SubagentError(f"{what} timed out waiting for a lock: {exc}", code=ErrorCode.TIMEOUT)
     else:

@@ -189,7 +189,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         try:
             admin = self.connect()
         except psycopg.Error as exc:
-            raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
+            raise pg_error(exc, f"opening a session store at {redacted_url(url)}") from exc
         try:
             # Refuse a foreign or newer schema before writing anything.
             kind, version = classify(admin, schema)
@@ -210,7 +210,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
                     hint={"schema": schema, "version": version},
                 )
         except psycopg.Error as exc:
-            raise pg_error(exc, f"cannot open a session store at {redacted_url(url)}") from exc
+            raise pg_error(exc, f"opening a session store at {redacted_url(url)}") from exc
         finally:
             admin.close()
         self._pool_thread: HubThread[psycopg_pool.ConnectionPool[Any]] | None = None

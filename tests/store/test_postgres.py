@@ -145,6 +145,23 @@ def test_bad_arguments_and_an_unreachable_server(pg_server: str) -> None:
     assert _code(PostgresStore, dead, connect_timeout_s=2) == ErrorCode.PERSISTENCE_UNAVAILABLE
 
 
+def test_an_unreachable_server_is_one_readable_sentence() -> None:
+    """R-ERR-1: opening a store on a server nothing answers says what was being
+    done and why, once: "opening a session store at URL failed: <psycopg's
+    reason>" (it read "cannot open a session store at URL failed: ..."), the
+    password left out of the URL."""
+    dead = "postgresql://app:secret@127.0.0.1:1/postgres"
+    with pytest.raises(SubagentError) as info:
+        PostgresStore(dead, connect_timeout_s=2)
+    assert info.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+    message = str(info.value)
+    assert message.startswith(
+        "[PERSISTENCE_UNAVAILABLE] opening a session store at postgresql://app:***@127.0.0.1:1/"
+    ), message
+    assert " failed: " in message and "cannot open" not in message
+    assert "secret" not in message
+
+
 def test_urls_open_the_store_everywhere(backend: Backend, pg_url: str) -> None:
     """``open_store`` and ``Runtime(store=url)`` take a postgresql:// URL; the schema
     comes from its query."""
