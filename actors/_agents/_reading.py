@@ -39,11 +39,23 @@ class SessionReads:
     _lock: threading.Lock
     #: ``WRONG_PROCESS``, in the child of a fork: every session here is the parent's.
     inherited: SubagentError | None = None
+    #: The runtime closed (``close()``): without persistence nothing is left to read.
+    closed: bool = False
 
     def check_process(self) -> None:
         """Raise ``WRONG_PROCESS`` in the child of a fork (see ``_kernel/_fork.py``)."""
         if self.inherited is not None:
             raise self.inherited
+
+    def _check_kept(self) -> None:
+        """``STORE_CLOSED`` once the runtime closed when it has no persistence: its
+        sessions ended with it, so "no session" (what a lookup finds) would read as
+        if the session never was -- a runtime with a store says ``STORE_CLOSED`` too."""
+        if self.closed and self.persistence is None:
+            raise SubagentError(
+                "the runtime is closed: without a store its sessions ended with it",
+                code=ErrorCode.STORE_CLOSED,
+            )
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -52,7 +64,8 @@ class SessionReads:
         raise NotImplementedError
 
     def header(self, session_id: SessionId) -> SessionHeader | None:
-        """Live header, else the persisted one, else None (``INVALID_ARGUMENT``: no id)."""
+        """Live header, else the persisted one, else None (``INVALID_ARGUMENT``: no id;
+        ``STORE_CLOSED``: the runtime closed, and it has no persistence)."""
         self.check_process()
         if type(session_id) is not SessionId:
             session_id = SessionId(session_id)  # before the lookup: a list is unhashable
@@ -60,6 +73,7 @@ class SessionReads:
         if live is not None:
             return live.header
         if self.persistence is None:
+            self._check_kept()
             return None
         return self._call(self.persistence.header, session_id)  # type: ignore[no-any-return]
 
@@ -68,6 +82,7 @@ class SessionReads:
         one whose stored header does not decode is left out (and logged): the
         others are still listed."""
         self.check_process()
+        self._check_kept()
         with self._lock:
             found = {
                 sid: live.header
@@ -100,7 +115,9 @@ class SessionReads:
 
         Raises:
             SubagentError: ``SESSION_NOT_FOUND``; ``CorruptRecordError`` for a bad row;
-                ``INVALID_ARGUMENT`` for a ``from_seq`` that is no int from 0.
+                ``INVALID_ARGUMENT`` for a ``from_seq`` that is no int from 0;
+                ``STORE_CLOSED`` once the runtime closed (the store's own, or, without
+                persistence, the session service's).
         """
         self.check_process()
         if type(session_id) is not SessionId:
@@ -142,6 +159,7 @@ class SessionReads:
             )
             return records
         if self.persistence is None:
+            self._check_kept()
             raise SubagentError(f"no session {session_id}", code=ErrorCode.SESSION_NOT_FOUND)
         return self._persisted(session_id, from_seq, damaged)
 

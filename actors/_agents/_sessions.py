@@ -413,7 +413,10 @@ class SessionService(Acceptance, SessionReads):
                 raise failed  # (an activation that ended at it: its writer forgot it)
 
     def close(self) -> None:
-        """Stop the writer after it drained, and the lease renewals; idempotent."""
+        """Stop the writer after it drained, and the lease renewals; idempotent.
+        Without persistence, reads of a session then raise ``STORE_CLOSED``: its
+        sessions ended with the runtime."""
+        self.closed = True
         if self._writer is not None:
             self._writer.close()
         if self.leases is not None:

@@ -158,3 +158,34 @@ def test_a_strict_steer_whose_take_back_fails_is_queued_and_runs(
     (end,) = rt_sqlite.sessions.turn_ends(agent.session_id)
     assert end.stop_reason == "completed"
     assert store.pending(agent.session_id) == []
+
+
+@pytest.mark.parametrize("store", ["none", "memory"])
+def test_a_closed_runtime_says_it_is_closed_not_that_its_sessions_never_were(
+    backend: Backend, store: str
+) -> None:
+    """R-ERR-1: reading a session (or sending to it) after ``close()`` -- the
+    common slip of reading results after the ``with Runtime()`` block -- raises
+    ``STORE_CLOSED`` with or without a store. Without one it was
+    ``SESSION_NOT_FOUND`` "no session ...": as if the agent had never run."""
+    rt = Runtime(MemoryStore() if store == "memory" else None, backend=backend)
+    with rt:
+        agent = rt.spawn("echo")
+        agent.followup("hello")
+        assert agent.wait_idle(10)
+        assert rt.sessions.turn_ends(agent.session_id)[-1].output == "hello"
+    sid = agent.session_id
+    calls = {
+        "read": lambda: rt.sessions.read(sid),
+        "turn_ends": lambda: rt.sessions.turn_ends(sid),
+        "header": lambda: rt.sessions.header(sid),
+        "roots": lambda: rt.agents.roots(),
+        "send": lambda: rt.agents.send(sid, "again"),
+        "followup by id": lambda: rt.subagents.followup(sid, "0" * 31 + "1", "again"),
+    }
+    codes = {}
+    for name, call in calls.items():
+        with pytest.raises(SubagentError) as info:
+            call()
+        codes[name] = info.value.code
+    assert codes == dict.fromkeys(calls, ErrorCode.STORE_CLOSED)
