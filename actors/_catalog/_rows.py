@@ -13,7 +13,20 @@ __all__ = ["ChildRow", "DescendantRow", "Diagnostic", "Listing", "descendant_row
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildRow:
-    """One listed child."""
+    """One listed child.
+
+    Attributes:
+        id: the child's session.
+        mode: ``"one-shot"`` or ``"continuable"``.
+        label: its durable label (``None`` for an unlabelled one-shot child).
+        activity: ``"running"`` while its session is live in this runtime (its
+            agent resident: a turn may or may not run), ``"inactive"`` when it is
+            found only in the store (settled, ended, or live in another process).
+            ``subagents tree`` tells more states apart (``running``, ``waiting``,
+            ``settled``...): it reads the store's leases and inboxes.
+        has_children: whether it has children of its own (one level, a hint).
+        created_at: when its session was created.
+    """
 
     id: SessionId
     mode: str
@@ -25,7 +38,13 @@ class ChildRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescendantRow:
-    """One listed descendant, with its durable parent and root-relative depth."""
+    """One listed descendant, with its durable parent and root-relative depth: the
+    fields of a :class:`ChildRow` (``activity`` as there), plus these.
+
+    Attributes:
+        parent_id: its parent's session.
+        depth: 1 for the root's children, 2 below them, and so on.
+    """
 
     id: SessionId
     mode: str

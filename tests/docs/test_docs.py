@@ -198,3 +198,22 @@ def test_every_type_a_public_call_returns_is_exported() -> None:
             if cls.__module__.startswith("subagents") and id(cls) not in exported:
                 missing[f"{cls.__module__}.{cls.__qualname__}"] = where
     assert missing == {}
+
+
+def test_a_listing_row_says_what_each_field_means() -> None:
+    """R-LIST-2, R-LIST-7: the tutorial prints ``row.activity``; the API reference
+    says what each field of a listed row holds -- ``activity``'s ``"running"`` is
+    a session live here, not a turn running now -- where it gave only the names."""
+    import dataclasses
+
+    from subagents.actors import ChildRow, DescendantRow
+
+    api = (DOCS / "api.md").read_text()
+    for cls, fields in (
+        (ChildRow, [f.name for f in dataclasses.fields(ChildRow)]),
+        (DescendantRow, ["parent_id", "depth"]),
+    ):
+        section = api.split(f"### `{cls.__name__}(", 1)[1].split("\n### ", 1)[0]
+        assert [f for f in fields if f"- `{f}` (attribute): " not in section] == [], cls
+    child = api.split("### `ChildRow(", 1)[1].split("\n### ", 1)[0]
+    assert '"running"' in child and '"inactive"' in child
