@@ -30,7 +30,7 @@ from subagents.protocol import ErrorCode, SessionId, SubagentError
 from ._agent import Agent
 from ._host import AgentHost
 
-__all__ = ["CLAIM_WAIT", "SessionClaims", "runtime_closed"]
+__all__ = ["CLAIM_WAIT", "SessionClaims", "live_here", "runtime_closed"]
 
 #: How long a second activation of a session waits for the first (or for the
 #: previous agent's disposal) before it is refused with ``SESSION_EXISTS``.
@@ -144,3 +144,14 @@ def runtime_closed() -> SubagentError:
     """``RUNTIME_CLOSED``: what an activation, or a call the closed runtime's actors
     would answer, gets once the runtime closes."""
     return SubagentError("the runtime was closed", code=ErrorCode.RUNTIME_CLOSED)
+
+
+def live_here(sid: SessionId) -> SubagentError:
+    """``SESSION_EXISTS``: an activation of ``sid`` (a ``resume``, a create) met the
+    agent live in this runtime -- as one is after a ``send`` or a follow-up by id
+    resumed it here, or the sweep adopted it -- so the message says where it is."""
+    return SubagentError(
+        f"an agent for {sid} is live in this runtime: agents.get(session_id) returns it",
+        code=ErrorCode.SESSION_EXISTS,
+        hint={"session_id": sid},
+    )

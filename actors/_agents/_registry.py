@@ -34,7 +34,7 @@ from subagents.protocol import (
 from ._adopted import Adoptions
 from ._agent import Agent
 from ._behaviours import Behaviour, ModelRegistry, as_behaviour
-from ._claims import SessionClaims, runtime_closed
+from ._claims import SessionClaims, live_here, runtime_closed
 from ._host import AgentHost
 from ._live import LiveSession
 from ._options import AgentOptions
@@ -238,7 +238,7 @@ class AgentRegistry:
     def _claim(self, sid: SessionId, *, wait: bool) -> None:
         self._check_open()
         if self._claims.claim(sid, wait=wait) is not None:
-            raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
+            raise live_here(sid)
         if self._closing:  # closed since the check: its wait may have missed this claim
             self._claims.unclaim(sid)
             raise runtime_closed()
@@ -339,7 +339,7 @@ class AgentRegistry:
         if closing:
             raise runtime_closed()
         if taken:
-            raise SubagentError(f"an agent for {sid} is live", code=ErrorCode.SESSION_EXISTS)
+            raise live_here(sid)
 
     def _unregister(self, agent: Agent) -> None:
         with self._lock:
