@@ -41,7 +41,8 @@ GET      /sessions/{id}?from_seq=S&limit=N           a page of the session's eve
                                                      ``next``: the next page's ``from_seq``
                                                      (``null``: nothing more yet)
 GET      /events?limit=N                             streams ``subagent/start|end`` as JSON lines
-                                                     (a ``heartbeat`` line when quiet)
+                                                     (a ``heartbeat`` line when quiet): of the
+                                                     children this process runs (see Scaling out)
 GET      /stats                                      live agents, idle disposals, open streams
 =======  ==========================================  ===================================
 
@@ -88,7 +89,11 @@ child's start that reaches a worker where the parent is not live is committed
 there (the message to the child's durable inbox; a new child with its prompt)
 and run where the tree lives (the parent's holder is woken by ``NOTIFY``), once,
 whichever worker the client asked; an interrupt is asked of the worker that
-runs the child.
+runs the child. A worker's ``/events`` stream carries the ``subagent/start|end``
+of the children it runs -- those of the trees it holds -- so a child started
+through one worker is announced by the worker its tree lives in: a client of
+several workers follows each one's stream, or reads ``/agents/{id}/descendants``
+(from any worker: the store's).
 """
 
 from __future__ import annotations
