@@ -217,3 +217,30 @@ def test_a_listing_row_says_what_each_field_means() -> None:
         assert [f for f in fields if f"- `{f}` (attribute): " not in section] == [], cls
     child = api.split("### `ChildRow(", 1)[1].split("\n### ", 1)[0]
     assert '"running"' in child and '"inactive"' in child
+
+
+def test_the_error_table_names_the_calls_a_closed_runtime_refuses(tmp_path: Path) -> None:
+    """R-ERR-1: docs/errors.md's ``RUNTIME_CLOSED`` row names every public call that
+    answers it on a closed runtime (it named ``Runtime.spawn`` alone; ``resume``
+    and ``interrupt`` say it too)."""
+    from subagents.actors import Runtime, UserAuthority
+    from subagents.protocol import SubagentError
+
+    rt = Runtime(str(tmp_path / "s.db"))
+    sid = rt.spawn("echo").session_id
+    rt.close()
+    calls = {
+        "`Runtime.spawn`": lambda: rt.spawn("echo"),
+        "`agents.resume`": lambda: rt.agents.resume(sid),
+        "`interrupt`": lambda: rt.subagents.interrupt("0" * 31 + "1", UserAuthority(sid)),
+    }
+    row = next(
+        line for line in (DOCS / "errors.md").read_text().splitlines()
+        if line.startswith("| `RUNTIME_CLOSED` |")
+    )  # fmt: skip
+    raised_by = row.split("|")[2]
+    for name, call in calls.items():
+        with pytest.raises(SubagentError) as info:
+            call()
+        assert info.value.code == ErrorCode.RUNTIME_CLOSED, name
+        assert name in raised_by, name
