@@ -29,9 +29,16 @@ from subagents.store import PostgresStore
 pytestmark = pytest.mark.timeout(120)
 
 
+#: The late message's content: found in its inbox row's payload by its bytes, so
+#: long enough that no other row holds them. (It was "x": one byte, 0x78, which a
+#: random session id in every row's source -- the parent's -- holds about one run in
+#: 30, and the lock below then met three rows.)
+LATE = "the late message"
+
+
 def _lock_inbox_row(pg_url: str, session: SessionId, content: str) -> psycopg.Connection[Any]:
     """A transaction of another client holding the row lock of the inbox row of
-    the message ``content`` (its payload holds the text)."""
+    the message ``content`` (its payload holds the text: make it one no id can)."""
     base, _, schema = pg_url.partition("?schema=")
     conn = psycopg.connect(base)
     conn.execute(f'SET search_path TO "{schema}"')
@@ -39,7 +46,9 @@ def _lock_inbox_row(pg_url: str, session: SessionId, content: str) -> psycopg.Co
         "SELECT 1 FROM inbox WHERE session = %s AND position(%s in body) > 0 FOR UPDATE",
         (session.to_bytes(), content.encode()),
     ).fetchall()
-    assert len(rows) == 1
+    if len(rows) != 1:
+        conn.close()  # its locks held would keep the schema's drop waiting for good
+    assert len(rows) == 1, rows
     return conn
 
 
@@ -80,9 +89,9 @@ def test_a_message_whose_take_was_not_recorded_runs_once(backend: Backend, pg_ur
 
         resuming = rt.backend.spawn(follow, "y")
         assert gate.wait_reached(30)  # the resume read the inbox: y, not x
-        late = rt.backend.spawn(follow, "x")
+        late = rt.backend.spawn(follow, LATE)
         assert until(rt, lambda: len(store.pending(child)) == 2, 30)  # x committed
-        locker = _lock_inbox_row(pg_url, child, "x")
+        locker = _lock_inbox_row(pg_url, child, LATE)
         try:
             gate.release()
             assert resuming.join(30) is not False
@@ -95,5 +104,5 @@ def test_a_message_whose_take_was_not_recorded_runs_once(backend: Backend, pg_ur
         assert not errors, errors
         rt.subagents.followup(parent.session_id, child, "z")
         assert noted.wait_for(lambda items: ("rt", "z", False) in items, 30), noted.items()
-        xs = [r for _, c, r in noted.items() if c == "x"]
+        xs = [r for _, c, r in noted.items() if c == LATE]
         assert xs[:1] == [False] and all(xs[1:]), noted.items()  # ran again unflagged
