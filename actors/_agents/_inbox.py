@@ -311,13 +311,17 @@ class Inbox:
         """A snapshot of this agent's mailbox and turns (see :class:`AgentStatistics`).
 
         Cheap: counters read without a lock; under strict durability one store read
-        (the durable inbox's depth).
+        (the durable inbox's depth: ``None`` once the runtime and its store closed).
         """
         sessions = self._host.sessions
         sessions.check_process()
         durable = None
         if sessions.strict and sessions.persistence is not None:
-            durable = len(sessions.pending(self.session_id))
+            try:
+                durable = len(sessions.pending(self.session_id))
+            except SubagentError as exc:  # the runtime closed: its store with it
+                if exc.code != ErrorCode.STORE_CLOSED:
+                    raise
         return agent_statistics(
             self.session_id, self._counts(), self._turns.times, durable, self._session
         )

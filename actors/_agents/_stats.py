@@ -45,9 +45,10 @@ class AgentStatistics:
             turn's excluded).
         durable_inbox: accepted messages the store still holds for the session
             (committed and not done, the running turn's included) under strict
-            durability; ``None`` under relaxed durability (nothing is kept). It
-            is what the store holds now: a message leaves it with its turn's end,
-            which is written behind the turn.
+            durability; ``None`` under relaxed durability (nothing is kept), and
+            once the runtime closed (its store with it). It is what the store
+            holds now: a message leaves it with its turn's end, which is written
+            behind the turn.
         running: whether a turn runs now.
         turns: turns this activation ran to their end (a resumed session counts from
             its resume; the running turn is not counted yet).

@@ -298,3 +298,20 @@ def test_child_statistics_refuse_what_is_not_a_child(kitp: Kit) -> None:
     with pytest.raises(SubagentError) as garbage:
         rt.subagents.statistics("not an id")
     assert garbage.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_an_agent_s_statistics_read_after_its_runtime_closed(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Issue 18 point 1: statistics printed after the ``with Runtime(...)`` block (a
+    benchmark's habit) are the agent's last counts, with ``durable_inbox=None`` --
+    the store closed with the runtime -- not ``STORE_CLOSED``."""
+    with Runtime(str(tmp_path / "s.db"), backend=backend) as rt:
+        agent = rt.spawn(lambda turn: turn.content)
+        for i in range(3):
+            agent.followup(i)
+        assert agent.wait_idle(10)
+        rt.sessions.flush(agent.session_id)  # (the last turn's end is written behind it)
+        assert agent.statistics().durable_inbox == 0
+    stats = agent.statistics()
+    assert (stats.turns, stats.accepted, stats.durable_inbox) == (3, 3, None)
