@@ -129,6 +129,15 @@ def exited(rt: Runtime, proc: subprocess.Popen[Any], timeout: float = 60.0) -> i
     return proc.returncode if until(rt, lambda: proc.poll() is not None, timeout) else None
 
 
+def resumed_elsewhere(rt: Runtime, db: str, sid: Any, marks: Any, backend: str, ttl: str) -> None:
+    """Another process (``mp_worker.py resume``) resumes ``sid`` on the store ``db``
+    and ends: asserts it could (the lease was free), waiting on ``rt``'s backend."""
+    args = ("resume", db, str(sid), "-", "-", "-", str(marks), backend, ttl)
+    with worker("mp_worker.py", *args) as other:
+        assert exited(rt, other) == 0
+        assert other.stdout is not None and other.stdout.read().strip() == "resumed"
+
+
 def two_runtimes(backend: Any, db: str, lease_ttl: float) -> Iterator[list[Runtime]]:
     """Two strict runtimes on one store (for a fixture: ``yield from``), closed
     after, the second first."""

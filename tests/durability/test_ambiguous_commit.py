@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 from commit_cut import CommitCut
-from durability_kit import Noted, exited, until, worker
+from durability_kit import Noted, resumed_elsewhere, until
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import ErrorCode, MessageId, SubagentError, new_message_id
@@ -291,11 +291,7 @@ def test_a_resume_whose_lease_answer_was_lost_leaves_no_lease_behind(
         _lost(cut, committed, lambda: rt.agents.resume(sid))
         # Ten lease ttls: the lease's own expiry is long past; only a heartbeat holds it.
         assert until(rt, lambda: rt.store.get_lease(sid).holder is None, 20)  # type: ignore[union-attr]
-        marks = tmp_path / "marks"
-        args = ("resume", pg_url, str(sid), "-", "-", "-", str(marks), backend.name, "2")
-        with worker("mp_worker.py", *args) as other:
-            assert exited(rt, other) == 0
-            assert other.stdout is not None and other.stdout.read().strip() == "resumed"
+        resumed_elsewhere(rt, pg_url, sid, tmp_path / "marks", backend.name, "2")
         again = rt.agents.resume(sid)
         again.followup("again")
         assert noted.runs("again", ["rt"], 20)

@@ -17,7 +17,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from durability_kit import Noted, exited, until, worker
+from durability_kit import Noted, resumed_elsewhere, until
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
@@ -103,11 +103,7 @@ def test_a_refused_release_is_retried_until_the_store_takes_it(
             _heal(db)
         # Ten lease ttls: its own expiry is long past; only the heartbeat holds it.
         assert until(rt, lambda: rt.store.get_lease(sid).holder is None, 10 * TTL)  # type: ignore[union-attr]
-        marks = tmp_path / "marks"
-        args = ("resume", db, str(sid), "-", "-", "-", str(marks), backend.name, str(TTL))
-        with worker("mp_worker.py", *args) as other:
-            assert exited(rt, other) == 0
-            assert other.stdout is not None and other.stdout.read().strip() == "resumed"
+        resumed_elsewhere(rt, db, sid, tmp_path / "marks", backend.name, str(TTL))
         again = rt.agents.resume(sid)
         again.followup("again")
         assert noted.runs("again", ["rt"], 20)
