@@ -338,6 +338,8 @@ class ContinuationManager(Followups):
 
     def drain(self, parents: Any, timeout: float | None = 60.0) -> None:
         """See :meth:`SubagentService.drain_continuable_descendants`."""
+        if self._hooks.closing:  # (its agents are disposed: not "not live agents")
+            raise _err(ErrorCode.RUNTIME_CLOSED, "the runtime was closed")
         drain(
             parents,
             timeout,

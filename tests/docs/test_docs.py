@@ -222,17 +222,21 @@ def test_a_listing_row_says_what_each_field_means() -> None:
 def test_the_error_table_names_the_calls_a_closed_runtime_refuses(tmp_path: Path) -> None:
     """R-ERR-1: docs/errors.md's ``RUNTIME_CLOSED`` row names every public call that
     answers it on a closed runtime (it named ``Runtime.spawn`` alone; ``resume``
-    and ``interrupt`` say it too)."""
+    and ``interrupt`` say it too, and a drain, which said ``UNAUTHORIZED``)."""
     from subagents.actors import Runtime, UserAuthority
     from subagents.protocol import SubagentError
 
     rt = Runtime(str(tmp_path / "s.db"))
-    sid = rt.spawn("echo").session_id
+    agent = rt.spawn("echo")
+    sid = agent.session_id
     rt.close()
     calls = {
         "`Runtime.spawn`": lambda: rt.spawn("echo"),
         "`agents.resume`": lambda: rt.agents.resume(sid),
         "`interrupt`": lambda: rt.subagents.interrupt("0" * 31 + "1", UserAuthority(sid)),
+        "`drain_continuable_descendants`": lambda: rt.subagents.drain_continuable_descendants(
+            [agent]
+        ),
     }
     row = next(
         line for line in (DOCS / "errors.md").read_text().splitlines()
