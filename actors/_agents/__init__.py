@@ -28,6 +28,7 @@ from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
 from ._tools import TOOL_NAME_PATTERN, ToolFn, ToolRegistry, valid_tool_name
 from ._turn import Message, Turn, TurnAgent
+from ._writer import in_doubt
 
 __all__ = [
     "CUT_SHORT",
@@ -67,6 +68,7 @@ __all__ = [
     "committed_at",
     "dispose_by_depth",
     "echo",
+    "in_doubt",
     "interrupt_ring",
     "keep_untaken",
     "kept",

@@ -37,7 +37,7 @@ from subagents.store import Accepted, InboxEntry, Listener, Promises, SessionSto
 from ._doubts import HandOverDoubts
 from ._live import LiveSession
 from ._underway import Underway
-from ._writer import unsure
+from ._writer import doubted, unsure
 
 __all__ = ["SEEN_MAX", "Acceptance"]
 
@@ -180,8 +180,7 @@ class Acceptance:
             again = self._call(store.withdraw, session_id, message_id)
             return bool(again) or self._call(store.header, session_id) is None
         except SubagentError as exc:
-            doubt = {"message_id": str(message_id), "in_doubt": True}
-            raise SubagentError(f"withdrawal in doubt: {exc}", code=lost.code, hint=doubt) from exc
+            raise doubted(f"withdrawal in doubt: {exc}", lost, message_id) from exc
 
     def answer_unheld(self, session_id: SessionId, message_id: MessageId) -> bool:
         """A start that found the session :meth:`create_unheld` made answers for its

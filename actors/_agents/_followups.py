@@ -32,7 +32,7 @@ from ._inbox import Inbox
 from ._kept import kept
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
-from ._writer import unsure
+from ._writer import doubted, unsure
 
 __all__ = ["DOUBT_GRACE", "Followups"]
 
@@ -262,12 +262,8 @@ class Followups(Inbox):
                 raise
             self._doubt((mid,), back)
             # Its id, for a caller who gave none: a retry with it is accepted once.
-            hint = exc.hint if isinstance(exc.hint, dict) else {}
-            raise SubagentError(
-                str(exc.args[0]) if exc.args else "",
-                code=exc.code,
-                hint={**hint, "message_id": str(mid), "in_doubt": True},
-            ) from exc.__cause__  # (the store's own error, as the original's)
+            text = str(exc.args[0]) if exc.args else ""
+            raise doubted(text, exc, mid) from exc.__cause__  # (the store's own cause)
         if since is not None and accepted.duplicate:
             # The commit in doubt had landed: settled from the store (queued when this
             # activation holds it), not by the caller. Else this commit is the one.

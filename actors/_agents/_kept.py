@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
 
-from ._writer import unsure
+from ._writer import doubted, in_doubt, unsure
 
 if TYPE_CHECKING:
     from ._live import LiveSession
@@ -57,7 +57,7 @@ def kept(
             return False
         why = "another acceptance of its id answered for it, or an activation took it"
     except SubagentError as again:
-        if _in_doubt(again):
+        if in_doubt(again):
             raise
         why = f"the store could not take it back: {again}"
     logger.warning(
@@ -104,19 +104,11 @@ def _retracted(
     try:
         there = any(e.message_id == message_id for e in sessions.pending(target))
     except SubagentError as exc:
-        hint = lost.hint if isinstance(lost.hint, dict) else {}
-        raise SubagentError(
-            f"could not say whether {message_id} was taken back from {target}: {exc}",
-            code=lost.code,
-            hint={**hint, "message_id": str(message_id), "in_doubt": True},
-        ) from exc
+        text = f"could not say whether {message_id} was taken back from {target}: {exc}"
+        raise doubted(text, lost, message_id) from exc
     if there and again is not None:
         raise again  # not taken back: it stays
     return not there
-
-
-def _in_doubt(error: SubagentError) -> bool:
-    return isinstance(error.hint, dict) and error.hint.get("in_doubt") is True
 
 
 def wake_holder(sessions: SessionService, error: BaseException, session_id: SessionId) -> None:

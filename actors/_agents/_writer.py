@@ -60,6 +60,22 @@ def unsure(exc: BaseException) -> bool:
     return isinstance(exc, SubagentError) and exc.code == ErrorCode.PERSISTENCE_UNAVAILABLE
 
 
+def in_doubt(exc: BaseException) -> bool:
+    """Whether ``exc`` says nobody can tell if its message was accepted
+    (``hint["in_doubt"]``, made by :func:`doubted`)."""
+    hint = getattr(exc, "hint", None)
+    return isinstance(hint, dict) and hint.get("in_doubt") is True
+
+
+def doubted(text: str, like: SubagentError, message_id: Any) -> SubagentError:
+    """``text`` as an error of ``like``'s code and hint, in doubt for ``message_id``:
+    nobody can say whether it was accepted; a retry with that id settles it."""
+    hint = like.hint if isinstance(like.hint, dict) else {}
+    return SubagentError(
+        text, code=like.code, hint={**hint, "message_id": str(message_id), "in_doubt": True}
+    )
+
+
 class Writer:
     """The write-behind queue to persistence: one task, writes in order.
 

@@ -30,6 +30,7 @@ from subagents.actors._agents import (
     AgentRegistry,
     SessionService,
     Steered,
+    in_doubt,
     kept,
     stored_options,
     wake_holder,
@@ -231,7 +232,7 @@ def _withdrawn(sessions: SessionService, handle: ContinuableHandle) -> bool:
     try:
         return sessions.withdraw_unheld(handle.child_id, handle.message_id)
     except SubagentError as exc:
-        if isinstance(exc.hint, dict) and exc.hint.get("in_doubt") is True:
+        if in_doubt(exc):
             raise
         logger.warning("could not withdraw %s (%s): it stays started", handle.child_id, exc)
         return False
