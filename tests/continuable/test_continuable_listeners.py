@@ -213,6 +213,7 @@ def test_a_start_announced_after_its_own_settle_stays_with_its_publisher(
     stuck = kit.gate("start-listener")
     late = kit.gate("late-start")
     ended = Latch()
+    posted: list[Any] = []
     held: list[Any] = []
     root = kit.root()
     start = Announcer.start
@@ -227,8 +228,10 @@ def test_a_start_announced_after_its_own_settle_stays_with_its_publisher(
 
     def post_end_seen(act: Any) -> None:
         post_end(act)
-        if held and act is held[0]:
-            ended.set()
+        # Noted whether or not the start is held yet: under load the child settles
+        # before its publisher even reaches the start (the end came first).
+        posted.append(act)
+        ended.set()
 
     def listener(event: SubagentEvent) -> None:
         if event.type == "subagent/start":
@@ -240,6 +243,7 @@ def test_a_start_announced_after_its_own_settle_stays_with_its_publisher(
     task = spawn(rt, kit.start, root, [["note", "ran"]], "slow-start")
     assert late.wait_reached(10)
     assert ended.wait(10)  # it ran and settled: its end is queued
+    assert posted == held  # (the only child yet)
     late.release()
     assert stuck.wait_reached(10)
     _busy_elsewhere(kit, "elsewhere")
