@@ -82,9 +82,7 @@ class Release(enum.IntEnum):
 
     NOT_HELD = 0  #: the token does not hold the lease: nothing changed
     RELEASED = 1  #: released
-    #: released, and the inbox holds messages nobody took: somebody must activate
-    #: the session to run them (they came in while it was held).
-    WAITING = 2
+    WAITING = 2  #: released with messages nobody took: somebody must activate it
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +351,13 @@ class DurableQueues(abc.ABC):
         """Sessions with messages not done, or promises open (:mod:`._promises`), whose
         lease is free at ``now`` (released, expired, or never taken): accepted work
         no live activation will run unless somebody activates the session."""
+
+    def leased_work(self, prefix: str, now: float) -> list[tuple[SessionId, str]]:
+        """``(session, holder)`` of accepted work (as :meth:`orphans` counts it) under a
+        lease live at ``now`` whose holder's id starts with ``prefix`` (this host's:
+        ``Holder.kin``); the sweep adopts those whose holder's process ended. This
+        default returns ``[]``: such work waits for its lease's expiry."""
+        return []
 
     @abc.abstractmethod
     def waiting(self, holder: str) -> list[SessionId]:

@@ -33,6 +33,8 @@ def _host() -> str:
 
 
 _HOST = _host()
+#: What every holder id of this host starts with.
+_KIN = f"{_HOST}:"
 
 
 class Holder:
@@ -46,6 +48,12 @@ class Holder:
 
     def __repr__(self) -> str:
         return f"<Holder {self.id}>"
+
+    @property
+    def kin(self) -> str:
+        """The prefix of every holder id of this host (whose processes :meth:`dead`
+        can judge): what :meth:`DurableQueues.leased_work` is asked for."""
+        return _KIN
 
     def dead(self, other: str) -> bool:
         """True when ``other`` is a holder of this host whose process has ended."""

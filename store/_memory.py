@@ -37,6 +37,7 @@ from ._validate import (
     check_message_ids,
     check_messages,
     check_new_lease,
+    check_seconds,
     check_session_id,
     check_session_ids,
     check_token,
@@ -273,6 +274,27 @@ class MemoryStore(MemoryQueues, Promises, SessionStore):
                 if lease is None or lease.holder is None or lease.expires <= now:
                     out.append(sid)  # owed a message: accepted work (see ._promises)
         return out
+
+    def leased_work(self, prefix: str, now: float) -> list[tuple[SessionId, str]]:
+        at = check_seconds(now, "now")
+        if type(prefix) is not str:
+            raise invalid("prefix must be a str")
+        with self._lock:
+            if self._closed:
+                raise store_closed(self)
+            out = []
+            for sid, session in self._sessions.items():
+                state = session.queues
+                if state is None:
+                    continue  # never leased
+                lease = self._live(state.lease)
+                if lease is None or lease.holder is None or lease.expires <= at:
+                    continue
+                if lease.holder.startswith(prefix) and (
+                    session.promised or any(not e.done for e in state.inbox.values())
+                ):
+                    out.append((sid, lease.holder))
+            return out
 
     def delete_session(self, session_id: SessionId | str) -> None:
         sid = check_session_id(session_id)

@@ -120,6 +120,23 @@ class SqlQueueReads(DurableQueues):
         )
         return [SessionId.from_bytes(bytes(r[0])) for r in rows]
 
+    def leased_work(self, prefix: str, now: float) -> list[tuple[SessionId, str]]:
+        at = check_seconds(now, "now")
+        if type(prefix) is not str:
+            raise invalid("prefix must be a str")
+        # LIKE narrows the rows (a host name's ``_`` is its own character, escaped).
+        like = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+        rows = self._query(
+            "SELECT DISTINCT w.session, l.holder FROM (SELECT session FROM inbox"
+            " WHERE done = 0 UNION SELECT p.session FROM promises p"
+            " JOIN sessions s ON s.id = p.session) w JOIN leases l ON l.session = w.session"
+            " LEFT JOIN holders h ON h.holder = l.holder"
+            f" WHERE l.holder LIKE ? ESCAPE '!' AND {EXPIRY} > ?",
+            (like, at),
+        )
+        # (SQLite's LIKE ignores ASCII case: the prefix is checked as written here.)
+        return [(SessionId.from_bytes(bytes(r[0])), r[1]) for r in rows if r[1].startswith(prefix)]
+
     def owed(self, session_id: SessionId | str) -> list[MessageId]:
         sid = check_session_id(session_id)
         rows = self._query("SELECT message_id FROM promises WHERE session = ?", (sid.to_bytes(),))

@@ -278,22 +278,6 @@ class Acceptance:
         else:  # no store: nothing to replay from, nothing to keep out of it
             self._failed(live.id, error)
 
-    def waiting(self, holder: str) -> list[SessionId]:
-        """Sessions ``holder`` leases that have messages nobody took."""
-        store = self.persistence
-        assert store is not None
-        sessions: list[SessionId] = self._call(store.waiting, holder)
-        return sessions
-
-    def orphans(self) -> list[SessionId]:
-        """Sessions with accepted work whose lease is free now, by the store's clock
-        (nobody will run it)."""
-        store, leases = self.persistence, self.leases
-        assert store is not None
-        assert leases is not None
-        sessions: list[SessionId] = self._call(store.orphans, leases.now())
-        return sessions
-
     def give_back(
         self, session_id: SessionId, message_ids: Sequence[MessageId], epoch: int
     ) -> None:

@@ -22,7 +22,8 @@ are queued, in acceptance order with the rest; the others were not committed.
 Rings are hints. Every ``period`` seconds (a third of the lease ttl), rung or
 not, the mailman sweeps: it asks the store which of its sessions have untaken
 messages, and which sessions have accepted work and no lease at all (their
-holder released them with messages waiting, or died and its lease expired). A
+holder released them with messages waiting, or died and its lease expired) or
+the lease of a holder of this host whose process ended (:mod:`._sweep_reads`). A
 ring for a session that is not live here -- its holder released it meanwhile,
 or another process rang about a child of a parent that lives here -- and every
 such orphan go to ``orphan``, which makes somebody activate it (see the
@@ -219,6 +220,7 @@ class Mailman:
         queries: list[tuple[str, Callable[[], list[SessionId]]]] = [
             ("the waiting mail", lambda: self._sessions.waiting(self._holder)),
             ("the orphans", self._sessions.orphans),
+            ("the work of ended holders", self._sessions.abandoned),
         ]
         for what, ask in queries:
             try:

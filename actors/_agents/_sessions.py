@@ -44,6 +44,7 @@ from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
 from ._reading import SessionReads
+from ._sweep_reads import SweepReads
 from ._writer import Writer, unsure
 
 __all__ = ["LiveSession", "SessionService"]
@@ -51,7 +52,7 @@ __all__ = ["LiveSession", "SessionService"]
 logger = logging.getLogger("subagents")
 
 
-class SessionService(Acceptance, SessionReads):
+class SessionService(Acceptance, SessionReads, SweepReads):
     """Live sessions of live agents, and write-behind to optional persistence.
 
     Thread-safe. ``persistence`` is ``None`` for a runtime without a store.
