@@ -47,7 +47,7 @@ class SessionReads:
         if self.inherited is not None:
             raise self.inherited
 
-    def _check_kept(self) -> None:
+    def check_kept(self) -> None:
         """``STORE_CLOSED`` once the runtime closed when it has no persistence: its
         sessions ended with it, so "no session" (what a lookup finds) would read as
         if the session never was -- a runtime with a store says ``STORE_CLOSED`` too."""
@@ -73,7 +73,7 @@ class SessionReads:
         if live is not None:
             return live.header
         if self.persistence is None:
-            self._check_kept()
+            self.check_kept()
             return None
         return self._call(self.persistence.header, session_id)  # type: ignore[no-any-return]
 
@@ -82,7 +82,7 @@ class SessionReads:
         one whose stored header does not decode is left out (and logged): the
         others are still listed."""
         self.check_process()
-        self._check_kept()
+        self.check_kept()
         with self._lock:
             found = {
                 sid: live.header
@@ -159,7 +159,7 @@ class SessionReads:
             )
             return records
         if self.persistence is None:
-            self._check_kept()
+            self.check_kept()
             raise SubagentError(f"no session {session_id}", code=ErrorCode.SESSION_NOT_FOUND)
         return self._persisted(session_id, from_seq, damaged)
 

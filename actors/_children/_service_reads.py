@@ -52,6 +52,8 @@ class CatalogReads:
         check_signal(signal)
         ctx = self._ctx
         sessions: SessionService | None = getattr(ctx, "sessions", None)
+        if sessions is not None:
+            sessions.check_kept()  # closed, no store: its children ended with it
         projections = ctx.session_projections
         cached = self._catalog_for
         if cached is None or cached[0] is not sessions or cached[1] is not projections:
@@ -78,7 +80,8 @@ class CatalogReads:
 
         Raises:
             SubagentError: ``CANCELLED``, ``SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE``,
-                ``SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE``, ``INVALID_ARGUMENT``.
+                ``SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE``, ``INVALID_ARGUMENT``,
+                ``STORE_CLOSED`` (the runtime closed).
         """
         self._check_thread()
         return self._catalog(signal).list_children(parent_session_id, signal)

@@ -242,6 +242,26 @@ def test_no_session_store(rtp: Runtime, which: str) -> None:
     assert code == ErrorCode.SESSION_STORE_UNAVAILABLE
 
 
+@pytest.mark.parametrize("which", LISTINGS)
+@pytest.mark.parametrize("persistent", [False, True], ids=["live-only", "persistent"])
+def test_a_closed_runtimes_listing_is_store_closed(
+    backend: Backend, which: str, persistent: bool
+) -> None:
+    """A closed runtime lists no children: ``STORE_CLOSED``, with a store or
+    without one (its sessions ended with it). Without a store it answered an
+    empty listing, as if the parent never had a child."""
+    with Runtime(MemoryStore() if persistent else None, backend=backend) as rt:
+        root = rt.spawn("echo")
+        if persistent:  # (a continuable child needs a store)
+            rt.subagents.start_continuable(
+                ContinuableStartSpec(
+                    parent=root, provider="local", prompt="hi", label="k", model="echo"
+                )
+            )
+        assert len(listing(rt, which, root.session_id).rows) == int(persistent)
+    assert code_of(lambda: listing(rt, which, root.session_id)) == ErrorCode.STORE_CLOSED
+
+
 def test_an_abort_during_concurrent_inspections(
     rtp: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
