@@ -19,7 +19,8 @@ Endpoints (JSON in, JSON out; errors are ``{"error": {"code", "message"}}``: a
 =======  ==========================================  ===================================
 method   path                                        does
 =======  ==========================================  ===================================
-POST     /agents                                     create a top-level agent ``{label}``
+POST     /agents                                     create a top-level agent ``{label,
+                                                     session_id?}`` (a retry's id: once)
 GET      /agents                                     this client's top-level agents
                                                      (``diagnostics``: those that do not decode)
 POST     /agents/{id}/messages                       ``{content, message_id?}`` to the agent
@@ -115,13 +116,14 @@ from gevent_server_http import (
     NoDelayServer,
     Start,
     check_bearer,
+    int_param,
     query,
     read_json,
     respond,
 )
 from gevent_server_state import EventStreams, IdleAgents, Owners
 from subagents.actors import ContinuableStartSpec, Runtime, UserAuthority
-from subagents.protocol import ErrorCode, SessionId
+from subagents.protocol import ErrorCode, SessionId, SubagentError
 from subagents.store import is_postgres_url
 
 #: Seconds a SIGTERM (or Ctrl-C) waits for the requests in flight before the runtime closes.
@@ -223,8 +225,25 @@ class App:
     # -- handlers ----------------------------------------------------------------------
 
     def create_agent(self, client: str, body: dict[str, Any]) -> Any:
-        label = body.get("label", "agent")
-        agent = self.rt.spawn("echo", label=label if isinstance(label, str) else None)
+        """A ``session_id`` of the client's (32 fresh hex digits) makes a retry create
+        nothing: the same id answers the agent made before (409: another's)."""
+        label, sid = body.get("label", "agent"), body.get("session_id")
+        if sid is not None and not isinstance(sid, str):
+            raise HttpError(400, ErrorCode.INVALID_ARGUMENT, "session_id must be a string")
+        try:
+            agent = self.rt.spawn(
+                "echo", label=label if isinstance(label, str) else None, session_id=sid
+            )
+        except SubagentError as exc:
+            if exc.code != ErrorCode.SESSION_EXISTS:
+                raise
+            # The answer was lost -- or this server, between the spawn and the row.
+            header = self.rt.sessions.header(SessionId(sid))
+            if header is not None and header.parent_session is None:
+                self.owners.add(sid, client, root=True)  # (the first row stays)
+            if self.owners.get(sid) != client:
+                raise HttpError(409, ErrorCode.SESSION_EXISTS, f"{sid} is taken") from None
+            return {"session_id": sid}
         self.owners.add(agent.session_id, client, root=True)
         self.idle.touch(agent.session_id)
         return {"session_id": agent.session_id}
@@ -319,8 +338,8 @@ class App:
         """A page of the session: the events from ``from_seq`` that decode (each that
         does not is a diagnostic), at most ``limit``, and the ``next`` page's seq."""
         self._owned(client, session_id)
-        from_seq = _int_param(params, "from_seq", 0, 0, None)
-        limit = _int_param(params, "limit", PAGE, 1, MAX_PAGE)
+        from_seq = int_param(params, "from_seq", 0, 0, None)
+        limit = int_param(params, "limit", PAGE, 1, MAX_PAGE)
         return read_session(self.rt, session_id, from_seq, limit)
 
     def stats(self, client: str, body: dict[str, Any]) -> Any:
@@ -338,25 +357,9 @@ class App:
         self, environ: dict[str, Any], start_response: Start, client: str
     ) -> Iterator[bytes]:
         """Stream this client's ``subagent/start|end`` events (see ``EventStreams``)."""
-        limit = _int_param(query(environ), "limit", 0, 0, None) or None
+        limit = int_param(query(environ), "limit", 0, 0, None) or None
         start_response("200 OK", [("Content-Type", "application/x-ndjson")])
         return self.streams.open(client, limit)
-
-
-def _int_param(params: dict[str, str], name: str, default: int, low: int, high: int | None) -> int:
-    """Query parameter ``name``, an int from ``low`` to ``high`` (400 if it is not)."""
-    text = params.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if value < low or (high is not None and value > high):
-        most = f" and at most {high}" if high is not None else ""
-        message = f"{name} must be an int of at least {low}{most}, got {text[:40]!r}"
-        raise HttpError(400, ErrorCode.INVALID_ARGUMENT, message)
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

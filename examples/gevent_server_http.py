@@ -72,6 +72,7 @@ __all__ = [
     "check_bearer",
     "dumps",
     "error",
+    "int_param",
     "jsonable",
     "query",
     "read_json",
@@ -288,6 +289,22 @@ def read_json(environ: dict[str, Any], limit: int = MAX_BODY) -> dict[str, Any]:
 def query(environ: dict[str, Any]) -> dict[str, str]:
     """The request's query parameters (the last of each name given twice)."""
     return dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
+
+
+def int_param(params: dict[str, str], name: str, default: int, low: int, high: int | None) -> int:
+    """Query parameter ``name``, an int from ``low`` to ``high`` (400 if it is not)."""
+    text = params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        most = f" and at most {high}" if high is not None else ""
+        message = f"{name} must be an int of at least {low}{most}, got {text[:40]!r}"
+        raise HttpError(400, "INVALID_ARGUMENT", message)
+    return value
 
 
 def _read(environ: dict[str, Any], size: int) -> bytes:

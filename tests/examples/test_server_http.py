@@ -19,6 +19,7 @@ import pytest
 from load_server import keepalive_vs_new
 from server_kit import EXAMPLES, TOKEN, Server, eventually, start_server, stop_server, strict_json
 from subagents.actors import Runtime
+from subagents.protocol import new_session_id
 
 
 @pytest.fixture
@@ -262,6 +263,36 @@ def test_no_more_than_max_live_agents_stay_live(tmp_path: Path) -> None:
         status, sent = srv.call("POST", f"/agents/{agents[0]}/messages", {"content": "hi"})
         assert status == 200, sent
         eventually(lambda: any(e.get("output") == "hi" for e in _events(srv, agents[0])), "ran")
+    finally:
+        stop_server(srv)
+
+
+def test_a_create_retried_with_the_clients_id_makes_one_agent(tmp_path: Path) -> None:
+    """``POST /agents`` with the client's own ``session_id``: a retry (its first answer
+    lost) answers the same agent and makes no second one; that id is another
+    client's 409; a malformed one 400. A session the server made and never owned
+    -- killed between the spawn and the owner's row -- is claimed by the retry."""
+    db = tmp_path / "s.db"
+    orphan = new_session_id()
+    with Runtime(str(db)) as rt:  # what a server killed after its spawn left
+        rt.spawn("echo", label="boss", session_id=orphan)
+    srv = start_server(db)
+    try:
+        sid = str(new_session_id())
+        for _ in range(2):
+            status, made = srv.call("POST", "/agents", {"label": "boss", "session_id": sid})
+            assert (status, made) == (200, {"session_id": sid})
+        status, listed = srv.call("GET", "/agents")
+        assert status == 200 and [a["session_id"] for a in listed["agents"]] == [sid]
+        status, taken = srv.call("POST", "/agents", {"session_id": sid}, client="other")
+        assert status == 409 and taken["error"]["code"] == "SESSION_EXISTS", taken
+        for bad in ("nope", 7):
+            status, refused = srv.call("POST", "/agents", {"session_id": bad})
+            assert status == 400 and refused["error"]["code"] == "INVALID_ARGUMENT", refused
+        status, made = srv.call("POST", "/agents", {"session_id": str(orphan)})
+        assert (status, made) == (200, {"session_id": str(orphan)})
+        status, sent = srv.call("POST", f"/agents/{orphan}/messages", {"content": "hi"})
+        assert status == 200, sent
     finally:
         stop_server(srv)
 
