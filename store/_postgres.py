@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import urllib.parse
 import uuid
 from typing import Any, Final
 
@@ -58,7 +57,7 @@ from ._base import SessionStore, store_closed
 from ._committed import CommittedWrites
 from ._forked import track
 from ._group import GroupCommitter
-from ._location import is_postgres_url, redacted_url
+from ._location import is_postgres_url, redacted_url, split_schema
 from ._native import HubThread, HubThreadStopped, threads_are_greenlets
 from ._pg_deadline import DeadlineConnection, PgReader, ReadPool
 from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
@@ -79,15 +78,6 @@ _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: to those sessions, their takeover, and (a group commit waiting on the lock)
 #: everything they wrote at all, lease renewals too.
 _IDLE_IN_TRANSACTION_MS: Final = 10_000
-
-
-def _split_url(url: str) -> tuple[str, str | None]:
-    """``(conninfo, schema)``: our ``schema`` query parameter taken out of the URL."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "schema"])
-    return urllib.parse.urlunsplit(parts._replace(query=rest)), schema
 
 
 class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
@@ -141,7 +131,7 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
     ) -> None:
         if not is_postgres_url(url):
             raise invalid(f"not a postgresql:// URL: {url!r}")
-        conninfo, from_url = _split_url(url)
+        conninfo, from_url = split_schema(url)
         if from_url is not None and schema is not None and from_url != schema:
             raise invalid(f"the URL names schema {from_url!r} and the argument {schema!r}")
         # An empty ?schema= is refused below, not read as the default schema.

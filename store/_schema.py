@@ -275,21 +275,18 @@ def _schema_is_empty(conn: sqlite3.Connection) -> bool:
 
 
 def _identify(path: str, base: str, head: bytes, timeout: float) -> tuple[int, int | None]:
-    """``(application_id, version)`` read in one snapshot of the file at ``base``
-    (a ``mode=ro`` URI); version ``-1``: an empty schema, ``None``: no
-    ``schema_version`` table.
+    """``(application_id, version)`` read in one snapshot of the file at ``base`` (a
+    ``mode=ro`` URI); version ``-1``: an empty schema, ``None``: no ``schema_version`` table.
 
-    Read with locks where that makes no file beside it: a file in
-    rollback-journal mode (header bytes 18-19 are 1: every file we are still
-    setting up, since a store migrates before it switches to WAL); a WAL file
-    whose header names us and whose WAL and index are there (a writer has it
-    open). A locking read waits for a writer's commit, and reads the WAL, rather
-    than pages half written -- another process setting up the file, or
-    checkpointing into it, read as damage. Anything else -- a WAL file with no
-    writer, whose main file nothing changes, or where a locking read cannot be
-    made (a hot journal a read-only connection cannot roll back, an index it
-    cannot open) -- is read ``immutable``: no locks, no ``-wal``/``-shm`` files,
-    nothing written.
+    Read with locks where that makes no file beside it: a file in rollback-journal mode
+    (header bytes 18-19 are 1: every file we are still setting up, since a store migrates
+    before it switches to WAL); a WAL file whose header names us and whose WAL and index
+    are there (a writer has it open). A locking read waits for a writer's commit, and
+    reads the WAL, rather than pages half written -- another process setting up the file,
+    or checkpointing into it, read as damage. Anything else -- a WAL file with no writer,
+    whose main file nothing changes, or where a locking read cannot be made (a hot
+    journal a read-only connection cannot roll back, an index it cannot open) -- is read
+    ``immutable``: no locks, no ``-wal``/``-shm`` files, nothing written.
     """
     ours = int.from_bytes(head[68:72], "big") == APPLICATION_ID
     live_wal = os.path.exists(path + "-wal") and os.path.exists(path + "-shm")
@@ -320,6 +317,8 @@ def _identify_in(conn: sqlite3.Connection) -> tuple[int, int | None]:
         if _schema_is_empty(conn):
             return app_id, -1
         return app_id, _read_version(conn)
+    except UnicodeDecodeError as exc:  # SQLite's message quotes a damaged schema's bytes
+        raise sqlite3.DatabaseError(exc.object.decode(errors="replace")) from exc
     finally:
         conn.close()
 

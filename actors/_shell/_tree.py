@@ -49,6 +49,7 @@ from subagents.actors._catalog import (
 from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
 from subagents.store import SessionStore, StoredKey
 
+from ._down import raise_if_down, raise_if_listing_down
 from ._held import held_now, lease_held
 from ._output import dumps
 from ._tree_text import active_text, entry_outline, printable, state_text
@@ -108,10 +109,11 @@ class _Trees:
         sessions and any other failure is met as it was before."""
         sids = [k for k in keys if isinstance(k, SessionId)]
         self.logs, self.inboxes, self.damaged = {}, {}, {}
-        with contextlib.suppress(SubagentError):
+        try:
             self.logs = self.store.read_many(sids)
-        with contextlib.suppress(SubagentError):
             self.inboxes = self.store.pending_many(sids, damaged=self.damaged)
+        except SubagentError as exc:
+            raise_if_down(exc)  # a store down fails the command, not each session
 
     def fold(
         self, sid: Key, diags: list[dict[str, Any]], *, identity: bool = False
@@ -133,6 +135,7 @@ class _Trees:
                 diags.append(self.diag(sid, f"seq {gap} missing from the log"))
             return units.fold((r.seq, r.event) for r in records)
         except SubagentError as exc:
+            raise_if_down(exc)
             if exc.code == ErrorCode.CORRUPT_RECORD:  # fold around it, as `show` does
                 with contextlib.suppress(SubagentError):
                     items = list(self.store.scan(sid))
@@ -173,6 +176,7 @@ class _Trees:
             try:
                 pending = self.store.pending(sid, damaged=damaged)
             except SubagentError as exc:
+                raise_if_down(exc)
                 if exc.code == ErrorCode.CORRUPT_RECORD:
                     diags.append(self.diag(sid, str(exc)))
                 return [], []
@@ -245,6 +249,7 @@ class _Trees:
             listing = self.listings.get(key)
             if listing is None:  # not listed with the others (an empty Listing is falsy)
                 listing = self.catalog.list_descendants(key)
+            raise_if_listing_down(listing.diagnostics)
             diags += [self.diag(d.id, d.detail, d.kind) for d in listing.diagnostics]
             # Live in a process, not in this one (R-LIST-7 as a reader sees it).
             held = held_now(self.store, [r.id for r in listing.rows])

@@ -413,9 +413,9 @@ def build_pg(name: str, url: str) -> Case:
 def pg_execute(url: str) -> Execute:
     """An :data:`Execute` on the store tables of a ``postgresql://...?schema=`` URL."""
     import psycopg
-    from subagents.store._postgres import _split_url
+    from subagents.store._location import split_schema
 
-    conninfo, schema = _split_url(url)
+    conninfo, schema = split_schema(url)
 
     def execute(sql: str, params: tuple[Any, ...]) -> int:
         with psycopg.connect(conninfo, autocommit=True) as conn:
