@@ -2,6 +2,6 @@
 
 import sys
 
-from subagents.actors._shell._cli import main
+from subagents._entry import main
 
 sys.exit(main())

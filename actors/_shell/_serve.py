@@ -18,6 +18,7 @@ import hmac
 import http.server
 import json
 import logging
+import socket
 import sys
 import threading
 import urllib.parse
@@ -113,6 +114,10 @@ class TreeServer(http.server.ThreadingHTTPServer):
         self.feed = feed
         self.token = token
         self.page = PAGE.encode()
+        # http.server binds IPv4 only: ``--host ::1`` (IPv6's loopback) was refused
+        # as "Address family for hostname not supported".
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        self.address_family = family[0][0]
         super().__init__((host, port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -126,8 +131,9 @@ class TreeServer(http.server.ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/"
+        address, port = self.server_address[:2]
+        host = str(address)
+        return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
     def authorized(self, headers: Any, query: dict[str, list[str]]) -> bool:
         if self.token is None:

@@ -1,15 +1,20 @@
-"""``tree`` and ``show`` when the store fails under them, or cannot be opened
-at all: one line on stderr and exit 2, never a tree of per-session errors, a
-state read from half the data, or a traceback."""
+"""The command line on a bad day: ``tree`` and ``show`` when the store fails
+under them or cannot be opened at all (one line on stderr and exit 2, never a
+tree of per-session errors, a state read from half the data, or a traceback),
+a URL libpq reads and urllib does not, ``serve`` on IPv6's loopback, and a
+Ctrl-C while the command still starts."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -235,3 +240,67 @@ def test_a_url_that_cannot_be_split_is_one_line(tmp_path: Path) -> None:
     assert redacted_url("postgresql:///db?host=/run/pg&password=x") == (
         "postgresql:///db?host=/run/pg&password=***"
     )
+
+
+def test_serve_binds_the_ipv6_loopback() -> None:
+    """``serve --host ::1`` listens on IPv6's loopback and prints a URL a client
+    can open (``http://[::1]:PORT/``); it was refused as "Address family for
+    hostname not supported" (http.server binds IPv4 only) (R-ERR-1)."""
+    from subagents.actors._shell._serve import TreeFeed, TreeServer
+    from subagents.store import MemoryStore
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    store = MemoryStore()
+    feed = TreeFeed(store, "mem", None, 60.0)
+    try:
+        server = TreeServer(feed, "::1", 0, None)
+    except OSError:
+        feed.close()
+        store.close()
+        raise
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert server.url.startswith("http://[::1]:"), server.url
+        with urllib.request.urlopen(server.url + "tree.json", timeout=30) as response:
+            frame = json.loads(response.read())
+    finally:
+        server.shutdown()
+        server.server_close()
+        feed.close()
+        store.close()
+    assert frame == {"db": "mem", "error": None, "trees": []}
+
+
+#: A ``subagents`` process that is sent SIGINT while it imports its command line
+#: (an import hook sends it): the ordering forced, no sleep.
+_INTERRUPTED_AT_START = """
+import os, signal, sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "subagents.actors._shell._cli":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Interrupt())
+from subagents._entry import main
+sys.exit(main())
+"""
+
+
+def test_a_ctrl_c_while_the_command_starts_is_one_line(tmp_path: Path) -> None:
+    """SIGINT while ``subagents`` still imports its modules (a few tenths of a
+    second) ends it as a later Ctrl-C does: ``interrupted`` on stderr, exit 130
+    (R-ERR-1); it printed the traceback of the import it landed in. The
+    installed command and ``python -m subagents`` run this entry point."""
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_AT_START, "tree", str(tmp_path / "x.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+    main_module = Path(_TESTS).parent / "command" / "__main__.py"
+    assert "from subagents._entry import main" in main_module.read_text()
+    config = (Path(_TESTS).parent / "setup.cfg").read_text()
+    assert "subagents = subagents._entry:main" in config
