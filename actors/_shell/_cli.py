@@ -159,9 +159,9 @@ def _tree(args: argparse.Namespace, console: Console) -> int:
             raise SubagentError("--watch shows text: drop --json", code=ErrorCode.INVALID_ARGUMENT)
         interval = 1.0 if args.watch is None else args.watch
         bad_count = args.count is not None and args.count < 1
-        if not interval > 0 or interval == float("inf") or bad_count:
+        if not 0 < interval <= _LONGEST or bad_count:
             raise SubagentError(
-                "--watch takes seconds > 0 and --count a number >= 1",
+                f"--watch takes seconds > 0 (at most {_LONGEST:.0f}) and --count a number >= 1",
                 code=ErrorCode.INVALID_ARGUMENT,
             )
         if args.root is not None:
@@ -179,9 +179,10 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
     interval = args.interval
     token = args.token if args.token is not None else "-"  # spaces, non-ASCII: unsendable
-    if not 0 < interval < float("inf") or not 0 <= args.port <= 65535 or not _TOKEN.match(token):
+    if not 0 < interval <= _LONGEST or not 0 <= args.port <= 65535 or not _TOKEN.match(token):
         raise SubagentError(
-            "--interval takes seconds > 0, --port 0..65535, --token visible ASCII (no spaces)",
+            f"--interval takes seconds > 0 (at most {_LONGEST:.0f}), --port 0..65535,"
+            " --token visible ASCII (no spaces)",
             code=ErrorCode.INVALID_ARGUMENT,
         )
     if args.root is not None:
@@ -231,6 +232,10 @@ def _version() -> str:
 
 
 _SESSION_ID = re.compile(r"[0-9a-f]{32}")
+#: The longest wait a thread can make (~292 years): a longer ``--watch`` or
+#: ``--interval`` raised OverflowError from the sleep -- a traceback after the
+#: first frame of ``tree``, the poller of ``serve`` dead and its page never updated.
+_LONGEST = threading.TIMEOUT_MAX
 _TOKEN = re.compile(r"[\x21-\x7e]+\Z")
 
 

@@ -304,3 +304,29 @@ def test_a_ctrl_c_while_the_command_starts_is_one_line(tmp_path: Path) -> None:
     assert "from subagents._entry import main" in main_module.read_text()
     config = (Path(_TESTS).parent / "setup.cfg").read_text()
     assert "subagents = subagents._entry:main" in config
+
+
+def test_a_wait_longer_than_a_thread_can_make_is_refused(tmp_path: Path, capsys) -> None:
+    """``tree --watch 1e308`` and ``serve --interval 1e308`` are INVALID_ARGUMENT
+    in one line (R-ERR-1): ``tree`` printed its first frame, then an
+    OverflowError traceback from the sleep; ``serve``'s poller thread died of it
+    (a traceback on stderr) and the server went on serving the first frame for
+    ever. The longest wait a thread makes, ``threading.TIMEOUT_MAX``, is taken."""
+    db = str(tmp_path / "w.db")
+    with SqliteStore(db):
+        pass
+    assert main(["tree", db, "--watch", "1e308", "--count", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", captured.out
+    assert "[INVALID_ARGUMENT] --watch takes seconds > 0 (at most" in captured.err
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI, "serve", db, "--port", "0", "--interval", "1e308"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "[INVALID_ARGUMENT] --interval takes seconds" in lines[0], lines
+    assert main(["tree", db, "--watch", str(threading.TIMEOUT_MAX), "--count", "1"]) == 0
+    assert capsys.readouterr().out.endswith("no sessions\n")
