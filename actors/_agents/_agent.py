@@ -374,10 +374,11 @@ class Agent(Followups):
         if self._flush_on_stop and sessions.persistence is not None:
             try:
                 sessions.flush(self.session_id)
-            except Exception as exc:  # (a takeover's LEASE_LOST is expected: no traceback)
-                lost = isinstance(exc, SubagentError) and exc.code == ErrorCode.LEASE_LOST
-                sid = self.session_id
-                logger.error("flushing %s failed: %s", sid, exc, exc_info=not lost)
+            except Exception as exc:
+                # A typed error is the store's (an outage, a takeover's LEASE_LOST):
+                # one line. A traceback only for what is a bug of ours.
+                bug = not isinstance(exc, SubagentError) or exc.code == ErrorCode.INTERNAL
+                logger.error("flushing %s failed: %s", self.session_id, exc, exc_info=bug)
         sessions.release(self._session)
 
     def _restore_context(self, pending: Any) -> None:

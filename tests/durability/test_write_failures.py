@@ -12,11 +12,13 @@ relaxed durability what was only in memory is gone, as documented.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from typing import Any
 
 import pytest
 from subagents.actors import Runtime
+from subagents.actors._agents._sessions import SessionService
 from subagents.actors._kernel._backend import Backend
 from subagents.actors._kernel._gate import Latch
 from subagents.protocol import ErrorCode, MessageEvent, SessionId, SubagentError, TurnEnd
@@ -248,3 +250,41 @@ def test_a_failed_batch_counts_each_session_once(backend: Backend, tmp_path: Any
         stats = rt.sessions.statistics()
         assert {f.session_id for f in stats.persistence_failures} == {a.session_id, b.session_id}
         assert stats.failed_writes == 2
+
+
+@pytest.mark.parametrize(
+    ("failure", "traced"),
+    [
+        (SubagentError("the server is down", code=ErrorCode.PERSISTENCE_UNAVAILABLE), False),
+        (SubagentError("no longer ours", code=ErrorCode.LEASE_LOST), False),
+        (RuntimeError("a bug"), True),
+    ],
+    ids=["outage", "lost", "bug"],
+)
+def test_a_disposal_whose_flush_fails_logs_a_traceback_only_for_a_bug(
+    backend: Backend,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failure: Exception,
+    traced: bool,
+) -> None:
+    """A disposal's flush the store refuses (the server down mid-run: a typed error)
+    is one line on the ``subagents`` logger, as a lost lease's is; it logged a full
+    traceback. What is no ``SubagentError`` is a bug, and keeps its traceback."""
+    with Runtime(str(tmp_path / "s.db"), backend=backend) as rt:
+        agent = rt.spawn("echo")
+        agent.followup("one")
+        assert agent.wait_idle(10)
+
+        def flush(self: Any, session_id: Any = None, timeout: Any = 30.0) -> None:
+            raise failure
+
+        monkeypatch.setattr(SessionService, "flush", flush)
+        with caplog.at_level(logging.ERROR, logger="subagents"):
+            agent.dispose()
+            assert agent.wait_disposed(10)
+        monkeypatch.undo()
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("flushing")]
+    assert str(failure) in record.getMessage()
+    assert bool(record.exc_info) == traced
