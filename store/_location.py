@@ -65,13 +65,16 @@ def split_schema(url: str) -> tuple[str, str | None]:
 
     Raises:
         SubagentError: ``INVALID_ARGUMENT``, a URL that cannot be split (an
-            unclosed ``[`` of an IPv6 host).
+            unclosed ``[`` of an IPv6 host), or that names ``schema`` twice.
     """
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError as exc:
         raise invalid(f"not a URL that can be read: {redacted_url(url)} ({exc})") from None
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
+    named = [v for k, v in query if k == "schema"]
+    if len(named) > 1:  # which one was meant? (libpq takes the last, urllib the first)
+        raise invalid(f"the URL names schema {len(named)} times: {redacted_url(url)}")
+    schema = named[0] if named else None
     rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "schema"])
     return _joined(parts._replace(query=rest)), schema

@@ -242,6 +242,20 @@ def test_a_url_that_cannot_be_split_is_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_a_url_naming_its_schema_twice_is_refused() -> None:
+    """``?schema=a&schema=b``: which one was meant? libpq would take the last, our
+    parse took the first, silently -- it is ``INVALID_ARGUMENT`` now, naming no
+    password, and no store is opened (R-ERR-1)."""
+    from subagents.protocol import ErrorCode, SubagentError
+    from subagents.store import PostgresStore
+
+    url = "postgresql://app:hush@127.0.0.1:1/agents?schema=a&schema=b"
+    with pytest.raises(SubagentError) as err:
+        PostgresStore(url)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "2 times" in str(err.value) and "hush" not in str(err.value)
+
+
 def test_serve_binds_the_ipv6_loopback() -> None:
     """``serve --host ::1`` listens on IPv6's loopback and prints a URL a client
     can open (``http://[::1]:PORT/``); it was refused as "Address family for
