@@ -342,9 +342,9 @@ class DurableQueues(abc.ABC):
         self, session_id: SessionId | str, message_ids: Sequence[MessageId], epoch: int
     ) -> int:
         """Messages activation ``epoch`` took and never ran go back to nobody (so whoever
-        runs them does not take them for redeliveries); those taken since by another
-        epoch, or done, are left alone. Not fenced: it only undoes ``epoch``'s own
-        mark. Returns how many went back."""
+        runs them does not take them for redeliveries); those taken since, or done, are
+        left alone, and all of them once a later activation took the lease (it replays
+        them; untaken, it would take them again). Unfenced. Returns how many went back."""
 
     @abc.abstractmethod
     def orphans(self, now: float) -> list[SessionId]:

@@ -92,6 +92,8 @@ class QueueState:
         return Accepted(n, False, at)
 
     def give_back(self, message_ids: Sequence[MessageId], epoch: int) -> int:
+        if self.lease is not None and self.lease.epoch > epoch:
+            return 0  # a later activation replays them already: see DurableQueues.give_back
         n = 0
         for mid in message_ids:
             entry = self.inbox.get(mid)

@@ -173,6 +173,16 @@ class PgTxn(Txn):
             return Release.NOT_HELD  # no session, so no lease
         return super().release(session_id, token, unrun)
 
+    def give_back(self, session_id: SessionId, message_ids: Sequence[bytes], epoch: int) -> int:
+        # Under the session's lock like an acquisition, so the lease it reads is the
+        # one committed last: a takeover whose resume already read the messages as
+        # taken by ``epoch`` is seen (see DurableQueues.give_back).
+        try:
+            self._lock(session_id.to_bytes(), session_id)
+        except SubagentError:
+            return 0  # no session, so nothing to give back
+        return super().give_back(session_id, message_ids, epoch)
+
     def raise_depth(self, session_id: SessionId, depth: int) -> SessionHeader:
         self._next_seq(session_id.to_bytes(), session_id)  # locks the row it rewrites
         return super().raise_depth(session_id, depth)

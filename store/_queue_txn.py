@@ -62,6 +62,10 @@ _INSERT_ENTRY: Final = (
 )
 
 _KNOWN: Final = "SELECT n FROM inbox WHERE session = ? AND message_id = ?"
+_GIVE_BACK: Final = (
+    "UPDATE inbox SET epoch = NULL WHERE session = ?1 AND message_id = ?2 AND epoch = ?3"
+    " AND done = 0 AND NOT EXISTS (SELECT 1 FROM leases WHERE session = ?1 AND epoch > ?3)"
+)
 
 # A duplicate acceptance answered for the entry: its time moves on (by a microsecond,
 # nothing reads it finer), so the first acceptor's retraction no longer matches it.
@@ -334,14 +338,8 @@ class QueueTxn:
 
     def give_back(self, session_id: SessionId, message_ids: Sequence[bytes], epoch: int) -> int:
         key = session_id.to_bytes()
-        given = 0
-        for mid in message_ids:
-            given += self.conn.execute(
-                "UPDATE inbox SET epoch = NULL"
-                " WHERE session = ? AND message_id = ? AND epoch = ? AND done = 0",
-                (key, mid, epoch),
-            ).rowcount
-        return given
+        # None once a later activation took the lease: it replays them (see DurableQueues).
+        return sum(self.conn.execute(_GIVE_BACK, (key, mid, epoch)).rowcount for mid in message_ids)
 
     def prune(self, before: float) -> int:
         cursor = self.conn.execute(

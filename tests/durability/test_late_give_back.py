@@ -1,0 +1,76 @@
+"""A message given back by an activation whose lease moved on runs once (L-7, L-8,
+R-DUR-*, R-REP-*), both backends, SQLite and PostgreSQL.
+
+Found by the crash soak (PostgreSQL, stalls): a child reported quietly to its
+parent, live in the same worker; the report was committed, taken by the parent's
+activation, and as it was handed over the parent's lease lapsed (another worker,
+stopped while it held the parent's row lock, had held up this worker's writes
+past the ttl) and was taken over. The new holder's resume read the report as
+taken by the old activation and replayed it as context of its next turn. The old
+one, its parent agent disposed as it lost the lease, gave the report back to
+nobody (``DurableQueues.give_back``, which no fence guards) -- and the new
+holder's next follow-up took it again from the inbox as a message nobody had
+taken: the report twice in one turn's context (a waking report or a message
+would have run twice). A give-back now leaves a message alone once a later
+activation took the lease.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durability_kit import settled_child
+from pgcluster import outside_sql
+from subagents.actors import Runtime
+from subagents.actors._kernel._backend import Backend
+from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
+
+
+def test_a_quiet_report_given_back_after_a_takeover_is_context_once(
+    backend: Backend, db: str
+) -> None:
+    """Runtime ``a`` holds the parent; its quiet report is committed (taken by
+    ``a``'s activation) and, as ``a`` hands it over, ``b`` takes the parent over
+    (the lease freed in the store: it lapsed) and ``a``'s parent agent is found
+    disposed. ``b``'s next turn has the report in its context once (it had it
+    twice: replayed, then taken again by the follow-up's take-ahead), the log
+    holds it once, and nothing stays pending."""
+    contexts: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def watch(_options: Any) -> Any:
+        def on_turn(turn: Any) -> Any:
+            contexts.append((turn.content, tuple(m.message_id for m in turn.context)))
+            return "ok"
+
+        return on_turn
+
+    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
+        for rt in (a, b):
+            rt.models.register("watch", watch)
+        parent = a.spawn("watch", label="parent")
+        pid = parent.session_id
+        child_id = settled_child(a, parent)
+        mid = "b" * 32
+        taken_over: list[Any] = []
+
+        def handed_over(*_args: Any, **_kwargs: Any) -> None:
+            # Committed by a's activation; now its lease lapses, b takes the parent
+            # over (replaying the report), and a's agent is found leaving.
+            outside_sql(
+                db,
+                "UPDATE leases SET holder = NULL, expires = 0 WHERE session = ?",
+                SessionId(pid).to_bytes(),
+            )
+            taken_over.append(b.agents.resume(pid))
+            raise SubagentError("agent is disposed", code=ErrorCode.AGENT_DISPOSED)
+
+        parent.inject_quiet = handed_over  # type: ignore[method-assign]
+        assert a.subagents.report_from(child_id, "fyi", message_id=mid) == mid
+        (again,) = taken_over
+        again.followup("next")
+        assert again.wait_idle(10)
+        assert [(c, ctx.count(mid)) for c, ctx in contexts] == [("next", 1)]
+        b.sessions.flush()
+        logged = [r.event for r in b.sessions.read(SessionId(pid))]
+        assert [e.message_id for e in logged if isinstance(e, ReportEvent)] == [mid]
+        assert b.store is not None and b.store.pending(pid) == []
