@@ -293,9 +293,9 @@ class DurableQueues(abc.ABC):
         epoch: int | None = None,
         accepted_at: float | None = None,
     ) -> bool:
-        """Take back an accepted message that no activation but ``epoch`` (the caller's
-        own) has taken, and that is not done (its admission failed after it was
-        committed); True when it was removed.
+        """Take back an accepted message no activation but ``epoch`` (the caller's own)
+        has taken, not done (its admission failed after it was committed), while no
+        later activation took the lease (it replays it); True when it was removed.
 
         ``accepted_at``: the caller's own acceptance time (``Accepted.at``). An
         acceptance of the same id that found it already there (a duplicate: its

@@ -225,6 +225,8 @@ class MemoryQueues(DurableQueues):
                 return False
             if accepted_at is not None and entry.at != accepted_at:
                 return False  # answered for by a later acceptance: it stays
+            if epoch is not None and state.lease is not None and state.lease.epoch > epoch:
+                return False  # a later activation replays it already
             del state.inbox[mid]
             return True
 

@@ -183,6 +183,19 @@ class PgTxn(Txn):
             return 0  # no session, so nothing to give back
         return super().give_back(session_id, message_ids, epoch)
 
+    def retract(
+        self,
+        session_id: SessionId,
+        message_id: bytes,
+        epoch: int | None,
+        accepted_at: float | None = None,
+    ) -> bool:
+        try:  # (locked as give_back is: a takeover's lease is seen)
+            self._lock(session_id.to_bytes(), session_id)
+        except SubagentError:
+            return False  # no session, so nothing to take back
+        return super().retract(session_id, message_id, epoch, accepted_at)
+
     def raise_depth(self, session_id: SessionId, depth: int) -> SessionHeader:
         self._next_seq(session_id.to_bytes(), session_id)  # locks the row it rewrites
         return super().raise_depth(session_id, depth)

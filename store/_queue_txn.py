@@ -62,10 +62,8 @@ _INSERT_ENTRY: Final = (
 )
 
 _KNOWN: Final = "SELECT n FROM inbox WHERE session = ? AND message_id = ?"
-_GIVE_BACK: Final = (
-    "UPDATE inbox SET epoch = NULL WHERE session = ?1 AND message_id = ?2 AND epoch = ?3"
-    " AND done = 0 AND NOT EXISTS (SELECT 1 FROM leases WHERE session = ?1 AND epoch > ?3)"
-)
+#: Not once a later activation took the lease: it replays them (DurableQueues.give_back).
+_UNMOVED: Final = " AND NOT EXISTS (SELECT 1 FROM leases WHERE session = ? AND epoch > ?)"
 
 # A duplicate acceptance answered for the entry: its time moves on (by a microsecond,
 # nothing reads it finer), so the first acceptor's retraction no longer matches it.
@@ -314,6 +312,8 @@ class QueueTxn:
         if accepted_at is not None:  # only the caller's own, not answered for since
             sql += " AND accepted_at = ?"
             params += (accepted_at,)
+        if epoch is not None:
+            sql, params = sql + _UNMOVED, (*params, session_id.to_bytes(), epoch)
         cursor = self.conn.execute(sql, params)
         return bool(cursor.rowcount > 0)
 
@@ -338,8 +338,10 @@ class QueueTxn:
 
     def give_back(self, session_id: SessionId, message_ids: Sequence[bytes], epoch: int) -> int:
         key = session_id.to_bytes()
-        # None once a later activation took the lease: it replays them (see DurableQueues).
-        return sum(self.conn.execute(_GIVE_BACK, (key, mid, epoch)).rowcount for mid in message_ids)
+        back = "UPDATE inbox SET epoch = NULL WHERE session = ? AND message_id = ? AND epoch = ?"
+        back += " AND done = 0" + _UNMOVED
+        rows = [(key, mid, epoch, key, epoch) for mid in message_ids]
+        return sum(self.conn.execute(back, row).rowcount for row in rows)
 
     def prune(self, before: float) -> int:
         cursor = self.conn.execute(

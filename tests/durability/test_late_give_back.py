@@ -74,3 +74,48 @@ def test_a_quiet_report_given_back_after_a_takeover_is_context_once(
         logged = [r.event for r in b.sessions.read(SessionId(pid))]
         assert [e.message_id for e in logged if isinstance(e, ReportEvent)] == [mid]
         assert b.store is not None and b.store.pending(pid) == []
+
+
+def test_a_waking_report_refused_after_a_takeover_stays_accepted(backend: Backend, db: str) -> None:
+    """As above, but ``a``'s parent refuses the waking report for a reason of its own
+    (here ``ADMISSION_CLOSED``), after ``b`` took the parent over and replayed the
+    report as a turn. Its retraction by ``a``'s old epoch used to delete it from
+    the inbox and ``report_from`` raised -- nothing accepted, the caller was told
+    -- while ``b`` ran it. Now it stays accepted: ``report_from`` returns its id
+    and ``b`` runs it once."""
+    ran: list[Any] = []
+
+    def watch(_options: Any) -> Any:
+        def on_turn(turn: Any) -> Any:
+            ran.append((turn.content, turn.redelivered))
+            return "ok"
+
+        return on_turn
+
+    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
+        for rt in (a, b):
+            rt.models.register("watch", watch)
+        parent = a.spawn("watch", label="parent")
+        pid = parent.session_id
+        child_id = settled_child(a, parent)
+        mid = "c" * 32
+        taken_over: list[Any] = []
+
+        def refused(*_args: Any, **_kwargs: Any) -> None:
+            outside_sql(
+                db,
+                "UPDATE leases SET holder = NULL, expires = 0 WHERE session = ?",
+                SessionId(pid).to_bytes(),
+            )
+            taken_over.append(b.agents.resume(pid))
+            raise SubagentError("admission is closed", code=ErrorCode.ADMISSION_CLOSED)
+
+        parent.deliver = refused  # type: ignore[method-assign]
+        assert a.subagents.report_from(child_id, "fyi", delivery="waking", message_id=mid) == mid
+        (again,) = taken_over
+        assert again.wait_idle(10)
+        assert ran == [("fyi", True)]
+        b.sessions.flush()
+        logged = [r.event for r in b.sessions.read(SessionId(pid))]
+        assert [e.message_id for e in logged if isinstance(e, ReportEvent)] == [mid]
+        assert b.store is not None and b.store.pending(pid) == []

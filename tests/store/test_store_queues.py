@@ -831,3 +831,29 @@ def test_a_give_back_after_the_lease_moved_on_leaves_the_message_taken(
     assert store.release_lease(h.id, second.token())
     assert store.give_back(h.id, [released.message_id], second.epoch) == 1
     assert store.pending(h.id)[-1].epoch is None
+
+
+def test_a_retraction_after_the_lease_moved_on_leaves_the_message(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """R-DUR-* (L-7, L-8): activation 1 committed a message taken by itself, and its
+    delivery failed; before it takes the message back, its lease lapsed and
+    activation 2 took the session over, replaying the message (a redelivery). The
+    retraction by epoch 1 must leave it (the caller is told it stays accepted): it
+    deleted the row, the caller was told nothing was accepted, and activation 2
+    ran the message all the same (an untaken one too: the new activation takes it).
+    A caller that held no lease, and an epoch nobody took the lease after, still
+    take theirs back."""
+    h = make_header()
+    store.create_session(h)
+    first = store.acquire_lease(h.id, "a", now=NOW, expires=NOW + 10)
+    taken, untaken, own = make_events(3)
+    store.accept(h.id, [taken], epoch=first.epoch, lease=first.token())
+    store.accept(h.id, [untaken])
+    second = store.acquire_lease(h.id, "b", now=NOW + 20, expires=NOW + 30)
+    assert not store.retract(h.id, taken.message_id, epoch=first.epoch)
+    assert not store.retract(h.id, untaken.message_id, epoch=first.epoch)
+    assert store.retract(h.id, untaken.message_id)
+    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(taken, first.epoch)]
+    (accepted,) = store.accept(h.id, [own], epoch=second.epoch, lease=second.token())
+    assert store.retract(h.id, own.message_id, epoch=second.epoch, accepted_at=accepted.at)
