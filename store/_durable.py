@@ -343,8 +343,8 @@ class DurableQueues(abc.ABC):
     ) -> int:
         """Messages activation ``epoch`` took and never ran go back to nobody (so whoever
         runs them does not take them for redeliveries); those taken since, or done, are
-        left alone, and all of them once a later activation took the lease (it replays
-        them; untaken, it would take them again). Unfenced. Returns how many went back."""
+        left alone. Once a later activation took the lease, they go to it instead (it
+        replays them; untaken, it would take them again). Returns how many went back."""
 
     @abc.abstractmethod
     def orphans(self, now: float) -> list[SessionId]:

@@ -92,15 +92,14 @@ class QueueState:
         return Accepted(n, False, at)
 
     def give_back(self, message_ids: Sequence[MessageId], epoch: int) -> int:
-        if self.lease is not None and self.lease.epoch > epoch:
-            return 0  # a later activation replays them already: see DurableQueues.give_back
+        later = self.lease.epoch if self.lease and self.lease.epoch > epoch else None
         n = 0
         for mid in message_ids:
             entry = self.inbox.get(mid)
             if entry is not None and entry.epoch == epoch and not entry.done:
-                entry.epoch = None
+                entry.epoch = later  # the later activation's: see DurableQueues.give_back
                 n += 1
-        return n
+        return n if later is None else 0
 
     def mark_done(self, message_ids: Sequence[MessageId]) -> None:
         for mid in message_ids:

@@ -62,8 +62,7 @@ _INSERT_ENTRY: Final = (
 )
 
 _KNOWN: Final = "SELECT n FROM inbox WHERE session = ? AND message_id = ?"
-#: Not once a later activation took the lease: it replays them (DurableQueues.give_back).
-_UNMOVED: Final = " AND NOT EXISTS (SELECT 1 FROM leases WHERE session = ? AND epoch > ?)"
+_LATER: Final = "SELECT epoch FROM leases WHERE session = ? AND epoch > ?"
 
 # A duplicate acceptance answered for the entry: its time moves on (by a microsecond,
 # nothing reads it finer), so the first acceptor's retraction no longer matches it.
@@ -304,16 +303,15 @@ class QueueTxn:
         epoch: int | None,
         accepted_at: float | None = None,
     ) -> bool:
-        sql = (
-            "DELETE FROM inbox WHERE session = ? AND message_id = ? AND done = 0"
-            " AND (epoch IS NULL OR epoch = ?)"
-        )
-        params: tuple[object, ...] = (session_id.to_bytes(), message_id, epoch)
+        key = session_id.to_bytes()
+        if epoch is not None and self.conn.execute(_LATER, (key, epoch)).fetchone():
+            return False  # a later activation replays it: it stays (DurableQueues.retract)
+        sql = "DELETE FROM inbox WHERE session = ? AND message_id = ? AND done = 0"
+        sql += " AND (epoch IS NULL OR epoch = ?)"
+        params: tuple[object, ...] = (key, message_id, epoch)
         if accepted_at is not None:  # only the caller's own, not answered for since
             sql += " AND accepted_at = ?"
             params += (accepted_at,)
-        if epoch is not None:
-            sql, params = sql + _UNMOVED, (*params, session_id.to_bytes(), epoch)
         cursor = self.conn.execute(sql, params)
         return bool(cursor.rowcount > 0)
 
@@ -338,10 +336,12 @@ class QueueTxn:
 
     def give_back(self, session_id: SessionId, message_ids: Sequence[bytes], epoch: int) -> int:
         key = session_id.to_bytes()
-        back = "UPDATE inbox SET epoch = NULL WHERE session = ? AND message_id = ? AND epoch = ?"
-        back += " AND done = 0" + _UNMOVED
-        rows = [(key, mid, epoch, key, epoch) for mid in message_ids]
-        return sum(self.conn.execute(back, row).rowcount for row in rows)
+        later = self.conn.execute(_LATER, (key, epoch)).fetchone()  # see DurableQueues.give_back
+        to = later[0] if later is not None and type(later[0]) is int else None
+        sql = "UPDATE inbox SET epoch = ? WHERE session = ? AND message_id = ? AND epoch = ?"
+        sql += " AND done = 0"
+        given = sum(self.conn.execute(sql, (to, key, m, epoch)).rowcount for m in message_ids)
+        return 0 if to is not None else given
 
     def prune(self, before: float) -> int:
         cursor = self.conn.execute(

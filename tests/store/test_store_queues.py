@@ -811,11 +811,12 @@ def test_a_give_back_after_the_lease_moved_on_leaves_the_message_taken(
     """R-DUR-* (L-7, L-8): activation 1 took a message and stalled; its lease expired
     and activation 2 took the session over, reading the message as taken by 1 (a
     redelivery it replays). Activation 1's ``give_back`` of it, late (its agent was
-    disposed as it handed a report over), must change nothing: given back to
-    nobody, activation 2's mail pickup (or a follow-up's take-ahead) took it a
+    disposed as it handed a report over), gives it to activation 2, not to nobody:
+    untaken, activation 2's mail pickup (or a follow-up's take-ahead) took it a
     second time and queued it again -- a crash soak saw a quiet report twice in
-    one parent turn. Given back while nobody took the lease since (released,
-    epoch unchanged), it still goes back."""
+    one parent turn. (An activation 2 that reads the inbox after the give-back
+    finds it its own: not a redelivery, and not to be taken.) Given back while
+    nobody took the lease since (released, epoch unchanged), it goes back."""
     h = make_header()
     store.create_session(h)
     first = store.acquire_lease(h.id, "a", now=NOW, expires=NOW + 10)
@@ -825,7 +826,7 @@ def test_a_give_back_after_the_lease_moved_on_leaves_the_message_taken(
     assert second.epoch == first.epoch + 1
     assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(taken, first.epoch)]
     assert store.give_back(h.id, [taken.message_id], first.epoch) == 0
-    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(taken, first.epoch)]
+    assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(taken, second.epoch)]
     assert store.hand_over(h.id, [taken.message_id], second.epoch) == []
     store.accept(h.id, [released], epoch=second.epoch, lease=second.token())
     assert store.release_lease(h.id, second.token())
