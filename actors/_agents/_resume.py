@@ -190,6 +190,9 @@ def restore(
             fresh = [e.message_id for e in pending if e.epoch is None]
             if fresh:
                 fresh = _take(sessions, live, fresh)
+                # One it did not take was taken back meanwhile (its caller told so).
+                held = set(fresh)
+                pending = [e for e in pending if e.epoch is not None or e.message_id in held]
         elif owed:  # no durable inbox (a memory store): delivered as if accepted
             pending = unstored(owed)
         if state is not None and not any(isinstance(e, TurnStart) for e in events):

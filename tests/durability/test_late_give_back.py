@@ -19,11 +19,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from durability_kit import settled_child
 from pgcluster import outside_sql
 from subagents.actors import Runtime
+from subagents.actors._agents._sessions import SessionService
 from subagents.actors._kernel._backend import Backend
-from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
+from subagents.protocol import (
+    ErrorCode,
+    MessageEvent,
+    ReportEvent,
+    SessionId,
+    SubagentError,
+    new_message_id,
+)
 
 
 def test_a_quiet_report_given_back_after_a_takeover_is_context_once(
@@ -119,3 +128,45 @@ def test_a_waking_report_refused_after_a_takeover_stays_accepted(backend: Backen
         logged = [r.event for r in b.sessions.read(SessionId(pid))]
         assert [e.message_id for e in logged if isinstance(e, ReportEvent)] == [mid]
         assert b.store is not None and b.store.pending(pid) == []
+
+
+def test_a_message_taken_back_as_a_resume_reads_it_does_not_run(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume read the session's inbox -- a message nobody took -- and, before its
+    hand-over, the process that committed the message took it back (its delivery
+    failed; its caller is told nothing was accepted). The hand-over takes nothing;
+    the resume used to replay the message all the same, from what it had read: it
+    ran, though its caller was told it was refused. Now the resume replays only
+    what it holds (taken now, or taken by an earlier activation)."""
+    ran: list[Any] = []
+
+    def watch(_options: Any) -> Any:
+        def on_turn(turn: Any) -> Any:
+            ran.append(turn.content)
+            return "ok"
+
+        return on_turn
+
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("watch", watch)
+        agent = rt.spawn("watch", label="root")
+        sid = agent.session_id
+        agent.dispose()
+        assert rt.store is not None
+        (gone, kept) = (MessageEvent(message_id=new_message_id(), content=c) for c in "gk")
+        rt.store.accept(sid, [gone, kept])
+        real = SessionService.hand_over
+
+        def hand_over(self: Any, session_id: Any, message_ids: Any, live: Any) -> Any:
+            # The committing process takes ``gone`` back now (it never held the session).
+            assert self.persistence.retract(session_id, gone.message_id)
+            return real(self, session_id, message_ids, live)
+
+        monkeypatch.setattr(SessionService, "hand_over", hand_over)
+        again = rt.agents.resume(sid)
+        monkeypatch.setattr(SessionService, "hand_over", real)
+        assert again.wait_idle(10)
+        assert ran == ["k"]
+        rt.sessions.flush()
+        assert rt.store.pending(sid) == []
