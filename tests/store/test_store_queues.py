@@ -805,7 +805,7 @@ def _race_bounded(store: SessionStore, sid: Any, batches: list[list[MessageEvent
     return outcomes
 
 
-def test_a_give_back_after_the_lease_moved_on_leaves_the_message_taken(
+def test_a_give_back_after_the_lease_moved_on_gives_it_to_the_new_holder(
     store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
 ) -> None:
     """R-DUR-* (L-7, L-8): activation 1 took a message and stalled; its lease expired
