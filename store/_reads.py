@@ -150,6 +150,24 @@ class SqlReads:
         rows = self._query("SELECT header FROM sessions WHERE id = ?", (sid.to_bytes(),))
         return decode_header_row(sid, rows[0][0], self._header_cache, False) if rows else None
 
+    def headers_many(
+        self, session_ids: Iterable[SessionId | str]
+    ) -> dict[SessionId, SessionHeader | CorruptRecordError]:
+        """Each given session's header, a chunk of sessions per statement, for a
+        reader of many (a listing re-checking what it enumerated): one that does not
+        decode maps to its :class:`CorruptRecordError` (as :meth:`header` raises
+        it); an id that names no stored session is absent."""
+        keys = [s.to_bytes() for s in check_session_ids(session_ids)]
+        rows = self._query_in("SELECT id, header FROM sessions WHERE id IN ({})", keys)
+        found: dict[SessionId, SessionHeader | CorruptRecordError] = {}
+        for key, data in rows:
+            sid = self._session_id(bytes(key))
+            try:
+                found[sid] = decode_header_row(sid, data, self._header_cache, False)
+            except CorruptRecordError as exc:
+                found[sid] = exc
+        return found
+
     def exists(self, session_id: SessionId | str) -> bool:
         sid = check_session_id(session_id)
         return bool(self._query("SELECT 1 FROM sessions WHERE id = ?", (sid.to_bytes(),)))

@@ -24,6 +24,7 @@ from typing import Any
 from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentError
 from subagents.store import SessionStore
 
+from ._batch import Folded
 from ._corpus import Corpus, LiveSessions
 from ._identity import MISS, Identities, cancelled
 from ._projections import ProjectionRegistry
@@ -65,7 +66,8 @@ class Catalog:
 
     ``sessions`` may be None for a reader of a database without a runtime (the
     CLI); ``projections`` is the mounted registry; ``runner`` runs blocking reads
-    and concurrent inspections (a runtime passes its ``Backend``).
+    and concurrent inspections (a runtime passes its ``Backend``); ``folded`` is
+    told ``(id, records, raw states)`` of each stored log a listing inspects.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class Catalog:
         runner: Runner = THREADS,
         *,
         live_store_mounted: bool = True,
+        folded: Folded | None = None,
     ) -> None:
         self._sessions = sessions
         self._persistence = persistence
@@ -83,6 +86,10 @@ class Catalog:
         self._runner = runner
         self._live_store_mounted = live_store_mounted
         self._identities = Identities(sessions, persistence, runner, self._read)
+        # Told of each stored log a listing folds to find an identity, with the
+        # registry's raw states: a reader that shows more of each session than its
+        # identity (``subagents tree``) reads and decodes no log twice.
+        self._identities.folded = folded
 
     def _require(self) -> ProjectionRegistry:
         if self._projections is None or "subagent" not in self._projections:

@@ -7,9 +7,11 @@ a descriptor. Per candidate, in order:
 * a cold child -- a durable projection-cache row, when its ``seq`` proves it comes
   from the child's own log (at or after ``header.seed_len``, past any fork seed);
   a throwing cache read renders no verdict and falls through silently;
-* else one persistence inspection (``INSPECTION_CONCURRENCY`` at a time), folded
+* else one persistence inspection (``INSPECTION_CONCURRENCY`` at a time; many of
+  them a chunk of logs and headers per two statements, :mod:`._batch`), folded
   through the registry, whose header must still be the enumerated one (a
-  re-published id degrades to a ``corrupt`` diagnostic); its identity is cached.
+  re-published id degrades to a ``corrupt`` diagnostic); its identity is cached
+  (a writable store).
 
 A settled candidate without identity is ``corrupt``; a failed inspection is
 ``unavailable`` (retried next time); a running candidate without identity yet is
@@ -37,6 +39,7 @@ from subagents.protocol import (
 )
 from subagents.store import SessionStore
 
+from ._batch import BATCH_FROM, Folded, inspect_chunks
 from ._corpus import Corpus, LiveSessions
 from ._projections import ProjectionRegistry
 from ._rows import Diagnostic
@@ -77,6 +80,8 @@ class Identities:
         self._runner = runner
         self._read = read
         self._known: dict[bytes, Any] = {}  # see IDENTITY_CACHE_MAX
+        #: Told of each log an inspection folded (see :data:`~._batch.Folded`).
+        self.folded: Folded | None = None
 
     def _live(self, projections: ProjectionRegistry, sid: SessionId, signal: SignalLike) -> Any:
         sessions = self._sessions
@@ -178,8 +183,18 @@ class Identities:
         if replace(current, delegation_depth=header.delegation_depth) != header:
             return "corrupt", "the session was re-published while it was being listed"
         states = projections.fold((r.seq, r.event) for r in records)
+        if self.folded is not None:
+            self.folded(header.id, records, states)
         identity = projections.values(states).get("subagent")
-        raw = states.get("subagent")
+        self._remember(header, states.get("subagent"), records, identity, signal)
+        return "ok", identity
+
+    def _remember(
+        self, header: SessionHeader, raw: Any, records: list[Any], identity: Any, signal: SignalLike
+    ) -> None:
+        """Cache an inspected identity (a writable store; never raises but for the
+        listing's cancellation: the cache is derived data)."""
+        store = self._persistence
         # Where the identity was folded (a unit that does not say is never cached).
         seq = raw.get("seq", -1) if isinstance(raw, dict) else (records[-1].seq if records else -1)
         putter = (
@@ -192,7 +207,6 @@ class Identities:
                 if cancelled(exc):
                     raise
                 logger.debug("could not cache the identity of %s", header.id, exc_info=True)
-        return "ok", identity
 
     def classify(
         self,
@@ -264,6 +278,27 @@ class Identities:
         lock = threading.Lock()
         failure: list[BaseException] = []
 
+        def verdict_of(header: SessionHeader, verdict: str, detail: Any) -> None:
+            if verdict == "ok" and detail is not None:
+                served[header.id] = detail
+            elif verdict == "ok":
+                diagnostics[header.id] = Diagnostic(
+                    id=header.id, kind="corrupt", detail="no identity in its log"
+                )
+            elif verdict != "gone":  # a deleted candidate is left out
+                diagnostics[header.id] = Diagnostic(id=header.id, kind=verdict, detail=str(detail))
+
+        store = self._persistence
+        if len(queue) >= BATCH_FROM and hasattr(store, "headers_many"):
+            # A big listing: a few statements per chunk, not two per candidate.
+            found = inspect_chunks(store, self._read, signal, projections, list(queue), self.folded)
+            for header, verdict, detail, raw in found:
+                if raw is not None:
+                    self._remember(header, raw[0], raw[1], detail, signal)
+                verdict_of(header, verdict, detail)
+            check(signal)
+            return
+
         def worker() -> None:
             while True:
                 with lock:
@@ -277,16 +312,7 @@ class Identities:
                         failure.append(exc)
                     return
                 with lock:
-                    if verdict == "ok" and detail is not None:
-                        served[header.id] = detail
-                    elif verdict == "ok":
-                        diagnostics[header.id] = Diagnostic(
-                            id=header.id, kind="corrupt", detail="no identity in its log"
-                        )
-                    elif verdict != "gone":  # a deleted candidate is left out
-                        diagnostics[header.id] = Diagnostic(
-                            id=header.id, kind=verdict, detail=str(detail)
-                        )
+                    verdict_of(header, verdict, detail)
 
         if len(queue) == 1:
             worker()

@@ -41,7 +41,6 @@ from subagents.actors._catalog import (
     ProjectionRegistry,
     SessionState,
     forest,
-    session_state,
     session_state_unit,
     subagent_timing_unit,
     subagent_unit,
@@ -50,11 +49,11 @@ from subagents.protocol import ErrorCode, ReportEvent, SessionId, SubagentError
 from subagents.store import SessionStore, StoredKey
 
 from ._down import raise_if_down, raise_if_listing_down
-from ._held import held_now, lease_held
 from ._output import dumps
+from ._tree_reads import TreeReads, damaged_entry, gap_of, stored_state
 from ._tree_text import active_text, entry_outline, printable, state_text
 
-__all__ = ["collect_trees", "run_tree", "watch_tree"]
+__all__ = ["collect_trees", "damaged_entry", "run_tree", "stored_state", "watch_tree"]
 
 Key = SessionId | StoredKey
 
@@ -77,10 +76,6 @@ class _Trees:
     def __init__(self, store: SessionStore, db: str) -> None:
         self.store = store
         self.db = db
-        self.projections = ProjectionRegistry()
-        self.projections.register(subagent_unit)
-        self.projections.register(subagent_timing_unit)
-        self.catalog = Catalog(None, store, self.projections)
         # What a session's line shows besides its identity (which its listing has).
         self.facts_units = ProjectionRegistry()
         self.facts_units.register(subagent_timing_unit)
@@ -88,14 +83,14 @@ class _Trees:
         self.all_units = ProjectionRegistry()  # a tree's top: its label may come from its log
         for unit in (subagent_unit, subagent_timing_unit, session_state_unit):
             self.all_units.register(unit)
+        # The logs, inboxes and leases of the trees being shown, read a window of
+        # sessions at a time (a statement per session was most of the command);
+        # a log the listing folds for an identity is folded there for every unit.
+        self.reads = TreeReads(store)
+        self.catalog = Catalog(None, store, self.all_units, folded=self.reads.folded)
         self.scanned = store.scan_headers()
         self.woods: Forest = forest(self.scanned)
         self.listings: dict[SessionId, Listing] = {}
-        # The logs and inboxes of the trees being shown, read a window of
-        # sessions at a time (a statement per session was most of the command).
-        self.logs: dict[SessionId, Any] = {}
-        self.inboxes: dict[SessionId, list[Any]] = {}
-        self.damaged: dict[SessionId, list[int]] = {}
 
     def list_all(self, keys: list[Key]) -> None:
         """List every tree of ``keys`` from the one header scan (see ``entry``)."""
@@ -103,17 +98,8 @@ class _Trees:
         self.listings = self.catalog.list_descendants_many(roots, scanned=self.scanned)
 
     def prefetch(self, keys: list[Key]) -> None:
-        """Read the logs and inboxes of ``keys`` (a window of the trees shown) in a
-        few statements. Where a read of many fails (the database itself damaged),
-        each session is read alone instead, so that the damage stays with its own
-        sessions and any other failure is met as it was before."""
-        sids = [k for k in keys if isinstance(k, SessionId)]
-        self.logs, self.inboxes, self.damaged = {}, {}, {}
-        try:
-            self.logs = self.store.read_many(sids)
-            self.inboxes = self.store.pending_many(sids, damaged=self.damaged)
-        except SubagentError as exc:
-            raise_if_down(exc)  # a store down fails the command, not each session
+        """Read ahead for ``keys``, a window of the trees shown (:class:`TreeReads`)."""
+        self.reads.window([k for k in keys if isinstance(k, SessionId)])
 
     def fold(
         self, sid: Key, diags: list[dict[str, Any]], *, identity: bool = False
@@ -123,14 +109,20 @@ class _Trees:
         no root's log). A damaged row is a diagnostic; the others are folded."""
         if not isinstance(sid, SessionId):
             return {}
+        folded = self.reads.folds.pop(sid, None)
+        if folded is not None:  # the listing read and folded it
+            states, gap = folded
+            if gap is not None:  # rows are gone, as `show` says too
+                diags.append(self.diag(sid, f"seq {gap} missing from the log"))
+            return states
         try:
-            records = self.logs.get(sid)
+            records = self.reads.logs.get(sid)
             if records is None:  # not read ahead
                 records = self.store.read(sid)
             elif isinstance(records, SubagentError):
                 raise records
             units = self.all_units if identity else self.facts_units
-            gap = next((i for i, r in enumerate(records) if r.seq != i), None)
+            gap = gap_of(records)
             if gap is not None:  # rows are gone, as `show` says too
                 diags.append(self.diag(sid, f"seq {gap} missing from the log"))
             return units.fold((r.seq, r.event) for r in records)
@@ -159,9 +151,9 @@ class _Trees:
         timing = states.get("subagent_timing")
         seconds = None if timing is None else float(timing["active_us"]) / 1e6
         pending, damaged = self.inbox(sid, diags)
-        state = stored_state(
-            self.store, sid, states.get("session_state"), pending, damaged, created_at
-        )
+        raw = states.get("session_state")
+        held = self.reads.holds(sid) if getattr(raw, "open", False) else None
+        state = stored_state(self.store, sid, raw, pending, damaged, created_at, held)
         reports = sum(isinstance(e.event, ReportEvent) for e in pending)
         return seconds, state, (len(pending) + len(damaged), reports)
 
@@ -170,8 +162,8 @@ class _Trees:
         decode (each a diagnostic too)."""
         if not isinstance(sid, SessionId):
             return [], []
-        pending = self.inboxes.get(sid)
-        damaged = self.damaged.get(sid, [])
+        pending = self.reads.inboxes.get(sid)
+        damaged = self.reads.damaged.get(sid, [])
         if pending is None:  # not read ahead
             try:
                 pending = self.store.pending(sid, damaged=damaged)
@@ -251,8 +243,7 @@ class _Trees:
                 listing = self.catalog.list_descendants(key)
             raise_if_listing_down(listing.diagnostics)
             diags += [self.diag(d.id, d.detail, d.kind) for d in listing.diagnostics]
-            # Live in a process, not in this one (R-LIST-7 as a reader sees it).
-            held = held_now(self.store, [r.id for r in listing.rows])
+            held = self.reads.held  # live in a process (R-LIST-7 as a reader sees it)
             rows = [
                 {
                     "id": str(r.id),
@@ -314,30 +305,6 @@ def run_tree(
     else:
         console.print("no sessions", markup=False)
     return 1 if damaged else 0
-
-
-def stored_state(
-    store: Any,
-    sid: Key,
-    raw: Any,
-    pending: list[Any],
-    damaged: list[int],
-    created_at: dt.datetime | None,
-) -> SessionState:
-    """A session's state from its folded log (``raw``) and its durable inbox, as
-    ``tree`` and ``show`` print it: a damaged entry counts (accepted, if
-    unreadable); a quiet report waits for the next turn and starts none (not
-    ``waiting``); a turn the log shows open runs only while a live process holds
-    the session (:func:`lease_held`)."""
-    quiet = sum(getattr(e.event, "delivery", None) == "quiet" for e in pending)
-    held = not getattr(raw, "open", False) or lease_held(store, sid)
-    inbox = len(pending) + len(damaged) - quiet
-    return session_state(raw, inbox=inbox, created_at=created_at, held=held)
-
-
-def damaged_entry(n: int) -> str:
-    """The diagnostic of an inbox entry that does not decode."""
-    return f"inbox entry {n} does not decode"
 
 
 def watch_tree(
