@@ -117,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--interval", type=float, default=1.0, metavar="SECONDS", help="store reads, every SECONDS"
     )
+    serve.add_argument(
+        "--max-clients",
+        type=int,
+        default=64,
+        metavar="N",
+        help="event streams open at once, at most (default %(default)s); one more is "
+        "answered 503 Service Unavailable",
+    )
     show = sub.add_parser(
         "show",
         help="print one session's events, decoded",
@@ -179,10 +187,15 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
     interval = args.interval
     token = args.token if args.token is not None else "-"  # spaces, non-ASCII: unsendable
-    if not 0 < interval <= _LONGEST or not 0 <= args.port <= 65535 or not _TOKEN.match(token):
+    if (
+        not 0 < interval <= _LONGEST
+        or not 0 <= args.port <= 65535
+        or not _TOKEN.match(token)
+        or args.max_clients < 1
+    ):
         raise SubagentError(
             f"--interval takes seconds > 0 (at most {_LONGEST:.0f}), --port 0..65535,"
-            " --token visible ASCII (no spaces)",
+            " --token visible ASCII (no spaces), --max-clients a number >= 1",
             code=ErrorCode.INVALID_ARGUMENT,
         )
     if args.root is not None:
@@ -192,7 +205,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         feed = TreeFeed(store, redacted_url(args.db), args.root, interval)
         try:
             try:
-                server = TreeServer(feed, args.host, args.port, args.token)
+                server = TreeServer(feed, args.host, args.port, args.token, args.max_clients)
             except OSError as exc:
                 raise SubagentError(
                     f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",

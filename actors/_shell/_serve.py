@@ -10,6 +10,13 @@ is read once per interval. The server is read-only: it has no route that writes.
 ``--token`` guards every route as the server example does, with the token in an
 ``Authorization: Bearer`` header or -- for the page and its event stream, which
 a browser opens without headers -- in a ``token`` query parameter.
+
+Each event stream holds a thread for as long as its client stays: at most
+``--max-clients`` streams (:data:`MAX_CLIENTS` by default) are open at once, and
+one more is answered ``503 Service Unavailable`` (with ``Retry-After``) at once,
+holding nothing. A stream watches its socket while it waits for the next frame:
+a client that leaves (a closed tab, a dropped connection) frees its place and its
+thread within :data:`_WATCH` seconds, not at the next keep-alive write.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import hmac
 import http.server
 import json
 import logging
+import select
 import socket
 import sys
 import threading
@@ -31,7 +39,7 @@ from ._output import jsonable
 from ._page import PAGE
 from ._tree import collect_trees
 
-__all__ = ["TreeFeed", "TreeServer"]
+__all__ = ["MAX_CLIENTS", "TreeFeed", "TreeServer"]
 
 logger = logging.getLogger("subagents")
 
@@ -39,6 +47,10 @@ logger = logging.getLogger("subagents")
 _KEEPALIVE = 15.0
 #: Seconds a client may stay silent, or leave what it was sent unread.
 _IDLE = 60.0
+#: Event streams open at once, by default (``serve --max-clients``).
+MAX_CLIENTS = 64
+#: Seconds between two looks at a waiting stream's socket (has its client left?).
+_WATCH = 0.5
 
 
 class TreeFeed:
@@ -110,10 +122,20 @@ class TreeServer(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, feed: TreeFeed, host: str, port: int, token: str | None) -> None:
+    def __init__(
+        self,
+        feed: TreeFeed,
+        host: str,
+        port: int,
+        token: str | None,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         self.feed = feed
         self.token = token
         self.page = PAGE.encode()
+        self.max_clients = max_clients
+        self._streams = 0  # event streams open now (under _slots)
+        self._slots = threading.Lock()
         # http.server binds IPv4 only: ``--host ::1`` (IPv6's loopback) was refused
         # as "Address family for hostname not supported".
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -128,6 +150,24 @@ class TreeServer(http.server.ThreadingHTTPServer):
             logger.debug("serve: client %s went away", client_address, exc_info=True)
         else:
             logger.exception("serve: answering %s failed", client_address)
+
+    @property
+    def streams(self) -> int:
+        """How many event streams are open now."""
+        return self._streams
+
+    def take_stream(self) -> bool:
+        """Take a place for one more event stream; False when all are taken."""
+        with self._slots:
+            if self._streams >= self.max_clients:
+                return False
+            self._streams += 1
+            return True
+
+    def leave_stream(self) -> None:
+        """Give back the place of an event stream that ended."""
+        with self._slots:
+            self._streams -= 1
 
     @property
     def url(self) -> str:
@@ -172,11 +212,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, "text/html; charset=utf-8", self.server.page)
         elif url.path == "/tree.json":
             self._send(200, "application/json", feed.frame.encode())
+        elif not self.server.take_stream():
+            limit = self.server.max_clients
+            body = f"too many event streams: at most {limit} at once (--max-clients)\n"
+            self._send(503, "text/plain", body.encode(), retry=True)
         else:
-            self._stream(feed)
+            try:
+                self._stream(feed)
+            finally:
+                self.server.leave_stream()
 
-    def _send(self, status: int, kind: str, body: bytes) -> None:
+    def _send(self, status: int, kind: str, body: bytes, *, retry: bool = False) -> None:
         self.send_response(status)
+        if retry:  # a browser's EventSource reconnects by itself; others are told when
+            self.send_header("Retry-After", "5")
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
@@ -191,14 +240,36 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         seen = -1
+        quiet = 0.0  # seconds since the last write
         try:
             while not feed.closed:
-                version, frame = feed.wait(seen, _KEEPALIVE)
+                version, frame = feed.wait(seen, _WATCH)
                 if version == seen:
+                    quiet += _WATCH
+                    if self._gone():
+                        return  # the client left: its place and thread are freed now
+                    if quiet < _KEEPALIVE:
+                        continue
                     self.wfile.write(b": keep-alive\n\n")
                 else:
                     seen = version
                     self.wfile.write(f"id: {version}\ndata: {frame}\n\n".encode())
+                quiet = 0.0
                 self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             return  # the page was closed
+
+    def _gone(self) -> bool:
+        """Whether the stream's client closed its end (a stream's client sends
+        nothing after its request: a readable socket is its end, or a reset)."""
+        sock = self.connection
+        try:
+            if hasattr(select, "poll"):  # select() refuses a descriptor past 1023
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                readable = bool(poller.poll(0))
+            else:  # pragma: no cover - no poll(): Windows
+                readable = bool(select.select([sock], [], [], 0)[0])
+            return readable and sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True  # a reset: gone too
