@@ -186,27 +186,39 @@ class Identities:
         if self.folded is not None:
             self.folded(header.id, records, states)
         identity = projections.values(states).get("subagent")
-        self._remember(header, states.get("subagent"), records, identity, signal)
+        op = self._cache_op(header, states.get("subagent"), records, identity)
+        if op is not None:
+            self._remember([op], signal)
         return "ok", identity
 
-    def _remember(
-        self, header: SessionHeader, raw: Any, records: list[Any], identity: Any, signal: SignalLike
-    ) -> None:
-        """Cache an inspected identity (a writable store; never raises but for the
-        listing's cancellation: the cache is derived data)."""
+    def _cache_op(
+        self, header: SessionHeader, raw: Any, records: list[Any], identity: Any
+    ) -> tuple[Any, ...] | None:
+        """The write that caches an inspected identity (``write_many``'s op), or
+        None: a read-only store, or a fold that cannot prove it postdates a seed."""
         store = self._persistence
+        if getattr(store, "read_only", False) or not hasattr(store, "put_projection"):
+            return None
         # Where the identity was folded (a unit that does not say is never cached).
         seq = raw.get("seq", -1) if isinstance(raw, dict) else (records[-1].seq if records else -1)
-        putter = (
-            None if getattr(store, "read_only", False) else getattr(store, "put_projection", None)
-        )
-        if putter is not None and seq >= header.seed_len:
-            try:
-                self._read(putter, signal, header.id, "subagent", seq, packb(identity))
-            except Exception as exc:
-                if cancelled(exc):
-                    raise
-                logger.debug("could not cache the identity of %s", header.id, exc_info=True)
+        if seq < header.seed_len:
+            return None
+        return ("projection", header.id, "subagent", seq, packb(identity))
+
+    def _remember(self, ops: list[tuple[Any, ...]], signal: SignalLike) -> None:
+        """Write cache ops (one batch); never raises but for the listing's
+        cancellation: the cache is derived data."""
+        store = self._persistence
+        try:
+            if len(ops) == 1:
+                _, sid, unit, seq, data = ops[0]
+                self._read(store.put_projection, signal, sid, unit, seq, data)  # type: ignore[union-attr]
+            elif ops:
+                self._read(store.write_many, signal, ops)  # type: ignore[union-attr]
+        except Exception as exc:
+            if cancelled(exc):
+                raise
+            logger.debug("could not cache %d identities", len(ops), exc_info=True)
 
     def classify(
         self,
@@ -292,10 +304,13 @@ class Identities:
         if len(queue) >= BATCH_FROM and hasattr(store, "headers_many"):
             # A big listing: a few statements per chunk, not two per candidate.
             found = inspect_chunks(store, self._read, signal, projections, list(queue), self.folded)
+            ops: list[tuple[Any, ...]] = []
             for header, verdict, detail, raw in found:
-                if raw is not None:
-                    self._remember(header, raw[0], raw[1], detail, signal)
+                op = None if raw is None else self._cache_op(header, raw[0], raw[1], detail)
+                if op is not None:
+                    ops.append(op)
                 verdict_of(header, verdict, detail)
+            self._remember(ops, signal)  # one commit for them all, not one each
             check(signal)
             return
 
