@@ -226,6 +226,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         if retry:  # a browser's EventSource reconnects by itself; others are told when
             self.send_header("Retry-After", "5")
+            # Nor does a refused client keep its connection (and a thread) open.
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")

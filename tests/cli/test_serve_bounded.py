@@ -90,6 +90,7 @@ def test_streams_past_the_maximum_are_refused_and_a_leaver_frees_its_place(
         try:
             assert refused.status == 503
             assert refused.getheader("Retry-After") == "5"
+            assert refused.getheader("Connection") == "close"  # no thread kept for it
             assert b"at most 2" in refused.read()
         finally:
             third.close()
