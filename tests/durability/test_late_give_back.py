@@ -35,6 +35,31 @@ from subagents.protocol import (
 )
 
 
+def _taken_over(db: str, b: Runtime, pid: Any, taken_over: list[Any], error: Exception) -> Any:
+    """A hook for ``a``'s delivery to the parent: the parent's lease lapses in the
+    store, ``b`` takes the parent over (noted in ``taken_over``; it replays what
+    ``a``'s activation took), and the delivery fails with ``error``."""
+
+    def hook(*_args: Any, **_kwargs: Any) -> None:
+        outside_sql(
+            db,
+            "UPDATE leases SET holder = NULL, expires = 0 WHERE session = ?",
+            SessionId(pid).to_bytes(),
+        )
+        taken_over.append(b.agents.resume(pid))
+        raise error
+
+    return hook
+
+
+def _logged_once(b: Runtime, pid: Any, mid: str) -> None:
+    """The parent's log holds the report once, and nothing stays pending."""
+    b.sessions.flush()
+    logged = [r.event for r in b.sessions.read(SessionId(pid))]
+    assert [e.message_id for e in logged if isinstance(e, ReportEvent)] == [mid]
+    assert b.store is not None and b.store.pending(pid) == []
+
+
 def test_a_quiet_report_given_back_after_a_takeover_is_context_once(
     backend: Backend, db: str
 ) -> None:
@@ -62,27 +87,16 @@ def test_a_quiet_report_given_back_after_a_takeover_is_context_once(
         mid = "b" * 32
         taken_over: list[Any] = []
 
-        def handed_over(*_args: Any, **_kwargs: Any) -> None:
-            # Committed by a's activation; now its lease lapses, b takes the parent
-            # over (replaying the report), and a's agent is found leaving.
-            outside_sql(
-                db,
-                "UPDATE leases SET holder = NULL, expires = 0 WHERE session = ?",
-                SessionId(pid).to_bytes(),
-            )
-            taken_over.append(b.agents.resume(pid))
-            raise SubagentError("agent is disposed", code=ErrorCode.AGENT_DISPOSED)
-
-        parent.inject_quiet = handed_over  # type: ignore[method-assign]
+        # Committed by a's activation; now its lease lapses, b takes the parent over
+        # (replaying the report), and a's agent is found leaving.
+        disposed = SubagentError("agent is disposed", code=ErrorCode.AGENT_DISPOSED)
+        parent.inject_quiet = _taken_over(db, b, pid, taken_over, disposed)  # type: ignore[method-assign]
         assert a.subagents.report_from(child_id, "fyi", message_id=mid) == mid
         (again,) = taken_over
         again.followup("next")
         assert again.wait_idle(10)
         assert [(c, ctx.count(mid)) for c, ctx in contexts] == [("next", 1)]
-        b.sessions.flush()
-        logged = [r.event for r in b.sessions.read(SessionId(pid))]
-        assert [e.message_id for e in logged if isinstance(e, ReportEvent)] == [mid]
-        assert b.store is not None and b.store.pending(pid) == []
+        _logged_once(b, pid, mid)
 
 
 def test_a_waking_report_refused_after_a_takeover_stays_accepted(backend: Backend, db: str) -> None:
@@ -110,24 +124,13 @@ def test_a_waking_report_refused_after_a_takeover_stays_accepted(backend: Backen
         mid = "c" * 32
         taken_over: list[Any] = []
 
-        def refused(*_args: Any, **_kwargs: Any) -> None:
-            outside_sql(
-                db,
-                "UPDATE leases SET holder = NULL, expires = 0 WHERE session = ?",
-                SessionId(pid).to_bytes(),
-            )
-            taken_over.append(b.agents.resume(pid))
-            raise SubagentError("admission is closed", code=ErrorCode.ADMISSION_CLOSED)
-
-        parent.deliver = refused  # type: ignore[method-assign]
+        closed = SubagentError("admission is closed", code=ErrorCode.ADMISSION_CLOSED)
+        parent.deliver = _taken_over(db, b, pid, taken_over, closed)  # type: ignore[method-assign]
         assert a.subagents.report_from(child_id, "fyi", delivery="waking", message_id=mid) == mid
         (again,) = taken_over
         assert again.wait_idle(10)
         assert ran == [("fyi", True)]
-        b.sessions.flush()
-        logged = [r.event for r in b.sessions.read(SessionId(pid))]
-        assert [e.message_id for e in logged if isinstance(e, ReportEvent)] == [mid]
-        assert b.store is not None and b.store.pending(pid) == []
+        _logged_once(b, pid, mid)
 
 
 def test_a_message_taken_back_as_a_resume_reads_it_does_not_run(
