@@ -30,11 +30,11 @@ class Authority:
 
     def _cutoff(
         self, parents: tuple[Agent, ...], inclusive: bool = False
-    ) -> tuple[list[Activation], list[ActivationLatch]]:
+    ) -> tuple[list[Activation], list[tuple[Activation, ActivationLatch]]]:
         for parent in parents:
             self._cutoffs[parent.session_id] = parent
         forest: list[Activation] = []
-        pending: list[ActivationLatch] = []
+        pending: list[tuple[Activation, ActivationLatch]] = []
         # One pass over every Activation: the members an Enum class attribute lookup
         # would fetch (slowly, through EnumType's __getattr__) are taken once.
         reserved, resident = Phase.RESERVED, Phase.RESIDENT
@@ -47,7 +47,7 @@ class Authority:
                 continue
             phase = act.phase
             if phase is reserved:
-                pending.append(act.admitted)
+                pending.append((act, act.admitted))  # (its latch: replaced once admitted)
                 continue
             if phase is resident:
                 act.drained = True

@@ -232,17 +232,21 @@ def drain(
         p.add_dispose_listener(end_cutoff)
     forest, pending = ask(Cutoff(parent_list))
     idle = _cut(forest)
-    for latch in pending:
+    for _act, latch in pending:
         latch.wait(left())
     again, _ = ask(Cutoff(parent_list))
     known = {id(a) for a in forest}
     fresh = [a for a in again if id(a) not in known]  # published since the cutoff
     idle += _cut(fresh)
+    # Published below the cutoff (drained at once) and released already, gone from
+    # the index before the second look: its end may not be announced yet.
+    known.update(id(a) for a in fresh)
+    gone = [act for act, _ in pending if act.agent is not None and id(act) not in known]
     for act in idle:
         quiescent(act)
     if elsewhere is not None:
         elsewhere([p.session_id for p in parent_list], left())
-    for act in [*forest, *fresh]:
+    for act in [*forest, *fresh, *gone]:
         if not act.released.wait(left()):
             raise SubagentError(
                 f"draining {act.child_id} did not finish in {timeout} s", code=ErrorCode.TIMEOUT

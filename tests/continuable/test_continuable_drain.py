@@ -130,6 +130,58 @@ def test_drain_awaits_materializations_admitted_before_the_cutoff(
     assert not [t for t in kit.script.turns if t.content == "never runs"]
 
 
+def test_drain_awaits_the_end_of_a_materialization_released_before_it_looked_again(
+    kit: Kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-DRAIN-3, R-DRAIN-5, forced interleaving: the materialization the drain
+    awaited publishes below the cutoff, is drained at once and released -- gone
+    from the registry's index -- before the drain looks again. The drain still
+    returns only once the child's ``subagent/end`` was announced; it returned at
+    once (found failing now and then in CI: the end announced after the drain)."""
+    from subagents.actors._children._continuation import ContinuationManager
+    from subagents.actors._children._requests import Cutoff
+
+    rt = kit.rt
+    root = kit.root()
+    mat = kit.gate("materializing")
+    ending = kit.gate("end-listener")
+
+    def contribution(scope: Any) -> None:
+        if scope.agent.label == "late-comer":
+            mat.pass_through(None)
+
+    def listener(event: Any) -> None:
+        if event.type == "subagent/end":
+            ending.pass_through(None)  # released: the end is being announced
+
+    rt.subagents.register_continuable_setup(contribution)
+    rt.subagents.subscribe(listener, scope=root)
+    start = spawn(rt, kit.start, root, "never runs", "late-comer")
+    assert mat.wait_reached(10)
+    cutoffs: list[Any] = []
+    real_ask = ContinuationManager._ask
+
+    def ask(self: Any, message: Any) -> Any:
+        if isinstance(message, Cutoff):
+            cutoffs.append(message)
+            if len(cutoffs) == 2:  # the drain's second look, once the child is gone
+                assert ending.wait_reached(10)
+            kit.script.notes.add("cutoff")
+        return real_ask(self, message)
+
+    monkeypatch.setattr(ContinuationManager, "_ask", ask)
+    drain = spawn(rt, rt.subagents.drain_continuable_descendants, [root])
+    assert kit.script.notes.has("cutoff")
+    mat.release()
+    assert ending.wait_reached(10)
+    assert not drain.join(0.3)  # its end is not announced yet: the drain waits for it
+    ending.release()
+    drain.result(20)
+    child_id, _ = start.result(10)
+    assert [e.type for e in kit.events_of(child_id)] == ["subagent/start", "subagent/end"]
+    assert len(cutoffs) == 2
+
+
 def test_drain_spares_one_shot_runs_and_other_forests(kit: Kit) -> None:
     """R-DRAIN-2, R-DRAIN-8: a drained parent's one-shot runs are not cancelled; a
     forest under a parent not passed to the drain keeps running, and that parent (and
