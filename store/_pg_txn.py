@@ -167,19 +167,24 @@ class PgTxn(Txn):
     ) -> Release:
         # Under the session's lock like an acquisition: a fenced acceptance holding it
         # then never commits after the lease changed hands.
+        if not self._row_locked(session_id):
+            return Release.NOT_HELD  # no session, so no lease
+        return super().release(session_id, token, unrun)
+
+    def _row_locked(self, session_id: SessionId) -> bool:
+        """Lock the session's row, as an acquisition does (so the lease read next is
+        the one committed last); False when there is no such session."""
         try:
             self._lock(session_id.to_bytes(), session_id)
         except SubagentError:
-            return Release.NOT_HELD  # no session, so no lease
-        return super().release(session_id, token, unrun)
+            return False
+        return True
 
     def give_back(self, session_id: SessionId, message_ids: Sequence[bytes], epoch: int) -> int:
         # Under the session's lock like an acquisition, so the lease it reads is the
         # one committed last: a takeover whose resume already read the messages as
         # taken by ``epoch`` is seen (see DurableQueues.give_back).
-        try:
-            self._lock(session_id.to_bytes(), session_id)
-        except SubagentError:
+        if not self._row_locked(session_id):
             return 0  # no session, so nothing to give back
         return super().give_back(session_id, message_ids, epoch)
 
@@ -190,9 +195,8 @@ class PgTxn(Txn):
         epoch: int | None,
         accepted_at: float | None = None,
     ) -> bool:
-        try:  # (locked as give_back is: a takeover's lease is seen)
-            self._lock(session_id.to_bytes(), session_id)
-        except SubagentError:
+        # (Locked as give_back is: a takeover's lease is seen.)
+        if not self._row_locked(session_id):
             return False  # no session, so nothing to take back
         return super().retract(session_id, message_id, epoch, accepted_at)
 

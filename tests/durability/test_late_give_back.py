@@ -17,6 +17,8 @@ activation took the lease.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -33,6 +35,17 @@ from subagents.protocol import (
     SubagentError,
     new_message_id,
 )
+
+
+@contextmanager
+def _two_and_a_parent(backend: Backend, db: str, watch: Any) -> Iterator[tuple[Any, ...]]:
+    """``(a, b, parent, child_id)``: two runtimes on ``db`` with the ``watch`` model;
+    ``a`` holds ``parent``, whose continuable child ran its prompt and settled."""
+    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
+        for rt in (a, b):
+            rt.models.register("watch", watch)
+        parent = a.spawn("watch", label="parent")
+        yield a, b, parent, settled_child(a, parent)
 
 
 def _taken_over(db: str, b: Runtime, pid: Any, taken_over: list[Any], error: Exception) -> Any:
@@ -78,12 +91,8 @@ def test_a_quiet_report_given_back_after_a_takeover_is_context_once(
 
         return on_turn
 
-    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
-        for rt in (a, b):
-            rt.models.register("watch", watch)
-        parent = a.spawn("watch", label="parent")
+    with _two_and_a_parent(backend, db, watch) as (a, b, parent, child_id):
         pid = parent.session_id
-        child_id = settled_child(a, parent)
         mid = "b" * 32
         taken_over: list[Any] = []
 
@@ -115,12 +124,8 @@ def test_a_waking_report_refused_after_a_takeover_stays_accepted(backend: Backen
 
         return on_turn
 
-    with Runtime(db, backend=backend) as a, Runtime(db, backend=backend) as b:
-        for rt in (a, b):
-            rt.models.register("watch", watch)
-        parent = a.spawn("watch", label="parent")
+    with _two_and_a_parent(backend, db, watch) as (a, b, parent, child_id):
         pid = parent.session_id
-        child_id = settled_child(a, parent)
         mid = "c" * 32
         taken_over: list[Any] = []
 
