@@ -11,6 +11,7 @@ from typing import Any
 import greenlet
 
 from ._messages import OWN, Deliver
+from ._run import run_queued
 
 __all__ = ["_AgentActor"]  # (its name names its threads: `_AgentActor[...]`)
 
@@ -33,14 +34,13 @@ class _AgentActor:
         if type(message) in OWN:
             agent = self._agent
             try:
-                agent._handle(message)
                 if type(message) is Deliver:
                     # The turns queued right behind it run here, in order, without a
                     # pass through pykka's loop each (no stop, call or other message
                     # is taken out of turn: the run ends at the first not a turn).
-                    queued = self.actor_inbox.queued
-                    while queued and type(queued[0]) is Deliver:
-                        agent._handle(queued.popleft())
+                    run_queued(agent, message, self.actor_inbox.queued)
+                else:
+                    agent._handle(message)
             except greenlet.GreenletExit:
                 # Killed mid-turn on gevent (or the behaviour raised it): this actor
                 # stops -- out of here, pykka would stop every actor of the process.

@@ -250,8 +250,9 @@ class Inbox:
             self._steering += 1
             return True
 
-    def _settle_handled(self, ended: Any, quiet: bool = False) -> bool:
-        """The message just handled is settled (True: the agent is idle now); when it
+    def _settle_handled(self, ended: Any, quiet: bool = False, count: int = 1) -> bool:
+        """The ``count`` messages just handled are settled (True: the agent is idle
+        now; a run of turns settles once, see ``_run``); when the last
         was a turn (``ended``), the messages steered into it that it never took run
         as turns of their own in acceptance order (``_steering.run_next``) -- counted
         in the same locked step, so the agent is never idle in between; the lock
@@ -268,7 +269,7 @@ class Inbox:
                 box = ended._steer
                 if box is not None:  # its steered messages settle too (see _steered)
                     rest = settle_steered(self, box)
-            self._inflight -= 1
+            self._inflight -= count
             self._quiet -= quiet
             idle = self._inflight == 0
             if idle:

@@ -67,6 +67,7 @@ class TurnRunner:
         "inboxed",
         "keep_accepted",
         "keeps_context",
+        "later",
         "next_turn",
         "one_shot",
         "owed",
@@ -111,6 +112,7 @@ class TurnRunner:
         self.expecting: Owed | None = None
         self.owed: Owed | None = None
         self.one_shot = False  # a one-shot child's: nothing runs its messages again
+        self.later = False  # a run of queued turns goes on: its store write comes later
         # Statistics: turns run to their end, the last WINDOW turn times, replays.
         # A count of its own: next_turn moves before ``current`` is set, and a
         # reader in between would count the starting turn as run.
@@ -388,7 +390,7 @@ class TurnRunner:
             done = tuple(m for m in ran if m in self.inboxed)
             self.inboxed.difference_update(done)
         try:
-            sessions.end_turn(session, record, done)
+            sessions.end_turn(session, record, done, self.later)
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, session.id)
         if traced is not None:

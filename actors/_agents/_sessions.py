@@ -33,13 +33,13 @@ from subagents.protocol import (
     SessionHeader,
     SessionId,
     SubagentError,
-    TurnRecord,
     pack_shaped,
     packb,
 )
 from subagents.store import Release, SessionStore
 
 from ._acceptance import Acceptance
+from ._appends import Appends
 from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
@@ -52,7 +52,7 @@ __all__ = ["LiveSession", "SessionService"]
 logger = logging.getLogger("subagents")
 
 
-class SessionService(Acceptance, SessionReads, SweepReads):
+class SessionService(Acceptance, Appends, SessionReads, SweepReads):
     """Live sessions of live agents, and write-behind to optional persistence.
 
     Thread-safe. ``persistence`` is ``None`` for a runtime without a store.
@@ -192,71 +192,6 @@ class SessionService(Acceptance, SessionReads, SweepReads):
         (the ticket of the writer's reset, when it had one)."""
         self.failures.forget(session_id)
         return self._writer.reset(session_id) if self._writer is not None else None
-
-    def append(
-        self,
-        live: LiveSession,
-        events: Sequence[Event],
-        *,
-        defer: bool = False,
-        done: Sequence[MessageId] = (),
-    ) -> int:
-        """Append to a live session; returns the last seq. Persistence follows behind.
-
-        ``defer=True`` lets an inline-written store (``inline_writes``) take these
-        events with the session's next append, flush or checkpoint instead of now:
-        the turn loop defers ``turn/start`` to its ``turn/end`` (one store write a
-        turn). Reads merge the live tail, so nothing is hidden from the runtime.
-        A write-behind store ignores it.
-        """
-        if live.released:
-            raise _gone(live)
-        return live._append(events, self._writer, defer, done)
-
-    def begin_turn(self, live: LiveSession, record: TurnRecord) -> None:
-        """Append a turn's head (``turn/start`` to its message) as ``record``'s slots.
-
-        An inline-written store takes them with the turn's end (one store write
-        a turn); a write-behind store gets the head's events now, so a turn that a
-        crash cuts short is in the log. Reads merge the live tail either way.
-        """
-        if live.released:
-            raise _gone(live)
-        writer = self._writer
-        size = record.size
-        with live._lock:
-            record.seq = seq = live.next_seq
-            live.next_seq = seq + size
-            if writer is None or writer.inline:
-                live.events.extend((record,) * size)
-            else:
-                head = record.head()
-                live.events.extend(head)
-                live.last_ticket = writer.submit("append", live.header.id, (head, live.token, ()))
-
-    def end_turn(self, live: LiveSession, record: TurnRecord, done: Sequence[MessageId]) -> None:
-        """Append the turn's end (``record.end`` is set) and, with it, mark ``done``
-        the messages the turn ran (they leave the durable inbox in the same write)."""
-        if live.released:
-            raise _gone(live)
-        writer = self._writer
-        with live._lock:
-            record.end_seq = live.next_seq
-            live.next_seq += 1
-            if writer is None:
-                live.events.append(record)
-                return
-            if not writer.inline:
-                end = record.end_event()
-                live.events.append(end)
-                live.last_ticket = writer.submit(
-                    "append", live.header.id, ((end,), live.token, done)
-                )
-                return
-            live.events.append(record)
-            if live._write_inline(writer):
-                return
-        writer.report()  # it failed: the agent stops, with the session's lock released
 
     def checkpoint(self, live: LiveSession, state: dict[str, Any], *, shaped: bool = False) -> None:
         """Queue a checkpoint of folded ``state`` valid through the live log's last seq.
@@ -422,7 +357,3 @@ class SessionService(Acceptance, SessionReads, SweepReads):
             self._writer.close()
         if self.leases is not None:
             self.leases.close()
-
-
-def _gone(live: LiveSession) -> SubagentError:
-    return SubagentError(f"session {live.id} is no longer live", code=ErrorCode.SESSION_NOT_FOUND)
