@@ -245,19 +245,19 @@ class Runtime:
         close_at_exit(self)
         install_sigint(defer_interrupt, self, self.backend is GEVENT or threading_is_patched())
         set_interrupt_delivery(deliver_interrupt)
-        #: The pickup of messages other processes accept for sessions this runtime
-        #: holds (on a durable store).
+        #: The pickup of what other processes accept for sessions held here (durable store).
         self.mail: Mailman | None = None
         self._unwakeable: set[SessionId] = set()
+        self.default_providers: list[ProviderRegistration] = []
+        if default_providers:
+            self.default_providers.append(self.subagents.register_provider(LocalProvider(self)))
+            self.default_providers.append(self.subagents.register_provider(ForkProvider(self)))
         if leases is not None:
             self.mail = Mailman.started(
                 self.sessions, self.backend, leases, self.agents.get, self._orphan,
                 self.continuation.interrupt_asked,
             )  # fmt: skip
-        self.default_providers: list[ProviderRegistration] = []
-        if default_providers:
-            self.default_providers.append(self.subagents.register_provider(LocalProvider(self)))
-            self.default_providers.append(self.subagents.register_provider(ForkProvider(self)))
+            self.models.on_added = providers.on_added = self.mail.sweep_soon
 
     # -- what agents see of the runtime (their AgentHost) ------------------------------
 

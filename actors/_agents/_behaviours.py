@@ -73,11 +73,15 @@ def echo(turn: Turn) -> Any:
 
 
 class ModelRegistry:
-    """Model name → behaviour factory. Thread-safe."""
+    """Model name → behaviour factory. Thread-safe.
+
+    ``on_added`` (the runtime's) is called after each registration: what a sweep
+    found and could not activate for want of the model is looked at again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._factories: dict[str, BehaviourFactory] = {"echo": lambda _options: echo}
+        self.on_added: Callable[[], object] | None = None
 
     def register(self, name: str, factory: BehaviourFactory, *, replace: bool = False) -> None:
         """Register ``factory`` under ``name``.
@@ -97,6 +101,8 @@ class ModelRegistry:
                     f"model {name!r} is already registered", code=ErrorCode.INVALID_ARGUMENT
                 )
             self._factories[name] = factory
+        if self.on_added is not None:
+            self.on_added()
 
     def unregister(self, name: str) -> None:
         """Forget a model name; agents already built from it keep their behaviour."""

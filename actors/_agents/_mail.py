@@ -19,15 +19,20 @@ then at each sweep: after the session's writes so far are in (a turn that ran
 one of them has marked it done), those the store holds taken by this activation
 are queued, in acceptance order with the rest; the others were not committed.
 
-Rings are hints. Every ``period`` seconds (a third of the lease ttl), rung or
-not, the mailman sweeps: it asks the store which of its sessions have untaken
-messages, and which sessions have accepted work and no lease at all (their
+Rings are hints. As the task starts, and then every ``period`` seconds (a third
+of the lease ttl), rung or not, the mailman sweeps: it asks the store which of
+its sessions have untaken messages, and which sessions have accepted work and no lease at all (their
 holder released them with messages waiting, or died and its lease expired) or
 the lease of a holder of this host whose process ended (:mod:`._sweep_reads`). A
 ring for a session that is not live here -- its holder released it meanwhile,
 or another process rang about a child of a parent that lives here -- and every
 such orphan go to ``orphan``, which makes somebody activate it (see the
 runtime): accepted work runs as long as some process on the store can run it.
+The first sweep does not wait a period: a worker restarted in the place of one
+that was killed takes its work up at once. What a sweep could not activate for
+want of a model or provider (registered after the runtime opened) is looked at
+again as soon as one is registered (:meth:`Mailman.sweep_soon`), not a period
+later.
 
 A ring may also carry an *interrupt* (:func:`interrupt_ring`): another process
 asked to interrupt a child this runtime runs, by its parent's address. It is
@@ -81,6 +86,9 @@ _INTERRUPT = struct.Struct(">c16s16sd")
 #: ``"ancestor"``) or a drain (``"drain"``) another process asked.
 InterruptAsked = Callable[[SessionId, SessionId, float, str], object]
 _KINDS = {b"I": "user", b"A": "ancestor", b"D": "drain"}
+#: This runtime's own ring asking for a sweep now (:meth:`Mailman.sweep_soon`):
+#: one byte, so neither session ids nor an interrupt.
+_SWEEP = b"S"
 #: Seconds the pickup waits, in the agent's loop, for the session's writes before it
 #: settles messages in doubt (longer, and it would hold the agent's turns up).
 _WRITTEN_WAIT = 0.5
@@ -130,6 +138,9 @@ class Mailman:
         # session, those a hand-over of this runtime may have taken (see the module
         # doc): the pickup's, a take-ahead's (one registry: see _doubts).
         self._doubts = sessions.doubts
+        # A sweep asked by sweep_soon and not begun yet: asks made meanwhile ring
+        # once (a race of two asks rings twice: one sweep more, harmless).
+        self._asked = False
 
     @property
     def address(self) -> str:
@@ -171,10 +182,21 @@ class Mailman:
         """Look at ``session_id`` from the mail task (a ring of our own doorbell)."""
         ring(self.doorbell.local_address, session_id.to_bytes())
 
+    def sweep_soon(self) -> None:
+        """Have the mail task sweep now, not at the end of its period (a model or
+        provider was registered: what the last sweep could not activate may be
+        activated now). Asks made before that sweep begins ring once."""
+        if not self._asked:
+            # A ring lost (the doorbell's queue full: the task is busy) asks again.
+            self._asked = ring(self.doorbell.local_address, _SWEEP)
+
     # -- the task ------------------------------------------------------------------
 
     def _run(self) -> None:
-        swept = time.monotonic()
+        # The first sweep at once: a worker restarted after its predecessor was
+        # killed finds the work the dead holder leased (and the orphans) now, not
+        # a period after its start.
+        swept = time.monotonic() - self._period
         while True:
             # A sweep every period, rung or not: a runtime rung more often than
             # that would otherwise never look for orphans or missed rings.
@@ -194,8 +216,10 @@ class Mailman:
                 if rings is not None:
                     rung = _session_ids(rings)
                     self._interrupts(rings)
-                if rings is None or time.monotonic() - swept >= self._period:
+                asked = rings is not None and _SWEEP in rings
+                if rings is None or asked or time.monotonic() - swept >= self._period:
                     swept = time.monotonic()
+                    self._asked = False  # (before the sweep: a later ask sweeps again)
                     rung += self._sweep()
                 self._pickups(rung)
             except Exception:  # (the parts fail on their own: a bug of the round's)

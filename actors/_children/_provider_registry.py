@@ -9,6 +9,7 @@ their callers stay alive. Additions and removals are announced as
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from subagents.protocol import (
     ErrorCode,
@@ -44,12 +45,16 @@ def _bad(message: str) -> SubagentError:
 
 
 class ProviderRegistry:
-    """Providers by name. Thread-safe."""
+    """Providers by name. Thread-safe.
+
+    ``on_added`` (the runtime's) is called after each registration: what a sweep
+    found and could not activate for want of the provider is looked at again."""
 
     def __init__(self, events: EventBus) -> None:
         self._events = events
         self._lock = threading.Lock()
         self._providers: dict[str, SubagentProvider] = {}
+        self.on_added: Callable[[], object] | None = None
 
     def register(self, provider: SubagentProvider) -> ProviderRegistration:
         """Register ``provider`` under ``provider.name``.
@@ -81,6 +86,8 @@ class ProviderRegistry:
                 )
             self._providers[name] = provider
         self._events.emit(SubagentEvent(type="subagent/provider-added", provider=name), None)
+        if self.on_added is not None:
+            self.on_added()
         return ProviderRegistration(self, provider)
 
     def _remove(self, provider: SubagentProvider) -> None:

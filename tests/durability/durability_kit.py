@@ -109,6 +109,15 @@ def worker(script: str, *args: str) -> Iterator[subprocess.Popen[str]]:
                 pipe.close()
 
 
+def blocked(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """The root and child of a ``start_worker.py ... blocked`` worker, once the
+    child's first turn runs there."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert len(line) == 2, proc.stderr.read() if proc.stderr else ""
+    return line[0], line[1]
+
+
 def until(rt: Runtime, done: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Poll ``done()`` with a deadline, sleeping on ``rt``'s backend (its greenlets
     run meanwhile): for conditions only the store can say (another process's

@@ -150,8 +150,10 @@ def _waiting_root(db: str, backend: Backend, content: str) -> SessionId:
 
 
 def _idle_root(db: str, backend: Backend) -> SessionId:
-    """A top-level ``note`` session with nothing waiting, nobody holding it."""
-    with Runtime(db, backend=backend) as a:
+    """A top-level ``note`` session with nothing waiting, nobody holding it (made by
+    a runtime that adopts nothing: its first sweep, as it opens, would run the
+    waiting roots' messages)."""
+    with Runtime(db, backend=backend, adopt=False) as a:
         a.models.register("note", lambda _o: lambda turn: None)
         return a.spawn("note", label="idle").session_id
 

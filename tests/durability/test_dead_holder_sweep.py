@@ -19,21 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_kit import Noted, until, worker
+from durability_kit import Noted, blocked, until, worker
 from subagents.actors import Runtime
 from subagents.actors._agents._sweep_reads import SweepReads
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
 
 TTL = 3.0  # the sweeping runtime's: a sweep a second
-
-
-def _blocked(proc: Any) -> tuple[str, str]:
-    """The worker's root and child, once the child's first turn runs there."""
-    assert proc.stdout is not None
-    line = proc.stdout.readline().split()
-    assert len(line) == 2, proc.stderr.read() if proc.stderr else ""
-    return line[0], line[1]
 
 
 def _sweeps(monkeypatch: pytest.MonkeyPatch) -> list[list[SessionId]]:
@@ -56,7 +48,7 @@ def _beside_a_worker(backend: Backend, db: str, tmp_path: Path) -> Iterator[Any]
     running there); ``runtime`` sweeps the store, its ``block`` turns ``noted``."""
     args = (db, backend.name, str(tmp_path / "m"), "blocked", "3600")
     with worker("start_worker.py", *args) as proc:
-        _root, child = _blocked(proc)
+        _root, child = blocked(proc)
         with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
             noted = Noted()
             noted.register(rt, "here", "block")

@@ -170,3 +170,84 @@ def test_a_drain_reaches_a_grandchild_another_process_runs(backend: Backend, db:
             lease = b.store.get_lease(sid)
             assert lease is not None and lease.holder is None
         assert [e.stop_reason for e in b.sessions.turn_ends(grand)] == ["cancelled"]
+
+
+def test_a_drain_asked_while_a_grandchild_materializes_there(backend: Backend, db: str) -> None:
+    """R-DRAIN-3, R-DRAIN-5, forced interleaving: the holder is cold-resuming a
+    grandchild for a follow-up (held at its setup, its lease taken) when drains
+    are asked of it, for the child and for the grandchild (what its mail task
+    runs for another process's drain rings; called here directly, since that
+    task may itself wait behind the materialization). The child's cutoff covers
+    the materialization in flight: the grandchild comes up drained (its
+    follow-up dropped, admission closed) and is released, then the child."""
+    gates: dict[str, Gate] = {"busy": Gate("busy")}
+    materializing = Gate("materializing")
+    ran: list[Any] = []
+
+    def kid(turn: Any) -> Any:
+        if turn.index == 0:
+            return turn.subagents.start_continuable("local", "hi", label="g", model="noter")[0]
+        return gated(gates)(turn)
+
+    def noter(turn: Any) -> Any:
+        ran.append(turn.content)
+        return turn.content
+
+    with Runtime(db, backend=backend) as a:
+        a.models.register("kid", lambda _o: kid)
+        a.models.register("noter", lambda _o: noter)
+        armed: list[bool] = []
+
+        def contribution(scope: Any) -> None:
+            if armed and scope.agent.label == "g":
+                materializing.pass_through(None)
+
+        a.subagents.register_continuable_setup(contribution)
+        parent = a.spawn("echo", label="p")
+        child, _ = a.subagents.start_continuable(
+            ContinuableStartSpec(
+                parent=parent, provider="local", prompt="go", label="c", model="kid"
+            )
+        )
+        assert a.wait_idle(10)
+        grand = SessionId(a.sessions.turn_ends(child)[0].output)
+        assert a.agents.get(grand) is None and ran == ["hi"]  # settled: cold from here on
+        a.subagents.followup(parent, child, "busy")
+        assert gates["busy"].wait_reached(10)  # the child stays resident, its turn running
+        held = a.agents.get(child)
+        assert held is not None
+        armed.append(True)
+        box: dict[str, Any] = {}
+
+        def later() -> None:
+            try:
+                box["value"] = a.subagents.followup(held, grand, "later")
+            except BaseException as exc:
+                box["error"] = exc
+
+        box["error"] = None
+        task = a.backend.spawn(later, name="test-later")
+        assert materializing.wait_reached(10)  # the grandchild's lease taken, not published
+        asked: dict[str, Any] = {}
+
+        def drains() -> None:
+            try:
+                at = a.sessions.leases.now()
+                a.continuation.interrupt_asked(SessionId(child), parent.session_id, at, "drain")
+                a.continuation.interrupt_asked(grand, SessionId(child), at, "drain")
+            except BaseException as exc:
+                asked["error"] = exc
+
+        draining = a.backend.spawn(drains, name="test-drains")
+        materializing.release()
+        assert draining.join(20) and "error" not in asked, asked
+        assert task.join(10)
+        assert held.wait_disposed(20)  # released, after the grandchild
+        assert ran == ["hi"], box  # the follow-up admitted before the drain was dropped
+        assert a.agents.get(grand) is None and a.agents.get(child) is None
+        assert a.store is not None
+        a.sessions.flush()
+        for sid in (child, grand):
+            lease = a.store.get_lease(sid)
+            assert lease is not None and lease.holder is None
+        assert [e.stop_reason for e in a.sessions.turn_ends(child)][-1] == "cancelled"
