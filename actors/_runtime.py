@@ -245,8 +245,7 @@ class Runtime:
         close_at_exit(self)
         install_sigint(defer_interrupt, self, self.backend is GEVENT or threading_is_patched())
         set_interrupt_delivery(deliver_interrupt)
-        #: The pickup of what other processes accept for sessions held here (durable store).
-        self.mail: Mailman | None = None
+        self.mail: Mailman | None = None  # the pickup of others' messages (a durable store)
         self._unwakeable: set[SessionId] = set()
         self.default_providers: list[ProviderRegistration] = []
         if default_providers:
@@ -257,16 +256,20 @@ class Runtime:
                 self.sessions, self.backend, leases, self.agents.get, self._orphan,
                 self.continuation.interrupt_asked,
             )  # fmt: skip
-            self.models.on_added = providers.on_added = self.mail.sweep_soon
+            self.models.on_added = providers.on_added = self._registered
 
     # -- what agents see of the runtime (their AgentHost) ------------------------------
 
     def _lease_lost(self, session_id: SessionId) -> None:
-        """Another process took the session over, or (strict) its write failed: its
-        agent here stops, writing nothing more."""
+        """Another process took the session over, or its write failed: its agent stops."""
         agent = self.agents.get(session_id)
         if agent is not None:
             agent.dispose(flush=False, wait=False)
+
+    def _registered(self) -> None:
+        """A model or provider registered: a sweep again, if one could not activate all."""
+        if self.mail is not None and (self._unwakeable or self.continuation.chains.stranded):
+            self.mail.sweep_soon()
 
     def _orphan(self, session_id: SessionId) -> None:
         """Messages wait in the inbox of a session nobody holds: activate it here (a

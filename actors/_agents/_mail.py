@@ -19,20 +19,21 @@ then at each sweep: after the session's writes so far are in (a turn that ran
 one of them has marked it done), those the store holds taken by this activation
 are queued, in acceptance order with the rest; the others were not committed.
 
-Rings are hints. As the task starts, and then every ``period`` seconds (a third
-of the lease ttl), rung or not, the mailman sweeps: it asks the store which of
-its sessions have untaken messages, and which sessions have accepted work and no lease at all (their
-holder released them with messages waiting, or died and its lease expired) or
-the lease of a holder of this host whose process ended (:mod:`._sweep_reads`). A
-ring for a session that is not live here -- its holder released it meanwhile,
-or another process rang about a child of a parent that lives here -- and every
-such orphan go to ``orphan``, which makes somebody activate it (see the
-runtime): accepted work runs as long as some process on the store can run it.
-The first sweep does not wait a period: a worker restarted in the place of one
-that was killed takes its work up at once. What a sweep could not activate for
-want of a model or provider (registered after the runtime opened) is looked at
-again as soon as one is registered (:meth:`Mailman.sweep_soon`), not a period
-later.
+Rings are hints. A second after the task starts (``FIRST_SWEEP``), and then every
+``period`` seconds (a third of the lease ttl), rung or not, the mailman sweeps:
+it asks the store which of its sessions have untaken messages, and which
+sessions have accepted work and no lease at all (their holder released them with
+messages waiting, or died and its lease expired) or the lease of a holder of this
+host whose process ended (:mod:`._sweep_reads`). A ring for a session that is
+not live here -- its holder released it meanwhile, or another process rang about
+a child of a parent that lives here -- and every such orphan go to ``orphan``,
+which makes somebody activate it (see the runtime): accepted work runs as long
+as some process on the store can run it. The first sweep does not wait a period:
+a worker restarted in the place of one that was killed takes its work up a
+second after it opened (the second is the opener's, to register its models and
+resume its own sessions first). What a sweep could not activate for want of a
+model or provider registered later is looked at again as soon as one is
+registered (:meth:`Mailman.sweep_soon`), not a period later.
 
 A ring may also carry an *interrupt* (:func:`interrupt_ring`): another process
 asked to interrupt a child this runtime runs, by its parent's address. It is
@@ -53,7 +54,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from subagents.actors._kernel import (
     Backend,
@@ -86,6 +87,8 @@ _INTERRUPT = struct.Struct(">c16s16sd")
 #: ``"ancestor"``) or a drain (``"drain"``) another process asked.
 InterruptAsked = Callable[[SessionId, SessionId, float, str], object]
 _KINDS = {b"I": "user", b"A": "ancestor", b"D": "drain"}
+#: Seconds after the mail task starts that it first sweeps (at most a period).
+FIRST_SWEEP: Final = 1.0
 #: This runtime's own ring asking for a sweep now (:meth:`Mailman.sweep_soon`):
 #: one byte, so neither session ids nor an interrupt.
 _SWEEP = b"S"
@@ -193,10 +196,12 @@ class Mailman:
     # -- the task ------------------------------------------------------------------
 
     def _run(self) -> None:
-        # The first sweep at once: a worker restarted after its predecessor was
-        # killed finds the work the dead holder leased (and the orphans) now, not
-        # a period after its start.
-        swept = time.monotonic() - self._period
+        # The first sweep soon: a worker restarted after its predecessor was killed
+        # finds the work the dead holder leased (and the orphans) a second after
+        # its start, not a period after it -- and not at once: the script or server
+        # that opened the runtime registers its models and resumes its own sessions
+        # first (a resume that met the sweep's adoption would be SESSION_EXISTS).
+        swept = time.monotonic() - self._period + min(self._period, FIRST_SWEEP)
         while True:
             # A sweep every period, rung or not: a runtime rung more often than
             # that would otherwise never look for orphans or missed rings.

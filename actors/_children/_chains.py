@@ -57,6 +57,12 @@ class Chains:
         self._left = left
         self._failed_wakes: set[SessionId] = set()  # warned of, not woken since
 
+    @property
+    def stranded(self) -> bool:
+        """Whether some child could not be woken for what waits in its inbox (and
+        was not woken since)."""
+        return bool(self._failed_wakes)
+
     def wake(self, chain: Sequence[SessionId], *, last_try: bool = True) -> bool:
         """Run what waits in ``chain[-1]``'s durable inbox below ``chain[0]``, live
         here, through the settled sessions between (each a child of the one

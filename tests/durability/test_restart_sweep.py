@@ -7,9 +7,10 @@ worker a supervisor restarts in its place opens a runtime on the store *after*
 the kill and is asked nothing. Its mail task used to sweep first a third of its
 lease ttl after it started (20 s here, 10 s with the default ttl): the cut-short
 turn waited that long although the dead holder could be seen at once. Now the
-first sweep runs as the mail task starts, and a model or provider registered
-after a sweep that could not activate what it found has the mail task sweep
-again at once (the runtime is opened before its models are registered).
+first sweep runs a second after the opening (the opener's second: to register
+its models and resume its own sessions before a sweep adopts them), and a model
+or provider registered after a sweep that could not activate what it found has
+the mail task sweep again at once.
 
 What may race the first sweep -- the user resuming the root right away, a close
 right after opening, runtimes opened and closed in a loop -- keeps one
@@ -92,6 +93,27 @@ def test_a_model_registered_after_the_first_sweep_is_not_waited_for_a_period(
         assert noted.wait_for(lambda items: len(items) >= 1, SOON), "no sweep again"
         assert noted.items() == [("here", "first", True)]
         assert _held_by(rt, child)
+
+
+def test_a_restart_script_resumes_its_own_root_before_any_sweep(
+    backend: Backend, db: str, tmp_path: Path
+) -> None:
+    """The restart script's own pattern -- open the runtime, register its models,
+    resume its root -- gets the root (no sweep adopted it first: not the first, a
+    second after the opening, nor one the registration asked for), and the first
+    sweep then runs the child's cut-short turn once, below it. Three rounds."""
+    for _ in range(3):
+        with (
+            _killed_worker(backend, db, tmp_path) as (root, child),
+            Runtime(db, backend=backend, lease_ttl=TTL) as rt,
+        ):
+            noted = Noted()
+            noted.register(rt, "here", "block")
+            mine = rt.agents.resume(root)
+            assert noted.wait_for(lambda items: len(items) >= 1, SOON), "no sweep yet"
+            assert noted.items() == [("here", "first", True)]
+            assert rt.agents.get(root) is mine and not mine.disposed
+            assert _held_by(rt, child)
 
 
 def test_a_resume_right_after_opening_meets_the_first_sweep_once(
