@@ -144,6 +144,8 @@ class Mailman:
         # A sweep asked by sweep_soon and not begun yet: asks made meanwhile ring
         # once (a race of two asks rings twice: one sweep more, harmless).
         self._asked = False
+        #: Sweeps made so far (each looked at the store once, whatever it found).
+        self.sweeps = 0
 
     @property
     def address(self) -> str:
@@ -226,6 +228,7 @@ class Mailman:
                     swept = time.monotonic()
                     self._asked = False  # (before the sweep: a later ask sweeps again)
                     rung += self._sweep()
+                    self.sweeps += 1
                 self._pickups(rung)
             except Exception:  # (the parts fail on their own: a bug of the round's)
                 logger.exception("mail pickup failed")

@@ -17,9 +17,10 @@ while a thread of the script's own, once the kernel says the main thread sleeps
   the parent does it with the first runtime;
 * ``thread``: a runtime made and closed in another thread: prints ``wakeup fd N``
   (the main thread's, unchanged: -1);
-* ``idle`` (and a third argument, a SQLite file): no signal; an agent ran one turn,
-  and then the script prints ``iterations N``: how many times the gevent hub's
-  loop went round while the main thread slept 3 s with the runtime open.
+* ``idle`` (and a third argument, a SQLite file): no signal; an agent ran one turn
+  and the runtime made its first sweep, and then the script prints ``iterations
+  N``: how many times the gevent hub's loop went round while the main thread
+  slept 3 s with the runtime open.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ def idle(backend: str, db: str) -> None:
         agent = rt.spawn("echo")
         agent.followup("hello")
         agent.wait_idle(60)
+        assert rt.mail is not None
+        while not rt.mail.sweeps:  # the first sweep, a second after the opening
+            gevent.sleep(0.05)
         loop = gevent.get_hub().loop
         before = loop.iteration
         gevent.sleep(3.0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from durability_kit import gated
+from durability_kit import Noted, gated
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
@@ -203,6 +203,10 @@ def test_a_drain_asked_while_a_grandchild_materializes_there(backend: Backend, d
                 materializing.pass_through(None)
 
         a.subagents.register_continuable_setup(contribution)
+        ended = Noted()
+        subscription = a.subagents.subscribe(
+            lambda e: ended.add(("end", e.child_id, False)) if e.type == "subagent/end" else None
+        )
         parent = a.spawn("echo", label="p")
         child, _ = a.subagents.start_continuable(
             ContinuableStartSpec(
@@ -211,7 +215,11 @@ def test_a_drain_asked_while_a_grandchild_materializes_there(backend: Backend, d
         )
         assert a.wait_idle(10)
         grand = SessionId(a.sessions.turn_ends(child)[0].output)
-        assert a.agents.get(grand) is None and ran == ["hi"]  # settled: cold from here on
+        # Settled (its end announced once it left residency): cold from here on.
+        assert ended.wait_for(lambda items: ("end", grand, False) in items)
+        subscription.dispose()
+        assert a.wait_idle(10)
+        assert a.agents.get(grand) is None and ran == ["hi"]
         a.subagents.followup(parent, child, "busy")
         assert gates["busy"].wait_reached(10)  # the child stays resident, its turn running
         held = a.agents.get(child)
