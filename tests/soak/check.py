@@ -15,6 +15,7 @@ import itertools
 import sys
 from typing import Any
 
+from _check_ends import check_finished, check_leases
 from _check_reports import check_reports
 from _soaklib import load_kills, load_side, open_read_only
 from subagents.protocol import MessageEvent, ReportEvent, TurnEnd, TurnStart
@@ -27,8 +28,9 @@ Logs = dict[str, list[tuple[int, Any]]]
 Turns = dict[str, list[dict[str, Any]]]
 
 
-def read_store(db: str, bad: list[str]) -> Logs:
-    """Every session's log; a session with pending inbox rows is a violation."""
+def read_store(db: str, recs: list[dict[str, Any]], bad: list[str]) -> Logs:
+    """Every session's log; a session with pending inbox rows is a violation, and
+    so is a lease a cleanly closed process still holds (``check_leases``)."""
     store = open_read_only(db)
     try:
         logs: Logs = {}
@@ -37,6 +39,7 @@ def read_store(db: str, bad: list[str]) -> Logs:
             p = store.pending(h.id, damaged=[])
             if p:
                 bad.append(f"pending after recovery: {h.id} {[str(e.message_id) for e in p]}")
+        check_leases(recs, store, bad)
         return logs
     finally:
         store.close()
@@ -232,9 +235,10 @@ def check_runs(
 def main(run_dir: str, db: str) -> int:
     recs = load_side(run_dir)
     bad: list[str] = []
-    logs = read_store(db, bad)
+    logs = read_store(db, recs, bad)
     turns = log_turns(logs, bad)
     _first_pos, completed = check_accepted(recs, logs, turns, bad)
+    check_finished([r for r in recs if r["k"] == "ok"], logs, bad)
     check_reports(recs, logs, turns, bad)
     nkills = check_runs(recs, run_dir, completed, bad)
     stats = collections.Counter(r["k"] for r in recs)
