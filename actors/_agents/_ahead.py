@@ -156,7 +156,9 @@ def take_ahead(sessions: Any, agent: Any, n: int) -> None:
     accepted. A hand-over whose answer was lost may have taken them all the same:
     it is settled at once (:func:`~._doubts.taken_after_all`), else they are left
     to the pickup as doubts (``sessions.doubts``), which it settles -- then they
-    run after the message at ``n``, but once."""
+    run after the message at ``n``, but once. Taken for an agent found leaving
+    as they are queued, they are given back to nobody: the next activation runs
+    them as never run (not ``redelivered``)."""
     try:
         sid = agent.session_id
         ahead = [e for e in sessions.pending(sid) if e.epoch is None and e.n < n]
@@ -174,7 +176,18 @@ def take_ahead(sessions: Any, agent: Any, n: int) -> None:
                 sessions.doubts.add(sid, ids)
                 sessions.wake_pickup(sid)
                 raise
-        replay(agent, [e for e in ahead if e.message_id in taken])
+        handed = [e for e in ahead if e.message_id in taken]
+        try:
+            replay(agent, handed)
+        except SubagentError:
+            # Found leaving (its gate closed: disposed, or a child retiring): what it
+            # took goes back to nobody, as the pickup's does -- kept by this
+            # activation, the next would run them as messages it may have run
+            # (``redelivered``), and its release would not say they wait.
+            token = agent.session.token
+            if token is not None and handed:
+                sessions.give_back(sid, [e.message_id for e in handed], token[1])
+            raise
     except SubagentError as exc:
         logger.warning("taking the messages ahead of a follow-up failed: %s", exc)
 
