@@ -21,6 +21,7 @@ finds the bound taken by turns that already ended.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from ._inbox import Inbox
 
 __all__ = ["RUN", "run_queued"]
+
+logger = logging.getLogger("subagents")
 
 #: Turns settled and stored together at most: what a reader of the statistics may
 #: find still counted in flight, and what an inline store's write may lag by.
@@ -80,7 +83,10 @@ def run_queued(agent: Inbox, message: Deliver, queued: deque[Any]) -> None:
 def _settle(agent: Inbox, ended: Any, count: int) -> None:
     """Store what the run left in the live tail, then settle ``count`` messages (the
     last ``ended``), telling the idle listeners when that made the agent idle."""
-    agent._host.sessions.write_tail(agent._session)
+    try:
+        agent._host.sessions.write_tail(agent._session)
+    except Exception:  # (the store closed under it): as a turn's own end would be
+        logger.exception("recording the last %d turns of %s failed", count, agent.session_id)
     if agent._settle_handled(ended, False, count) and agent._idle_listeners:
         for fn in list(agent._idle_listeners):
             hear(fn, agent, "idle listener")

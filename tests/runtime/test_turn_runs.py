@@ -173,3 +173,33 @@ def test_a_bounded_inbox_has_room_for_every_turn_a_run_ended(backend: str) -> No
         # Turn limit-1 runs with itself and nothing behind it in flight: room for
         # limit - 1, of which the turns ended are limit - 2 ... all but one.
         assert room == [True] * (limit - 1)
+
+
+def test_a_run_whose_store_write_fails_still_settles(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R-FUP-6: the session service closes in the middle of a run (its store then
+    refuses writes, ``STORE_CLOSED``): the run's turns all run and settle -- the
+    agent goes idle -- and the failed write is logged, as a turn's own end is."""
+    gate = Gate()
+    ran: list[Any] = []
+    with Runtime(MemoryStore(), backend=backend, durability="relaxed") as rt:
+
+        def behaviour(turn: Any) -> Any:
+            if turn.index == 0:
+                gate.pass_through(turn.signal)
+            elif turn.index == 3:
+                rt.sessions.close()
+            ran.append(turn.content)
+            return None
+
+        agent = rt.spawn(behaviour)
+        agent.followup("first")
+        assert gate.wait_reached(10)
+        for i in range(10):
+            agent.followup(i)
+        gate.release()
+        assert agent.wait_idle(10)
+        assert ran == ["first", *range(10)]
+        assert agent.statistics().inbox == 0
+    assert "recording the last" in caplog.text
