@@ -63,11 +63,11 @@ def run_queued(agent: Inbox, message: Deliver, queued: deque[Any]) -> None:
                 if more and (ended is None or ended._steer is None):
                     message = queued.popleft()  # (only this loop takes from the head)
                     continue
-                _settle(agent, ended, deferred)
+                _settle(agent, ended, deferred, more)  # (not more: its end wrote them)
                 deferred = 0
             else:
                 if deferred:
-                    _settle(agent, None, deferred)
+                    _settle(agent, None, deferred, True)
                     deferred = 0
                 agent._handle(message)
             if not queued or type(queued[0]) is not Deliver:
@@ -77,16 +77,18 @@ def run_queued(agent: Inbox, message: Deliver, queued: deque[Any]) -> None:
         turns.later = False
         if deferred:
             ended, turns.ended = turns.ended, None
-            _settle(agent, ended, deferred)
+            _settle(agent, ended, deferred, True)
 
 
-def _settle(agent: Inbox, ended: Any, count: int) -> None:
-    """Store what the run left in the live tail, then settle ``count`` messages (the
-    last ``ended``), telling the idle listeners when that made the agent idle."""
-    try:
-        agent._host.sessions.write_tail(agent._session)
-    except Exception:  # (the store closed under it): as a turn's own end would be
-        logger.exception("recording the last %d turns of %s failed", count, agent.session_id)
+def _settle(agent: Inbox, ended: Any, count: int, tail: bool) -> None:
+    """Store what the run left in the live tail (``tail``: its last turn's end did
+    not), then settle ``count`` messages (the last ``ended``), telling the idle
+    listeners when that made the agent idle."""
+    if tail:
+        try:
+            agent._host.sessions.write_tail(agent._session)
+        except Exception:  # (the store closed under it): as a turn's own end would be
+            logger.exception("recording the last %d turns of %s failed", count, agent.session_id)
     if agent._settle_handled(ended, False, count) and agent._idle_listeners:
         for fn in list(agent._idle_listeners):
             hear(fn, agent, "idle listener")

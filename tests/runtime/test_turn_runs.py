@@ -175,11 +175,13 @@ def test_a_bounded_inbox_has_room_for_every_turn_a_run_ended(backend: str) -> No
         assert room == [True] * (limit - 1)
 
 
+@pytest.mark.parametrize("cut", [False, True])
 def test_a_run_whose_store_write_fails_still_settles(
-    backend: str, caplog: pytest.LogCaptureFixture
+    backend: str, cut: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """R-FUP-6: the session service closes in the middle of a run (its store then
-    refuses writes, ``STORE_CLOSED``): the run's turns all run and settle -- the
+    refuses writes, ``STORE_CLOSED``): the run's turns all run, or (``cut``: a
+    cancel without ``keep_inbox`` in the same turn) are discarded, and settle -- the
     agent goes idle -- and the failed write is logged, as a turn's own end is."""
     gate = Gate()
     ran: list[Any] = []
@@ -190,6 +192,8 @@ def test_a_run_whose_store_write_fails_still_settles(
                 gate.pass_through(turn.signal)
             elif turn.index == 3:
                 rt.sessions.close()
+                if cut:
+                    agent.cancel("enough", keep_inbox=False)
             ran.append(turn.content)
             return None
 
@@ -200,6 +204,6 @@ def test_a_run_whose_store_write_fails_still_settles(
             agent.followup(i)
         gate.release()
         assert agent.wait_idle(10)
-        assert ran == ["first", *range(10)]
+        assert ran == ["first", *range(3 if cut else 10)]
         assert agent.statistics().inbox == 0
-    assert "recording the last" in caplog.text
+    assert ("recording the last" if cut else "recording the end") in caplog.text
