@@ -54,9 +54,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-import jsonschema
 from subagents.actors._agents import Turn
-from subagents.actors._kernel import AbortController, stamp
+from subagents.actors._kernel import AbortController, check_timeout, stamp
 from subagents.protocol import ErrorCode, MessageSource, SessionId, SubagentError, error_text
 
 from ._background import (
@@ -79,14 +78,7 @@ from ._calls import (
 )
 from ._delegated import background_refused, lost_result, one_shot, run_result
 from ._runtime_tools import UnshownNames, runtime_tool
-from ._schemas import (
-    SUBAGENT_TOOLS,
-    TOOL_NAME_PATTERN,
-    ModelTool,
-    parse_arguments,
-    tool_definition,
-    valid_tool_name,
-)
+from ._schemas import ModelTool, parse_arguments, tool_definition, tool_table
 
 __all__ = ["ToolDispatcher"]
 
@@ -115,10 +107,14 @@ class ToolDispatcher:
     Thread-safe; one dispatcher may serve many agents.
 
     Raises:
-        SubagentError: ``INVALID_ARGUMENT`` for an unknown subagent tool name, an
-            extra tool that is not a :class:`ModelTool` with a callable ``fn`` or
-            whose name the model API refuses (``^[a-zA-Z0-9_-]{1,64}$``), or a
-            schema that is not valid JSON Schema.
+        SubagentError: ``INVALID_ARGUMENT`` for what would fail later (see
+            :func:`._schemas.tool_table`): an unknown subagent tool name (or a
+            str for ``tools``), an ``extra`` that is not a mapping, an extra tool
+            that is not a :class:`ModelTool` with a callable ``fn``, whose name
+            the model API refuses (``^[a-zA-Z0-9_-]{1,64}$``), whose description
+            is not a str, or whose schema is not a valid JSON Schema of an
+            object that JSON can carry; or a ``delegate_timeout`` that is not
+            ``None`` or a number of seconds >= 0.
     """
 
     def __init__(
@@ -129,43 +125,8 @@ class ToolDispatcher:
         delegate_timeout: float | None = None,
         runtime_tools: bool = True,
     ) -> None:
-        names = tuple(SUBAGENT_TOOLS) if tools is None else tuple(tools)
-        unknown = [n for n in names if n not in SUBAGENT_TOOLS]
-        if unknown:
-            raise SubagentError(
-                f"no subagent tool named {unknown[0]!r}"[:200], code=ErrorCode.INVALID_ARGUMENT
-            )
-        table: dict[str, ModelTool] = {n: SUBAGENT_TOOLS[n] for n in names}
-        for name, tool in (extra or {}).items():
-            if type(name) is not str or not name or name in SUBAGENT_TOOLS:
-                raise SubagentError(
-                    "an extra tool needs a name of its own", code=ErrorCode.INVALID_ARGUMENT
-                )
-            if not valid_tool_name(name):
-                raise SubagentError(
-                    f"extra tool {name[:80]!r}: the model API takes names matching"
-                    f" {TOOL_NAME_PATTERN}",
-                    code=ErrorCode.INVALID_ARGUMENT,
-                )
-            if not isinstance(tool, ModelTool) or not callable(tool.fn):
-                raise SubagentError(
-                    f"extra tool {name!r} is not a ModelTool with a callable fn",
-                    code=ErrorCode.INVALID_ARGUMENT,
-                )
-            table[name] = tool
-        self._tools = table
-        self._validators: dict[str, Any] = {}
-        for name, tool in table.items():
-            cls = jsonschema.validators.validator_for(tool.parameters)
-            try:
-                cls.check_schema(tool.parameters)
-            except jsonschema.SchemaError as exc:
-                raise SubagentError(
-                    f"tool {name!r}: not a valid JSON Schema: {exc.message}"[:500],
-                    code=ErrorCode.INVALID_ARGUMENT,
-                ) from exc
-            self._validators[name] = cls(tool.parameters)
-        self.delegate_timeout = delegate_timeout
+        self._tools, self._validators = tool_table(tools, extra)
+        self.delegate_timeout = check_timeout(delegate_timeout, "delegate_timeout")
         self.runtime_tools = runtime_tools
         self._lock = threading.Lock()
         self._background: dict[SessionId, Background] = {}
@@ -212,10 +173,9 @@ class ToolDispatcher:
         for name in turn.tools if only is None else (only,):
             if name in self._tools:
                 continue
-            if self._unshown.skip(name):
-                continue
             fn = registry.lookup(agent.options.tool_filter, agent.extra_tools, name)
-            if fn is not None:
+            # Warned of only when it is a tool: a model's call may name anything.
+            if fn is not None and not self._unshown.skip(name):
                 shown[name] = runtime_tool(name, fn)
         return shown
 

@@ -10,7 +10,7 @@ defined there and re-exported here).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,6 +24,7 @@ __all__ = [
     "ModelTool",
     "parse_arguments",
     "tool_definition",
+    "tool_table",
     "valid_tool_name",
 ]
 
@@ -194,3 +195,75 @@ def parse_arguments(
             code=ErrorCode.INVALID_ARGUMENT,
         )
     return dict(args)
+
+
+def tool_table(
+    tools: Iterable[str] | None, extra: Mapping[str, ModelTool] | None
+) -> tuple[dict[str, ModelTool], dict[str, Any]]:
+    """A dispatcher's tools by name -- the subagent tools named in ``tools`` (all
+    when ``None``), then ``extra`` -- and a JSON Schema validator for each.
+
+    Checked now, because each mistake would fail later and far from where it was
+    made: a description or schema the model API cannot take fails every request
+    of every turn that shows the tool, and a schema of anything but an object
+    fails every call (a call's arguments are a JSON object).
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for a str as ``tools`` or a name in it
+            that is no subagent tool; an ``extra`` that is not a mapping, or an
+            entry whose name is a subagent tool's or one the API refuses
+            (:data:`TOOL_NAME_PATTERN`), that is not a :class:`ModelTool` with a
+            callable ``fn``, whose description is not a str, or whose parameters
+            are not a valid JSON Schema, of an object, that JSON can carry.
+    """
+
+    def refuse(message: str) -> SubagentError:
+        return SubagentError(message[:500], code=ErrorCode.INVALID_ARGUMENT)
+
+    if isinstance(tools, str):  # iterating it would name its letters
+        raise refuse(f"tools is an iterable of subagent tool names, not a str: {tools[:80]!r}")
+    names = tuple(SUBAGENT_TOOLS) if tools is None else tuple(tools)
+    unknown = [n for n in names if n not in SUBAGENT_TOOLS]
+    if unknown:
+        raise refuse(f"no subagent tool named {unknown[0]!r}")
+    if extra is not None and not isinstance(extra, Mapping):
+        raise refuse(f"extra maps tool names to ModelTool values, got {type(extra).__name__}")
+    table: dict[str, ModelTool] = {n: SUBAGENT_TOOLS[n] for n in names}
+    for name, tool in (extra or {}).items():
+        if type(name) is not str or not name or name in SUBAGENT_TOOLS:
+            raise refuse("an extra tool needs a name of its own")
+        if not valid_tool_name(name):
+            raise refuse(
+                f"extra tool {name[:80]!r}: the model API takes names matching {TOOL_NAME_PATTERN}"
+            )
+        if not isinstance(tool, ModelTool) or not callable(tool.fn):
+            raise refuse(f"extra tool {name!r} is not a ModelTool with a callable fn")
+        if not isinstance(tool.description, str):
+            raise refuse(
+                f"extra tool {name!r}: its description is a str,"
+                f" got {type(tool.description).__name__}"
+            )
+        table[name] = tool
+    validators: dict[str, Any] = {}
+    for name, tool in table.items():
+        schema = tool.parameters
+        if not isinstance(schema, Mapping):
+            raise refuse(
+                f"tool {name!r}: its parameters are a JSON Schema (a mapping),"
+                f" got {type(schema).__name__}"
+            )
+        if schema.get("type", "object") != "object":
+            raise refuse(
+                f"tool {name!r}: its arguments are a JSON object, so its schema's"
+                f" type is 'object', not {schema.get('type')!r}"
+            )
+        cls = jsonschema.validators.validator_for(schema)
+        try:
+            cls.check_schema(schema)
+            json.dumps(tool_definition(name, tool), allow_nan=False)
+        except jsonschema.SchemaError as exc:
+            raise refuse(f"tool {name!r}: not a valid JSON Schema: {exc.message}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise refuse(f"tool {name!r}: JSON cannot carry its definition: {exc}") from exc
+        validators[name] = cls(schema)
+    return table, validators
