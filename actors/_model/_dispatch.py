@@ -219,8 +219,10 @@ class ToolDispatcher:
         except Exception as exc:  # an extra tool's own failure: the model reads it
             if turn.cancelled:
                 raise
-            logger.warning("tool %r of %s raised: %s", name, turn.agent.session_id, exc)
-            return _refusal(ErrorCode.INTERNAL, error_text(exc, "the tool failed: "))
+            # The type and the traceback: a tool's failure is a bug its author looks for.
+            text = error_text(exc, "the tool failed: ")
+            logger.warning("tool %r of %s: %s", name, turn.agent.session_id, text, exc_info=exc)
+            return _refusal(ErrorCode.INTERNAL, text)
 
     def _arguments(
         self, turn: Turn, name: str, arguments: str | Mapping[str, Any] | None

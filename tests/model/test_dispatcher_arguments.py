@@ -3,7 +3,8 @@ request of every turn (a description or schema the model API cannot take), or
 every ``delegate`` call (a wait no result future takes) -- with
 ``INVALID_ARGUMENT``, never an ``AttributeError`` or ``TypeError``; and a model
 calling a tool nobody registered under a name the API refuses is told so, with
-no warning about a runtime tool of that name. R-ERR-1."""
+no warning about a runtime tool of that name; a tool that raises is logged with
+its exception's type and traceback, as the model is told. R-ERR-1."""
 
 from __future__ import annotations
 
@@ -87,3 +88,28 @@ def test_a_call_to_an_unregistered_name_the_api_refuses_warns_of_no_runtime_tool
     refused = json.loads(fake.requests[1].messages[-1]["content"])
     assert refused["error"]["code"] == ErrorCode.INVALID_ARGUMENT
     assert [r.getMessage() for r in caplog.records if "functions.search" in r.getMessage()] == []
+
+
+def test_a_tool_that_raises_is_logged_with_its_type_and_traceback(
+    rt: Runtime, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A runtime tool raising ``KeyError('k')``: the model reads ``KeyError: 'k'``
+    and the turn goes on; the warning names the type and carries the traceback
+    (it read "raised: 'k'", and a bare ``RuntimeError()`` "raised: ")."""
+
+    def lookup(turn: Any, key: str) -> str:
+        return {}[key]  # type: ignore[no-any-return]
+
+    rt.tools.register("lookup", lookup)
+    register(rt, fake, max_retries=0)
+    fake.script(Answer(tool_calls=[FakeCall("lookup", {"key": "k"})]), Answer(content="done"))
+    agent = rt.spawn("planner")
+    with caplog.at_level(logging.WARNING, logger="subagents"):
+        agent.followup("go")
+        assert agent.wait_idle(20)
+    assert rt.sessions.turn_ends(agent.session_id)[-1].output == "done"
+    told = json.loads(fake.requests[1].messages[-1]["content"])["error"]
+    assert (told["code"], told["message"]) == (ErrorCode.INTERNAL, "the tool failed: KeyError: 'k'")
+    (record,) = [r for r in caplog.records if "lookup" in r.getMessage()]
+    assert "KeyError: 'k'" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is KeyError
