@@ -280,8 +280,10 @@ def openai_chat(
             the environment), a bad model name, URL or limit, a URL, key, account
             id or ``system`` that is not a str (or ``None``), headers that are
             not str to str, a key, account id or header HTTP cannot send (not
-            printable ASCII, a CR/LF/NUL, a name that is not a token), or
-            ``parameters`` JSON cannot carry (NaN included).
+            printable ASCII, a CR/LF/NUL, a name that is not a token), a
+            ``stream`` that is not a bool, ``parameters`` JSON cannot carry
+            (NaN included), or a parameter each request sets itself
+            (``messages``, ``stream_options``).
     """
     if type(model) is not str or not model:
         raise SubagentError("model is a non-empty str", code=ErrorCode.INVALID_ARGUMENT)
@@ -311,6 +313,8 @@ def openai_chat(
             f"base_url must be an http(s) URL, got {base[:100]!r}", code=ErrorCode.INVALID_ARGUMENT
         )
     _check_settings(timeout, max_retries, max_tool_rounds, headers, parameters)
+    if type(stream) is not bool:
+        raise SubagentError("stream is True or False", code=ErrorCode.INVALID_ARGUMENT)
     try:
         from ._http import Endpoint, check_endpoint
     except ImportError as exc:  # pragma: no cover - the extra is not installed
@@ -376,4 +380,8 @@ def _check_settings(
         or not all(type(k) is str and type(v) is str for k, v in headers.items())
     ):
         raise refuse("headers maps str names to str values")
+    # Each turn's request sets these itself: a parameter of that name would be dropped.
+    owned = sorted(set(parameters) & {"messages", "stream_options"})
+    if owned:
+        raise refuse(f"{owned[0]} is not a parameter: each turn's request sets it")
     encode_body(parameters)  # what every request body will hold, refused now

@@ -151,6 +151,10 @@ def test_encode_body() -> None:
         {"temperature": math.nan},
         {"temperature": Decimal("0.5")},
         {"metadata": {"k": {1, 2}}},
+        {"stream": "no"},  # truthy: it streamed
+        {"stream": None},
+        {"messages": [{"role": "user", "content": "x"}]},  # dropped: the turn's are sent
+        {"stream_options": {"include_usage": False}},  # replaced when streaming
     ],
     ids=lambda v: repr(v)[:60],
 )
