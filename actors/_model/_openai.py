@@ -263,11 +263,12 @@ def openai_chat(
     ``base_url``, ``api_key``, ``organization`` and ``project`` default to
     ``OPENAI_BASE_URL`` (else :data:`DEFAULT_BASE_URL`), ``OPENAI_API_KEY``,
     ``OPENAI_ORG_ID`` and ``OPENAI_PROJECT_ID``, read now, as the ``openai``
-    package reads them. ``tools``: ``True`` offers the six subagent tools (a
-    :class:`ToolDispatcher` of its own), ``False``/``None`` none, or a dispatcher.
-    ``system`` is the system prompt of agents without a persona. ``timeout``
-    bounds each request, a streamed answer's whole length included (connecting:
-    5 s at most), ``max_retries`` the retries of a refused one. Other keyword
+    package reads them. ``tools``: ``True`` offers the subagent tools (a
+    :class:`ToolDispatcher` of its own; ``report`` to an agent with a parent),
+    ``False``/``None`` none, or a dispatcher. ``system`` is the system prompt
+    of agents without a persona. ``timeout`` bounds each request, a streamed
+    answer's whole length included (connecting: 5 s at most), ``max_retries``
+    the retries of a refused one. Other keyword
     ``parameters`` (``temperature``, ``max_completion_tokens``, ...) go into
     every request body. Needs the ``openai`` extra (httpx).
 
