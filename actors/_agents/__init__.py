@@ -26,7 +26,7 @@ from ._sessions import SessionService
 from ._spawn import close_agents, dispose_by_depth, spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
-from ._tools import TOOL_NAME_PATTERN, ToolFn, ToolRegistry, valid_tool_name
+from ._tools import TOOL_NAME_PATTERN, ToolFn, ToolRegistry, check_tool_fn, valid_tool_name
 from ._turn import Message, Turn, TurnAgent
 from ._writer import in_doubt
 
@@ -64,6 +64,7 @@ __all__ = [
     "as_behaviour",
     "check_output_schema",
     "check_steer",
+    "check_tool_fn",
     "close_agents",
     "committed_at",
     "dispose_by_depth",

@@ -11,6 +11,7 @@ the names it shows by it.
 
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 from subagents.protocol import ErrorCode, SubagentError
 
-__all__ = ["TOOL_NAME_PATTERN", "ToolFn", "ToolRegistry", "valid_tool_name"]
+__all__ = ["TOOL_NAME_PATTERN", "ToolFn", "ToolRegistry", "check_tool_fn", "valid_tool_name"]
 
 ToolFn = Callable[..., Any]
 
@@ -31,6 +32,30 @@ def valid_tool_name(name: object) -> bool:
     """Whether the OpenAI API accepts ``name`` as a function's (:data:`TOOL_NAME_PATTERN`)."""
     # fullmatch: ``$`` alone would let a trailing newline through.
     return type(name) is str and _TOOL_NAME.fullmatch(name) is not None
+
+
+def check_tool_fn(fn: object, name: str) -> None:
+    """Refuse a tool function that cannot take the turn as its first positional
+    argument (how every tool is called): shown to a model, it would fail every
+    call with a ``TypeError``. A callable whose signature cannot be read passes.
+
+    Raises:
+        SubagentError: ``INVALID_ARGUMENT`` for a callable that takes no
+            positional argument (no parameter, or a keyword-only ``turn``).
+    """
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # a builtin it cannot read: called as given
+        return
+    try:
+        signature.bind_partial(None)
+    except TypeError:
+        raise SubagentError(
+            f"tool {name[:80]!r}: a tool is called with the turn first, fn(turn, ...),"
+            f" and {getattr(fn, '__qualname__', type(fn).__name__)[:80]} takes no"
+            " positional argument",
+            code=ErrorCode.INVALID_ARGUMENT,
+        ) from None
 
 
 class ToolRegistry:
@@ -50,7 +75,8 @@ class ToolRegistry:
         Raises:
             SubagentError: ``INVALID_ARGUMENT`` for an empty name, a name that does
                 not match :data:`TOOL_NAME_PATTERN` (a dot, a space, over 64
-                characters ...), or a non-callable.
+                characters ...), a non-callable, or one that cannot take the
+                turn first (:func:`check_tool_fn`).
         """
         if type(name) is not str or not name or not callable(fn):
             raise SubagentError(
@@ -62,6 +88,7 @@ class ToolRegistry:
                 " (what OpenAI-compatible model APIs accept)",
                 code=ErrorCode.INVALID_ARGUMENT,
             )
+        check_tool_fn(fn, name)
         with self._lock:
             self._tools[name] = fn
 

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from subagents.actors._agents import Agent
+from subagents.actors._agents import Agent, check_tool_fn
 from subagents.protocol import ErrorCode, SubagentError
 
 __all__ = ["ContinuableScope", "Contribution", "SetupRegistration", "SetupRegistry"]
@@ -67,11 +67,17 @@ class ContinuableScope:
         self._closed = False
 
     def add_tool(self, name: str, fn: Callable[..., Any]) -> Callable[[], None]:
-        """Give this child a tool; returns its remover."""
+        """Give this child a tool ``fn(turn, ...)``; returns its remover.
+
+        Raises:
+            SubagentError: ``INVALID_ARGUMENT`` for an empty name, or a ``fn`` that
+                is not callable or cannot take the turn first.
+        """
         if type(name) is not str or not name or not callable(fn):
             raise SubagentError(
                 "a tool is a non-empty name and a callable", code=ErrorCode.INVALID_ARGUMENT
             )
+        check_tool_fn(fn, name)
         tools = self.agent.extra_tools
         tools[name] = fn
         return lambda: tools.pop(name, None) and None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import jsonschema
-from subagents.actors._agents import TOOL_NAME_PATTERN, valid_tool_name
+from subagents.actors._agents import TOOL_NAME_PATTERN, check_tool_fn, valid_tool_name
 from subagents.protocol import ErrorCode, SubagentError
 
 __all__ = [
@@ -213,8 +213,9 @@ def tool_table(
             that is no subagent tool; an ``extra`` that is not a mapping, or an
             entry whose name is a subagent tool's or one the API refuses
             (:data:`TOOL_NAME_PATTERN`), that is not a :class:`ModelTool` with a
-            callable ``fn``, whose description is not a str, or whose parameters
-            are not a valid JSON Schema, of an object, that JSON can carry.
+            callable ``fn`` that takes the turn first, whose description is not
+            a str, or whose parameters are not a valid JSON Schema, of an
+            object, that JSON can carry.
     """
 
     def refuse(message: str) -> SubagentError:
@@ -238,6 +239,7 @@ def tool_table(
             )
         if not isinstance(tool, ModelTool) or not callable(tool.fn):
             raise refuse(f"extra tool {name!r} is not a ModelTool with a callable fn")
+        check_tool_fn(tool.fn, name)
         if not isinstance(tool.description, str):
             raise refuse(
                 f"extra tool {name!r}: its description is a str,"
