@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from model_kit import register
-from subagents.actors import ModelTool, Runtime, ToolDispatcher
+from subagents.actors import SUBAGENT_TOOLS, ModelTool, Runtime, ToolDispatcher
 from subagents.actors.testing import Answer, FakeCall, FakeOpenAI
 from subagents.protocol import ErrorCode, SubagentError
 
@@ -113,3 +113,29 @@ def test_a_tool_that_raises_is_logged_with_its_type_and_traceback(
     (record,) = [r for r in caplog.records if "lookup" in r.getMessage()]
     assert "KeyError: 'k'" in record.getMessage()
     assert record.exc_info is not None and record.exc_info[0] is KeyError
+
+
+def test_the_subagent_tools_schemas_are_checked_once_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``openai_chat(tools=True)`` makes a dispatcher per agent, at each activation:
+    it checked the six constant schemas every time (some 10 ms of CPU). Now an
+    extra tool's schema is checked per dispatcher, the subagent tools' once."""
+    import jsonschema
+
+    ToolDispatcher()  # whatever the process checked before
+    tools = [OBJECT, *(t.parameters for t in SUBAGENT_TOOLS.values())]
+    seen: list[Any] = []
+    real = jsonschema.validators.validator_for
+
+    def counting(schema: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(schema is t for t in tools):  # a tool's, not the metaschema's parts
+            seen.append(schema)
+        return real(schema, *args, **kwargs)
+
+    monkeypatch.setattr(jsonschema.validators, "validator_for", counting)
+    for _ in range(3):
+        ToolDispatcher()
+    assert seen == []
+    ToolDispatcher(extra={"lookup": ModelTool("d", OBJECT, _fn)})
+    assert seen == [OBJECT]
