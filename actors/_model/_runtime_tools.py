@@ -4,8 +4,10 @@ A tool registered on the runtime (``runtime.tools.register``) or installed into 
 child's scope by a setup contribution is a Python function ``fn(turn, ...)``
 with no JSON Schema of its own. Shown to a model, its parameters after ``turn``
 become the properties of an object schema -- required when they have no default,
-typed when annotated ``str``, ``int``, ``float``, ``bool``, ``list`` or ``dict``
--- and its docstring's first paragraph the description. The call then goes
+typed when annotated ``str``, ``int``, ``float``, ``bool``, ``list``, ``tuple`` or
+``dict`` (or a generic form, ``list[str]``; or one of them or ``None``; a
+``Literal`` is an enum: :func:`_schema_of`) -- and its docstring's first
+paragraph the description. The call then goes
 through ``turn.call_tool``, so the agent's tool filter decides as it does for a
 behaviour's own calls. ``runtime.tools`` refuses a name the model API refuses
 (:data:`~._schemas.TOOL_NAME_PATTERN`: a dot, a space, over 64 characters); a
@@ -18,6 +20,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, Final
@@ -61,8 +64,7 @@ def runtime_tool(name: str, fn: Callable[..., Any]) -> ModelTool:
             continue
         if p.kind is _P.VAR_POSITIONAL:
             continue
-        kind = _JSON_TYPES.get(hints.get(p.name))  # type: ignore[arg-type]
-        properties[p.name] = {"type": kind} if kind else {}
+        properties[p.name] = _schema_of(hints.get(p.name))
         if p.default is _P.empty:
             required.append(p.name)
         if p.kind is _P.POSITIONAL_ONLY:
@@ -87,6 +89,28 @@ def runtime_tool(name: str, fn: Callable[..., Any]) -> ModelTool:
         return turn.call_tool(name, *args, **arguments)
 
     return ModelTool(description=description[:1000], parameters=schema, fn=call)
+
+
+def _schema_of(hint: Any) -> dict[str, Any]:
+    """The JSON Schema of a parameter annotated ``hint``: its JSON type for ``str``,
+    ``int``, ``float``, ``bool``, ``list``, ``tuple``, ``dict`` and their generic
+    forms (``list[str]``), the same or ``null`` for one of them or ``None`` (``int |
+    None``, ``Optional[int]``), an enum for a ``Literal`` of JSON scalars; anything
+    (``{}``) for the rest."""
+    try:
+        kind = _JSON_TYPES.get(hint) or _JSON_TYPES.get(typing.get_origin(hint))
+    except TypeError:  # an unhashable annotation
+        return {}
+    if kind:
+        return {"type": kind}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal and all(type(a) in (str, int, bool) for a in args):
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
+        inner = _schema_of(next(a for a in args if a is not type(None)))
+        if "type" in inner:
+            return {"type": [inner["type"], "null"]}
+    return {}
 
 
 class UnshownNames:
