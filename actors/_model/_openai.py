@@ -268,9 +268,9 @@ def openai_chat(
     ``False``/``None`` none, or a dispatcher. ``system`` is the system prompt
     of agents without a persona. ``timeout`` bounds each request, a streamed
     answer's whole length included (connecting: 5 s at most), ``max_retries``
-    the retries of a refused one. Other keyword
-    ``parameters`` (``temperature``, ``max_completion_tokens``, ...) go into
-    every request body. Needs the ``openai`` extra (httpx).
+    the retries of a refused one. Other keyword ``parameters`` (``temperature``,
+    ``max_completion_tokens``, ...) go into every request body. Needs the
+    ``openai`` extra (httpx).
 
     Example::
 

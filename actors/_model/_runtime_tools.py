@@ -7,9 +7,9 @@ become the properties of an object schema -- required when they have no default,
 typed when annotated ``str``, ``int``, ``float``, ``bool``, ``list``, ``tuple`` or
 ``dict`` (or a generic form, ``list[str]``; or one of them or ``None``; a
 ``Literal`` is an enum: :func:`_schema_of`) -- and its docstring's first
-paragraph the description. The call then goes
-through ``turn.call_tool``, so the agent's tool filter decides as it does for a
-behaviour's own calls. ``runtime.tools`` refuses a name the model API refuses
+paragraph the description. The call then goes through ``turn.call_tool``, so
+the agent's tool filter decides as it does for a behaviour's own calls.
+``runtime.tools`` refuses a name the model API refuses
 (:data:`~._schemas.TOOL_NAME_PATTERN`: a dot, a space, over 64 characters); a
 scope tool so named is not shown -- a request carrying it would fail every
 turn -- and is logged once (:class:`UnshownNames`).

@@ -248,7 +248,7 @@ def tool_table(
             )
         table[name] = tool
     validators = {
-        name: _builtin_validator(name) if name in SUBAGENT_TOOLS else checked_validator(name, tool)
+        name: _builtin_validator(name) if name in SUBAGENT_TOOLS else _checked_validator(name, tool)
         for name, tool in table.items()
     }
     return table, validators
@@ -259,10 +259,10 @@ def _builtin_validator(name: str) -> Any:
     """The validator of subagent tool ``name``, made once: its schema is a constant,
     and checking it again for every dispatcher (``openai_chat(tools=True)`` makes
     one per agent, at each activation) cost some 10 ms of CPU each time."""
-    return checked_validator(name, SUBAGENT_TOOLS[name])
+    return _checked_validator(name, SUBAGENT_TOOLS[name])
 
 
-def checked_validator(name: str, tool: ModelTool) -> Any:
+def _checked_validator(name: str, tool: ModelTool) -> Any:
     """A JSON Schema validator of ``tool``'s arguments, once its definition is
     checked as :func:`tool_table` says (``INVALID_ARGUMENT``)."""
 
