@@ -113,8 +113,9 @@ class ToolDispatcher:
             that is not a :class:`ModelTool` with a callable ``fn``, whose name
             the model API refuses (``^[a-zA-Z0-9_-]{1,64}$``), whose description
             is not a str, or whose schema is not a valid JSON Schema of an
-            object that JSON can carry; or a ``delegate_timeout`` that is not
-            ``None`` or a number of seconds >= 0.
+            object that JSON can carry; a ``delegate_timeout`` that is not
+            ``None`` or a number of seconds >= 0, or a ``runtime_tools`` that is
+            not a bool.
     """
 
     def __init__(
@@ -127,6 +128,8 @@ class ToolDispatcher:
     ) -> None:
         self._tools, self._validators = tool_table(tools, extra)
         self.delegate_timeout = check_timeout(delegate_timeout, "delegate_timeout")
+        if type(runtime_tools) is not bool:
+            raise SubagentError("runtime_tools is True or False", code=ErrorCode.INVALID_ARGUMENT)
         self.runtime_tools = runtime_tools
         self._lock = threading.Lock()
         self._background: dict[SessionId, Background] = {}

@@ -47,6 +47,7 @@ REFUSED: dict[str, dict[str, Any]] = {
     "delegate_timeout a str": {"delegate_timeout": "10"},
     "delegate_timeout NaN": {"delegate_timeout": math.nan},
     "delegate_timeout a bool": {"delegate_timeout": True},
+    "runtime_tools a str": {"runtime_tools": "no"},  # truthy: it showed them
 }
 
 
