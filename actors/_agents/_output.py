@@ -10,6 +10,7 @@ front; a relative one that does not resolve fails the turn's validation.
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -63,6 +64,11 @@ def check_output_schema(schema: Any) -> None:
         raise SubagentError(
             "output_schema must be a JSON Schema mapping", code=ErrorCode.INVALID_ARGUMENT
         )
+    try:
+        # JSON, whole: a model API is sent it (NaN, say, fails every request).
+        json.dumps(schema, allow_nan=False)
+    except Exception as exc:  # NaN, a cycle, bytes, a mapping that raises ...
+        raise _invalid(f"it is not JSON: {error_text(exc)}") from None
     try:
         dialect = schema.get("$schema")
         if dialect is not None and not isinstance(dialect, str):

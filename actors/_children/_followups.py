@@ -213,7 +213,9 @@ class Followups:
         if header is None:
             if sessions.persistence is None:  # an absent child can only be in persistence
                 raise _err(
-                    ErrorCode.PERSISTENCE_UNAVAILABLE, "cold resume needs session persistence"
+                    ErrorCode.PERSISTENCE_UNAVAILABLE,
+                    f"no live child {cid} here, and cold resume needs session persistence"
+                    " (this runtime has no store)",
                 )
             raise _err(ErrorCode.SESSION_NOT_FOUND, f"no session {cid}")
         _authorize(parent, header, agents)  # before any reconstruction

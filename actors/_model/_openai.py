@@ -108,12 +108,15 @@ class OpenAIChat:
         self.calls = 0
 
     def messages(self, turn: Turn) -> list[dict[str, Any]]:
-        """The messages of the turn's first request (system prompt first, if any;
-        a turn that runs again after a crash is told so, last)."""
+        """The messages of the turn's first request: the system prompt first, if any,
+        then the history. A turn that runs again after a crash is told so at the end
+        of that one system message (a system message anywhere but first is refused
+        by the chat templates of many OpenAI-compatible servers)."""
         system = turn.persona if turn.persona is not None else self.system
+        if turn.redelivered:
+            system = f"{system}\n\n{REDELIVERED_NOTE}" if system else REDELIVERED_NOTE
         head = [{"role": "system", "content": system}] if system else []
-        tail = [{"role": "system", "content": REDELIVERED_NOTE}] if turn.redelivered else []
-        return head + history_messages(turn) + tail
+        return head + history_messages(turn)
 
     def promised_message(self, sessions: SessionService, promise: ExpectedEvent) -> Any:
         """What a background run whose result never came was promised to deliver, read

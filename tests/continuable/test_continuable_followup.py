@@ -296,6 +296,18 @@ def test_cold_resume_needs_persistence(kit: Kit) -> None:
     kit.wait_settled("kid", epochs=2)
 
 
+def test_a_followup_to_an_unknown_child_without_a_store_names_it(backend: Any) -> None:
+    """R-FUP-11, R-ERR-1: on a runtime with no store, a follow-up to an id no live
+    child has is ``PERSISTENCE_UNAVAILABLE`` (a cold resume would need a store)
+    and says which id it looked for (it said only that a resume needs a store)."""
+    with Runtime(None, backend=backend) as rt:
+        root = rt.spawn("echo")
+        with pytest.raises(SubagentError) as err:
+            rt.subagents.followup(root, "ab" * 16, "hello")
+        assert err.value.code == ErrorCode.PERSISTENCE_UNAVAILABLE
+        assert "ab" * 16 in str(err.value) and "no store" in str(err.value)
+
+
 def test_unauthorized_followup_to_an_absent_child_loads_nothing(kit: Kit) -> None:
     """R-FUP-12: authority is checked before reconstruction: no log or checkpoint is
     read, no behaviour built, no Activation, no event."""

@@ -313,9 +313,11 @@ def test_a_cut_short_turn_is_run_again_without_its_messages_twice(
         assert rt.wait_idle(20)
         assert [_users(r) for r in fake.requests] == [["original"], ["original", "steered"]]
         # Both were taken before the crash (the cut turn, the message steered into
-        # it): each is told it runs again, last.
-        assert [r.messages[-1]["content"] for r in fake.requests] == [REDELIVERED_NOTE] * 2
-        assert fake.requests[1].messages[-3] == {"role": "assistant", "content": "original done"}
+        # it): each is told it runs again, in its one system message, first.
+        for r in fake.requests:
+            systems = [i for i, m in enumerate(r.messages) if m["role"] == "system"]
+            assert systems == [0] and r.messages[0]["content"].endswith(REDELIVERED_NOTE)
+        assert fake.requests[1].messages[-2] == {"role": "assistant", "content": "original done"}
         ends = rt.sessions.turn_ends(sid)
         assert [e.stop_reason for e in ends] == ["failed", "completed", "completed"]
 

@@ -47,9 +47,13 @@ def test_a_replayed_turn_starts_and_messages_its_child_once(
         ]
         rows = rt.subagents.list_children(sid).rows
         assert [r.label for r in rows] == ["w"], rows
-        # The model is told its turn runs again, in the replayed turn's requests.
-        notes = [m for r in fake.requests for m in r.messages if m["content"] == REDELIVERED_NOTE]
-        assert notes
+        # The model is told its turn runs again, in the replayed turn's requests:
+        # in their one system message, first.
+        told = [
+            [i for i, m in enumerate(r.messages) if REDELIVERED_NOTE in (m["content"] or "")]
+            for r in fake.requests
+        ]
+        assert [0] in told and all(t in ([], [0]) for t in told), told
         assert rt.wait_idle(20)
         outputs = [e.output for e in rt.sessions.turn_ends(rows[0].id)]
         assert outputs == ["noted", "noted"], outputs  # "watch", then "more" once

@@ -187,13 +187,26 @@ def _cyclic_schema() -> dict[str, Any]:
         _Raising(type="string"),
         {"$ref": "http://127.0.0.1:9/other.json"},
         {"properties": {"a": {"$ref": "file:///etc/passwd"}}},
+        {"type": "number", "maximum": float("nan")},
+        {"type": "string", "default": b"bytes"},
     ],
-    ids=["dialect-int", "dialect-list", "deep", "cyclic", "raising", "http-ref", "file-ref"],
+    ids=[
+        "dialect-int",
+        "dialect-list",
+        "deep",
+        "cyclic",
+        "raising",
+        "http-ref",
+        "file-ref",
+        "nan",
+        "bytes",
+    ],
 )
 def test_an_output_schema_is_refused_typed(rt: Runtime, schema: Any) -> None:
     """R-ERR-1: ``INVALID_ARGUMENT`` (AttributeError, TypeError, RecursionError
     escaped; a remote ``$ref`` was fetched over HTTP at every turn's end, with no
-    timeout), at ``spawn`` and at ``agents.resume``."""
+    timeout; a schema that is not JSON failed every model request), at ``spawn``
+    and at ``agents.resume``."""
     assert _code(lambda: rt.spawn("echo", output_schema=schema)) == ErrorCode.INVALID_ARGUMENT
 
 
