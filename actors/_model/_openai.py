@@ -97,6 +97,7 @@ class OpenAIChat:
         stream: bool,
         max_tool_rounds: int,
         parameters: Mapping[str, Any],
+        max_history: int | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.model = model
@@ -104,19 +105,29 @@ class OpenAIChat:
         self.system = system
         self.stream = stream
         self.max_tool_rounds = max_tool_rounds
+        self.max_history = max_history
         self.parameters = dict(parameters)
         self.calls = 0
 
     def messages(self, turn: Turn) -> list[dict[str, Any]]:
         """The messages of the turn's first request: the system prompt first, if any,
-        then the history. A turn that runs again after a crash is told so at the end
-        of that one system message (a system message anywhere but first is refused
-        by the chat templates of many OpenAI-compatible servers)."""
+        then the history (of earlier turns, the last ``max_history`` messages). A
+        turn that runs again after a crash is told so at the end of that one system
+        message (a system message anywhere but first is refused by the chat
+        templates of many OpenAI-compatible servers)."""
         system = turn.persona if turn.persona is not None else self.system
         if turn.redelivered:
             system = f"{system}\n\n{REDELIVERED_NOTE}" if system else REDELIVERED_NOTE
         head = [{"role": "system", "content": system}] if system else []
-        return head + history_messages(turn)
+        conversation = history_messages(turn)
+        if self.max_history is not None:
+            # The turn's own messages (its context, its message) always go.
+            earlier = len(conversation) - len(turn.context) - len(turn.messages)
+            cut = max(0, earlier - self.max_history)
+            while cut < earlier and conversation[cut]["role"] != "user":
+                cut += 1  # from a user message on: many chat templates insist
+            conversation = conversation[cut:]
+        return head + conversation
 
     def promised_message(self, sessions: SessionService, promise: ExpectedEvent) -> Any:
         """What a background run whose result never came was promised to deliver, read
@@ -257,6 +268,7 @@ def openai_chat(
     timeout: float = 600.0,
     max_retries: int = 2,
     max_tool_rounds: int = 32,
+    max_history: int | None = None,
     headers: Mapping[str, str] | None = None,
     **parameters: Any,
 ) -> Callable[[AgentOptions], OpenAIChat]:
@@ -271,7 +283,11 @@ def openai_chat(
     ``False``/``None`` none, or a dispatcher. ``system`` is the system prompt
     of agents without a persona. ``timeout`` bounds each request, a streamed
     answer's whole length included (connecting: 5 s at most), ``max_retries``
-    the retries of a refused one. Other keyword ``parameters`` (``temperature``,
+    the retries of a refused one. ``max_history`` bounds the messages of earlier
+    turns each request carries (the session's messages and reports, the turns'
+    answers): the last that many, from a user message on (``None``: all -- a
+    long-lived continuable child's history grows with every turn, and would in
+    time overflow the model's context). Other keyword ``parameters`` (``temperature``,
     ``max_completion_tokens``, ...) go into every request body. Needs the
     ``openai`` extra (httpx).
 
@@ -285,7 +301,8 @@ def openai_chat(
             id or ``system`` that is not a str (or ``None``), headers that are
             not str to str, a key, account id or header HTTP cannot send (not
             printable ASCII, a CR/LF/NUL, a name that is not a token), a
-            ``stream`` that is not a bool, ``parameters`` JSON cannot carry
+            ``stream`` that is not a bool, a ``max_history`` that is not an int
+            >= 0 or ``None``, ``parameters`` JSON cannot carry
             (NaN included), or a parameter each request sets itself
             (``messages``, ``stream_options``).
     """
@@ -317,6 +334,8 @@ def openai_chat(
             f"base_url must be an http(s) URL, got {base[:100]!r}", code=ErrorCode.INVALID_ARGUMENT
         )
     _check_settings(timeout, max_retries, max_tool_rounds, headers, parameters)
+    if max_history is not None and (type(max_history) is not int or max_history < 0):
+        raise SubagentError("max_history is an int >= 0 or None", code=ErrorCode.INVALID_ARGUMENT)
     if type(stream) is not bool:
         raise SubagentError("stream is True or False", code=ErrorCode.INVALID_ARGUMENT)
     try:
@@ -353,6 +372,7 @@ def openai_chat(
             stream=stream,
             max_tool_rounds=max_tool_rounds,
             parameters=parameters,
+            max_history=max_history,
         )
 
     return factory

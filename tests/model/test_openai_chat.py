@@ -72,6 +72,31 @@ def test_history_and_reports_become_messages(rt: Runtime, fake: FakeOpenAI) -> N
     ]
 
 
+def test_max_history_sends_the_last_messages_of_earlier_turns(
+    rt: Runtime, fake: FakeOpenAI
+) -> None:
+    """``max_history=n``: each request carries the system prompt, the last ``n``
+    messages of earlier turns -- from a user message on (a window that would
+    start at an answer starts after it) -- and the turn's own message, always."""
+    register(rt, fake, name="short", system="Sys.", max_history=3)
+    fake.script(*[Answer(content=f"answer {i}") for i in range(4)])
+    agent = rt.spawn("short")
+    for i in range(4):
+        run_turn(rt, agent, f"q{i}")
+    contents = [[m["content"] for m in r.messages] for r in fake.requests]
+    assert contents == [
+        ["Sys.", "q0"],
+        ["Sys.", "q0", "answer 0", "q1"],
+        # The last 3 of q0 a0 q1 a1 begin at an answer: from q1 on.
+        ["Sys.", "q1", "answer 1", "q2"],
+        ["Sys.", "q2", "answer 2", "q3"],
+    ]
+    register(rt, fake, name="none", max_history=0)
+    fake.script(Answer(content="alone"))
+    run_turn(rt, rt.spawn("none"), "only")
+    assert [m["content"] for m in fake.requests[-1].messages] == ["only"]
+
+
 def test_a_continuable_child_reports_through_the_tool(rt: Runtime, fake: FakeOpenAI) -> None:
     register(rt, fake)
     parent = rt.spawn("echo")

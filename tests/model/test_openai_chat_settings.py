@@ -74,3 +74,12 @@ def test_an_endpoint_of_the_wrong_types_is_refused_by_its_check(fields: dict[str
     with pytest.raises(SubagentError) as err:
         check_endpoint(endpoint)
     assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "3", True])
+def test_a_max_history_that_is_no_count_is_invalid_argument(value: Any) -> None:
+    """``max_history`` is an int >= 0 or ``None``."""
+    with pytest.raises(SubagentError) as err:
+        openai_chat("gpt-test", base_url="http://127.0.0.1:9/v1", api_key="k", max_history=value)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "max_history" in str(err.value)
