@@ -4,8 +4,9 @@ A turn stands for ``turn/start``, the turn's extra events, the quiet reports it
 took as context, the delivered message (a ``message``, or a waking ``report``)
 and ``turn/end``. Building those objects on every turn cost about as much as the
 mailbox itself, and most are never read back in the process that wrote them. A
-:class:`TurnRecord` keeps the values the turn already has -- the delivered
-envelope, the context, one wall-clock time and the turn's elapsed time -- and
+:class:`TurnRecord` keeps the values the turn already has -- what the delivered
+envelope held (copied: the envelope itself is not kept alive with the log), the
+context, one wall-clock time and the turn's elapsed time -- and
 occupies one slot per event it stands for in a session's log (the same object in
 each slot), so seq arithmetic over the log is unchanged. :meth:`TurnRecord.event`
 builds the event of one seq on first demand, equal to what the turn would have
@@ -57,6 +58,10 @@ class TurnRecord:
     The start time ``at`` may be given as POSIX seconds (``time.time()``): it is
     dated when first read.
 
+    What was delivered is copied from the envelope (:class:`Delivered`):
+    ``message_id``, ``content``, ``source``, ``kind``, ``extra`` and
+    ``redelivered`` (a bool).
+
     The owner sets ``seq``, ``end`` and ``end_seq`` before it publishes the slots
     they describe; after that a record only caches what it built.
     """
@@ -66,13 +71,18 @@ class TurnRecord:
         "_end",
         "_given",
         "_head",
+        "content",
         "context",
-        "delivered",
         "elapsed",
         "end",
         "end_seq",
+        "extra",
+        "kind",
+        "message_id",
+        "redelivered",
         "seq",
         "size",
+        "source",
         "turn",
     )
 
@@ -89,10 +99,16 @@ class TurnRecord:
         # records are never read back in the process that wrote them.
         self._given: _dt.datetime | float = at
         self._at: _dt.datetime | None = None
-        self.delivered = delivered
+        # What was delivered, copied: the envelope itself is not kept alive (one
+        # object fewer a turn for the cycle collector to walk while the log lives).
+        self.message_id = delivered.message_id
+        self.content = delivered.content
+        self.source = delivered.source
+        self.kind = delivered.kind
+        self.extra = extra = delivered.extra
+        self.redelivered = delivered.redelivered is True
         # Quiet reports taken as context: values with message_id, content, source.
         self.context = context
-        extra = delivered.extra
         self.size = 2 + len(context) + len(extra) if context or extra else 2
         self.seq = -1
         self.end_seq = -1
@@ -125,24 +141,23 @@ class TurnRecord:
         head = self._head
         if head is not None:
             return head
-        d = self.delivered
-        mid = d.message_id
-        events: list[Event] = [
-            trusted_turn_start(self.turn, self.at, (mid,), d.redelivered is True)
-        ]
-        events.extend(d.extra)
+        mid = self.message_id
+        events: list[Event] = [trusted_turn_start(self.turn, self.at, (mid,), self.redelivered)]
+        events.extend(self.extra)
         for q in self.context:
             events.append(
                 ReportEvent(
                     message_id=q.message_id, content=q.content, source=q.source, delivery="quiet"
                 )
             )
-        if d.kind == "report":
+        if self.kind == "report":
             events.append(
-                ReportEvent(message_id=mid, content=d.content, source=d.source, delivery="waking")
+                ReportEvent(
+                    message_id=mid, content=self.content, source=self.source, delivery="waking"
+                )
             )
         else:
-            events.append(trusted_message(mid, d.content, d.source))
+            events.append(trusted_message(mid, self.content, self.source))
         head = self._head = tuple(events)  # two readers may both build it: equal values
         return head
 

@@ -313,7 +313,7 @@ def test_a_steer_while_a_leftover_is_discarded_is_a_turn_of_its_own(rts: Runtime
 
         def begin_turn(live: Any, record: Any) -> None:
             begin(live, record)
-            if record.delivered.content == "by the way" and not late:
+            if record.content == "by the way" and not late:
                 late.append(agent.followup("late", steer=True))  # from the actor itself
 
         rts.sessions.begin_turn = begin_turn  # type: ignore[method-assign]
