@@ -30,6 +30,7 @@ from ._vocabulary import Event, MessageSource, ReportEvent, TurnEnd
 __all__ = ["Delivered", "TurnRecord", "materialise"]
 
 _delta = _dt.timedelta
+_new_str = str.__new__
 _fromtimestamp = _dt.datetime.fromtimestamp
 _UTC = _dt.UTC
 
@@ -71,6 +72,7 @@ class TurnRecord:
         "_end",
         "_given",
         "_head",
+        "_mid",
         "content",
         "context",
         "elapsed",
@@ -78,7 +80,6 @@ class TurnRecord:
         "end_seq",
         "extra",
         "kind",
-        "message_id",
         "redelivered",
         "seq",
         "size",
@@ -101,7 +102,9 @@ class TurnRecord:
         self._at: _dt.datetime | None = None
         # What was delivered, copied: the envelope itself is not kept alive (one
         # object fewer a turn for the cycle collector to walk while the log lives).
-        self.message_id = delivered.message_id
+        # The id as a plain str: a str subclass is one more object the cycle
+        # collector walks for as long as the log lives (see ``message_id``).
+        self._mid = str(delivered.message_id)
         self.content = delivered.content
         self.source = delivered.source
         self.kind = delivered.kind
@@ -116,6 +119,11 @@ class TurnRecord:
         self.end: tuple[str, Any, Any, str | None, Mapping[str, int] | None, Any] | None = None
         self._head: tuple[Event, ...] | None = None
         self._end: TurnEnd | None = None
+
+    @property
+    def message_id(self) -> MessageId:
+        """The delivered message's id."""
+        return _new_str(MessageId, self._mid)
 
     @property
     def at(self) -> _dt.datetime:
@@ -141,7 +149,7 @@ class TurnRecord:
         head = self._head
         if head is not None:
             return head
-        mid = self.message_id
+        mid = _new_str(MessageId, self._mid)
         events: list[Event] = [trusted_turn_start(self.turn, self.at, (mid,), self.redelivered)]
         events.extend(self.extra)
         for q in self.context:
