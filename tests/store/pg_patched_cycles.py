@@ -51,7 +51,11 @@ def _store_threads() -> list[str]:
 
 
 def _texts(store: PostgresStore, session_id: Any) -> str:
-    return " ".join(repr(record.event) for record in store.read(session_id))
+    """The session's log and what waits in its inbox: an accepted message is kept
+    in one or the other (a close keeps what its turns did not run yet)."""
+    logged = [repr(record.event) for record in store.read(session_id)]
+    waiting = [repr(entry.event) for entry in store.pending(session_id)]
+    return " ".join(logged + waiting)
 
 
 def cycle(url: str, schema: str) -> dict[str, Any]:

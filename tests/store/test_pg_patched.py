@@ -60,7 +60,8 @@ def test_close_returns_promptly_and_leaves_no_pool_behind(
     stop thread 'subagents-<schema>-worker-0'"), and left both behind: most runs had
     one to five of six closes take 10 s. Now every close returns at once, leaves no
     pool thread or greenlet (nor a thread running the store's code) behind, and what
-    was accepted before it is in the store after."""
+    was accepted before it is in the store after (in the log, or in the inbox when
+    the close came before its turn)."""
     url, prefix = schemas
     results = _run(url, prefix, "6", *(["--threads"] if mode == "threads" else []))
     for i, r in enumerate(results):
