@@ -422,10 +422,11 @@ class Inbox:
             else:
                 turns.handle(message)
         finally:
-            ended = turns.ended
-            if ended is not None:
-                turns.ended = None
-            quiet = ended is None and type(message) is Quiet
-            if self._settle_handled(ended, quiet) and self._idle_listeners:
-                for fn in list(self._idle_listeners):
-                    hear(fn, self, "idle listener")
+            ended, turns.ended = turns.ended, None
+            self._settle_and_tell(ended, ended is None and type(message) is Quiet)
+
+    def _settle_and_tell(self, ended: Any, quiet: bool, count: int = 1) -> None:
+        """:meth:`_settle_handled`, in the actor: idle listeners hear what made it idle."""
+        if self._settle_handled(ended, quiet, count) and self._idle_listeners:
+            for fn in list(self._idle_listeners):
+                hear(fn, self, "idle listener")

@@ -67,7 +67,6 @@ class TurnRunner:
         "inboxed",
         "keep_accepted",
         "keeps_context",
-        "later",
         "next_turn",
         "one_shot",
         "owed",
@@ -112,7 +111,6 @@ class TurnRunner:
         self.expecting: Owed | None = None
         self.owed: Owed | None = None
         self.one_shot = False  # a one-shot child's: nothing runs its messages again
-        self.later = False  # a run of queued turns goes on: its store write comes later
         # Statistics: turns run to their end, the last WINDOW turn times, replays.
         # A count of its own: next_turn moves before ``current`` is set, and a
         # reader in between would count the starting turn as run.
@@ -249,9 +247,10 @@ class TurnRunner:
         logger.warning("not running a turn of %s: its lease was taken over", session.id)
         return False
 
-    def run_turn(self, d: Deliver, unrun: str | None = None) -> None:
+    def run_turn(self, d: Deliver, unrun: str | None = None, later: bool = False) -> None:
         """Run ``d`` as the next turn; with ``unrun`` (why), record it as a turn
-        that ended ``cancelled`` without calling the behaviour."""
+        that ended ``cancelled`` without calling the behaviour. ``later``: a run of
+        queued turns goes on, and stores this one with a later one (``_run``)."""
         host = self._host
         sessions = host.sessions
         if sessions.inherited is not None:
@@ -390,7 +389,7 @@ class TurnRunner:
             done = tuple(m for m in ran if m in self.inboxed)
             self.inboxed.difference_update(done)
         try:
-            sessions.end_turn(session, record, done, self.later)
+            sessions.end_turn(session, record, done, later)
         except Exception:
             logger.exception("recording the end of turn %d of %s failed", index, session.id)
         if traced is not None:

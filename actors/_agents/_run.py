@@ -25,8 +25,6 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
-from subagents.actors._kernel._listeners import hear
-
 from ._messages import Deliver
 
 if TYPE_CHECKING:
@@ -56,8 +54,7 @@ def run_queued(agent: Inbox, message: Deliver, queued: deque[Any]) -> None:
             ):
                 deferred += 1  # (settled by the finally clause if the turn raises)
                 more = bool(queued) and deferred < run and type(queued[0]) is Deliver
-                turns.later = more
-                turns.run_turn(message)
+                turns.run_turn(message, None, more)
                 ended = turns.ended
                 turns.ended = None
                 if more and (ended is None or ended._steer is None):
@@ -74,7 +71,6 @@ def run_queued(agent: Inbox, message: Deliver, queued: deque[Any]) -> None:
                 return
             message = queued.popleft()
     finally:
-        turns.later = False
         if deferred:
             ended, turns.ended = turns.ended, None
             _settle(agent, ended, deferred, True)
@@ -82,13 +78,10 @@ def run_queued(agent: Inbox, message: Deliver, queued: deque[Any]) -> None:
 
 def _settle(agent: Inbox, ended: Any, count: int, tail: bool) -> None:
     """Store what the run left in the live tail (``tail``: its last turn's end did
-    not), then settle ``count`` messages (the last ``ended``), telling the idle
-    listeners when that made the agent idle."""
+    not), then settle ``count`` messages (the last ``ended``)."""
     if tail:
         try:
             agent._host.sessions.write_tail(agent._session)
         except Exception:  # (the store closed under it): as a turn's own end would be
             logger.exception("recording the last %d turns of %s failed", count, agent.session_id)
-    if agent._settle_handled(ended, False, count) and agent._idle_listeners:
-        for fn in list(agent._idle_listeners):
-            hear(fn, agent, "idle listener")
+    agent._settle_and_tell(ended, False, count)

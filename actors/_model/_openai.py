@@ -333,9 +333,7 @@ def openai_chat(
         raise SubagentError(
             f"base_url must be an http(s) URL, got {base[:100]!r}", code=ErrorCode.INVALID_ARGUMENT
         )
-    _check_settings(timeout, max_retries, max_tool_rounds, headers, parameters)
-    if max_history is not None and (type(max_history) is not int or max_history < 0):
-        raise SubagentError("max_history is an int >= 0 or None", code=ErrorCode.INVALID_ARGUMENT)
+    _check_settings(timeout, max_retries, max_tool_rounds, max_history, headers, parameters)
     if type(stream) is not bool:
         raise SubagentError("stream is True or False", code=ErrorCode.INVALID_ARGUMENT)
     try:
@@ -382,6 +380,7 @@ def _check_settings(
     timeout: Any,
     max_retries: Any,
     max_tool_rounds: Any,
+    max_history: Any,
     headers: Mapping[str, str] | None,
     parameters: Mapping[str, Any],
 ) -> None:
@@ -396,7 +395,10 @@ def _check_settings(
         or not 0 < timeout <= MAX_TIMEOUT  # NaN fails it too
     ):
         raise refuse(f"timeout is a number of seconds > 0 and <= {MAX_TIMEOUT:g}")
-    for what, value in (("max_retries", max_retries), ("max_tool_rounds", max_tool_rounds)):
+    counts = [("max_retries", max_retries), ("max_tool_rounds", max_tool_rounds)]
+    if max_history is not None:
+        counts.append(("max_history", max_history))
+    for what, value in counts:
         if type(value) is not int or value < 0:
             raise refuse(f"{what} is an int >= 0")
     if headers is not None and (

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from subagents.actors import AbortController, ContinuableStartSpec, Runtime
+from subagents.actors._agents import _mail
 from subagents.actors.testing import Gate
 
 
@@ -116,6 +117,19 @@ def blocked(proc: subprocess.Popen[str]) -> tuple[str, str]:
     line = proc.stdout.readline().split()
     assert len(line) == 2, proc.stderr.read() if proc.stderr else ""
     return line[0], line[1]
+
+
+def gated_pickup() -> tuple[Gate, Callable[[Any, Any], None]]:
+    """A gate, and a mail pickup that passes it first: the test patches it in
+    (``monkeypatch.setattr(_mail.Mailman, "pickup", gated)``) when it chooses."""
+    gate = Gate("pickup")
+    held = _mail.Mailman.pickup
+
+    def gated(self: Any, sid: Any) -> None:
+        gate.pass_through()
+        held(self, sid)
+
+    return gate, gated
 
 
 def until(rt: Runtime, done: Callable[[], bool], timeout: float = 10.0) -> bool:

@@ -9,23 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_kit import exited, until, worker
+from durability_kit import exited, gated_pickup, until, worker
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._agents import _mail
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
-
-
-def _gated_pickup() -> tuple[Gate, Any]:
-    """A gate and a mail pickup that passes it first (patched in by the test)."""
-    pickup = Gate("pickup")
-    held = _mail.Mailman.pickup
-
-    def gated(self: Any, sid: Any) -> None:
-        pickup.pass_through()
-        held(self, sid)
-
-    return pickup, gated
 
 
 def test_a_followup_committed_elsewhere_runs_before_one_sent_after_it(
@@ -36,7 +24,7 @@ def test_a_followup_committed_elsewhere_runs_before_one_sent_after_it(
     resident. m2 was admitted at once and ran before m1 (the two-servers example
     test saw it now and then). Now A takes m1 ahead of m2, in order."""
     db = str(tmp_path / "o.db")
-    pickup, gated = _gated_pickup()
+    pickup, gated = gated_pickup()
     with Runtime(db, backend=backend, keep_warm=60) as a, Runtime(db, backend=backend) as b:
         a.models.register("w", lambda _o: lambda turn: turn.content)
         root = a.spawn("w")
@@ -67,7 +55,7 @@ def test_a_send_committed_by_another_process_runs_before_one_sent_after_it(
     sends did the same in the crash soak: the first met the session's activation
     in progress, went through the inbox, and was overtaken by the second). Now the
     agent's follow-up takes the message ahead of it first."""
-    pickup, gated = _gated_pickup()
+    pickup, gated = gated_pickup()
     with Runtime(db, backend=backend) as a:
         a.models.register("mark", lambda _o: lambda turn: turn.content)
         root = a.spawn("mark", label="held")
@@ -133,7 +121,7 @@ def test_a_report_runs_after_a_send_committed_before_it(
     The report was committed taken by the parent's activation and queued at once,
     ahead of ``m1``, as a follow-up's own message was before the take-ahead; now it
     takes what was committed ahead of it first, as a follow-up does."""
-    pickup, gated = _gated_pickup()
+    pickup, gated = gated_pickup()
     with Runtime(db, backend=backend, keep_warm=60) as a, Runtime(db, backend=backend) as b:
         a.models.register("w", lambda _o: lambda turn: turn.content)
         root = a.spawn("w")

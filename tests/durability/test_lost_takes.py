@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from commit_cut import CommitCut
-from durability_kit import Noted
+from durability_kit import Noted, gated_pickup
 from subagents.actors import Runtime
 from subagents.actors._agents import _mail
 from subagents.actors._kernel._backend import Backend
@@ -121,13 +121,7 @@ def _stayed(a: Runtime, agent: Any, epoch: int, noted: Noted) -> None:
 
 def _gated_pickup(monkeypatch: pytest.MonkeyPatch) -> Gate:
     """Hold every mail pickup at a gate until the test releases it."""
-    gate = Gate("pickup")
-    held = _mail.Mailman.pickup
-
-    def gated(self: Any, sid: Any) -> None:
-        gate.pass_through()
-        held(self, sid)
-
+    gate, gated = gated_pickup()
     monkeypatch.setattr(_mail.Mailman, "pickup", gated)
     return gate
 

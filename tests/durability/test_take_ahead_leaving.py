@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_kit import exited, until, worker
+from durability_kit import exited, gated_pickup, until, worker
 from subagents.actors import Runtime
 from subagents.actors._agents import _ahead, _mail
 from subagents.actors._kernel._backend import Backend
-from subagents.actors.testing import Gate
 from subagents.protocol import SubagentError, TurnEnd, TurnStart
 
 
@@ -36,13 +35,7 @@ def test_messages_taken_ahead_for_an_agent_found_leaving_run_unflagged(
     follow-up ``m2`` then takes ``w-0`` ahead of it, and as it queues it the agent
     is found disposed. ``w-0`` runs once, in a later activation, not flagged
     ``redelivered`` (it was: taken by the disposed activation, which never ran it)."""
-    pickup = Gate("pickup")
-    held_pickup = _mail.Mailman.pickup
-
-    def gated_pickup(self: Any, sid: Any) -> None:
-        pickup.pass_through()
-        held_pickup(self, sid)
-
+    pickup, gated = gated_pickup()
     real_replay = _ahead.replay
     disposing: list[Any] = []
 
@@ -57,7 +50,7 @@ def test_messages_taken_ahead_for_an_agent_found_leaving_run_unflagged(
         a.models.register("mark", lambda _o: lambda turn: turn.content)
         root = a.spawn("mark", label="held")
         sid = root.session_id
-        monkeypatch.setattr(_mail.Mailman, "pickup", gated_pickup)
+        monkeypatch.setattr(_mail.Mailman, "pickup", gated)
         marks = str(tmp_path / "marks")
         args = ("send", db, str(sid), "w", "1", "1", marks, backend.name, "30")
         with worker("mp_worker.py", *args) as b:
