@@ -156,7 +156,9 @@ def test_a_message_taken_back_as_a_resume_reads_it_does_not_run(
 
         return on_turn
 
-    with Runtime(db, backend=backend) as rt:
+    # adopt=False: the session waits with nobody holding it, and a sweep of this
+    # runtime's own (a second after it opened, on a slow box) must not take it first.
+    with Runtime(db, backend=backend, adopt=False) as rt:
         rt.models.register("watch", watch)
         agent = rt.spawn("watch", label="root")
         sid = agent.session_id
