@@ -30,8 +30,8 @@ another process committed is found by the lease's release (``Release.WAITING``)
 and the session adopted again. Nothing accepted is lost either way.
 
 An agent this runtime's user asks to resume while it is adopted here is kept
-(:meth:`keep`): from then on it is the user's, as one the user spawned or
-resumed, and never let go this way.
+(:meth:`keep`) and handed to the caller: from then on it is the user's, as one
+the user spawned or resumed, and never let go this way.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ _RECHECK = 1.0
 
 class Adoptions:
     """The adopted top-level agents of one runtime (see the module docstring).
-    Thread-safe; ``grace=inf`` keeps every adopted agent (nothing is tracked)."""
+    Thread-safe; ``grace=inf`` keeps every adopted agent (none is let go)."""
 
     def __init__(self, backend: Backend, grace: float = math.inf) -> None:
         self.grace = grace
@@ -73,21 +73,22 @@ class Adoptions:
 
     def add(self, agent: Agent) -> None:
         """``agent`` was activated by the sweep, for no user here: let it go once
-        quiet (nothing happens with an infinite grace)."""
-        if self.grace == math.inf:
-            return
+        quiet (never, with an infinite grace: it waits for a user's :meth:`keep`)."""
         with self._lock:
             if agent._disposed:
                 return
             self._adopted[agent.session_id] = agent
-        agent.add_idle_listener(self._idle)
         agent.add_dispose_listener(self._forget)
+        if self.grace == math.inf:
+            return
+        agent.add_idle_listener(self._idle)
         self._alarm.at(agent.idle_since + self.grace)  # idle already: due from then
 
-    def keep(self, session_id: SessionId) -> None:
-        """The user asked for ``session_id``: if it is adopted here, it stays."""
+    def keep(self, session_id: SessionId) -> Agent | None:
+        """The user asked for ``session_id``: if it is adopted here, it stays, and is
+        returned (None: not adopted, or let go already -- then it is disposing)."""
         with self._lock:
-            self._adopted.pop(session_id, None)
+            return self._adopted.pop(session_id, None)
 
     def adopted(self, session_id: SessionId) -> bool:
         """Whether the agent of ``session_id`` is live here as an adoption."""
@@ -148,7 +149,7 @@ class Adoptions:
             elif self._kept(agent):
                 self._alarm.at(now + max(self.grace, _RECHECK))
             else:
-                self._let_go(agent)
+                self.let_go(agent, wait=False)
 
     def _kept(self, agent: Agent) -> bool:
         """Whether something other than its inbox keeps ``agent`` resident."""
@@ -156,7 +157,8 @@ class Adoptions:
         doubts = agent._host.sessions.doubts.held(sid) or agent._in_doubt()
         return bool(agent in self._holds or doubts or self.children(sid))
 
-    def _let_go(self, agent: Agent) -> None:
+    def let_go(self, agent: Agent, *, wait: bool) -> bool:
+        """Dispose the adopted ``agent`` if it is still adopted and idle (True)."""
         sid = agent.session_id
         with self._lock:  # (the gate's lock is taken inside: never the other way)
             # Kept by the user meanwhile, or gone: it stays. The gate closes only
@@ -164,10 +166,11 @@ class Adoptions:
             # (its idle listener re-arms the alarm), one after is refused (the
             # module docstring says where it goes then).
             if self._adopted.get(sid) is not agent or not agent.close_if_idle():
-                return
+                return False
             del self._adopted[sid]
         logger.debug("letting go of %s, adopted and quiet", sid)
         try:
-            agent.dispose(wait=False)  # its checkpoint, then its lease released
+            agent.dispose(wait=wait)  # its checkpoint, then its lease released
         except SubagentError as exc:
             logger.warning("letting go of the adopted %s failed: %s", sid, exc)
+        return True

@@ -153,9 +153,10 @@ class AgentRegistry:
         One activation of a session at a time here: a resume, send or follow-up
         activating the same session meanwhile is waited for, and so is the
         disposal of its previous agent (``dispose(wait=False)`` releases the
-        session later), up to 30 seconds each. A session this runtime's sweep
-        adopted is live here already (``SESSION_EXISTS``): asking for it makes it
-        the caller's, never let go once quiet (see ``Runtime(adopted_grace=)``).
+        session later), up to 30 seconds each. One this runtime's sweep adopted is
+        returned live, the caller's from now on (see ``Runtime(adopted_grace=)``);
+        given ``behaviour``, ``options`` or ``output_schema``, it is the caller's too
+        but ``SESSION_EXISTS`` (the live agent runs without them).
 
         Raises:
             SubagentError: ``PERSISTENCE_UNAVAILABLE``, ``SESSION_NOT_FOUND``,
@@ -181,9 +182,12 @@ class AgentRegistry:
                 damaged=damaged,
             )  # fmt: skip
         except SubagentError as exc:
-            if exc.code == ErrorCode.SESSION_EXISTS:
-                self.adopted.keep(sid)  # adopted here: the caller's from now on
-            raise
+            if exc.code != ErrorCode.SESSION_EXISTS:
+                raise
+            agent = self.adopted.keep(sid)  # adopted here: the caller's from now on
+            if agent is None or any(a is not None for a in (behaviour, options, output_schema)):
+                raise
+            return agent
 
     def resume_unasked(self, session_id: SessionId) -> Agent:
         """:meth:`resume` of a top-level session for no user here (the sweep wakes a
@@ -223,12 +227,9 @@ class AgentRegistry:
             self.adopted.add(restored.agent)
         finally:
             self._claims.unclaim(session_id)
-        agent = restored.agent
-        # (Taken meanwhile by another process.) A message sent to it since its
-        # registration keeps it (the gate closes only on an agent with none in flight).
-        if restored.pending or not agent.close_if_idle():
+        agent = restored.agent  # (a message sent since, or a user's resume, keeps it)
+        if restored.pending or not self.adopted.let_go(agent, wait=True):
             return agent
-        agent.dispose()
         return None
 
     def _check_open(self) -> None:

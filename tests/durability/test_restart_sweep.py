@@ -23,13 +23,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from durability_kit import Noted, blocked, until, worker
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
-from subagents.protocol import ErrorCode, SessionId, SubagentError
+from subagents.protocol import SessionId
 
 TTL = 60.0  # the restarted runtime's: a sweep every 20 s
 SOON = 10.0  # well inside one sweep period, generous on a loaded box
@@ -116,24 +115,45 @@ def test_a_restart_script_resumes_its_own_root_before_any_sweep(
             assert _held_by(rt, child)
 
 
+def test_a_restart_script_slower_than_the_first_sweep_still_gets_its_root(
+    backend: Backend, db: str, tmp_path: Path
+) -> None:
+    """R-RES-2, R-DUR-3: the restart script's setup outlasts the first sweep, which
+    adopted the root to run the child's cut-short turn below it. The script's
+    ``resume`` of the root returns that live agent (it was ``SESSION_EXISTS``, and
+    a script had to know to call ``agents.get``), the script's from then on: no
+    longer an adoption, never let go once quiet. The turn ran once. Three rounds."""
+    for _ in range(3):
+        with (
+            _killed_worker(backend, db, tmp_path) as (root, _child),
+            Runtime(db, backend=backend, lease_ttl=TTL, adopted_grace=TTL) as rt,
+        ):
+            noted = Noted()
+            noted.register(rt, "here", "block")
+            assert noted.wait_for(lambda items: len(items) >= 1, SOON), "no sweep yet"
+            assert until(rt, lambda: rt.agents.adopted.adopted(SessionId(root)), SOON)
+            mine = rt.agents.resume(root)
+            assert rt.agents.get(root) is mine and not mine.disposed
+            assert not rt.agents.adopted.adopted(SessionId(root))
+            assert rt.wait_idle(SOON)
+            assert noted.items() == [("here", "first", True)]
+            assert rt.agents.get(root) is mine and not mine.disposed
+
+
 def test_a_resume_right_after_opening_meets_the_first_sweep_once(
     backend: Backend, db: str, tmp_path: Path
 ) -> None:
     """The user resumes the root as the first sweep adopts it: one activation --
-    the user's, or the sweep's handed to the user (``SESSION_EXISTS``) -- and the
-    child's turn runs once, below it."""
+    the user's, or the sweep's handed to the user by ``resume`` -- and the child's
+    turn runs once, below it."""
     with (
         _killed_worker(backend, db, tmp_path) as (root, _child),
         Runtime(db, backend=backend, lease_ttl=TTL) as rt,
     ):
         noted = Noted()
         noted.register(rt, "here", "block")
-        try:
-            mine: Any = rt.agents.resume(root)
-        except SubagentError as exc:
-            assert exc.code == ErrorCode.SESSION_EXISTS
-            mine = rt.agents.get(root)
-        assert mine is not None and rt.agents.get(root) is mine
+        mine = rt.agents.resume(root)
+        assert rt.agents.get(root) is mine
         assert noted.wait_for(lambda items: len(items) >= 1, SOON)
         assert rt.wait_idle(SOON)
         assert noted.items() == [("here", "first", True)]

@@ -277,20 +277,23 @@ def test_gevent_calls_on_agents_from_a_foreign_thread_are_refused(
 
 def test_resuming_an_agent_live_here_says_where_it_is(backend: Backend, tmp_path: Any) -> None:
     """R-ERR-1, R-RES-2: ``agents.send`` resumed a stored session here (for no user:
-    an adoption); the user's ``resume`` of it then is ``SESSION_EXISTS`` -- the
-    message names ``agents.get``, which returns the live agent (a drain takes only
-    an Agent), and ``hint`` the session. It said only "an agent for ... is live"."""
+    an adoption); the user's ``resume`` of it returns that live agent, the user's
+    from then on. A second ``resume`` is ``SESSION_EXISTS`` -- the message names
+    ``agents.get``, which returns the live agent (a drain takes only an Agent), and
+    ``hint`` the session. It said only "an agent for ... is live"; and the first
+    resume was ``SESSION_EXISTS`` too."""
     db = str(tmp_path / "s.db")
     with Runtime(db, backend=backend) as first:
         sid = first.spawn("echo", label="root").session_id
     with Runtime(db, backend=backend) as rt:
         rt.agents.send(sid, "wake up")  # resumed here, by the send
         assert rt.wait_idle(10)
+        mine = rt.agents.resume(sid)
+        assert mine is rt.agents.get(sid) and not mine.disposed
         with pytest.raises(SubagentError) as info:
             rt.agents.resume(sid)
         assert info.value.code == ErrorCode.SESSION_EXISTS
         assert "agents.get(session_id) returns it" in str(info.value)
         assert info.value.hint == {"session_id": sid}
-        live = rt.agents.get(sid)
-        assert live is not None and not live.disposed
-        rt.subagents.drain_continuable_descendants([live])
+        assert rt.agents.get(sid) is mine and not mine.disposed
+        rt.subagents.drain_continuable_descendants([mine])
