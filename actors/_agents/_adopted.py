@@ -84,6 +84,14 @@ class Adoptions:
         agent.add_idle_listener(self._idle)
         self._alarm.at(agent.idle_since + self.grace)  # idle already: due from then
 
+    def adopt_held(self, agent: Agent) -> Callable[[], None]:
+        """:meth:`add` ``agent``, held (:meth:`hold`) until the returned release:
+        adopted at once, so a user's resume is handed it, but not let go before
+        what it was woken for (a child below it) keeps it."""
+        release = self.hold(agent)
+        self.add(agent)
+        return release
+
     def keep(self, session_id: SessionId) -> Agent | None:
         """The user asked for ``session_id``: if it is adopted here, it stays, and is
         returned (None: not adopted, or let go already -- then it is disposing)."""

@@ -48,6 +48,9 @@ __all__ = ["AgentRegistry"]
 logger = logging.getLogger("subagents")
 
 
+_Held = list[Callable[[], None]]  # a resume's adoption hold, handed back
+
+
 def _as_session_id(value: Any) -> SessionId:
     return value if type(value) is SessionId else SessionId(value)
 
@@ -189,12 +192,14 @@ class AgentRegistry:
                 raise
             return agent
 
-    def resume_unasked(self, session_id: SessionId) -> Agent:
-        """:meth:`resume` of a top-level session for no user here (the sweep wakes a
-        child below it); one live here meanwhile: ``SESSION_EXISTS``, left as is."""
-        return self._resume_top(session_id)
+    def resume_unasked(self, session_id: SessionId) -> tuple[Agent, Callable[[], None]]:
+        """:meth:`resume` of a top-level session for no user here (the sweep wakes a child
+        below it), adopted and held till the release returned (``Adoptions.adopt_held``);
+        one live here meanwhile: ``SESSION_EXISTS``, left as is."""
+        held: _Held = []
+        return self._resume_top(session_id, held=held), held[0]
 
-    def _resume_top(self, sid: SessionId, **kwargs: Any) -> Agent:
+    def _resume_top(self, sid: SessionId, held: _Held | None = None, **kwargs: Any) -> Agent:
         """``resume`` of a session the caller read the header of: a top-level one.
         A concurrent activation here is waited for (see :mod:`._claims`)."""
         self._claim(sid, wait=True)
@@ -203,6 +208,8 @@ class AgentRegistry:
             # Replayed before the claim ends: a caller that waited on it and follows
             # up the agent it finds queues behind what was accepted before.
             replay_first(restored.agent, restored.pending)
+            if held is not None:  # adopted under the claim: a resume waiting is handed it
+                held.append(self.adopted.adopt_held(restored.agent))
         finally:
             self._claims.unclaim(sid)
         return restored.agent
@@ -228,9 +235,7 @@ class AgentRegistry:
         finally:
             self._claims.unclaim(session_id)
         agent = restored.agent  # (a message sent since, or a user's resume, keeps it)
-        if restored.pending or not self.adopted.let_go(agent, wait=True):
-            return agent
-        return None
+        return agent if restored.pending or not self.adopted.let_go(agent, wait=True) else None
 
     def _check_open(self) -> None:
         if self._closing:
@@ -268,13 +273,9 @@ class AgentRegistry:
         """Start the agent of ``session``; ``undo(session)`` if it cannot start."""
         try:
             return Agent(
-                self._host,
-                session,
-                behaviour,
-                options,
-                next_turn=next_turn,
-                output_schema=output_schema,
-            )
+                self._host, session, behaviour, options,
+                next_turn=next_turn, output_schema=output_schema,
+            )  # fmt: skip
         except BaseException:
             undo(session)
             raise

@@ -276,7 +276,7 @@ def _wake_once(
     adopted: bool,
 ) -> bool:
     """One try of :func:`wake_child`: False when the chain's top left meanwhile."""
-    resumed = None
+    release = None
     # A holder's doorbell nobody answers (its process died, on this host) counts as
     # no holder: the lease of a dead holder here is taken over at once.
     child_holder = sessions.wake_address(child_id)
@@ -298,7 +298,10 @@ def _wake_once(
             sid = header.parent_session
             continue
         try:  # (the sweep's own resume: one found live is somebody else's)
-            resumed = agents.resume_unasked(sid) if adopted else resume_here(agents, sid)
+            if adopted:  # (held until its child below is woken: that keeps it then)
+                _, release = agents.resume_unasked(sid)
+            else:
+                resume_here(agents, sid)
         except SubagentError as exc:
             if exc.code == ErrorCode.SESSION_EXISTS:  # being activated here meanwhile:
                 return attempt == WAKE_TRIES - 1  # again, through it (or the sweep)
@@ -313,8 +316,8 @@ def _wake_once(
     try:
         return continuation.chains.wake(chain, last_try=attempt == WAKE_TRIES - 1)
     finally:
-        if adopted and resumed is not None:  # after the chain: its child keeps it
-            agents.adopted.add(resumed)
+        if release is not None:
+            release()
 
 
 def adopt(
