@@ -111,7 +111,7 @@ def test_every_returned_id_runs_exactly_once_after_a_kill(
             return
         (kid,) = kids
         probe = LifecycleProbe(rt)
-        root = rt.agents.resume(root_id, behaviour=lambda turn: turn.content)
+        root = rt.agents.resume(root_id)  # (adopted by the first sweep meanwhile: handed over)
         final = rt.subagents.followup(root, kid.id, "final")
         assert probe.wait_for(lambda evs: any(e.type == "subagent/end" for e in evs), 30)
         assert rt.continuation.activation(kid.id) is None
