@@ -47,7 +47,6 @@ from ._agents import (
     close_agents,
     runtime_statistics,
     spawn_agent,
-    wait_all_idle,
 )
 from ._catalog import ProjectionRegistry, retain_identity, subagent_timing_unit, subagent_unit
 from ._children import (
@@ -348,13 +347,14 @@ class Runtime:
             raise SubagentError("the runtime is closed", code=ErrorCode.RUNTIME_CLOSED)
 
     def wait_idle(self, timeout: float | None = 30.0) -> bool:
-        """Wait until every live agent is idle (checked until nothing new started).
+        """Wait until every live agent is idle (checked until nothing new started) and
+        each child that settles on going idle (``keep_warm=0``) has: released, checkpointed.
 
         Useful in scripts: a continuable child's turns run after ``followup``
         returns, and may start more work. True when quiescent, False on timeout.
         """
         self._check_thread()
-        return wait_all_idle(self.agents, check_timeout(timeout))
+        return self.continuation.wait_quiet(check_timeout(timeout))
 
     def statistics(self) -> RuntimeStatistics:
         """Live agents, resident children, leases held, mailboxes and turns (see

@@ -64,6 +64,7 @@ from ._intake import start_child_id
 from ._materialize import ADMISSION_TIMEOUT, Materializer
 from ._placement import PlacementLookup, release_placed
 from ._provider_registry import ProviderRegistry
+from ._quiet import barrier, settle_pass, wait_quiet
 from ._requests import EndCutoff, Hold, RegistryInbox, RemoteAncestor, Reserve, Unhold
 from ._residency import ResidencyHooks
 from ._setup import SetupRegistration, SetupRegistry
@@ -80,10 +81,6 @@ _NEVER = AbortSignal.never()
 
 def _err(code: str, message: str) -> SubagentError:
     return SubagentError(message, code=code)
-
-
-def _barrier() -> None:
-    """Asked of an owner actor: answered once what was queued before it is done."""
 
 
 class ContinuationManager(Followups):
@@ -361,6 +358,17 @@ class ContinuationManager(Followups):
         with contextlib.suppress(pykka.ActorDeadError):
             self._tell_quietly(EndCutoff(agent))
 
+    def wait_quiet(self, timeout: float | None) -> bool:
+        """``Runtime.wait_idle``: every agent idle, and every child that settles on
+        going idle released (see :mod:`._quiet`); False on ``timeout``."""
+        owners = (self._supervisor, self._registry)  # (not the dispatcher: see ._quiet)
+        quiescent, warm = self._supervisor_box.quiescent, self._hooks.keep_warm
+
+        def settle(deadline: float | None, waited: set[Activation]) -> int | None:
+            return settle_pass(self._index, quiescent, owners, warm, deadline, waited)
+
+        return wait_quiet(self.require_agents(), settle, timeout)
+
     # -- shutdown ----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -375,7 +383,7 @@ class ContinuationManager(Followups):
         # an owner that already stopped (a child's end went unheard, its span open).
         for ref in owners * 2:
             with contextlib.suppress(Exception):
-                ref.ask(_barrier, timeout=30)
+                ref.ask(barrier, timeout=30)
         for ref in (self._registry, self._supervisor, self._dispatcher):
             try:
                 ref.stop(block=True, timeout=30)
