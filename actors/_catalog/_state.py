@@ -16,7 +16,9 @@ messages accepted and not yet run):
 
 ``last_activity`` is the latest time the log holds (a turn's start or end, an
 interrupt; the session's creation before any), ``last_turn`` the last turn's stop
-reason (``completed``, ``cancelled``, ``failed``; None before any).
+reason (``completed``, ``cancelled``, ``failed``; None before any). A turn the log
+shows open in a process that ended is ``failed``: cut short, as the session's next
+activation records it (a one-shot child's has none: it stays open in the log).
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ def session_state(
         state = "ended"
     else:
         state = "settled"
-    return SessionState(state, fold.at or created_at, fold.stop)
+    stop = "failed" if fold.open and not held else fold.stop  # (cut short: see above)
+    return SessionState(state, fold.at or created_at, stop)
 
 
 #: The unit: its value is :meth:`SessionState.to_json` of the log alone; a reader

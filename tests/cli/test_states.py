@@ -254,6 +254,10 @@ def test_an_open_turn_nobody_holds_is_waiting(tmp_path: Path, capsys) -> None:
     data = _tree_json(capsys, db)
     assert [data[s]["state"] for s in sessions] == expected
     assert [_show_json(capsys, db, s)["state"] for s in sessions] == expected
+    # The open turn of a process that ended was cut short: ``failed``, as the next
+    # activation records it (it was None, as if no turn had run).
+    last = [None, "failed", "failed", "failed", "failed"]
+    assert [data[s]["last_turn"] for s in sessions] == last
 
 
 def test_a_damaged_inbox_row_is_a_diagnostic_and_still_counted(tmp_path: Path, capsys) -> None:
@@ -378,10 +382,28 @@ def test_a_damaged_old_event_leaves_tree_the_rest_of_the_log(tmp_path: Path, cap
 
 
 def _fold(events: list[Any], held: bool = True) -> str:
+    return _folded(events, held).state
+
+
+def _folded(events: list[Any], held: bool = True) -> Any:
     registry = ProjectionRegistry()
     registry.register(session_state_unit)
     states = registry.fold(enumerate(events))
-    return session_state(states["session_state"], held=held).state
+    return session_state(states["session_state"], held=held)
+
+
+def test_a_one_shot_child_killed_mid_turn_ended_failed() -> None:
+    """A one-shot child whose process ended during its turn: ``ended`` (nothing runs
+    it again), its last turn ``failed`` -- cut short. ``last_turn`` was None, as if
+    it had run no turn; held by a live process, the turn is still ``running``."""
+    mid = new_message_id()
+    events = [
+        descriptor_event(OneShotDescriptor(provider="local", label="o")),
+        TurnStart(turn=0, at=T0, message_ids=(mid,)),
+        MessageEvent(message_id=mid, content="work"),
+    ]
+    assert _folded(events, held=False)[::2] == ("ended", "failed")
+    assert _folded(events, held=True)[::2] == ("running", None)
 
 
 @pytest.mark.parametrize(
