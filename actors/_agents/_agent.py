@@ -347,9 +347,10 @@ class Agent(Followups):
 
     def _checkpoints(self, asked: bool) -> bool:
         """Whether its disposal writes a checkpoint: a continuable child's when
-        ``asked`` (settling) or quiet reports no turn saw would be lost (a closing
-        runtime, relaxed); a top-level agent's that records its options always,
-        unless it was resumed around damaged events (a checkpoint would hide them)."""
+        ``asked`` (settling, or idle as the runtime closes) or quiet reports no turn
+        saw would be lost (a closing runtime, relaxed); a top-level agent's that
+        records its options always, unless it was resumed around damaged events (a
+        checkpoint would hide them)."""
         if self._descriptor is not None:
             return asked or bool(self._turns.context)
         return self._recorded is not None and not self.damaged_seqs

@@ -100,12 +100,15 @@ def wait_all_idle(agents: AgentRegistry, timeout: float | None) -> bool:
                 return False
 
 
-def dispose_by_depth(agents: list[Agent], timeout: float) -> None:
+def dispose_by_depth(
+    agents: list[Agent], timeout: float, checkpointed: frozenset[Agent] = frozenset()
+) -> None:
     """Dispose ``agents`` child-first: the deepest delegation depth first, its
     agents together, each depth once the deeper one ended (or ``timeout``
     seconds passed). Together, their stops and session releases overlap and share
     the store's commits (one by one, each waited for, a closing runtime paid a
-    commit -- an fsync -- per agent)."""
+    commit -- an fsync -- per agent). Those in ``checkpointed`` write their
+    checkpoint, as a settling child does."""
     by_depth: dict[int, list[Agent]] = {}
     for agent in agents:
         by_depth.setdefault(agent.delegation_depth, []).append(agent)
@@ -113,7 +116,7 @@ def dispose_by_depth(agents: list[Agent], timeout: float) -> None:
         level = by_depth[depth]
         for agent in level:
             try:
-                agent.dispose(wait=False)
+                agent.dispose(wait=False, checkpoint=agent in checkpointed)
             except Exception:
                 logger.exception("disposing %r while closing the runtime failed", agent)
         deadline = time.monotonic() + timeout
@@ -127,16 +130,20 @@ def close_agents(registry: AgentRegistry) -> None:
     activate a session once the agents are listed): refuse every activation from
     now on, and wait for those begun before -- else an agent is in no list and
     its lease is kept --; then stop every live agent, deepest first, keeping what
-    they accepted, and wait for every release."""
+    they accepted (an idle continuable child checkpointed), and wait for every
+    release."""
     registry.close()
     if not registry.wait_activations(30.0):
         logger.warning("an activation was still in flight when the runtime closed")
     agents = registry.list()
+    # An idle continuable child leaves its checkpoint, as if it settled: one kept
+    # warm may never settle, and each restart's resume refolded its whole log.
+    quiet = frozenset(a for a in agents if a._descriptor is not None and a.idle)
     for agent in agents:
         # What they accepted and did not run stays in their durable inboxes
         # (strict durability): it runs at each session's next activation.
         agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
-    dispose_by_depth(agents, 30.0)
+    dispose_by_depth(agents, 30.0, quiet)
     # Children that settled on their own (disposing without a waiter) release
     # their sessions in their actors' on_stop: before the writer closes.
     if not registry.wait_stopped(30.0):
