@@ -44,6 +44,7 @@ from subagents.protocol import (
 
 from ._agent_actor import _AgentActor
 from ._behaviours import Behaviour
+from ._commits import Commits
 from ._expected import forsaken, to_checkpoint
 from ._followups import Followups
 from ._host import AgentHost
@@ -88,6 +89,7 @@ class Agent(Followups):
         # Held while messages nobody took are taken and queued (the mail pickup, a
         # follow-up's take-ahead with its own message): one taker at a time, in order.
         self._taking = host.backend.lock()
+        self._commits = Commits(host.backend)  # taken by this activation, under way
         self._loop: Any = None  # the actor's greenlet (its own thread's, on threads)
         self._flush_on_stop = True
         self._checkpoint_on_stop = False
@@ -380,6 +382,8 @@ class Agent(Followups):
                 # one line. A traceback only for what is a bug of ours.
                 bug = not isinstance(exc, SubagentError) or exc.code == ErrorCode.INTERNAL
                 logger.error("flushing %s failed: %s", self.session_id, exc, exc_info=bug)
+        if not self._commits.close(30.0):  # (see ._commits: given back before the release)
+            logger.warning("a follow-up to %s was still being committed", self.session_id)
         sessions.release(self._session)
 
     def _restore_context(self, pending: Any) -> None:

@@ -82,16 +82,22 @@ def accept_resident(sessions: SessionService, agent: Agent, d: Delivery) -> str:
     """Commit ``d`` taken by ``agent``'s activation, then admit it (see the module
     docstring); returns :data:`DONE`, :data:`ROUTE` or :data:`LEFT`."""
     live = agent.session
-    try:  # (a commit whose answer was lost stays in doubt: see Agent._commit)
-        accepted = agent._commit(d.message_id, d.content, d.source, agent.header.max_inbox)
-    except SubagentError as exc:
-        if exc.code == ErrorCode.LEASE_LOST:
-            return LEFT
-        raise
-    if accepted.duplicate:
-        d.duplicate = True
-        return DONE
-    return _admit_committed(sessions, agent, live, d, accepted)
+    commits = agent._commits  # its release waits for this commit's admission or give-back
+    if not commits.enter():
+        return LEFT  # its release began: the slow path commits it for nobody
+    try:
+        try:  # (a commit whose answer was lost stays in doubt: see Agent._commit)
+            accepted = agent._commit(d.message_id, d.content, d.source, agent.header.max_inbox)
+        except SubagentError as exc:
+            if exc.code == ErrorCode.LEASE_LOST:
+                return LEFT
+            raise
+        if accepted.duplicate:
+            d.duplicate = True
+            return DONE
+        return _admit_committed(sessions, agent, live, d, accepted)
+    finally:
+        commits.exit()
 
 
 def _admit_committed(
