@@ -207,3 +207,11 @@ def settled_child(rt: Runtime, parent: Any) -> str:
     assert rt.wait_idle(10)
     assert rt.agents.get(child_id) is None
     return str(child_id)
+
+
+def waits_behind(rt: Runtime, child: Any, content: Any) -> bool:
+    """Whether a follow-up of ``content`` to ``child`` waits in the registry behind
+    the child's materialization or release (routed, not yet delivered)."""
+    act = rt.continuation._index.get(child)
+    waiters = [] if act is None else act.waiters or []
+    return any(r.delivery is not None and r.delivery.content == content for r in waiters)

@@ -14,17 +14,11 @@ import threading
 from typing import Any
 
 import pytest
-from durability_kit import Noted, until
+from durability_kit import Noted, until, waits_behind
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
 from subagents.protocol import new_message_id
-
-
-def _waits_behind(rt: Runtime, child: Any, content: str) -> bool:
-    act = rt.continuation._index.get(child)
-    waiters = [] if act is None else act.waiters or []
-    return any(r.delivery is not None and r.delivery.content == content for r in waiters)
 
 
 def test_a_followup_given_back_by_a_settling_child_runs_unflagged(
@@ -98,7 +92,7 @@ def test_a_followup_given_back_by_a_settling_child_runs_unflagged(
         assert until(
             rt,
             lambda: (
-                _waits_behind(rt, child, "c")
+                waits_behind(rt, child, "c")
                 or rt.agents.get(child) not in (None, second)
                 or "c" in noted.contents()
             ),

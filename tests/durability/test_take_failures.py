@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from durability_kit import Noted, until
+from durability_kit import Noted, until, waits_behind
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._kernel import Gate
 from subagents.actors._kernel._backend import Backend
@@ -34,13 +34,6 @@ pytestmark = pytest.mark.timeout(120)
 #: random session id in every row's source -- the parent's -- holds about one run in
 #: 30, and the lock below then met three rows.)
 LATE = "the late message"
-
-
-def _waits_behind(rt: Runtime, child: SessionId, content: str) -> bool:
-    """Whether the follow-up of ``content`` waits for ``child``'s materialization."""
-    act = rt.continuation._index.get(child)
-    waiters = [] if act is None else act.waiters or []
-    return any(r.delivery is not None and r.delivery.content == content for r in waiters)
 
 
 def _lock_inbox_row(pg_url: str, session: SessionId, content: str) -> psycopg.Connection[Any]:
@@ -100,7 +93,7 @@ def test_a_message_whose_take_was_not_recorded_runs_once(backend: Backend, pg_ur
         assert until(rt, lambda: len(store.pending(child)) == 2, 30)  # x committed
         # ... and waiting for the publication (routed after it, x finds the
         # activation settled and resumes the child itself: its take fails there).
-        assert until(rt, lambda: _waits_behind(rt, child, LATE), 30)
+        assert until(rt, lambda: waits_behind(rt, child, LATE), 30)
         locker = _lock_inbox_row(pg_url, child, LATE)
         try:
             gate.release()
