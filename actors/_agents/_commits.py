@@ -3,7 +3,9 @@
 A follow-up to a resident continuable child is committed *taken* by the child's
 activation, then admitted to it (``_children/_intake.accept_resident``). One that
 finds the child retiring -- its gate closed between the commit and the admission
--- gives the message back to nobody (``give_back``) and routes it. Were the lease
+-- gives the message back to nobody (``give_back``) and routes it. (A top-level
+agent's own follow-up, ``_followups._accept``, refused as the agent is disposed,
+is taken back the same way.) Were the lease
 released in between, the child's next activation could read the message still
 taken by the retiring one, as one that may have run, and flag its first run a
 redelivery.

@@ -27,6 +27,7 @@ from subagents.protocol import (
 from subagents.store import Accepted, InboxEntry
 
 from ._ahead import committed_at, keep_untaken
+from ._commits import Commits
 from ._doubts import DOUBT_GRACE
 from ._inbox import Inbox
 from ._kept import kept
@@ -49,6 +50,7 @@ class Followups(Inbox):
     #: Messages this activation tried to commit and cannot say whether it did (see
     #: :meth:`_settle_unsure`), in acceptance order; None: none ever.
     _unsure: dict[MessageId, float] | None = None  # (when each was first in doubt)
+    _commits: Commits  # (the agent's: see ._commits)
 
     @overload
     def followup(
@@ -157,20 +159,26 @@ class Followups(Inbox):
         if self._session.replay_due:  # resumed, its replay not queued yet: after it
             keep_untaken(sessions, self.session_id, trusted_message(mid, content, source))
             return mid
-        accepted = self._commit(mid, content, source)
-        if accepted.duplicate:
-            return mid
-        # Messages committed before it that nobody took yet run first (FIFO).
-        with committed_at(sessions, self, accepted.n):
-            try:
-                return self.deliver(content, source, message_id=mid)
-            except BaseException as refused:
-                # Taken back -- unless it is not ours to take back (the store could
-                # not, a repeat of its id was accepted since, the runtime closes):
-                # then it runs at the session's next activation (see kept).
-                if self._stays(mid, refused, accepted) and isinstance(refused, Exception):
-                    return mid
-                raise
+        commits = self._commits  # its release waits for this delivery or take-back
+        if not commits.enter():
+            raise self._disposed_error()  # its release began
+        try:
+            accepted = self._commit(mid, content, source)
+            if accepted.duplicate:
+                return mid
+            # Messages committed before it that nobody took yet run first (FIFO).
+            with committed_at(sessions, self, accepted.n):
+                try:
+                    return self.deliver(content, source, message_id=mid)
+                except BaseException as refused:
+                    # Taken back -- unless it is not ours to take back (the store
+                    # could not, a repeat of its id was accepted since, the runtime
+                    # closes): then it runs at the session's next activation (kept).
+                    if self._stays(mid, refused, accepted) and isinstance(refused, Exception):
+                        return mid
+                    raise
+        finally:
+            commits.exit()
 
     def _steer(
         self, content: Any, source: MessageSource | None, message_id: MessageId | None, strict: bool

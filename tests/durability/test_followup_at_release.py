@@ -21,6 +21,20 @@ from subagents.actors.testing import Gate
 from subagents.protocol import new_message_id
 
 
+def _gate_call(
+    monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, content: Any, gate: Gate
+) -> None:
+    """``owner.name(content, ...)`` waits at ``gate`` first (other calls do not)."""
+    real = getattr(owner, name)
+
+    def gated(first: Any, *args: Any, **kwargs: Any) -> Any:
+        if first == content:
+            gate.pass_through()
+        return real(first, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, gated)
+
+
 def test_a_followup_given_back_by_a_settling_child_runs_unflagged(
     backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,14 +65,7 @@ def test_a_followup_given_back_by_a_settling_child_runs_unflagged(
         assert retiring.wait_reached(30)  # "a" ran; its retirement waits
         second = rt.agents.get(child)
         assert second is not None
-        admit = second.admit_followup
-
-        def gated_admit(content: Any, *args: Any, **kwargs: Any) -> bool:
-            if content == "b":
-                admitting.pass_through()
-            return admit(content, *args, **kwargs)
-
-        monkeypatch.setattr(second, "admit_followup", gated_admit)
+        _gate_call(monkeypatch, second, "admit_followup", "b", admitting)
         give_back = rt.sessions.give_back
 
         b_id = new_message_id()
@@ -105,3 +112,42 @@ def test_a_followup_given_back_by_a_settling_child_runs_unflagged(
         runs = [(content, flagged) for _, content, flagged in noted.items()]
         assert runs.count(("b", False)) == 1 and ("b", True) not in runs, runs
         assert ("c", False) in runs, runs
+
+
+def test_a_top_level_followup_refused_as_the_agent_is_disposed_never_runs_flagged(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A top-level agent's follow-up ``b`` is committed taken by its activation;
+    the agent is disposed before ``b`` is delivered (a gate holds the delivery).
+    A second runtime on the same store then sends ``c``. ``b`` is refused and
+    taken back, or runs -- never flagged as a redelivery. The lease used to be
+    released before the take-back: the second runtime resumed the session, read
+    ``b`` as taken by the disposed activation, and ran it flagged."""
+    noted = Noted()
+    delivering = Gate("deliver")
+    with Runtime(db, backend=backend) as first, Runtime(db, backend=backend) as second:
+        noted.register(first, "first")
+        noted.register(second, "second")
+        agent = first.spawn("note", label="top")
+        agent.followup("a")
+        assert first.wait_idle(30)
+        _gate_call(monkeypatch, agent, "deliver", "b", delivering)
+        outcome: list[Any] = []
+
+        def follow() -> None:
+            try:
+                outcome.append(agent.followup("b"))
+            except BaseException as exc:  # looked at below
+                outcome.append(exc)
+
+        b = first.backend.spawn(follow)
+        assert delivering.wait_reached(30)  # committed, taken by the activation
+        agent.dispose(wait=False)
+        second.agents.send(agent.session_id, "c")  # resumed there, or committed for it
+        delivering.release()
+        assert b.join(30) is not False
+        assert until(second, lambda: "c" in noted.contents(), 30)
+        assert first.wait_idle(30) and second.wait_idle(30)
+        runs = [(content, flagged) for _, content, flagged in noted.items()]
+        assert ("b", True) not in runs, (runs, outcome)
+        assert runs.count(("b", False)) == (0 if isinstance(outcome[0], Exception) else 1)
