@@ -192,12 +192,12 @@ class AgentRegistry:
                 raise
             return agent
 
-    def resume_unasked(self, session_id: SessionId) -> tuple[Agent, Callable[[], None]]:
-        """:meth:`resume` of a top-level session for no user here (the sweep wakes a child
-        below it), adopted and held till the release returned (``Adoptions.adopt_held``);
-        one live here meanwhile: ``SESSION_EXISTS``, left as is."""
+    def resume_unasked(self, session_id: SessionId) -> Callable[[], None]:
+        """:meth:`resume` for no user here (the sweep wakes a child below it), adopted and
+        held: returns the hold's release (``Adoptions.adopt_held``); live here: ``SESSION_EXISTS``."""
         held: _Held = []
-        return self._resume_top(session_id, held=held), held[0]
+        self._resume_top(session_id, held=held)
+        return held[0]
 
     def _resume_top(self, sid: SessionId, held: _Held | None = None, **kwargs: Any) -> Agent:
         """``resume`` of a session the caller read the header of: a top-level one.

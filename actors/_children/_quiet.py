@@ -58,6 +58,8 @@ def settle_pass(
     gone from ``index`` meanwhile (a release that ended during the barrier may let
     a parent settle too: another pass looks)."""
     before = index.copy()  # (one C call: atomic while the registry writes)
+    if not before:
+        return 0  # no child here: nothing settles (and no barrier to pay for)
     for act in before.values():
         agent = act.agent
         if not isinstance(agent, Agent) or not agent.idle:
@@ -73,13 +75,12 @@ def settle_pass(
             return None  # (the ask's timeout)
     after = index.copy()
     settling = [
-        a
+        (a, a.agent)
         for a in after.values()
         if a.phase is Phase.SETTLING and isinstance(a.agent, Agent) and a not in waited
     ]
-    for act in settling:
-        assert isinstance(act.agent, Agent)
-        if not act.agent.wait_disposed(_left(deadline)):
+    for act, agent in settling:
+        if not agent.wait_disposed(_left(deadline)):
             return None
         waited.add(act)
     return len(settling) + sum(1 for sid, act in before.items() if after.get(sid) is not act)

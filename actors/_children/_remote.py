@@ -299,7 +299,7 @@ def _wake_once(
             continue
         try:  # (the sweep's own resume: one found live is somebody else's)
             if adopted:  # (held until its child below is woken: that keeps it then)
-                _, release = agents.resume_unasked(sid)
+                release = agents.resume_unasked(sid)
             else:
                 resume_here(agents, sid)
         except SubagentError as exc:
