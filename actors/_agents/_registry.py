@@ -193,8 +193,8 @@ class AgentRegistry:
             return agent
 
     def resume_unasked(self, session_id: SessionId) -> Callable[[], None]:
-        """:meth:`resume` for no user here (the sweep wakes a child below it), adopted and
-        held: returns the hold's release (``Adoptions.adopt_held``); live here: ``SESSION_EXISTS``."""
+        """:meth:`resume` for no user here (the sweep wakes a child below it), adopted, held:
+        returns the hold's release (``Adoptions.adopt_held``); live here: SESSION_EXISTS."""
         held: _Held = []
         self._resume_top(session_id, held=held)
         return held[0]
