@@ -307,23 +307,41 @@ class PgReader:
             raise pg_error(exc) from exc
 
     def _direct(self, text: str, args: Any) -> list[Any] | None:
-        """A read on a connection of its own; None when no direct slot is free."""
+        """A read on a connection of its own; None when no direct slot is free.
+
+        Only a failed connect, a dropped connection or a deadline cut leave the
+        server unreachable: a statement the server refused (a plain SQL error, a
+        cancelled statement) shows it answering, and puts the pool back in use.
+        """
         with self._direct_lock:
             if self._direct_free == 0:
                 return None
             self._direct_free -= 1
         try:
-            with self._connect() as conn:
-                rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
-        except psycopg.Error as exc:
-            self.unreachable = True
-            raise pg_error(exc) from exc
+            try:
+                conn = self._connect()
+            except psycopg.Error as exc:
+                self.unreachable = True
+                raise pg_error(exc) from exc
+            with conn:
+                try:
+                    rows: list[Any] = conn.execute(text, args, binary=True).fetchall()
+                except psycopg.Error as exc:
+                    if conn.broken or deadline_passed(exc):
+                        self.unreachable = True
+                    else:
+                        self._answered()
+                    raise pg_error(exc) from exc
         finally:
             with self._direct_lock:
                 self._direct_free += 1
+        self._answered()
+        return rows
+
+    def _answered(self) -> None:
+        """The server answered a direct read: reads use the pool again."""
         if self.unreachable:
             self.unreachable = False
             with contextlib.suppress(psycopg_pool.PoolClosed):
                 self.pool.check()  # drop the connections the outage broke
         self._pool_errors = self.pool.get_stats().get("connections_errors", 0)
-        return rows

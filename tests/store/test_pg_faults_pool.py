@@ -243,3 +243,41 @@ def test_a_read_meeting_a_dead_connection_while_the_server_is_down_fails_fast(
         assert time.monotonic() - started < 3  # generous; it took the 6 s connect timeout
         own_pg_server.start()
         assert store.list_headers(None) == []
+
+
+def test_a_refused_statement_after_an_outage_puts_the_pool_back_in_use(
+    own_pg_server: Any,
+) -> None:
+    """R-ERR-1: after an outage, reads connect directly (two at a time) until one
+    succeeds. The first such read here is a statement the server refuses (division
+    by zero): the server answered, so reads go back to the pool. It used to leave
+    the server marked unreachable, and with two reads already on connections of
+    their own a third failed ``PERSISTENCE_UNAVAILABLE`` ("cannot be reached")
+    although the server was up."""
+    with PostgresStore(_url(own_pg_server), pool_size=4, connect_timeout_s=3) as store:
+        store.list_headers(None)
+        own_pg_server.stop("fast")
+        with pytest.raises(SubagentError):
+            store.list_headers(None)
+        assert store._reader.unreachable
+        own_pg_server.start()
+        with pytest.raises(SubagentError) as refused:
+            store._query("SELECT 1 / 0", ())
+        assert "division by zero" in str(refused.value)
+        assert not store._reader.unreachable
+        failures: list[BaseException] = []
+        barrier = threading.Barrier(4)
+
+        def read() -> None:
+            barrier.wait()
+            try:
+                store._query("SELECT pg_sleep(0.3)", ())
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert failures == []
