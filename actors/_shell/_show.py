@@ -2,7 +2,8 @@
 
 A record that does not decode is a diagnostic in its place, a gap in the seqs
 one too, and a database damaged past some rows ends the events with why; the
-rest prints (exit 1). A store that fails as a whole fails the command.
+rest prints (exit 1). A store that fails as a whole fails the command, as does a
+session deleted while it is read (``SESSION_NOT_FOUND``, as if it never was).
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def show(args: argparse.Namespace, console: Console, opened: Any) -> int:
             diagnostics.append({"seq": expected, "kind": "corrupt", "detail": str(exc)})
         inbox_from = len(diagnostics)  # what the state adds: the damaged inbox entries
         state = fold.state(store, sid, None if header is None else header.created_at, diagnostics)
+        if header is not None and store.header(sid) is None:
+            # Deleted by another process after its header was read: what the scan
+            # found is part of a log or none of it, not the session's.
+            raise SubagentError(
+                f"{redacted_url(args.db)}: no session {sid} (deleted while it was read)",
+                code="SESSION_NOT_FOUND",
+            )
     status = 1 if diagnostics else 0
     if args.json:
         wire = None if header is None else header_to_wire(header)

@@ -169,3 +169,32 @@ def test_serve_answers_a_target_it_cannot_split(caplog: pytest.LogCaptureFixture
     assert answer.startswith(b"HTTP/1.1 400 "), answer
     assert b"secret-label" not in answer and b"s3cret" not in answer
     assert not [r for r in caplog.records if r.exc_info], caplog.records
+
+
+def test_show_of_a_session_deleted_while_it_reads_is_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """R-LIST-16: ``show`` reads a session's header, then its log. A session another
+    process deletes between the two no longer exists: ``SESSION_NOT_FOUND``, exit 2,
+    as for one that never did. It printed the header with no events and exited 0,
+    a session that seemed to exist with an empty log."""
+    db = str(tmp_path / "del.db")
+    doomed: list[SessionHeader] = []
+    scan = SqliteStore._scan
+
+    def deleting_scan(self: SqliteStore, sid: Any, seq: int) -> Any:
+        # After ``scan`` found the session, before it read a row of its log.
+        if sid == doomed[-1].id and self.read_only:  # the CLI's; another store deletes
+            with SqliteStore(db) as writer:
+                writer.delete_session(sid)
+        return scan(self, sid, seq)
+
+    monkeypatch.setattr(SqliteStore, "_scan", deleting_scan)
+    for extra in ([], ["--json"]):
+        doomed.append(_header(None, "doomed", len(doomed)))
+        with SqliteStore(db) as store:
+            store.create_session(doomed[-1], [_continuable("doomed")])
+        assert main(["show", db, str(doomed[-1].id), *extra]) == 2
+        out = capsys.readouterr()
+        assert "no session" in out.err and "deleted while it was read" in out.err
+        assert out.out == ""
