@@ -90,7 +90,8 @@ class Writer:
     listeners -- behaviour code, which may write to that session, read it, or
     yield) runs from :meth:`report` once the writer's lock and the caller's are
     released: the writer task after each batch, an inline writer's caller after
-    its own ``with``.
+    its own ``with``. An inline writer's other callbacks (``committed``,
+    ``waiting``, ``unreleased``) wait for :meth:`report` too.
     """
 
     def __init__(
@@ -120,8 +121,9 @@ class Writer:
         self._wake = backend.event()
         self._waiters: list[tuple[int, Any]] = []
         self._failed: dict[SessionId, BaseException] = {}
-        # Failures recorded, their callbacks not run yet (see report).
-        self._due: deque[tuple[SessionId, BaseException]] = deque()
+        # Callbacks due, not run yet (see report): a failure's; an inline writer's
+        # others too, which its caller runs once it let go of the writer's lock.
+        self._due: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self._closing = False
         self._task: TaskHandle | None = None
         self._awake = False  # the writer is draining: no need to signal it again
@@ -148,7 +150,7 @@ class Writer:
                     return ticket
                 self._awake = True
         if self.inline:
-            if report and self._due:  # it failed: the callback, with the lock released
+            if report and self._due:  # its callbacks, with the lock released
                 self.report()
             return ticket
         # Setting an event costs microseconds (a gevent one schedules a callback);
@@ -189,21 +191,22 @@ class Writer:
     def _fails(self, sid: SessionId, exc: BaseException) -> None:
         """Record ``sid``'s failure: no later write of it lands; its callback is due."""
         self._failed[sid] = detached(exc)
-        self._due.append((sid, exc))
+        self._due.append((self._on_failed, (sid, exc)))
 
     def report(self) -> None:
-        """Run the callbacks of the failures recorded so far, each once, in order.
+        """Run the callbacks due so far, each once, in order: the failures'
+        recorded so far, and an inline writer's others (:meth:`_notify`).
 
-        Called with no lock held (the writer's, a session's): the callback stops
-        the session's agent, and that runs behaviour code. What it raises is
+        Called with no lock held (the writer's, a session's): a failure's callback
+        stops the session's agent, and that runs behaviour code. What it raises is
         logged (:meth:`_call_back`)."""
         due = self._due
         while due:
             try:
-                sid, exc = due.popleft()
+                fn, args = due.popleft()
             except IndexError:  # another caller took the last one meanwhile
                 return
-            self._call_back(self._on_failed, sid, exc)
+            self._call_back(fn, *args)
 
     def ended(self, session_id: SessionId) -> None:
         """The activation of ``session_id`` is over (its session left the live set,
@@ -287,7 +290,17 @@ class Writer:
 
     def _unreleased(self, sid: SessionId, payload: Any) -> None:
         if self._on_unreleased is not None:
-            self._call_back(self._on_unreleased, sid, *payload)
+            self._notify(self._on_unreleased, sid, *payload)
+
+    def _notify(self, fn: Callable[..., object], *args: Any) -> None:
+        """A callback a write makes due: run now by the writer task (it holds no
+        lock while it writes), kept for :meth:`report` by an inline writer, whose
+        caller writes under the writer's lock -- a callback that wrote again, or
+        waited on anything that does, would wait for that lock for ever."""
+        if self.inline:
+            self._due.append((fn, args))
+        else:
+            self._call_back(fn, *args)
 
     def _call_back(self, fn: Callable[..., object], *args: Any) -> None:
         """``fn(*args)``, one of the writer's callbacks: what it raises is logged and
@@ -327,7 +340,7 @@ class Writer:
                 continue
             if op == "fail":  # (see fail): what is queued after it is dropped
                 self._failed[sid] = payload
-                self._due.append((sid, payload))
+                self._due.append((self._on_failed, (sid, payload)))
                 continue
             if op == "append":
                 events, token, done = payload
@@ -381,11 +394,11 @@ class Writer:
                     if done[0] == "release":  # (lost at its commit: NOT_HELD then)
                         self._unreleased(sid, done[2:])
             elif done[0] == "append" and result:
-                self._call_back(self._on_committed, sid, result[-1])
+                self._notify(self._on_committed, sid, result[-1])
             elif (
                 done[0] == "release" and result == Release.WAITING and self._on_waiting is not None
             ):
-                self._call_back(self._on_waiting, sid)
+                self._notify(self._on_waiting, sid)
         return failed
 
     def wait(self, ticket: int, timeout: float | None) -> bool:

@@ -203,3 +203,47 @@ def _header() -> SessionHeader:
     return SessionHeader(
         id=new_session_id(), parent_session=None, origin="user", delegation_depth=0, created_at=_AT
     )
+
+
+def test_an_inline_writers_other_callbacks_run_with_its_lock_released(backend: Backend) -> None:
+    """R-DUR-3: an inline writer (the in-memory store) writes in its caller, under
+    the writer's lock. A release that finds messages nobody took (``WAITING``)
+    calls back (the runtime's pickup) -- from under that lock, so a callback that
+    wrote again, or waited on a thread that did, waited for ever. The callback here
+    has another thread write through the same writer and waits for it; it runs once
+    the releasing caller let go of the lock, and the other write goes through."""
+    import threading
+    import time
+
+    from subagents.actors._agents._writer import Writer
+
+    store = MemoryStore()
+    header = SessionHeader(
+        id=new_session_id(),
+        parent_session=None,
+        origin="user",
+        delegation_depth=0,
+        created_at=dt.datetime.now(dt.UTC),
+        label="waiting",
+    )
+    store.create_session(header)
+    now = time.time()
+    lease = store.acquire_lease(header.id, "holder", now=now, expires=now + 60)
+    store.accept(header.id, [MessageEvent(message_id=new_message_id(), content="x")], now=now)
+    seen: list[Any] = []
+    others: list[threading.Thread] = []
+
+    def waiting(sid: Any) -> None:
+        other = threading.Thread(target=lambda: writer.submit("ended", sid, None))
+        others.append(other)
+        other.start()
+        other.join(5)  # (a bound for the old code, where it never returned)
+        seen.append((sid, "written" if not other.is_alive() else "stuck"))
+
+    writer = Writer(store, backend, lambda *_: None, lambda *_: None, waiting)
+    assert writer.inline
+    writer.submit("release", header.id, (lease.token(), ()))
+    for other in others:
+        other.join()
+    assert seen == [(header.id, "written")]
+    writer.close()
