@@ -67,11 +67,17 @@ def _one_run(backend: str) -> None:
 
 def test_idle_listeners_hear_a_run_once_with_every_turn_stored(backend: str) -> None:
     """R-FUP-6: an idle listener runs when the run made the agent idle -- once for a
-    run, not once a turn -- and by then the store holds all of the run's turns."""
+    run, not once a turn -- and by then the store holds all of the run's turns.
+    (It runs in the actor once the agent is idle: ``wait_idle`` may return first.)"""
     store = MemoryStore()
     gate = Gate()
     heard: list[int] = []
     with Runtime(store, backend=backend, durability="relaxed") as rt:
+        told = rt.backend.event()
+
+        def listener(a: Any) -> None:
+            heard.append(len(_turn_kinds(store, a.session_id)))
+            told.set()
 
         def behaviour(turn: Any) -> Any:
             if turn.index == 0:
@@ -81,11 +87,12 @@ def test_idle_listeners_hear_a_run_once_with_every_turn_stored(backend: str) -> 
         agent = rt.spawn(behaviour)
         agent.followup("first")
         assert gate.wait_reached(10)
-        agent.add_idle_listener(lambda a: heard.append(len(_turn_kinds(store, a.session_id))))
+        agent.add_idle_listener(listener)
         for i in range(N):
             agent.followup(i)
         gate.release()
         assert agent.wait_idle(30)
+        assert told.wait(30)  # the first call; a call a turn would have come before
         assert heard == [3 * (N + 1)]
 
 
