@@ -253,9 +253,16 @@ def test_a_host_taken_for_dead_but_alive_lets_the_child_go(
             Path(f"{marker}.go").write_text("go")
             assert tree.wait_outputs(cid, 2)[-1] == f"released@{other}!"
             eventually(lambda: tree.settled(cid))
-            for host in hosts:
-                held = _held(host)
-                assert held is not None and str(cid) not in held[1], held
+
+            # Held for good by neither host. (Polled: once, in a full suite run
+            # beside another, a host still held it right after the parent settled
+            # it; that run did not show which host, nor for how long.)
+            def let_go_everywhere() -> bool:
+                return all((h := _held(x)) is not None and str(cid) not in h[1] for x in hosts)
+
+            eventually(
+                let_go_everywhere, why=lambda: ([_held(h) for h in hosts], tree.settled(cid))
+            )
     finally:
         Path(f"{marker}.go").write_text("go")
         placement.close(timeout=30)
