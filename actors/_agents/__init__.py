@@ -22,6 +22,7 @@ from ._outcome import KEPT, TurnOutcome
 from ._output import check_output_schema, validate_output
 from ._registry import AgentRegistry
 from ._resume import CUT_SHORT, Restored, replay, stored_options
+from ._rung import Rung
 from ._sessions import SessionService
 from ._spawn import close_agents, dispose_by_depth, spawn_agent, wait_all_idle
 from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime_statistics
@@ -51,6 +52,7 @@ __all__ = [
     "ModelRegistry",
     "PersistenceFailure",
     "Restored",
+    "Rung",
     "RuntimeCounters",
     "RuntimeStatistics",
     "SessionService",

@@ -224,12 +224,18 @@ class Mailman:
                     rung = _session_ids(rings)
                     self._interrupts(rings)
                 asked = rings is not None and _SWEEP in rings
+                owed: dict[SessionId, int] = {}
                 if rings is None or asked or time.monotonic() - swept >= self._period:
                     swept = time.monotonic()
                     self._asked = False  # (before the sweep: a later ask sweeps again)
+                    owed = self._sessions.rung.owed()
                     rung += self._sweep()
                     self.sweeps += 1
                 self._pickups(rung)
+                # A sweep found every message nobody took: the rings before it are
+                # answered, a lost one's too (its session's messages were taken since).
+                for sid, mark in owed.items():
+                    self._sessions.rung.answered(sid, mark)
             except Exception:  # (the parts fail on their own: a bug of the round's)
                 logger.exception("mail pickup failed")
 
@@ -281,16 +287,23 @@ class Mailman:
                 logger.exception("an interrupt asked from another process failed")
 
     def pickup(self, sid: SessionId) -> None:
-        """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``."""
-        agent = self._live(sid)
-        if agent is None:
-            self._doubts.forget(sid)  # its next activation replays what the store holds
-            if not self._holds(sid):  # released, or never ours: somebody must activate it
-                self._orphan(sid)
-            return  # materializing: its resume reads the inbox, the sweep the rest
-        # Leaving residency (refused): its lease release finds what waits.
-        with contextlib.suppress(SubagentError):
-            agent.call_in_loop(lambda: self._deliver(agent))
+        """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``;
+        the rings of ``sid`` before it are answered then (``SessionService.rung``):
+        what it found is in the agent's loop, counted in flight."""
+        rung = self._sessions.rung
+        mark = rung.mark(sid)
+        try:
+            agent = self._live(sid)
+            if agent is None:
+                self._doubts.forget(sid)  # its next activation replays what the store holds
+                if not self._holds(sid):  # released, or never ours: somebody must activate it
+                    self._orphan(sid)
+                return  # materializing: its resume reads the inbox, the sweep the rest
+            # Leaving residency (refused): its lease release finds what waits.
+            with contextlib.suppress(SubagentError):
+                agent.call_in_loop(lambda: self._deliver(agent))
+        finally:
+            rung.answered(sid, mark)
 
     def _deliver(self, agent: Agent) -> None:
         """In ``agent``'s loop: take and queue its untaken messages, and settle those

@@ -44,6 +44,7 @@ from ._failures import PersistenceFailures, SessionStatistics
 from ._leases import Leases
 from ._live import LiveSession
 from ._reading import SessionReads
+from ._rung import Rung
 from ._sweep_reads import SweepReads
 from ._writer import Writer, unsure
 
@@ -83,6 +84,8 @@ class SessionService(Acceptance, Appends, SessionReads, SweepReads):
         #: Called with a session this runtime released while messages nobody took
         #: were waiting in its inbox (the runtime sees that they run).
         self.on_waiting: Callable[[SessionId], object] | None = None
+        #: The rings of that pickup not answered yet (``Runtime.wait_idle`` waits).
+        self.rung = Rung()
         callbacks = (self._committed, self._failed, self.wake_pickup, self._release_later)
         self._writer = Writer(persistence, backend, *callbacks) if persistence is not None else None
 
@@ -162,8 +165,10 @@ class SessionService(Acceptance, Appends, SessionReads, SweepReads):
         return live
 
     def wake_pickup(self, sid: SessionId) -> None:
-        """Have this runtime's own mail pickup look at ``sid`` (what waits in its inbox)."""
+        """Have this runtime's own mail pickup look at ``sid`` (what waits in its
+        inbox); owed in :attr:`rung` until it did."""
         if self.on_waiting is not None:
+            self.rung.ring(sid)
             self.on_waiting(sid)
 
     def _failed(self, sid: SessionId, error: BaseException) -> None:

@@ -367,7 +367,8 @@ class ContinuationManager(Followups):
         def settle(deadline: float | None, waited: set[Activation]) -> int | None:
             return settle_pass(self._index, quiescent, owners, warm, deadline, waited)
 
-        return wait_quiet(self.require_agents(), settle, timeout)
+        rung = self._ctx.sessions.rung
+        return wait_quiet(self.require_agents(), settle, timeout, rung, self._sleep)
 
     # -- shutdown ----------------------------------------------------------------------
 

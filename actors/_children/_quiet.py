@@ -29,11 +29,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
-from subagents.actors._agents import Agent, AgentRegistry, wait_all_idle
+from subagents.actors._agents import Agent, AgentRegistry, Rung, wait_all_idle
 from subagents.protocol import SessionId
 from subagents.supervision import Activation, Phase
 
 __all__ = ["barrier", "settle_pass", "wait_quiet"]
+
+#: Seconds between looks at the pickup's owed rings (a pickup takes milliseconds).
+_PICKUP_POLL = 0.002
 
 
 def barrier() -> None:
@@ -90,13 +93,23 @@ def wait_quiet(
     agents: AgentRegistry,
     settle: Callable[[float | None, set[Activation]], int | None],
     timeout: float | None,
+    rung: Rung,
+    sleep: Callable[[float], object],
 ) -> bool:
-    """Wait until every agent is idle and ``settle`` (a :func:`settle_pass` given a
-    deadline and the set of what earlier passes waited for) finds nothing new
-    settling; False when ``timeout`` seconds (None: no limit) ran out first."""
+    """Wait until no ring of the mail pickup is owed (``rung``: messages accepted
+    for a live agent that only the pickup hands to it), every agent is idle, and
+    ``settle`` (a :func:`settle_pass` given a deadline and the set of what earlier
+    passes waited for) finds nothing new settling; False when ``timeout`` seconds
+    (None: no limit) ran out first. ``sleep``: the backend's, between looks."""
     deadline = None if timeout is None else time.monotonic() + timeout
     waited: set[Activation] = set()
     while True:
+        # Before the agents: a pickup answers its ring once what it found is in
+        # the agent's loop, counted in flight -- where the wait below sees it.
+        while rung:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            sleep(_PICKUP_POLL)
         if not wait_all_idle(agents, _left(deadline)):
             return False
         settled = settle(deadline, waited)

@@ -1,0 +1,69 @@
+"""``Runtime.wait_idle`` waits for what only the mail pickup hands to a live agent.
+
+A ``send`` to a session whose activation is in progress (registered, its replay
+not queued yet) commits its message taken by nobody and rings this runtime's own
+pickup, which takes it into the agent's loop later (``_agents/_ahead.py``). The
+send has returned, so a script's ``wait_idle`` next must cover that message: it
+returned at once (every agent idle: nothing was queued yet), and the message
+ran after it -- a load-dependent failure of the racing-sends test, whose last
+round's message had not run when it counted. Forced here: the activation is held
+before its replay, the second send returns, the pickup is held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from subagents.actors import Runtime
+from subagents.actors._agents import _registry
+from subagents.actors._agents._mail import Mailman
+from subagents.actors._kernel._backend import Backend
+from subagents.actors.testing import Gate
+
+
+@pytest.fixture
+def rt(backend: Backend, db: str) -> Iterator[Runtime]:
+    with Runtime(db, backend=backend, durability="strict") as runtime:
+        yield runtime
+
+
+def test_wait_idle_covers_a_message_the_pickup_still_owes(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FUP-6, R-DUR-3: the held pickup keeps ``wait_idle`` waiting (it returned
+    True at once); released, the message has run by the time ``wait_idle`` returns."""
+    ran: list[Any] = []
+    rt.models.register("note", lambda _o: lambda turn: ran.extend(turn.messages) or "ok")
+    sid = rt.spawn("note", label="root").session_id
+    agent = rt.agents.get(sid)
+    assert agent is not None
+    agent.dispose()
+
+    replayed, picking = Gate("replay"), Gate("pickup")
+    replay_first, pickup = _registry.replay_first, Mailman.pickup
+
+    def held_replay(agent: Any, pending: Any, **kw: Any) -> None:
+        if agent.session_id == sid and not replayed.released:
+            replayed.pass_through()
+        replay_first(agent, pending, **kw)
+
+    def held_pickup(self: Mailman, session_id: Any) -> None:
+        if session_id == sid and not picking.released:
+            picking.pass_through()
+        pickup(self, session_id)
+
+    monkeypatch.setattr(_registry, "replay_first", held_replay)
+    monkeypatch.setattr(Mailman, "pickup", held_pickup)
+    got: dict[str, Any] = {}
+    first = rt.backend.spawn(lambda: got.update(first=rt.agents.send(sid, "first")))
+    assert replayed.wait_reached(30)  # live, its replay not queued
+    second = rt.agents.send(sid, "second")  # committed untaken; the pickup rung
+    assert picking.wait_reached(30)
+    replayed.release()
+    assert first.join(30)
+    assert not rt.wait_idle(0.3)  # the pickup owes the second message (it returned True)
+    picking.release()
+    assert rt.wait_idle(30)
+    assert [m.message_id for m in ran] == [got["first"], second]
