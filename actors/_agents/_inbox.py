@@ -375,9 +375,8 @@ class Inbox:
         return None if turn is None else turn.index
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until quiescent; True when idle, False on timeout. The idle
-        listeners run in the actor once it is idle: they may still be running
-        (or not have begun) when this returns.
+        """Block until quiescent; True when idle, False on timeout. Idle listeners
+        run in the actor once it is idle: maybe still (or not yet) when this returns.
 
         Raises:
             SubagentError: ``WRONG_THREAD`` from a foreign OS thread on gevent.
