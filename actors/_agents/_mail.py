@@ -182,6 +182,9 @@ class Mailman:
             self._task.join(30)
         if self._listener is not None:
             self._listener.close()
+        # No pickup from now on: nothing is owed (a wait_idle after close returns).
+        self._sessions.on_waiting = None
+        self._sessions.rung.clear()
 
     def rung(self, session_id: SessionId) -> None:
         """Look at ``session_id`` from the mail task (a ring of our own doorbell)."""

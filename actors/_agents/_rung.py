@@ -54,6 +54,11 @@ class Rung:
         with self._lock:
             return dict(self._marks)
 
+    def clear(self) -> None:
+        """Nothing owed any more: the pickup stopped (its runtime closed)."""
+        with self._lock:
+            self._marks.clear()
+
     def __bool__(self) -> bool:
         """Whether any ring is owed."""
         return bool(self._marks)

@@ -67,3 +67,14 @@ def test_wait_idle_covers_a_message_the_pickup_still_owes(
     picking.release()
     assert rt.wait_idle(30)
     assert [m.message_id for m in ran] == [got["first"], second]
+
+
+def test_a_ring_owed_as_the_runtime_closes_is_not_waited_for(rt: Runtime) -> None:
+    """A ring made as the runtime closes (a release that found messages waiting)
+    has no pickup to answer it any more: ``wait_idle`` after ``close`` returns at
+    once, True (it waited for its whole timeout, False)."""
+    sid = rt.spawn("echo", label="root").session_id
+    rt.sessions.rung.ring(sid)  # owed: the mail task stops before it looks
+    rt.close()
+    assert rt.wait_idle(30)
+    assert not rt.sessions.rung
