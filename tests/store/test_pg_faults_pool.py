@@ -33,19 +33,29 @@ def _message(text: str) -> MessageEvent:
     return MessageEvent(message_id=new_message_id(), content=text)
 
 
-def _fill_pool(store: PostgresStore, n: int) -> None:
-    """``n`` reads at once: the pool then holds ``n`` idle connections."""
+def _read_at_once(store: PostgresStore, n: int, seconds: float) -> list[BaseException]:
+    """``n`` reads at once, each ``seconds`` long on the server; what they raised."""
     barrier = threading.Barrier(n)
+    failures: list[BaseException] = []
 
     def read() -> None:
         barrier.wait()
-        store._query("SELECT pg_sleep(0.2)", ())
+        try:
+            store._query(f"SELECT pg_sleep({seconds})", ())
+        except BaseException as exc:  # reported to the caller
+            failures.append(exc)
 
     threads = [threading.Thread(target=read) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
+    return failures
+
+
+def _fill_pool(store: PostgresStore, n: int) -> None:
+    """``n`` reads at once: the pool then holds ``n`` idle connections."""
+    assert _read_at_once(store, n, 0.2) == []
     assert store._pool.get_stats()["pool_available"] >= 2
 
 
@@ -265,19 +275,4 @@ def test_a_refused_statement_after_an_outage_puts_the_pool_back_in_use(
             store._query("SELECT 1 / 0", ())
         assert "division by zero" in str(refused.value)
         assert not store._reader.unreachable
-        failures: list[BaseException] = []
-        barrier = threading.Barrier(4)
-
-        def read() -> None:
-            barrier.wait()
-            try:
-                store._query("SELECT pg_sleep(0.3)", ())
-            except BaseException as exc:  # reported below
-                failures.append(exc)
-
-        threads = [threading.Thread(target=read) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        assert failures == []
+        assert _read_at_once(store, 4, 0.3) == []
