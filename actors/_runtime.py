@@ -411,13 +411,13 @@ class Runtime:
 
     def _close(self) -> None:
         """The steps of :meth:`close`; each may run again after an interrupted close."""
-        if self.mail is not None:
-            # First: a pickup in flight may activate a session; none may start after
-            # the agents below are listed.
+        if self.mail is not None:  # first: no pickup activates a session once listed
             self.mail.close()
         close_agents(self.agents)  # nor may anything else; then every agent stops
         self.continuation.close()
         self.sessions.close()
+        if self.mail is not None:  # heard by other hosts until every lease went back
+            self.mail.hang_up()
         if self.store is not None:
             self.backend.run_blocking(self.store.close)  # waits for a write in flight
 

@@ -32,7 +32,7 @@ import abc
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
 from subagents.protocol import (
     DecodeError,
@@ -48,7 +48,8 @@ from subagents.protocol import (
 )
 
 from ._cells import inbox_event
-from ._validate import check_session_ids
+from ._listening import Listener
+from ._validate import check_seconds, check_session_ids
 
 __all__ = [
     "HOLDER_RETENTION",
@@ -170,30 +171,6 @@ def inbox_full(session_id: SessionId, limit: int, pending: int) -> InboxFullErro
     """``INBOX_FULL``: an acceptance bounded by ``limit`` found ``pending`` messages
     accepted and not yet done (nothing was accepted)."""
     return InboxFullError(str(session_id), limit, pending)
-
-
-class Listener(Protocol):
-    """A store's wake-up channel (:meth:`SessionStore.listen`), read by one task.
-
-    ``fileno()`` is what to wait on for readability (None while disconnected);
-    :meth:`receive` never blocks: the payloads rung since, or None when the
-    connection was lost (rings may have been lost: the caller should sweep);
-    :meth:`reconnect` reopens it, and may block for as long as connecting takes.
-    """
-
-    address: str
-
-    def fileno(self) -> int | None:
-        """A descriptor that polls readable when something may be waiting, or ``None``."""
-
-    def receive(self) -> list[bytes] | None:
-        """The payloads that arrived (empty: none yet; ``None``: the connection is lost)."""
-
-    def reconnect(self) -> bool:
-        """Reopen a lost connection (blocking); True when it listens again."""
-
-    def close(self) -> None:
-        """Stop listening and free the channel. Idempotent."""
 
 
 class DurableQueues(abc.ABC):
@@ -357,6 +334,15 @@ class DurableQueues(abc.ABC):
         lease live at ``now`` whose holder's id starts with ``prefix`` (this host's:
         ``Holder.kin``); the sweep adopts those whose holder's process ended. This
         default returns ``[]``: such work waits for its lease's expiry."""
+        return []
+
+    def unheard_work(self, now: float) -> list[tuple[SessionId, str]]:
+        """``(session, holder)`` of accepted work (as :meth:`orphans` counts it) under a
+        lease live at ``now`` whose holder -- on any host -- the store can tell no
+        longer listens for its rings (PostgreSQL: its channel's connection is gone,
+        see :mod:`._pg_listen`). It may be reconnecting: the caller judges
+        (``Holder.unheard``). This default returns ``[]``: nothing can be told."""
+        check_seconds(now, "now")
         return []
 
     @abc.abstractmethod

@@ -1,5 +1,7 @@
-"""Lease holders: who holds a session's lease, and whether a holder of this host
-has ended (its lease then counts as gone at once, rather than at its expiry).
+"""Lease holders: who holds a session's lease, and whether a holder has ended (its
+lease then counts as gone at once, rather than at its expiry): a holder of this
+host by its pid; one of any host whose store can tell it no longer listens
+(:meth:`Holder.unheard`) once it stayed unheard for a grace period.
 
 A holder's id is ``host:pid:nonce``, ``host`` naming this machine's name and --
 where there is one -- its boot and the PID namespace its pids belong to: a pid
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
+from collections.abc import Iterable
 
 __all__ = ["Holder", "holder_ended"]
 
@@ -38,13 +42,20 @@ _KIN = f"{_HOST}:"
 
 
 class Holder:
-    """A lease holder's identity: ``host:pid:nonce``; and who else is known dead."""
+    """A lease holder's identity: ``host:pid:nonce``; and who else is known dead.
 
-    __slots__ = ("id", "pid")
+    Thread-safe: its judgements are replaced whole, never changed in place.
+    """
+
+    __slots__ = ("_gone", "_unheard", "id", "pid")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.id = f"{_HOST}:{self.pid}:{uuid.uuid4().hex[:12]}"
+        # Holders the store found unheard at every look since (monotonic seconds),
+        # and those of them unheard for the grace period: judged gone.
+        self._unheard: dict[str, float] = {}
+        self._gone: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<Holder {self.id}>"
@@ -56,8 +67,31 @@ class Holder:
         return _KIN
 
     def dead(self, other: str) -> bool:
-        """True when ``other`` is a holder of this host whose process has ended."""
-        return other != self.id and holder_ended(other)
+        """True when ``other`` is a holder of this host whose process has ended, or
+        one :meth:`unheard` judged gone at its last judgement."""
+        return other != self.id and (other in self._gone or holder_ended(other))
+
+    def unheard(
+        self, found: Iterable[str], grace: float, now: float | None = None
+    ) -> frozenset[str]:
+        """Judge the holders a store found unheard now (``found``: see
+        ``DurableQueues.unheard_work``), and return those gone: found at every look
+        for ``grace`` seconds (``now``: monotonic, read when None). A holder heard
+        at a look -- or found with no work -- starts again: a listener that lost its
+        connection reconnects within moments, and a live process must not lose its
+        sessions for a blip. A judgement replaces the last one."""
+        at = time.monotonic() if now is None else now
+        last = self._unheard
+        unheard = {h: last.get(h, at) for h in found if h != self.id}
+        self._unheard = unheard
+        self._gone = gone = frozenset(h for h, since in unheard.items() if at - since >= grace)
+        return gone
+
+    def recheck_at(self, grace: float) -> float | None:
+        """When (monotonic) the next judgement could find another holder gone: the
+        first unheard holder's grace ends then (None: no holder is in question)."""
+        due = [since + grace for h, since in self._unheard.items() if h not in self._gone]
+        return min(due) if due else None
 
 
 def holder_ended(holder: str) -> bool:

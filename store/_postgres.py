@@ -23,7 +23,10 @@ Theory of operation:
   runtime a channel (its lease's ``wake`` address, ``pg:<channel>``) on a
   connection of its own; :meth:`PostgresStore.notify` rings it from any process
   on any host. A notification is a hint, as the host doorbell's datagram is: a
-  lost one is made up by the holder's periodic sweep.
+  lost one is made up by the holder's periodic sweep. That connection, named
+  after its channel, also shows other hosts that the holder still runs
+  (:mod:`._pg_listen`): :meth:`PostgresStore.unheard_work` finds the work of
+  holders whose process ended, before their leases expire.
 * **Opening** classifies the schema first without writing (:mod:`._pg_schema`),
   then migrates it under an advisory lock.
 
@@ -60,11 +63,12 @@ from ._group import GroupCommitter
 from ._location import is_postgres_url, redacted_url, split_schema
 from ._native import HubThread, HubThreadStopped, threads_are_greenlets
 from ._pg_deadline import DeadlineConnection, PgReader, ReadPool
+from ._pg_listen import HEARD, HEARD_WAKE, UNHEARD_WORK, PgListener
 from ._pg_schema import PG_SCHEMA_VERSION, classify, migrate, pg_error, reorder, translate
 from ._pg_txn import PgWriter
 from ._queue_reads import SqlQueueReads
 from ._reads import SqlReads
-from ._validate import check_session_id, invalid
+from ._validate import check_seconds, check_session_id, invalid
 
 __all__ = ["PgListener", "PostgresStore"]
 
@@ -283,7 +287,14 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
         """A notification channel of this process's own (see :class:`PgListener`)."""
         if self._closed:
             raise store_closed(self)
-        return PgListener(self.connect, f"subagents_{uuid.uuid4().hex[:24]}")
+        return PgListener(self.connect, f"{HEARD}{uuid.uuid4().hex[:24]}")
+
+    def unheard_work(self, now: float) -> list[tuple[SessionId, str]]:
+        """Accepted work under live leases whose holders' channels no session of the
+        server listens on any more (:mod:`._pg_listen`): their processes ended, or
+        lost the server. The caller judges (an unheard holder may be reconnecting)."""
+        rows = self._query(UNHEARD_WORK, (HEARD_WAKE, check_seconds(now, "now")))
+        return [(SessionId.from_bytes(bytes(r[0])), r[1]) for r in rows]
 
     def notify(self, address: str, payload: bytes) -> bool:
         if not isinstance(address, str) or not address.startswith("pg:"):
@@ -315,86 +326,3 @@ class PostgresStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<PostgresStore {redacted_url(self.url)} schema={self.schema} {state}>"
-
-
-class PgListener:
-    """A ``LISTEN`` channel on a connection of its own (a holder's wake-up address).
-
-    ``fileno()`` is the socket to wait on (None while disconnected); after it is
-    readable, :meth:`receive` returns the payloads rung, never blocking. Used by
-    one task at a time. A lost connection makes :meth:`receive` return None (rings
-    may have been missed: the caller sweeps) and is reopened by :meth:`reconnect`,
-    which blocks while it connects (on gevent: off the hub).
-    """
-
-    def __init__(self, connect: Any, channel: str) -> None:
-        self.channel = channel
-        self.address = f"pg:{channel}"
-        self._connect = connect
-        self._conn: psycopg.Connection[Any] | None = None
-        self._closed = False
-        self._open()
-        track(self)
-
-    def __repr__(self) -> str:
-        return f"<PgListener {self.address}>"
-
-    def _forked(self) -> None:
-        """In the child of a fork: the parent's channel; never read nor closed here."""
-        self._conn = None
-        self._closed = True
-
-    def _open(self) -> bool:
-        try:
-            conn = self._connect()
-        except psycopg.Error:
-            return False
-        try:
-            conn.execute(f'LISTEN "{self.channel}"')
-        except psycopg.Error:  # (a hot standby refuses it): tried again at reconnect
-            conn.close()  # else one connection left open a reconnect, until no slot is left
-            return False
-        self._conn = conn
-        return True
-
-    def fileno(self) -> int | None:
-        """The connection's socket (readable when a notification may be waiting), or ``None``."""
-        conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            return None
-        return int(conn.pgconn.socket)
-
-    def receive(self) -> list[bytes] | None:
-        """The payloads waiting (never blocks); None when the connection is lost."""
-        if self._closed:
-            return []
-        conn = self._conn
-        if conn is None:
-            return None
-        out: list[bytes] = []
-        try:
-            pgconn = conn.pgconn
-            pgconn.consume_input()
-            while (note := pgconn.notifies()) is not None:
-                try:
-                    out.append(bytes.fromhex(note.extra.decode()))
-                except ValueError:
-                    continue  # not one of ours
-        except psycopg.Error:
-            conn.close()
-            self._conn = None
-            return None
-        return out
-
-    def reconnect(self) -> bool:
-        """Reopen a lost connection (blocks while connecting); True when listening."""
-        if self._closed:
-            return False
-        return self._conn is not None or self._open()
-
-    def close(self) -> None:
-        """Stop listening and close its connection. Idempotent."""
-        self._closed = True
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None

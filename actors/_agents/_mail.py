@@ -24,9 +24,11 @@ Rings are hints. A second after the task starts (``FIRST_SWEEP``), and then ever
 it asks the store which of its sessions have untaken messages, and which
 sessions have accepted work and no lease at all (their holder released them with
 messages waiting, or died and its lease expired) or the lease of a holder of this
-host whose process ended (:mod:`._sweep_reads`). A ring for a session that is
-not live here -- its holder released it meanwhile, or another process rang about
-a child of a parent that lives here -- and every such orphan go to ``orphan``,
+host whose process ended, or of a holder of any host its store found unheard for
+a grace period (a sweep is made as that grace ends; :mod:`._sweep_reads`). A
+ring for a session that is not live here -- its holder released it meanwhile, or
+another process rang about a child of a parent that lives here -- and every such
+orphan go to ``orphan``,
 which makes somebody activate it (see the runtime): accepted work runs as long
 as some process on the store can run it. The first sweep does not wait a period:
 a worker restarted in the place of one that was killed takes its work up a
@@ -177,14 +179,22 @@ class Mailman:
         return mail
 
     def close(self) -> None:
+        """Stop picking up and sweeping. The store's listener stays open (unread)
+        until :meth:`hang_up`."""
         self.doorbell.close()
         if self._task is not None:
             self._task.join(30)
-        if self._listener is not None:
-            self._listener.close()
         # No pickup from now on: nothing is owed (a wait_idle after close returns).
         self._sessions.on_waiting = None
         self._sessions.rung.clear()
+
+    def hang_up(self) -> None:
+        """Close the store's listener (after :meth:`close`, once every lease is given
+        back): on PostgreSQL its connection is what shows other hosts this holder
+        still runs (``store/_pg_listen.py``), so a close that disposes many agents
+        for longer than the grace must not look like a death. Idempotent."""
+        if self._listener is not None:
+            self._listener.close()
 
     def rung(self, session_id: SessionId) -> None:
         """Look at ``session_id`` from the mail task (a ring of our own doorbell)."""
@@ -210,8 +220,14 @@ class Mailman:
         while True:
             # A sweep every period, rung or not: a runtime rung more often than
             # that would otherwise never look for orphans or missed rings.
+            due = swept + self._period
+            # Early when an unheard holder's grace ends before (once: a sweep past it
+            # judged it, or failed -- and the store is asked again a period later).
+            recheck = self._sessions.recheck_at()
+            if recheck is not None and swept < recheck < due:
+                due = recheck
             try:
-                rings = self.doorbell.wait(max(0.0, swept + self._period - time.monotonic()))
+                rings = self.doorbell.wait(max(0.0, due - time.monotonic()))
             except Exception:
                 # This task is the runtime's only way to hear of mail, interrupts and
                 # orphans: it outlives a failed wait (a ring may be lost: sweep now).
@@ -228,7 +244,7 @@ class Mailman:
                     self._interrupts(rings)
                 asked = rings is not None and _SWEEP in rings
                 owed: dict[SessionId, int] = {}
-                if rings is None or asked or time.monotonic() - swept >= self._period:
+                if rings is None or asked or time.monotonic() >= due:
                     swept = time.monotonic()
                     self._asked = False  # (before the sweep: a later ask sweeps again)
                     owed = self._sessions.rung.owed()
@@ -262,6 +278,7 @@ class Mailman:
             ("the waiting mail", lambda: self._sessions.waiting(self._holder)),
             ("the orphans", self._sessions.orphans),
             ("the work of ended holders", self._sessions.abandoned),
+            ("the work of unheard holders", self._sessions.unheard),
         ]
         for what, ask in queries:
             try:

@@ -7,8 +7,12 @@ held by a holder of this host whose process ended. A worker killed with SIGKILL
 leaves its leases live until they expire (the lease ttl, 30 s by default); its
 siblings on the host, or the worker a supervisor restarts in its place, take its
 work up at their next sweep instead (the lease is taken over as a dead holder's,
-see :class:`~subagents.store.Holder`). Another host's holders cannot be judged:
-their work waits for the expiry.
+see :class:`~subagents.store.Holder`). Another host's holder is judged by the
+store where it can tell (PostgreSQL: the holder's listening connection is gone,
+see :meth:`~subagents.store.PostgresStore.unheard_work`): unheard at every sweep
+for :func:`unheard_grace` -- a sweep is made for the grace's end -- its work is
+taken up; elsewhere, and for a host that vanished without closing its
+connections, the work waits for the lease's expiry.
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ from typing import Any
 from subagents.protocol import SessionId
 from subagents.store import SessionStore
 
-__all__ = ["SweepReads"]
+__all__ = ["SweepReads", "unheard_grace"]
+
+
+def unheard_grace(ttl: float) -> float:
+    """Seconds a holder must stay unheard before its work is taken up: a sixth of
+    the lease ttl (5 s by default), at least a second (a listener reconnects in
+    less), at most half the ttl (else the expiry comes first)."""
+    return min(max(ttl / 6, 1.0), ttl / 2)
 
 
 class SweepReads:
@@ -61,3 +72,23 @@ class SweepReads:
             if by not in ended:
                 ended[by] = holder.dead(by)
         return [sid for sid, by in held if ended[by]]
+
+    def unheard(self) -> list[SessionId]:
+        """Sessions with accepted work under the live lease of a holder -- of any
+        host -- the store found unheard at every sweep for :func:`unheard_grace`
+        (its process ended: nobody will run the work before the lease expires)."""
+        store, leases = self.persistence, self.leases
+        assert store is not None
+        assert leases is not None
+        found: list[tuple[SessionId, str]] = self._call(store.unheard_work, leases.now())
+        gone = leases.holder.unheard({by for _sid, by in found}, unheard_grace(leases.ttl))
+        return [sid for sid, by in found if by in gone]
+
+    def recheck_at(self) -> float | None:
+        """When (monotonic) a sweep could find an unheard holder's grace over (None:
+        none is in question): the mail task sweeps then, not a period later."""
+        leases = self.leases
+        if leases is None:
+            return None
+        at: float | None = leases.holder.recheck_at(unheard_grace(leases.ttl))
+        return at

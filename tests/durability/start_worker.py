@@ -10,7 +10,9 @@ child of model ``block``, whose turns here never end, and once its first turn
 runs prints ``ROOT CHILD`` -- the test then kills this process, holding both.
 The ``pid`` model writes this process's pid and its session's id to MARKS when
 its turn runs: a child the other process starts by the root's id runs here.
-Waits for its stdin to close.
+Waits for its stdin to close. With ``SUBAGENTS_TEST_HOST`` set, its lease holder
+names that host instead of this one (a worker on another machine: nothing here
+can judge it by its pid).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from subagents.actors import ContinuableStartSpec, Runtime
 
 
 def main(db: str, backend: str, marks: str, mode: str, ttl: str) -> int:
+    if os.environ.get("SUBAGENTS_TEST_HOST"):
+        from subagents.store import _holders
+
+        _holders._HOST = os.environ["SUBAGENTS_TEST_HOST"]
     with Runtime(db, backend=backend, lease_ttl=float(ttl)) as rt:
 
         def pid(_options: Any) -> Any:
