@@ -9,6 +9,8 @@ half the time a second thread runs its own), closes it cleanly and opens another
 until RUN_DIR/stop exists. A restarted worker first makes again, with the same id
 and content, every explicit-id call a dead predecessor of the same NAME tried and
 never saw answered. SOAK_PATCH=1 with BACKEND gevent: monkey-patch first.
+SOAK_HOSTS=1: its lease holder names a host of its own (a worker on another
+machine: no pid check judges it; on PostgreSQL its listener's connection does).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from _soaklib import Recorder, load_side  # noqa: E402
 from _worker_ops import Soak  # noqa: E402
 from subagents.actors import ContinuableStartSpec, Runtime  # noqa: E402
 from subagents.protocol import SessionId, SubagentError  # noqa: E402
+
+if os.environ.get("SOAK_HOSTS"):
+    from subagents.store import _holders
+
+    _holders._HOST = f"soak-{NAME}-{os.getpid()}"
 
 
 def leftovers(run_dir: str, name: str) -> list[dict[str, Any]]:
