@@ -1,8 +1,11 @@
 """Whether a live process holds a stored session, as the command line reads it.
 
 A reader that is no runtime has no registry to ask: a session is live somewhere
-when its lease is taken and not expired, and its holder is no process of this
-host that has ended.
+when its lease is taken and not expired, its holder is no process of this host
+that has ended, and -- where the store can tell (PostgreSQL) -- the holder of its
+accepted work still listens (``unheard_work``). That is one look: a holder whose
+listener is reconnecting at that moment shows its work ``waiting`` (a runtime's
+sweep waits a grace before it judges).
 """
 
 from __future__ import annotations
@@ -32,6 +35,18 @@ def _now(store: Any) -> float:
     return time.time() if clock is None else float(clock())
 
 
+def _unheard(store: Any, now: float) -> set[SessionId]:
+    """Sessions with accepted work whose holder the store finds unheard (see the
+    module docstring); none where it cannot say."""
+    ask = getattr(store, "unheard_work", None)
+    if ask is None:
+        return set()
+    try:
+        return {sid for sid, _holder in ask(now)}
+    except SubagentError:
+        return set()
+
+
 def lease_held(store: Any, sid: object) -> bool:
     """Whether a live process holds ``sid``; True where the store keeps no leases
     or cannot say. A turn a session's log shows open is running only then: its
@@ -40,7 +55,8 @@ def lease_held(store: Any, sid: object) -> bool:
     if get is None or not isinstance(sid, SessionId):
         return True
     try:
-        return _live(get(sid), _now(store))
+        now = _now(store)
+        return _live(get(sid), now) and sid not in _unheard(store, now)
     except SubagentError:
         return True
 
@@ -56,4 +72,5 @@ def held_now(store: Any, sids: Sequence[SessionId]) -> set[SessionId] | None:
         now = _now(store)
     except SubagentError:
         return None
-    return {sid for sid, lease in leases.items() if _live(lease, now)}
+    held = {sid for sid, lease in leases.items() if _live(lease, now)}
+    return held - _unheard(store, now) if held else held
