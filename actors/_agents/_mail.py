@@ -309,21 +309,23 @@ class Mailman:
     def pickup(self, sid: SessionId) -> None:
         """Deliver what waits for ``sid`` if it is live here, else hand it to ``orphan``;
         the rings of ``sid`` before it are answered then (``SessionService.rung``):
-        what it found is in the agent's loop, counted in flight."""
+        what it found is in the agent's loop, counted in flight. One that raises
+        answers nothing: they stay owed until the next sweep, which looks again."""
         rung = self._sessions.rung
         mark = rung.mark(sid)
-        try:
-            agent = self._live(sid)
-            if agent is None:
-                self._doubts.forget(sid)  # its next activation replays what the store holds
-                if not self._holds(sid):  # released, or never ours: somebody must activate it
-                    self._orphan(sid)
-                return  # materializing: its resume reads the inbox, the sweep the rest
-            # Leaving residency (refused): its lease release finds what waits.
-            with contextlib.suppress(SubagentError):
-                agent.call_in_loop(lambda: self._deliver(agent))
-        finally:
-            rung.answered(sid, mark)
+        self._pick(sid)
+        rung.answered(sid, mark)
+
+    def _pick(self, sid: SessionId) -> None:
+        agent = self._live(sid)
+        if agent is None:
+            self._doubts.forget(sid)  # its next activation replays what the store holds
+            if not self._holds(sid):  # released, or never ours: somebody must activate it
+                self._orphan(sid)
+            return  # materializing: its resume reads the inbox, the sweep the rest
+        # Leaving residency (refused): its lease release finds what waits.
+        with contextlib.suppress(SubagentError):
+            agent.call_in_loop(lambda: self._deliver(agent))
 
     def _deliver(self, agent: Agent) -> None:
         """In ``agent``'s loop: take and queue its untaken messages, and settle those

@@ -78,3 +78,51 @@ def test_a_ring_owed_as_the_runtime_closes_is_not_waited_for(rt: Runtime) -> Non
     rt.close()
     assert rt.wait_idle(30)
     assert not rt.sessions.rung
+
+
+def test_a_pickup_that_failed_leaves_its_ring_owed_until_the_next_sweep(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FUP-6, R-DUR-3: the pickup fails once (here its look-up of the live agent;
+    an outage of the store's, say, for an orphan): the message it owed waits for
+    the next sweep (or a later ring's pickup), and ``wait_idle`` waits with it (the
+    failed pickup answered the ring: ``wait_idle`` returned before it ran)."""
+    with Runtime(db, backend=backend, durability="strict", lease_ttl=3.0) as rt:
+        ran: list[Any] = []
+        rt.models.register("note", lambda _o: lambda turn: ran.extend(turn.messages) or "ok")
+        sid = rt.spawn("note", label="root").session_id
+        agent = rt.agents.get(sid)
+        assert agent is not None
+        agent.dispose()
+
+        replayed, failed = Gate("replay"), rt.backend.event()
+        replay_first = _registry.replay_first
+
+        def held_replay(agent: Any, pending: Any, **kw: Any) -> None:
+            if agent.session_id == sid and not replayed.released:
+                replayed.pass_through()
+            replay_first(agent, pending, **kw)
+
+        monkeypatch.setattr(_registry, "replay_first", held_replay)
+        assert rt.mail is not None
+        live = rt.mail._live
+
+        def failing_once(session_id: Any) -> Any:
+            if session_id == sid and not failed.is_set():
+                failed.set()
+                raise RuntimeError("the pickup failed")
+            return live(session_id)
+
+        monkeypatch.setattr(rt.mail, "_live", failing_once)
+        got: dict[str, Any] = {}
+        first = rt.backend.spawn(lambda: got.update(first=rt.agents.send(sid, "first")))
+        assert replayed.wait_reached(30)  # live, its replay not queued
+        second = rt.agents.send(sid, "second")  # committed untaken; the pickup rung
+        assert failed.wait(30)
+        replayed.release()
+        assert first.join(30)
+        # Idle only once the message ran: a later pickup (the activation rings one
+        # as its replay is queued) or a sweep delivers it; the failed one did not.
+        assert not rt.wait_idle(0.3) or [m.message_id for m in ran] == [got["first"], second]
+        assert rt.wait_idle(30)
+        assert [m.message_id for m in ran] == [got["first"], second]
