@@ -21,6 +21,7 @@ from typing import Any
 
 from subagents.actors import AbortController, ContinuableStartSpec, Runtime
 from subagents.actors._agents import _mail
+from subagents.actors._agents._sweep_reads import SweepReads
 from subagents.actors.testing import Gate
 
 
@@ -215,3 +216,18 @@ def waits_behind(rt: Runtime, child: Any, content: Any) -> bool:
     act = rt.continuation._index.get(child)
     waiters = [] if act is None else act.waiters or []
     return any(r.delivery is not None and r.delivery.content == content for r in waiters)
+
+
+def sweep_answers(monkeypatch: Any, name: str) -> list[list[Any]]:
+    """What each sweep's question ``name`` (a ``SweepReads`` method: ``abandoned``,
+    ``unheard``) answered, in order; patched in with ``monkeypatch``."""
+    answers: list[list[Any]] = []
+    real = getattr(SweepReads, name)
+
+    def ask(self: Any) -> list[Any]:
+        found: list[Any] = real(self)
+        answers.append(found)
+        return found
+
+    monkeypatch.setattr(SweepReads, name, ask)
+    return answers

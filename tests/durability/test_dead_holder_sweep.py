@@ -19,27 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_kit import Noted, blocked, until, worker
+from durability_kit import Noted, blocked, sweep_answers, until, worker
 from subagents.actors import Runtime
-from subagents.actors._agents._sweep_reads import SweepReads
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
 
 TTL = 3.0  # the sweeping runtime's: a sweep a second
-
-
-def _sweeps(monkeypatch: pytest.MonkeyPatch) -> list[list[SessionId]]:
-    """What each sweep's question about ended holders answered, in order."""
-    answers: list[list[SessionId]] = []
-    real = SweepReads.abandoned
-
-    def abandoned(self: Any) -> list[SessionId]:
-        found = real(self)
-        answers.append(found)
-        return found
-
-    monkeypatch.setattr(SweepReads, "abandoned", abandoned)
-    return answers
 
 
 @contextmanager
@@ -60,7 +45,7 @@ def test_a_killed_holders_work_runs_at_the_next_sweep_unasked(
 ) -> None:
     """SIGKILL while the child's turn runs: the other runtime runs it again (a
     redelivery) within a few sweeps, though the dead lease has an hour to go."""
-    answers = _sweeps(monkeypatch)
+    answers = sweep_answers(monkeypatch, "abandoned")
     with _beside_a_worker(backend, db, tmp_path) as (proc, child, rt, noted):
         proc.kill()  # (left unreaped: a zombie's holder counts as ended too)
         assert noted.wait_for(lambda items: len(items) >= 1, 30), answers
@@ -76,7 +61,7 @@ def test_a_live_holders_work_stays_with_it(
 ) -> None:
     """The worker is alive (its turn still running): sweep after sweep finds no
     ended holder, and nothing of its runs here."""
-    answers = _sweeps(monkeypatch)
+    answers = sweep_answers(monkeypatch, "abandoned")
     with _beside_a_worker(backend, db, tmp_path) as (proc, child, rt, noted):
         assert until(rt, lambda: len(answers) >= 3, 30)
         assert answers[:3] == [[], [], []]

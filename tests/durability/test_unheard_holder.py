@@ -24,27 +24,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from durability_kit import Noted, blocked, until, worker
+from durability_kit import Noted, blocked, sweep_answers, until, worker
 from subagents.actors import Runtime
-from subagents.actors._agents._sweep_reads import SweepReads
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
 
 TTL = 3.0  # the sweeping runtime's: a sweep a second, unheard_grace(3.0) == 1.0
-
-
-def _answers(monkeypatch: pytest.MonkeyPatch, name: str) -> list[list[SessionId]]:
-    """What each sweep's question ``name`` (a ``SweepReads`` method) answered, in order."""
-    answers: list[list[SessionId]] = []
-    real = getattr(SweepReads, name)
-
-    def ask(self: Any) -> list[SessionId]:
-        found: list[SessionId] = real(self)
-        answers.append(found)
-        return found
-
-    monkeypatch.setattr(SweepReads, name, ask)
-    return answers
 
 
 @contextmanager
@@ -75,8 +60,8 @@ def test_a_killed_foreign_holders_work_runs_a_grace_after_it_is_unheard(
     """SIGKILL while the child's turn runs: the runtime here runs it again (a
     redelivery) within a few sweeps, found by the unheard holders' question (the
     pid question cannot judge another host), though the lease has an hour to go."""
-    unheard = _answers(monkeypatch, "unheard")
-    abandoned = _answers(monkeypatch, "abandoned")
+    unheard = sweep_answers(monkeypatch, "unheard")
+    abandoned = sweep_answers(monkeypatch, "abandoned")
     with _beside_a_foreign_worker(backend, pg_url, tmp_path, monkeypatch) as (
         proc, child, rt, noted,
     ):  # fmt: skip
@@ -96,7 +81,7 @@ def test_a_live_foreign_holder_keeps_its_work_though_its_connection_is_cut(
     """The worker lives: sweep after sweep judges nobody gone -- also after the
     server ended its listening session twice (it reconnects at once, within the
     grace) -- and nothing of its runs here."""
-    unheard = _answers(monkeypatch, "unheard")
+    unheard = sweep_answers(monkeypatch, "unheard")
     with _beside_a_foreign_worker(backend, pg_url, tmp_path, monkeypatch) as (
         proc, child, rt, noted,
     ):  # fmt: skip

@@ -21,6 +21,7 @@ from subagents.actors._agents import _registry
 from subagents.actors._agents._mail import Mailman
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
+from subagents.protocol import SessionId
 
 
 @pytest.fixture
@@ -29,32 +30,41 @@ def rt(backend: Backend, db: str) -> Iterator[Runtime]:
         yield runtime
 
 
-def test_wait_idle_covers_a_message_the_pickup_still_owes(
+def _held_activation(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """R-FUP-6, R-DUR-3: the held pickup keeps ``wait_idle`` waiting (it returned
-    True at once); released, the message has run by the time ``wait_idle`` returns."""
+) -> tuple[SessionId, Gate, list[Any]]:
+    """``(session, gate, ran)``: a cold top-level session whose next activation is held
+    at ``gate`` before its replay; ``ran`` gets the messages its turns run."""
     ran: list[Any] = []
     rt.models.register("note", lambda _o: lambda turn: ran.extend(turn.messages) or "ok")
     sid = rt.spawn("note", label="root").session_id
     agent = rt.agents.get(sid)
     assert agent is not None
     agent.dispose()
-
-    replayed, picking = Gate("replay"), Gate("pickup")
-    replay_first, pickup = _registry.replay_first, Mailman.pickup
+    replayed, replay_first = Gate("replay"), _registry.replay_first
 
     def held_replay(agent: Any, pending: Any, **kw: Any) -> None:
         if agent.session_id == sid and not replayed.released:
             replayed.pass_through()
         replay_first(agent, pending, **kw)
 
+    monkeypatch.setattr(_registry, "replay_first", held_replay)
+    return sid, replayed, ran
+
+
+def test_wait_idle_covers_a_message_the_pickup_still_owes(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FUP-6, R-DUR-3: the held pickup keeps ``wait_idle`` waiting (it returned
+    True at once); released, the message has run by the time ``wait_idle`` returns."""
+    sid, replayed, ran = _held_activation(rt, monkeypatch)
+    picking, pickup = Gate("pickup"), Mailman.pickup
+
     def held_pickup(self: Mailman, session_id: Any) -> None:
         if session_id == sid and not picking.released:
             picking.pass_through()
         pickup(self, session_id)
 
-    monkeypatch.setattr(_registry, "replay_first", held_replay)
     monkeypatch.setattr(Mailman, "pickup", held_pickup)
     got: dict[str, Any] = {}
     first = rt.backend.spawn(lambda: got.update(first=rt.agents.send(sid, "first")))
@@ -88,22 +98,8 @@ def test_a_pickup_that_failed_leaves_its_ring_owed_until_the_next_sweep(
     the next sweep (or a later ring's pickup), and ``wait_idle`` waits with it (the
     failed pickup answered the ring: ``wait_idle`` returned before it ran)."""
     with Runtime(db, backend=backend, durability="strict", lease_ttl=3.0) as rt:
-        ran: list[Any] = []
-        rt.models.register("note", lambda _o: lambda turn: ran.extend(turn.messages) or "ok")
-        sid = rt.spawn("note", label="root").session_id
-        agent = rt.agents.get(sid)
-        assert agent is not None
-        agent.dispose()
-
-        replayed, failed = Gate("replay"), rt.backend.event()
-        replay_first = _registry.replay_first
-
-        def held_replay(agent: Any, pending: Any, **kw: Any) -> None:
-            if agent.session_id == sid and not replayed.released:
-                replayed.pass_through()
-            replay_first(agent, pending, **kw)
-
-        monkeypatch.setattr(_registry, "replay_first", held_replay)
+        sid, replayed, ran = _held_activation(rt, monkeypatch)
+        failed = rt.backend.event()
         assert rt.mail is not None
         live = rt.mail._live
 
