@@ -17,6 +17,7 @@ connections, the work waits for the lease's expiry.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,8 @@ from subagents.protocol import SessionId
 from subagents.store import SessionStore
 
 __all__ = ["SweepReads", "unheard_grace"]
+
+logger = logging.getLogger("subagents")
 
 
 def unheard_grace(ttl: float) -> float:
@@ -81,7 +84,12 @@ class SweepReads:
         assert store is not None
         assert leases is not None
         found: list[tuple[SessionId, str]] = self._call(store.unheard_work, leases.now())
-        gone = leases.holder.unheard({by for _sid, by in found}, unheard_grace(leases.ttl))
+        grace = unheard_grace(leases.ttl)
+        gone = leases.holder.unheard({by for _sid, by in found}, grace)
+        for by in gone:  # (an operator's question: why did my sessions move?)
+            count = sum(1 for _sid, holder in found if holder == by)
+            logger.info("lease holder %s is gone (unheard for %.1f s): taking up its"
+                        " work in %d session(s)", by, grace, count)  # fmt: skip
         return [sid for sid, by in found if by in gone]
 
     def recheck_at(self) -> float | None:

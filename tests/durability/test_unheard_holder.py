@@ -16,6 +16,7 @@ connection: it reconnects within the grace.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,11 +56,16 @@ def _holder(rt: Runtime, child: str) -> str | None:
 
 
 def test_a_killed_foreign_holders_work_runs_a_grace_after_it_is_unheard(
-    backend: Backend, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: Backend,
+    pg_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """SIGKILL while the child's turn runs: the runtime here runs it again (a
     redelivery) within a few sweeps, found by the unheard holders' question (the
     pid question cannot judge another host), though the lease has an hour to go."""
+    caplog.set_level(logging.INFO, logger="subagents")
     unheard = sweep_answers(monkeypatch, "unheard")
     abandoned = sweep_answers(monkeypatch, "abandoned")
     with _beside_a_foreign_worker(backend, pg_url, tmp_path, monkeypatch) as (
@@ -73,6 +79,8 @@ def test_a_killed_foreign_holders_work_runs_a_grace_after_it_is_unheard(
         assert SessionId(child) in [sid for found in unheard for sid in found]
         assert SessionId(child) not in [sid for found in abandoned for sid in found]
         assert _holder(rt, child) == rt.sessions.leases.holder.id
+    said = [r.getMessage() for r in caplog.records if "is gone (unheard" in r.getMessage()]
+    assert said and all(holder in line for line in said), caplog.text
 
 
 def test_a_live_foreign_holder_keeps_its_work_though_its_connection_is_cut(
