@@ -52,15 +52,21 @@ HEARD_WAKE: Final = "pg:" + HEARD.replace("_", "!_") + "%"
 
 def _named(conn: psycopg.Connection[Any], name: str) -> bool:
     """Name ``conn``'s session ``name`` (and never end it for idling: a listener
-    waits for as long as it runs); True when the server shows it by that name."""
-    conn.execute("SELECT set_config('application_name', %s, false)", (name,))
-    with contextlib.suppress(psycopg.Error):  # (a server before 14 has no such setting)
-        conn.execute("SET idle_session_timeout = 0")
-    row = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE pid = pg_backend_pid() AND application_name = %s",
-        (name,),
-    ).fetchone()
+    waits for as long as it runs); True when the server shows it by that name.
+    Refused statements are no failure (the connection still listens): False."""
+    try:
+        conn.execute("SELECT set_config('application_name', %s, false)", (name,))
+        with contextlib.suppress(psycopg.Error):  # (a server before 14 has no such setting)
+            conn.execute("SET idle_session_timeout = 0")
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE pid = pg_backend_pid() AND application_name = %s",
+            (name,),
+        ).fetchone()
+    except psycopg.Error:  # (pg_stat_activity not readable: a revoked grant)
+        if conn.broken:
+            raise  # lost: the caller tries again at the next reconnect
+        return False
     return bool(row is not None and row[0] == 1)
 
 

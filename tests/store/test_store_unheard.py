@@ -166,3 +166,32 @@ def test_a_holder_is_gone_only_when_unheard_at_every_look_for_the_grace() -> Non
     assert me.unheard({a, b}, grace, now=110.0) == {b}
     assert me.unheard({a, b}, grace, now=115.0) == {a, b}
     assert me.recheck_at(grace) is None
+
+
+def test_nothing_is_judged_where_pg_stat_activity_is_not_readable(
+    own_pg_server: Any, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """A role that may not read ``pg_stat_activity`` (its grant revoked): the listener
+    still listens -- in the plain form, never judged --, and ``unheard_work``
+    answers ``[]`` instead of failing every sweep. (A refused check used to keep
+    the listener from ever listening.)"""
+    import uuid
+
+    with psycopg.connect(own_pg_server.url, autocommit=True) as admin:
+        admin.execute("CREATE ROLE watcher LOGIN")
+        admin.execute("GRANT CREATE ON DATABASE postgres TO watcher")
+        admin.execute("REVOKE SELECT ON pg_catalog.pg_stat_activity FROM PUBLIC")
+    url = own_pg_server.url.replace("postgres@", "watcher@", 1)
+    with PostgresStore(f"{url}?schema=w_{uuid.uuid4().hex[:12]}") as store:
+        listener = store.listen()
+        try:
+            assert listener.address.startswith("pg:subagents_")
+            assert not listener.address.startswith("pg:subagents_heard_")
+            assert listener.fileno() is not None  # listening
+            sid = _leased(store, make_header, "there:1:a", "pg:subagents_heard_" + "4" * 24)
+            store.accept(sid, make_events(1))
+            assert store.unheard_work(NOW + 10) == []
+            assert store.notify(listener.address, b"\x05" * 16)
+            assert _until(lambda: listener.receive()) == [b"\x05" * 16]
+        finally:
+            listener.close()
