@@ -29,6 +29,7 @@ from typing import Any, Final
 import psycopg
 
 from ._forked import track
+from ._queue_reads import WORK_LEASES
 from ._queue_txn import EXPIRY
 
 __all__ = ["HEARD", "UNHEARD_WORK", "PgListener"]
@@ -39,11 +40,7 @@ HEARD: Final = "subagents_heard_"
 #: lease whose holder's channel is of the judged form (the ``LIKE`` pattern, a
 #: parameter) and whose name no session of the server shows.
 UNHEARD_WORK: Final = (
-    "SELECT DISTINCT w.session, l.holder FROM (SELECT session FROM inbox"
-    " WHERE done = 0 UNION SELECT p.session FROM promises p"
-    " JOIN sessions s ON s.id = p.session) w JOIN leases l ON l.session = w.session"
-    " LEFT JOIN holders h ON h.holder = l.holder"
-    f" WHERE l.wake LIKE ? ESCAPE '!' AND {EXPIRY} > ? AND NOT EXISTS"
+    f"{WORK_LEASES} WHERE l.wake LIKE ? ESCAPE '!' AND {EXPIRY} > ? AND NOT EXISTS"
     " (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = substr(l.wake, 4))"
 )
 #: The ``LIKE`` pattern of a judged wake address.
@@ -116,8 +113,7 @@ class PgListener:
             return False
         try:
             if not _named(conn, self.channel) and first:
-                self._plain()
-                _named(conn, self.channel)
+                self._plain()  # (its session keeps the other name: nobody judges by it)
             conn.execute(f'LISTEN "{self.channel}"')
         except psycopg.Error:  # (a hot standby refuses it): tried again at reconnect
             conn.close()  # else one connection left open a reconnect, until no slot is left

@@ -7,7 +7,7 @@ in SQL both dialects run (see :mod:`._reads`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from subagents.protocol import (
     CorruptRecordError,
@@ -30,7 +30,18 @@ from ._validate import (
     invalid,
 )
 
-__all__ = ["SqlQueueReads"]
+__all__ = ["WORK_LEASES", "SqlQueueReads"]
+
+#: ``(session, holder)`` of accepted work -- messages not done, or promises open
+#: (:mod:`._promises`) -- joined to its session's lease ``l`` and the holder's
+#: heartbeat ``h`` (for ``EXPIRY``): what the sweep's questions about holders
+#: narrow with a ``WHERE``.
+WORK_LEASES: Final = (
+    "SELECT DISTINCT w.session, l.holder FROM (SELECT session FROM inbox"
+    " WHERE done = 0 UNION SELECT p.session FROM promises p"
+    " JOIN sessions s ON s.id = p.session) w JOIN leases l ON l.session = w.session"
+    " LEFT JOIN holders h ON h.holder = l.holder"
+)
 
 
 class SqlQueueReads(DurableQueues):
@@ -127,11 +138,7 @@ class SqlQueueReads(DurableQueues):
         # LIKE narrows the rows (a host name's ``_`` is its own character, escaped).
         like = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
         rows = self._query(
-            "SELECT DISTINCT w.session, l.holder FROM (SELECT session FROM inbox"
-            " WHERE done = 0 UNION SELECT p.session FROM promises p"
-            " JOIN sessions s ON s.id = p.session) w JOIN leases l ON l.session = w.session"
-            " LEFT JOIN holders h ON h.holder = l.holder"
-            f" WHERE l.holder LIKE ? ESCAPE '!' AND {EXPIRY} > ?",
+            f"{WORK_LEASES} WHERE l.holder LIKE ? ESCAPE '!' AND {EXPIRY} > ?",
             (like, at),
         )
         # (SQLite's LIKE ignores ASCII case: the prefix is checked as written here.)

@@ -10,6 +10,7 @@ store can say, and ``two_runtimes`` makes a pair of runtimes on one store.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -92,13 +93,16 @@ class Noted:
 
 
 @contextmanager
-def worker(script: str, *args: str) -> Iterator[subprocess.Popen[str]]:
-    """Run ``script`` (a file beside this module) with ``args`` and text pipes on
-    stdin, stdout and stderr; on leaving, kill it unless it exited, and close its
-    pipes."""
+def worker(
+    script: str, *args: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """Run ``script`` (a file beside this module) with ``args`` (``env``: more
+    environment) and text pipes on stdin, stdout and stderr; on leaving, kill it
+    unless it exited, and close its pipes."""
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name(script)), *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
     try:
         yield proc
@@ -231,3 +235,21 @@ def sweep_answers(monkeypatch: Any, name: str) -> list[list[Any]]:
 
     monkeypatch.setattr(SweepReads, name, ask)
     return answers
+
+
+@contextmanager
+def beside_a_worker(
+    backend: Any, db: str, tmp_path: Path, ttl: float, host: str | None = None
+) -> Iterator[Any]:
+    """``(worker, child, runtime, noted)``: a ``start_worker.py blocked`` worker (lease
+    ttl an hour; ``host``: its holder names that host) holds ``child``, its turn
+    running there; ``runtime`` (lease ttl ``ttl``) sweeps the store, its ``block``
+    turns ``noted``."""
+    args = (db, backend.name, str(tmp_path / "m"), "blocked", "3600")
+    env = None if host is None else {"SUBAGENTS_TEST_HOST": host}
+    with worker("start_worker.py", *args, env=env) as proc:
+        _root, child = blocked(proc)
+        with Runtime(db, backend=backend, lease_ttl=ttl) as rt:
+            noted = Noted()
+            noted.register(rt, "here", "block")
+            yield proc, child, rt, noted

@@ -13,31 +13,14 @@ default. A holder that is alive keeps its work, sweep after sweep.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from durability_kit import Noted, blocked, sweep_answers, until, worker
-from subagents.actors import Runtime
+from durability_kit import beside_a_worker, sweep_answers, until
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
 
 TTL = 3.0  # the sweeping runtime's: a sweep a second
-
-
-@contextmanager
-def _beside_a_worker(backend: Backend, db: str, tmp_path: Path) -> Iterator[Any]:
-    """``(worker, child, runtime, noted)``: the worker holds ``child`` (its turn
-    running there); ``runtime`` sweeps the store, its ``block`` turns ``noted``."""
-    args = (db, backend.name, str(tmp_path / "m"), "blocked", "3600")
-    with worker("start_worker.py", *args) as proc:
-        _root, child = blocked(proc)
-        with Runtime(db, backend=backend, lease_ttl=TTL) as rt:
-            noted = Noted()
-            noted.register(rt, "here", "block")
-            yield proc, child, rt, noted
 
 
 def test_a_killed_holders_work_runs_at_the_next_sweep_unasked(
@@ -46,7 +29,7 @@ def test_a_killed_holders_work_runs_at_the_next_sweep_unasked(
     """SIGKILL while the child's turn runs: the other runtime runs it again (a
     redelivery) within a few sweeps, though the dead lease has an hour to go."""
     answers = sweep_answers(monkeypatch, "abandoned")
-    with _beside_a_worker(backend, db, tmp_path) as (proc, child, rt, noted):
+    with beside_a_worker(backend, db, tmp_path, TTL) as (proc, child, rt, noted):
         proc.kill()  # (left unreaped: a zombie's holder counts as ended too)
         assert noted.wait_for(lambda items: len(items) >= 1, 30), answers
         assert noted.items() == [("here", "first", True)]
@@ -62,7 +45,7 @@ def test_a_live_holders_work_stays_with_it(
     """The worker is alive (its turn still running): sweep after sweep finds no
     ended holder, and nothing of its runs here."""
     answers = sweep_answers(monkeypatch, "abandoned")
-    with _beside_a_worker(backend, db, tmp_path) as (proc, child, rt, noted):
+    with beside_a_worker(backend, db, tmp_path, TTL) as (proc, child, rt, noted):
         assert until(rt, lambda: len(answers) >= 3, 30)
         assert answers[:3] == [[], [], []]
         assert noted.items() == []

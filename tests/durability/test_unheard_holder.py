@@ -18,35 +18,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from durability_kit import Noted, blocked, sweep_answers, until, worker
+from durability_kit import beside_a_worker, sweep_answers, until
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
 
 TTL = 3.0  # the sweeping runtime's: a sweep a second, unheard_grace(3.0) == 1.0
-
-
-@contextmanager
-def _beside_a_foreign_worker(
-    backend: Backend, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Any]:
-    """``(worker, child, runtime, noted)``: a worker of "another host" holds
-    ``child`` (its turn running there); ``runtime`` sweeps the store."""
-    monkeypatch.setenv("SUBAGENTS_TEST_HOST", "another-host~0.0")
-    args = (url, backend.name, str(tmp_path / "m"), "blocked", "3600")
-    with worker("start_worker.py", *args) as proc:
-        _root, child = blocked(proc)
-        with Runtime(url, backend=backend, lease_ttl=TTL) as rt:
-            noted = Noted()
-            noted.register(rt, "here", "block")
-            yield proc, child, rt, noted
 
 
 def _holder(rt: Runtime, child: str) -> str | None:
@@ -68,7 +50,7 @@ def test_a_killed_foreign_holders_work_runs_a_grace_after_it_is_unheard(
     caplog.set_level(logging.INFO, logger="subagents")
     unheard = sweep_answers(monkeypatch, "unheard")
     abandoned = sweep_answers(monkeypatch, "abandoned")
-    with _beside_a_foreign_worker(backend, pg_url, tmp_path, monkeypatch) as (
+    with beside_a_worker(backend, pg_url, tmp_path, TTL, host="another-host~0.0") as (
         proc, child, rt, noted,
     ):  # fmt: skip
         holder = _holder(rt, child)
@@ -90,7 +72,7 @@ def test_a_live_foreign_holder_keeps_its_work_though_its_connection_is_cut(
     server ended its listening session twice (it reconnects at once, within the
     grace) -- and nothing of its runs here."""
     unheard = sweep_answers(monkeypatch, "unheard")
-    with _beside_a_foreign_worker(backend, pg_url, tmp_path, monkeypatch) as (
+    with beside_a_worker(backend, pg_url, tmp_path, TTL, host="another-host~0.0") as (
         proc, child, rt, noted,
     ):  # fmt: skip
         assert until(rt, lambda: len(unheard) >= 2, 30)

@@ -52,6 +52,16 @@ def _held_activation(
     return sid, replayed, ran
 
 
+def _send_two(rt: Runtime, sid: SessionId, replayed: Gate) -> tuple[Any, dict[str, Any], Any]:
+    """``(task, got, second)``: a task sends "first", which activates ``sid`` (held at
+    ``replayed``; its id in ``got`` once sent); "second" is sent meanwhile --
+    committed untaken, the pickup rung."""
+    got: dict[str, Any] = {}
+    first = rt.backend.spawn(lambda: got.update(first=rt.agents.send(sid, "first")))
+    assert replayed.wait_reached(30)  # live, its replay not queued
+    return first, got, rt.agents.send(sid, "second")
+
+
 def test_wait_idle_covers_a_message_the_pickup_still_owes(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -66,10 +76,7 @@ def test_wait_idle_covers_a_message_the_pickup_still_owes(
         pickup(self, session_id)
 
     monkeypatch.setattr(Mailman, "pickup", held_pickup)
-    got: dict[str, Any] = {}
-    first = rt.backend.spawn(lambda: got.update(first=rt.agents.send(sid, "first")))
-    assert replayed.wait_reached(30)  # live, its replay not queued
-    second = rt.agents.send(sid, "second")  # committed untaken; the pickup rung
+    first, got, second = _send_two(rt, sid, replayed)
     assert picking.wait_reached(30)
     replayed.release()
     assert first.join(30)
@@ -110,10 +117,7 @@ def test_a_pickup_that_failed_leaves_its_ring_owed_until_the_next_sweep(
             return live(session_id)
 
         monkeypatch.setattr(rt.mail, "_live", failing_once)
-        got: dict[str, Any] = {}
-        first = rt.backend.spawn(lambda: got.update(first=rt.agents.send(sid, "first")))
-        assert replayed.wait_reached(30)  # live, its replay not queued
-        second = rt.agents.send(sid, "second")  # committed untaken; the pickup rung
+        first, got, second = _send_two(rt, sid, replayed)
         assert failed.wait(30)
         replayed.release()
         assert first.join(30)
