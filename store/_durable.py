@@ -336,6 +336,16 @@ class DurableQueues(abc.ABC):
         default returns ``[]``: such work waits for its lease's expiry."""
         return []
 
+    def ended_work(self, now: float) -> list[tuple[SessionId, str]]:
+        """``(session, holder)`` of accepted work (as :meth:`orphans` counts it) under a
+        lease live at ``now`` whose holder -- in any PID namespace -- the store can
+        tell has ended (SQLite: its presence lock is free, see
+        :meth:`~subagents.store.SqliteStore.listen`): nobody runs it before the
+        lease expires, and an acquisition given ``dead`` takes that lease over.
+        This default returns ``[]``: nothing can be told."""
+        check_seconds(now, "now")
+        return []
+
     def unheard_work(self, now: float) -> list[tuple[SessionId, str]]:
         """``(session, holder)`` of accepted work (as :meth:`orphans` counts it) under a
         lease live at ``now`` whose holder -- on any host -- the store can tell no
@@ -373,7 +383,8 @@ class DurableQueues(abc.ABC):
     ) -> Lease:
         """Take the session's lease (epoch + 1) when it is free, expired (``expires
         <= now``), already ``holder``'s, or held by a holder ``dead(holder)`` says is
-        gone.
+        gone -- or, given ``dead``, whose presence the store finds ended (SQLite:
+        see :meth:`ended_work`).
 
         Raises:
             SubagentError: ``LEASE_HELD`` (hint: the current lease),

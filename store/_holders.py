@@ -18,6 +18,8 @@ import time
 import uuid
 from collections.abc import Iterable
 
+from ._presence import presence_ended
+
 __all__ = ["Holder", "holder_ended"]
 
 
@@ -66,10 +68,11 @@ class Holder:
         can judge): what :meth:`DurableQueues.leased_work` is asked for."""
         return _KIN
 
-    def dead(self, other: str) -> bool:
-        """True when ``other`` is a holder of this host whose process has ended, or
-        one :meth:`unheard` judged gone at its last judgement."""
-        return other != self.id and (other in self._gone or holder_ended(other))
+    def dead(self, other: str, wake: str | None = None) -> bool:
+        """True when ``other`` is a holder of this host whose process has ended, one
+        whose presence at ``wake`` (its lease's wake address) ended, or one
+        :meth:`unheard` judged gone at its last judgement."""
+        return other != self.id and (other in self._gone or holder_ended(other, wake))
 
     def unheard(
         self, found: Iterable[str], grace: float, now: float | None = None
@@ -94,10 +97,15 @@ class Holder:
         return min(due) if due else None
 
 
-def holder_ended(holder: str) -> bool:
+def holder_ended(holder: str, wake: str | None = None) -> bool:
     """True when ``holder`` (a lease holder's id) names a process of this host that
-    has ended -- or awaits its reaping; False for this process, another host's, or
-    an id of another form (nothing can be said of those)."""
+    has ended -- or awaits its reaping --, or when ``wake`` (its lease's wake
+    address) is a presence whose process ended (see
+    :meth:`~subagents.store.SqliteStore.listen`: in any PID namespace); False for
+    this process, and when nothing can be said (another host's, an id of another
+    form, an address without a presence)."""
+    if presence_ended(wake):
+        return True
     host, _, rest = holder.partition(":")
     pid_text, _, _nonce = rest.partition(":")
     if host != _HOST or not pid_text.isdigit():

@@ -32,12 +32,12 @@ from ._validate import (
 
 __all__ = ["WORK_LEASES", "SqlQueueReads"]
 
-#: ``(session, holder)`` of accepted work -- messages not done, or promises open
-#: (:mod:`._promises`) -- joined to its session's lease ``l`` and the holder's
+#: ``(session, holder, wake)`` of accepted work -- messages not done, or promises
+#: open (:mod:`._promises`) -- joined to its session's lease ``l`` and the holder's
 #: heartbeat ``h`` (for ``EXPIRY``): what the sweep's questions about holders
 #: narrow with a ``WHERE``.
 WORK_LEASES: Final = (
-    "SELECT DISTINCT w.session, l.holder FROM (SELECT session FROM inbox"
+    "SELECT DISTINCT w.session, l.holder, l.wake FROM (SELECT session FROM inbox"
     " WHERE done = 0 UNION SELECT p.session FROM promises p"
     " JOIN sessions s ON s.id = p.session) w JOIN leases l ON l.session = w.session"
     " LEFT JOIN holders h ON h.holder = l.holder"

@@ -26,6 +26,7 @@ from ._durable import (
     lease_lost,
     takes_place,
 )
+from ._presence import presence_ended
 
 __all__ = ["ANSWERED", "EXPIRY", "INBOX_KEY", "LEASE", "AcceptOp", "QueueTxn", "SqlConn"]
 
@@ -381,7 +382,7 @@ class QueueTxn:
                 current is not None
                 and current != holder
                 and until > now
-                and not (dead is not None and dead(current))
+                and not (dead is not None and (dead(current) or presence_ended(their_wake)))
             ):
                 raise lease_held(Lease(session_id, current, epoch, until, their_wake))
         lease = Lease(session_id, holder, epoch + 1, expires, wake)

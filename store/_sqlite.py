@@ -54,6 +54,7 @@ from ._schema import (
     probe,
     unavailable,
 )
+from ._sqlite_presence import SqlitePresence
 from ._validate import (
     check_session_id,
     invalid,
@@ -66,7 +67,7 @@ _IDLE_READERS: Final = 16
 _SYNC_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
 
-class SqliteStore(SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
+class SqliteStore(SqlitePresence, SqlReads, SqlQueueReads, CommittedWrites, SessionStore):
     """Sessions in one SQLite file; appends are durable when they return.
 
     Args:

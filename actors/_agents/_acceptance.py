@@ -327,7 +327,7 @@ class Acceptance:
         assert leases is not None
         if lease.holder in (None, leases.holder.id):
             return None
-        if lease.expires <= leases.now() or leases.holder.dead(lease.holder):
+        if lease.expires <= leases.now() or leases.holder.dead(lease.holder, lease.wake):
             return None
         wake: str | None = lease.wake
         return wake

@@ -24,8 +24,10 @@ Rings are hints. A second after the task starts (``FIRST_SWEEP``), and then ever
 it asks the store which of its sessions have untaken messages, and which
 sessions have accepted work and no lease at all (their holder released them with
 messages waiting, or died and its lease expired) or the lease of a holder of this
-host whose process ended, or of a holder of any host its store found unheard for
-a grace period (a sweep is made as that grace ends; :mod:`._sweep_reads`). A
+host whose process ended, or of a holder whose presence the store finds ended
+(SQLite: its lock on a file beside the database is free, from whatever PID
+namespace), or of a holder of any host its store found unheard for a grace
+period (a sweep is made as that grace ends; :mod:`._sweep_reads`). A
 ring for a session that is not live here -- its holder released it meanwhile, or
 another process rang about a child of a parent that lives here -- and every such
 orphan go to ``orphan``,
@@ -134,8 +136,9 @@ class Mailman:
         self._holds = holds
         self._orphan = orphan
         self._period = period
-        # A store that wakes holders itself (PostgreSQL's LISTEN/NOTIFY) gives this
-        # runtime a channel of its own; else the host's doorbell alone.
+        # A store that wakes holders itself (PostgreSQL's LISTEN/NOTIFY; SQLite's
+        # socket file beside the database, reached from any network namespace)
+        # gives this runtime a channel of its own; else the host's doorbell alone.
         self._listener = sessions.listen()
         self.doorbell = Doorbell(backend, self._listener)
         self._task: TaskHandle | None = None
@@ -278,6 +281,7 @@ class Mailman:
             ("the waiting mail", lambda: self._sessions.waiting(self._holder)),
             ("the orphans", self._sessions.orphans),
             ("the work of ended holders", self._sessions.abandoned),
+            ("the work of holders whose presence ended", self._sessions.ended),
             ("the work of unheard holders", self._sessions.unheard),
         ]
         for what, ask in queries:

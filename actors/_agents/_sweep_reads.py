@@ -76,6 +76,21 @@ class SweepReads:
                 ended[by] = holder.dead(by)
         return [sid for sid, by in held if ended[by]]
 
+    def ended(self) -> list[SessionId]:
+        """Sessions with accepted work under the live lease of a holder -- in any PID
+        namespace -- whose presence the store finds ended (SQLite: its lock is
+        free, see :meth:`~subagents.store.SqliteStore.ended_work`): no grace, the
+        kernel let go of the lock as the process ended."""
+        store, leases = self.persistence, self.leases
+        assert store is not None
+        assert leases is not None
+        found: list[tuple[SessionId, str]] = self._call(store.ended_work, leases.now())
+        for by in sorted({by for _sid, by in found}):  # (why did my sessions move?)
+            count = sum(1 for _sid, holder in found if holder == by)
+            logger.info("lease holder %s has ended (its presence lock is free): taking"
+                        " up its work in %d session(s)", by, count)  # fmt: skip
+        return [sid for sid, _by in found]
+
     def unheard(self) -> list[SessionId]:
         """Sessions with accepted work under the live lease of a holder -- of any
         host -- the store found unheard at every sweep for :func:`unheard_grace`

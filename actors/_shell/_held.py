@@ -2,7 +2,9 @@
 
 A reader that is no runtime has no registry to ask: a session is live somewhere
 when its lease is taken and not expired, its holder is no process of this host
-that has ended, and -- where the store can tell (PostgreSQL) -- the holder of its
+that has ended nor one whose presence ended (SQLite: its lock beside the file is
+free, in whatever PID namespace it ran), and -- where the store can tell
+(PostgreSQL) -- the holder of its
 accepted work still listens (``unheard_work``). That is one look: a holder whose
 listener is reconnecting at that moment shows its work ``waiting`` (a runtime's
 sweep waits a grace before it judges).
@@ -25,7 +27,7 @@ def _live(lease: Lease | None, now: float) -> bool:
         lease is not None
         and lease.holder is not None
         and lease.expires > now
-        and not holder_ended(lease.holder)
+        and not holder_ended(lease.holder, lease.wake)
     )
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,13 +94,14 @@ class Noted:
 
 @contextmanager
 def worker(
-    script: str, *args: str, env: dict[str, str] | None = None
+    script: str, *args: str, env: dict[str, str] | None = None, inside: Sequence[str] = ()
 ) -> Iterator[subprocess.Popen[str]]:
     """Run ``script`` (a file beside this module) with ``args`` (``env``: more
-    environment) and text pipes on stdin, stdout and stderr; on leaving, kill it
-    unless it exited, and close its pipes."""
+    environment; ``inside``: a command that runs it, such as ``unshare``) and text
+    pipes on stdin, stdout and stderr; on leaving, kill it unless it exited, and
+    close its pipes."""
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name(script)), *args],
+        [*inside, sys.executable, str(Path(__file__).with_name(script)), *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
@@ -239,15 +240,20 @@ def sweep_answers(monkeypatch: Any, name: str) -> list[list[Any]]:
 
 @contextmanager
 def beside_a_worker(
-    backend: Any, db: str, tmp_path: Path, ttl: float, host: str | None = None
+    backend: Any,
+    db: str,
+    tmp_path: Path,
+    ttl: float,
+    host: str | None = None,
+    inside: Sequence[str] = (),
 ) -> Iterator[Any]:
     """``(worker, child, runtime, noted)``: a ``start_worker.py blocked`` worker (lease
-    ttl an hour; ``host``: its holder names that host) holds ``child``, its turn
-    running there; ``runtime`` (lease ttl ``ttl``) sweeps the store, its ``block``
-    turns ``noted``."""
+    ttl an hour; ``host``: its holder names that host; ``inside``: see
+    :func:`worker`) holds ``child``, its turn running there; ``runtime`` (lease ttl
+    ``ttl``) sweeps the store, its ``block`` turns ``noted``."""
     args = (db, backend.name, str(tmp_path / "m"), "blocked", "3600")
     env = None if host is None else {"SUBAGENTS_TEST_HOST": host}
-    with worker("start_worker.py", *args, env=env) as proc:
+    with worker("start_worker.py", *args, env=env, inside=inside) as proc:
         _root, child = blocked(proc)
         with Runtime(db, backend=backend, lease_ttl=ttl) as rt:
             noted = Noted()

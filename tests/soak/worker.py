@@ -10,7 +10,8 @@ until RUN_DIR/stop exists. A restarted worker first makes again, with the same i
 and content, every explicit-id call a dead predecessor of the same NAME tried and
 never saw answered. SOAK_PATCH=1 with BACKEND gevent: monkey-patch first.
 SOAK_HOSTS=1: its lease holder names a host of its own (a worker on another
-machine: no pid check judges it; on PostgreSQL its listener's connection does).
+machine or container: no pid check judges it; on SQLite its presence lock does,
+on PostgreSQL its listener's connection).
 """
 
 from __future__ import annotations
