@@ -47,6 +47,7 @@ from ._keys import StoredKey
 from ._location import is_postgres_url, redacted_url
 from ._memory import MemoryStore
 from ._open import open_store
+from ._presence import Presence, presence_ended
 from ._promises import Promises
 from ._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import SqliteStore
@@ -71,6 +72,7 @@ __all__ = [
     "NewLease",
     "PgListener",
     "PostgresStore",
+    "Presence",
     "Promises",
     "Release",
     "SessionStore",
@@ -82,6 +84,7 @@ __all__ = [
     "holder_ended",
     "is_postgres_url",
     "open_store",
+    "presence_ended",
     "redacted_url",
     "set_interrupt_delivery",
 ]

@@ -139,6 +139,7 @@ class Presence:
         return f"<Presence {self.address}{' closed' if self._closed else ''}>"
 
     def fileno(self) -> int | None:
+        """The socket's descriptor, to wait on for rings (None once closed)."""
         return None if self._closed else self._sock.fileno()
 
     def receive(self) -> list[bytes] | None:
@@ -152,6 +153,7 @@ class Presence:
         return rings
 
     def reconnect(self) -> bool:
+        """Nothing to reopen (a socket file stays bound): True until closed."""
         return not self._closed
 
     def close(self) -> None:

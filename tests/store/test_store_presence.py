@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import MakeEvents, MakeHeader
 from subagents.protocol import ErrorCode, SubagentError
-from subagents.store import Holder, SqliteStore, holder_ended
-from subagents.store._presence import Presence, presence_ended
+from subagents.store import Holder, Presence, SqliteStore, holder_ended, presence_ended
 
 ELSEWHERE = "elsewhere~0.0:1:abc"  # a holder of another host: no pid to judge
 
