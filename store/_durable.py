@@ -21,9 +21,8 @@ the store's ``clock()``, one clock for every process); the store compares them.
 
 **Renewal is a heartbeat.** :meth:`DurableQueues.renew_leases` records one expiry
 for the holder, not one per lease: a lease is live until the later of its own
-``expires`` (set when it was taken) and its holder's last renewal. A renewal
-costs one row however many sessions the holder has live; heartbeats that lapsed
-:data:`HOLDER_RETENTION` before a renewal are forgotten by it.
+``expires`` (set when it was taken) and its holder's last renewal: one row
+however many sessions the holder has live (see :data:`HOLDER_RETENTION`).
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from subagents.protocol import (
 
 from ._cells import inbox_event
 from ._listening import Listener
-from ._validate import check_seconds, check_session_ids
+from ._validate import check_seconds, check_session_ids, invalid
 
 __all__ = [
     "HOLDER_RETENTION",
@@ -221,6 +220,16 @@ class DurableQueues(abc.ABC):
                 (without ``damaged``).
         """
 
+    def untaken(
+        self, session_id: SessionId | str, after: int = 0, *, damaged: list[int] | None = None
+    ) -> list[InboxEntry]:
+        """:meth:`pending`, only messages no activation took, at places past ``after``
+        (SQL stores read just those rows). This default filters :meth:`pending`."""
+        if type(after) is not int:
+            raise invalid(f"after must be an int, got {type(after).__name__}")
+        entries = self.pending(session_id, damaged=damaged)
+        return [e for e in entries if e.epoch is None and e.n > after]
+
     def pending_many(
         self,
         session_ids: Iterable[SessionId | str],
@@ -228,12 +237,10 @@ class DurableQueues(abc.ABC):
         damaged: dict[SessionId, list[int]] | None = None,
     ) -> dict[SessionId, list[InboxEntry]]:
         """:meth:`pending` of each given session, for a reader of many (``subagents
-        tree``); an id that names no stored session is absent.
-
-        A row that does not decode raises, unless ``damaged`` is a dict: its place is
-        appended to ``damaged[session_id]`` (a list made on first use) and the row
-        skipped, as with :meth:`pending`. The default asks :meth:`pending` of each
-        session; the SQL stores read a chunk of sessions per statement.
+        tree``); an id that names no stored session is absent. A row that does not
+        decode raises, unless ``damaged`` is a dict: its place is appended to
+        ``damaged[session_id]`` (a list made on first use) and the row skipped. The
+        default asks :meth:`pending` of each session; SQL stores read a chunk a time.
 
         Raises:
             SubagentError: ``INVALID_ARGUMENT`` for an argument that is no list of
@@ -337,21 +344,17 @@ class DurableQueues(abc.ABC):
         return []
 
     def ended_work(self, now: float) -> list[tuple[SessionId, str]]:
-        """``(session, holder)`` of accepted work (as :meth:`orphans` counts it) under a
-        lease live at ``now`` whose holder -- in any PID namespace -- the store can
-        tell has ended (SQLite: its presence lock is free, see
-        :meth:`~subagents.store.SqliteStore.listen`): nobody runs it before the
-        lease expires, and an acquisition given ``dead`` takes that lease over.
-        This default returns ``[]``: nothing can be told."""
+        """As :meth:`unheard_work`, for holders the store can tell have ended, in any
+        PID namespace (SQLite: a free presence lock, see ``SqliteStore.listen``):
+        an acquisition given ``dead`` takes their leases over. This default: ``[]``."""
         check_seconds(now, "now")
         return []
 
     def unheard_work(self, now: float) -> list[tuple[SessionId, str]]:
         """``(session, holder)`` of accepted work (as :meth:`orphans` counts it) under a
-        lease live at ``now`` whose holder -- on any host -- the store can tell no
-        longer listens for its rings (PostgreSQL: its channel's connection is gone,
-        see :mod:`._pg_listen`). It may be reconnecting: the caller judges
-        (``Holder.unheard``). This default returns ``[]``: nothing can be told."""
+        lease live at ``now`` whose holder -- on any host -- no longer listens for
+        its rings (PostgreSQL: its channel's connection is gone). It may be
+        reconnecting: the caller judges (``Holder.unheard``). This default: ``[]``."""
         check_seconds(now, "now")
         return []
 

@@ -81,6 +81,26 @@ class SqlQueueReads(DurableQueues):
                 self._entry(sid, entries, n, body, epoch, damaged)
         return entries
 
+    def untaken(
+        self, session_id: SessionId | str, after: int = 0, *, damaged: list[int] | None = None
+    ) -> list[InboxEntry]:
+        sid = check_session_id(session_id)
+        if type(after) is not int:
+            raise invalid(f"after must be an int, got {type(after).__name__}")
+        rows = self._query(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1), n, body, epoch"
+            " FROM (SELECT 1) AS one LEFT JOIN inbox ON session = ?1 AND done = 0"
+            " AND epoch IS NULL AND n > ?2 ORDER BY n",
+            (sid.to_bytes(), after),
+        )
+        if not rows or not rows[0][0]:
+            raise not_found(sid)
+        entries: list[InboxEntry] = []
+        for _exists, n, body, epoch in rows:
+            if n is not None:
+                self._entry(sid, entries, n, body, epoch, damaged)
+        return entries
+
     def pending_many(
         self,
         session_ids: Iterable[SessionId | str],

@@ -200,8 +200,17 @@ class Acceptance:
         """
         store = self.persistence
         assert store is not None
+        return self._decoded(store.pending, session_id)
+
+    def untaken(self, session_id: SessionId, after: int = 0) -> list[InboxEntry]:
+        """:meth:`pending`, only those no activation took, at places past ``after``."""
+        store = self.persistence
+        assert store is not None
+        return self._decoded(store.untaken, session_id, after)
+
+    def _decoded(self, read: Any, session_id: SessionId, *args: Any) -> list[InboxEntry]:
         damaged: list[int] = []
-        entries: list[InboxEntry] = self._call(store.pending, session_id, damaged=damaged)
+        entries: list[InboxEntry] = self._call(read, session_id, *args, damaged=damaged)
         if damaged:
             with self._seen_lock:
                 new = [n for n in damaged if (session_id, n) not in self._damaged]

@@ -141,7 +141,7 @@ def committed_at(sessions: Any, agent: Any, n: int) -> Iterator[None]:
         live = agent.session
         last = live.inbox_n
         if n > last + 1:
-            take_ahead(sessions, agent, n)
+            take_ahead(sessions, agent, n, last)
         # (Behind ``last``: a follow-up committed after this one, queued first,
         # took what nobody took before it -- before this one's place too.)
         if n > last:
@@ -149,10 +149,13 @@ def committed_at(sessions: Any, agent: Any, n: int) -> Iterator[None]:
         yield
 
 
-def take_ahead(sessions: Any, agent: Any, n: int) -> None:
+def take_ahead(sessions: Any, agent: Any, n: int, after: int = 0) -> None:
     """Take and deliver, first and in order, the messages committed before place
-    ``n`` of ``agent``'s durable inbox that nobody took yet (under the agent's
-    taking lock). A store error leaves them to the pickup, later: they stay
+    ``n`` of ``agent``'s durable inbox -- past ``after``, the activation's last
+    place (those before it were taken then) -- that nobody took yet (under the
+    agent's taking lock). Only those rows are read: with many producers, places
+    commit out of order and most follow-ups look, while the queue of taken
+    messages grows. A store error leaves them to the pickup, later: they stay
     accepted. A hand-over whose answer was lost may have taken them all the same:
     it is settled at once (:func:`~._doubts.taken_after_all`), else they are left
     to the pickup as doubts (``sessions.doubts``), which it settles -- then they
@@ -161,7 +164,7 @@ def take_ahead(sessions: Any, agent: Any, n: int) -> None:
     them as never run (not ``redelivered``)."""
     try:
         sid = agent.session_id
-        ahead = [e for e in sessions.pending(sid) if e.epoch is None and e.n < n]
+        ahead = [e for e in sessions.untaken(sid, after) if e.n < n]
         if not ahead:
             return
         ids = [e.message_id for e in ahead]

@@ -362,7 +362,8 @@ class Mailman:
         # (In the agent's loop: a short wait, the next sweep looks again.)
         if held and not sessions.written(agent.session, _WRITTEN_WAIT):
             raise SubagentError(f"the writes of {sid} are late", code=ErrorCode.TIMEOUT)
-        entries = sessions.pending(sid)
+        # (Settling doubts needs the taken ones too; else only what nobody took.)
+        entries = sessions.pending(sid) if held or asked else sessions.untaken(sid)
         untaken = [e.message_id for e in entries if e.epoch is None]
         taken: set[MessageId] = set()
         if untaken:

@@ -143,11 +143,14 @@ def test_a_followup_committed_behind_one_that_took_ahead_reads_no_inbox(
 ) -> None:
     """R-FUP-5 (and the follow-up hot path): follow-up ``a`` commits first and is
     held before it is queued; ``b`` commits after it, finds the gap ``a`` left,
-    reads the pending inbox once (nothing untaken), and is queued. ``a`` then
-    follows a place this activation already went past: everything committed before
-    it that nobody took was taken by ``b``'s look, so it reads nothing. It read the
-    whole pending inbox again -- with concurrent senders, nearly once a follow-up.
-    Each runs once, in the order each was queued."""
+    reads the untaken messages past the activation's last place once (none), and
+    is queued. ``a`` then follows a place this activation already went past:
+    everything committed before it that nobody took was taken by ``b``'s look, so
+    it reads nothing. It read the whole pending inbox again -- with concurrent
+    senders, nearly once a follow-up. And a look reads only the rows past the last
+    place: it read the whole pending inbox, taken messages too, which made
+    sixteen producers' acceptances quadratic in the queue. Each runs once, in the
+    order each was queued."""
     committed = Gate("committed")
     with Runtime(db, backend=backend) as rt:
         rt.models.register("w", lambda _o: lambda turn: turn.content)
@@ -156,8 +159,9 @@ def test_a_followup_committed_behind_one_that_took_ahead_reads_no_inbox(
         agent.followup("m0")  # the activation's first follow-up looks once
         assert agent.wait_idle(10)
         sessions: Any = rt.sessions
-        accept, pending = sessions.accept, sessions.pending
-        reads: list[object] = []
+        accept, untaken, pending = sessions.accept, sessions.untaken, sessions.pending
+        reads: list[tuple[Any, ...]] = []
+        whole: list[object] = []
 
         def held_accept(*args: Any, **kw: Any) -> Any:
             done = accept(*args, **kw)
@@ -165,17 +169,23 @@ def test_a_followup_committed_behind_one_that_took_ahead_reads_no_inbox(
                 committed.pass_through()
             return done
 
-        def counted_pending(*args: Any, **kw: Any) -> Any:
+        def counted_untaken(*args: Any, **kw: Any) -> Any:
             reads.append(args)
+            return untaken(*args, **kw)
+
+        def counted_pending(*args: Any, **kw: Any) -> Any:
+            whole.append(args)
             return pending(*args, **kw)
 
-        sessions.accept, sessions.pending = held_accept, counted_pending
+        sessions.accept, sessions.untaken = held_accept, counted_untaken
+        sessions.pending = counted_pending
         first = rt.backend.spawn(lambda: agent.followup("a"), name="a")
         assert committed.wait_reached(10)
         agent.followup("b")
-        assert len(reads) == 1  # b's look behind the gap a left
+        assert reads == [(sid, 1)]  # b's look behind the gap a left, past m0's place
         committed.release()
         assert first.join(10) and first.exception is None
         assert agent.wait_idle(10)
         assert len(reads) == 1
+        assert whole == []
         assert [e.output for e in rt.sessions.turn_ends(sid)] == ["m0", "b", "a"]

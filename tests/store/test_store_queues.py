@@ -858,3 +858,54 @@ def test_a_retraction_after_the_lease_moved_on_leaves_the_message(
     assert [(e.event, e.epoch) for e in store.pending(h.id)] == [(taken, first.epoch)]
     (accepted,) = store.accept(h.id, [own], epoch=second.epoch, lease=second.token())
     assert store.retract(h.id, own.message_id, epoch=second.epoch, accepted_at=accepted.at)
+
+
+def test_untaken_lists_what_nobody_took_past_a_place(
+    store: SessionStore, make_header: MakeHeader, make_events: MakeEvents
+) -> None:
+    """``untaken(session, after)``: the pending messages no activation took, at places
+    past ``after``, in order -- not those taken, done, or at ``after`` and before
+    (what a live activation's follow-up takes ahead of its own, R-FUP-5). Unknown
+    sessions and a bad ``after`` are refused as ``pending`` refuses them."""
+    h = make_header()
+    store.create_session(h)
+    a, b, c, d, e, f = make_events(6)
+    store.accept(h.id, [a, b])  # 1, 2
+    store.accept(h.id, [c], epoch=1)  # 3: taken at its acceptance
+    store.accept(h.id, [d, e, f])  # 4, 5, 6
+    store.hand_over(h.id, [e.message_id], 1)  # 5: taken
+    store.complete(h.id, [d.message_id])  # 4: done
+    assert [(x.n, x.event) for x in store.untaken(h.id)] == [(1, a), (2, b), (6, f)]
+    assert [x.n for x in store.untaken(h.id, 1)] == [2, 6]
+    assert [x.n for x in store.untaken(h.id, 2)] == [6]
+    assert store.untaken(h.id, 6) == []
+    assert all(x.epoch is None for x in store.untaken(h.id))
+    with pytest.raises(SubagentError) as unknown:
+        store.untaken(new_session_id())
+    assert unknown.value.code == ErrorCode.SESSION_NOT_FOUND
+    for bad in ("1", 1.5, None):
+        with pytest.raises(SubagentError) as refused:
+            store.untaken(h.id, bad)  # type: ignore[arg-type]
+        assert refused.value.code in (ErrorCode.INVALID_ARGUMENT,)
+
+
+def test_untaken_skips_and_names_a_corrupt_row(tmp_path: Path, make_header: MakeHeader) -> None:
+    """As ``pending``: a row that does not decode raises, or with ``damaged=[]`` is
+    skipped and its place named; a damaged row already taken is not read at all."""
+    path = tmp_path / "c.db"
+    h = make_header()
+    with SqliteStore(path) as store:
+        store.create_session(h)
+        ids = [new_message_id() for _ in range(4)]
+        store.accept(h.id, [MessageEvent(message_id=i, content=k) for k, i in enumerate(ids)])
+        store.hand_over(h.id, [ids[0]], 1)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("UPDATE inbox SET body = x'c1' WHERE n IN (1, 3)")
+        conn.close()
+        damaged: list[int] = []
+        entries = store.untaken(h.id, damaged=damaged)
+        assert [(x.n, x.message_id) for x in entries] == [(2, ids[1]), (4, ids[3])]
+        assert damaged == [3]
+        with pytest.raises(CorruptRecordError):
+            store.untaken(h.id)
+        assert [x.n for x in store.untaken(h.id, 3)] == [4]
