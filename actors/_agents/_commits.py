@@ -20,6 +20,7 @@ then -- end before the lease is let go.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from subagents.actors._kernel import Backend
 
@@ -29,14 +30,17 @@ __all__ = ["Commits"]
 class Commits:
     """The commits under way for one activation (see the module docstring)."""
 
-    __slots__ = ("_count", "_done", "_leaving", "_lock")
+    __slots__ = ("_backend", "_count", "_done", "_leaving", "_lock")
 
     def __init__(self, backend: Backend) -> None:
         # A native lock held for a few bytecodes, never across a call out.
         self._lock = threading.Lock()
         self._count = 0
         self._leaving = False
-        self._done = backend.event()
+        self._backend = backend
+        # Made only by a release that has commits to wait for: every resident
+        # activation has one of these, and an event costs ~2 KiB on gevent.
+        self._done: Any = None
 
     def enter(self) -> bool:
         """Begin a commit for this activation: False once its release began."""
@@ -50,9 +54,9 @@ class Commits:
         """The commit that :meth:`enter` began is admitted or given back."""
         with self._lock:
             self._count -= 1
-            last = self._leaving and not self._count
-        if last:
-            self._done.set()
+            done = self._done if self._leaving and not self._count else None
+        if done is not None:
+            done.set()
 
     def close(self, timeout: float) -> bool:
         """No commit begins from now on; wait for those under way (False: still
@@ -61,4 +65,7 @@ class Commits:
             self._leaving = True
             if not self._count:
                 return True
-        return bool(self._done.wait(timeout))
+            if self._done is None:  # (made under the lock: the last exit sets it)
+                self._done = self._backend.event()
+            done = self._done
+        return bool(done.wait(timeout))
