@@ -79,6 +79,7 @@ class Leases:
         self._doubts = Doubts(store, self.holder.id, self._call, self._lock, self._held)
         self._task: TaskHandle | None = None
         self._stop: EventLike = backend.event()
+        self._confirming = backend.lock()  # one confirm() asking the store at a time
         self._closed = False
         # Until when (monotonic) every lease held counts as held without asking the
         # store: two thirds of the ttl past the last renewal that confirmed them
@@ -222,21 +223,27 @@ class Leases:
         counts as held: every write is fenced anyway."""
         if time.monotonic() < self._sure_until:  # one clock read a turn, as a rule
             return session_id in self._held
-        with self._lock:
-            held = dict(self._held)
-        if session_id not in held:
-            return False
-        asked = time.monotonic()
-        self._refresh()
-        try:
-            renewed = set(
-                self._call(self._store.renew_leases, self.holder.id, self._clock() + self.ttl)
-            )
-        except SubagentError:
-            logger.warning("could not confirm the lease of %s", session_id, exc_info=True)
-            return True
-        lost = self._renewed(held, renewed)
-        self._confirmed(asked)
+        # One question at a time: the turns starting meanwhile wait for its answer.
+        # (Each asked on its own, with a copy of every lease held: building 100,000
+        # children past a stall, thousands of copies and renewals piled up.)
+        with self._confirming:
+            if time.monotonic() < self._sure_until:  # confirmed while this waited
+                return session_id in self._held
+            with self._lock:
+                held = dict(self._held)
+            if session_id not in held:
+                return False
+            asked = time.monotonic()
+            self._refresh()
+            try:
+                renewed = set(
+                    self._call(self._store.renew_leases, self.holder.id, self._clock() + self.ttl)
+                )
+            except SubagentError:
+                logger.warning("could not confirm the lease of %s", session_id, exc_info=True)
+                return True
+            lost = self._renewed(held, renewed)
+            self._confirmed(asked)
         if session_id in renewed or session_id in lost or not self.holds(session_id):
             return session_id in renewed
         return self._still_ours(session_id, held[session_id])
