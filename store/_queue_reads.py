@@ -67,19 +67,7 @@ class SqlQueueReads(DurableQueues):
     def pending(
         self, session_id: SessionId | str, *, damaged: list[int] | None = None
     ) -> list[InboxEntry]:
-        sid = check_session_id(session_id)
-        rows = self._query(
-            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1), n, body, epoch"
-            " FROM (SELECT 1) AS one LEFT JOIN inbox ON session = ?1 AND done = 0 ORDER BY n",
-            (sid.to_bytes(),),
-        )
-        if not rows or not rows[0][0]:
-            raise not_found(sid)
-        entries: list[InboxEntry] = []
-        for _exists, n, body, epoch in rows:
-            if n is not None:
-                self._entry(sid, entries, n, body, epoch, damaged)
-        return entries
+        return self._inbox(check_session_id(session_id), "", (), damaged)
 
     def untaken(
         self, session_id: SessionId | str, after: int = 0, *, damaged: list[int] | None = None
@@ -87,11 +75,18 @@ class SqlQueueReads(DurableQueues):
         sid = check_session_id(session_id)
         if type(after) is not int:
             raise invalid(f"after must be an int, got {type(after).__name__}")
+        return self._inbox(sid, " AND epoch IS NULL AND n > ?2", (after,), damaged)
+
+    def _inbox(
+        self, sid: SessionId, narrower: str, params: tuple[Any, ...], damaged: list[int] | None
+    ) -> list[InboxEntry]:
+        """The session's pending entries (``narrower``: more of the join's condition,
+        its parameters from ``?2``), in order; ``SESSION_NOT_FOUND`` for no session."""
         rows = self._query(
             "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1), n, body, epoch"
             " FROM (SELECT 1) AS one LEFT JOIN inbox ON session = ?1 AND done = 0"
-            " AND epoch IS NULL AND n > ?2 ORDER BY n",
-            (sid.to_bytes(), after),
+            f"{narrower} ORDER BY n",
+            (sid.to_bytes(), *params),
         )
         if not rows or not rows[0][0]:
             raise not_found(sid)
