@@ -48,7 +48,7 @@ from subagents.protocol import (
 
 from ._cells import inbox_event
 from ._listening import Listener
-from ._validate import check_seconds, check_session_ids, invalid
+from ._validate import check_int, check_seconds, check_session_ids
 
 __all__ = [
     "HOLDER_RETENTION",
@@ -225,10 +225,9 @@ class DurableQueues(abc.ABC):
     ) -> list[InboxEntry]:
         """:meth:`pending`, only messages no activation took, at places past ``after``
         (SQL stores read just those rows). This default filters :meth:`pending`."""
-        if type(after) is not int:
-            raise invalid(f"after must be an int, got {type(after).__name__}")
+        at = check_int(after, "after")
         entries = self.pending(session_id, damaged=damaged)
-        return [e for e in entries if e.epoch is None and e.n > after]
+        return [e for e in entries if e.epoch is None and e.n > at]
 
     def pending_many(
         self,

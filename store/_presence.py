@@ -125,9 +125,7 @@ class Presence:
             sock.setblocking(False)
         except OSError as exc:
             logger.info("no presence in %s: %s", directory, exc)
-            for path in (temporary, address + _LOCK, address):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            _remove(temporary, address + _LOCK, address)
             if sock is not None:
                 sock.close()
             if lock_fd is not None:
@@ -163,9 +161,7 @@ class Presence:
         if self._closed:
             return
         self._closed = True
-        for path in (self.address + _LOCK, self.address):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        _remove(self.address + _LOCK, self.address)
         with contextlib.suppress(OSError):  # (not empty: another runtime's are there)
             os.rmdir(os.path.dirname(self.address))
         self._sock.close()
@@ -193,11 +189,8 @@ def clear_stale(directory: str, live: Callable[[Iterable[str]], set[str]]) -> in
         names = os.listdir(directory)
     except OSError:
         return 0
-    ended = [
-        os.path.join(directory, name[: -len(_LOCK)])
-        for name in names
-        if name.endswith(_LOCK) and presence_ended(os.path.join(directory, name[: -len(_LOCK)]))
-    ]
+    found = [os.path.join(directory, name[: -len(_LOCK)]) for name in names if name.endswith(_LOCK)]
+    ended = [address for address in found if presence_ended(address)]
     if not ended:
         return 0
     try:
@@ -205,15 +198,17 @@ def clear_stale(directory: str, live: Callable[[Iterable[str]], set[str]]) -> in
     except Exception as exc:  # the store's: leave them for the next runtime
         logger.debug("clearing ended presences in %s: %s", directory, exc)
         return 0
-    gone = 0
-    for address in ended:
-        if address in keep:
-            continue
-        for path in (address + _LOCK, address):
-            try:
-                os.unlink(path)
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    logger.debug("clearing %s: %s", path, exc)
-        gone += 1
-    return gone
+    gone = [address for address in ended if address not in keep]
+    for address in gone:
+        _remove(address + _LOCK, address)
+    return len(gone)
+
+
+def _remove(*paths: str) -> None:
+    """Unlink ``paths``; one already gone (another cleaner's) is no matter."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                logger.debug("removing %s: %s", path, exc)

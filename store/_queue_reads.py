@@ -23,6 +23,7 @@ from ._durable import DurableQueues, InboxEntry, Lease
 from ._promises import OWED_SESSIONS
 from ._queue_txn import EXPIRY, LEASE, LEASES
 from ._validate import (
+    check_int,
     check_message_ids,
     check_seconds,
     check_session_id,
@@ -73,9 +74,8 @@ class SqlQueueReads(DurableQueues):
         self, session_id: SessionId | str, after: int = 0, *, damaged: list[int] | None = None
     ) -> list[InboxEntry]:
         sid = check_session_id(session_id)
-        if type(after) is not int:
-            raise invalid(f"after must be an int, got {type(after).__name__}")
-        return self._inbox(sid, " AND epoch IS NULL AND n > ?2", (after,), damaged)
+        at = check_int(after, "after")
+        return self._inbox(sid, " AND epoch IS NULL AND n > ?2", (at,), damaged)
 
     def _inbox(
         self, sid: SessionId, narrower: str, params: tuple[Any, ...], damaged: list[int] | None

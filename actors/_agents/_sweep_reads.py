@@ -18,7 +18,8 @@ connections, the work waits for the lease's expiry.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from subagents.protocol import SessionId
@@ -34,6 +35,14 @@ def unheard_grace(ttl: float) -> float:
     the lease ttl (5 s by default), at least a second (a listener reconnects in
     less), at most half the ttl (else the expiry comes first)."""
     return min(max(ttl / 6, 1.0), ttl / 2)
+
+
+def _taking_up(found: list[tuple[SessionId, str]], gone: Iterable[str], why: str) -> None:
+    """Log (INFO) each holder in ``gone`` and how many sessions of ``found`` (``(session,
+    holder)``) it leaves: an operator's question is why their sessions moved."""
+    counts = Counter(by for _sid, by in found)
+    for by in sorted(gone):
+        logger.info("lease holder %s %s: taking up its work in %d session(s)", by, why, counts[by])
 
 
 class SweepReads:
@@ -85,10 +94,7 @@ class SweepReads:
         assert store is not None
         assert leases is not None
         found: list[tuple[SessionId, str]] = self._call(store.ended_work, leases.now())
-        for by in sorted({by for _sid, by in found}):  # (why did my sessions move?)
-            count = sum(1 for _sid, holder in found if holder == by)
-            logger.info("lease holder %s has ended (its presence lock is free): taking"
-                        " up its work in %d session(s)", by, count)  # fmt: skip
+        _taking_up(found, {by for _sid, by in found}, "has ended (its presence lock is free)")
         return [sid for sid, _by in found]
 
     def unheard(self) -> list[SessionId]:
@@ -101,10 +107,7 @@ class SweepReads:
         found: list[tuple[SessionId, str]] = self._call(store.unheard_work, leases.now())
         grace = unheard_grace(leases.ttl)
         gone = leases.holder.unheard({by for _sid, by in found}, grace)
-        for by in gone:  # (an operator's question: why did my sessions move?)
-            count = sum(1 for _sid, holder in found if holder == by)
-            logger.info("lease holder %s is gone (unheard for %.1f s): taking up its"
-                        " work in %d session(s)", by, grace, count)  # fmt: skip
+        _taking_up(found, gone, f"is gone (unheard for {grace:.1f} s)")
         return [sid for sid, by in found if by in gone]
 
     def recheck_at(self) -> float | None:

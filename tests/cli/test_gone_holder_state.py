@@ -82,11 +82,8 @@ def test_a_turn_whose_holder_is_unheard_is_waiting(
             time.sleep(0.05)
 
 
-#: Takes a presence on the file (argv[1]), prints its address, waits for stdin.
-HOLDER = (
-    "import sys; from subagents.store import SqliteStore;"
-    " p = SqliteStore(sys.argv[1]).listen(); print(p.address, flush=True); sys.stdin.read()"
-)
+#: Takes a presence on the file it is given, prints its address, waits for stdin.
+HOLDER = Path(__file__).parents[1] / "store" / "presence_holder.py"
 
 
 def test_a_turn_whose_holders_presence_ended_is_waiting(
@@ -94,7 +91,7 @@ def test_a_turn_whose_holders_presence_ended_is_waiting(
 ) -> None:
     db = str(tmp_path / "s.db")
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [sys.executable, str(HOLDER), db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     try:

@@ -1,4 +1,5 @@
-"""A process that holds a presence on an SQLite file (``test_store_presence.py``).
+"""A process that holds a presence on an SQLite file (``test_store_presence.py``,
+``tests/cli/test_gone_holder_state.py``).
 
 Usage::
 

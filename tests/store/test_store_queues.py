@@ -23,6 +23,7 @@ from subagents.protocol import (
     MessageEvent,
     MessageId,
     ReportEvent,
+    SessionHeader,
     SessionId,
     SubagentError,
     TurnEnd,
@@ -558,6 +559,14 @@ def test_a_corrupt_inbox_row_is_named(tmp_path: Path, make_header: MakeHeader) -
         assert err.value.code == ErrorCode.CORRUPT_RECORD and "inbox entry 1" in str(err.value)
 
 
+def _four_messages(store: SessionStore, h: SessionHeader) -> list[MessageId]:
+    """Create ``h``'s session and accept four messages (contents 0-3); their ids."""
+    store.create_session(h)
+    ids = [new_message_id() for _ in range(4)]
+    store.accept(h.id, [MessageEvent(message_id=i, content=k) for k, i in enumerate(ids)])
+    return ids
+
+
 def test_a_corrupt_inbox_row_can_be_skipped_and_named(
     tmp_path: Path, make_header: MakeHeader
 ) -> None:
@@ -567,9 +576,7 @@ def test_a_corrupt_inbox_row_can_be_skipped_and_named(
     path = tmp_path / "c.db"
     h = make_header()
     with SqliteStore(path) as store:
-        store.create_session(h)
-        ids = [new_message_id() for _ in range(4)]
-        store.accept(h.id, [MessageEvent(message_id=i, content=k) for k, i in enumerate(ids)])
+        ids = _four_messages(store, h)
         not_a_message = encode_event(TurnEnd(turn=0, at=_at(), stop_reason="completed"))
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("UPDATE inbox SET body = x'c1' WHERE n = 2")
@@ -886,7 +893,7 @@ def test_untaken_lists_what_nobody_took_past_a_place(
     for bad in ("1", 1.5, None):
         with pytest.raises(SubagentError) as refused:
             store.untaken(h.id, bad)  # type: ignore[arg-type]
-        assert refused.value.code in (ErrorCode.INVALID_ARGUMENT,)
+        assert refused.value.code == ErrorCode.INVALID_ARGUMENT
 
 
 def test_untaken_skips_and_names_a_corrupt_row(tmp_path: Path, make_header: MakeHeader) -> None:
@@ -895,9 +902,7 @@ def test_untaken_skips_and_names_a_corrupt_row(tmp_path: Path, make_header: Make
     path = tmp_path / "c.db"
     h = make_header()
     with SqliteStore(path) as store:
-        store.create_session(h)
-        ids = [new_message_id() for _ in range(4)]
-        store.accept(h.id, [MessageEvent(message_id=i, content=k) for k, i in enumerate(ids)])
+        ids = _four_messages(store, h)
         store.hand_over(h.id, [ids[0]], 1)
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("UPDATE inbox SET body = x'c1' WHERE n IN (1, 3)")
