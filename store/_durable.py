@@ -108,11 +108,17 @@ class Accepted:
     """The outcome of accepting one message: its place ``n``, whether its id had
     been accepted before (then nothing new was queued), and, for a new entry, the
     acceptance time it was stored with (what :meth:`DurableInbox.retract` takes to
-    take back only an entry no later acceptance answered for)."""
+    take back only an entry no later acceptance answered for).
+
+    ``run``, for a new entry: the first and last place of the new entries its
+    transaction wrote for the session in one go, ``n`` among them, all with one
+    ``epoch`` and ``lease`` -- this acceptance's and those that joined it in a
+    group commit. None where a store does not say (then only ``n`` is known)."""
 
     n: int
     duplicate: bool
     at: float | None = field(default=None, compare=False)
+    run: tuple[int, int] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

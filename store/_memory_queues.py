@@ -181,7 +181,10 @@ class MemoryQueues(DurableQueues):
                 )
                 if new and pending + len(new) > bound:
                     raise inbox_full(sid, bound, pending)
-            return [state.add(event, epoch, at) for event in messages]
+            first = state.next_n
+            out = [state.add(event, epoch, at) for event in messages]
+            run = (first, state.next_n - 1)
+            return [a if a.duplicate else Accepted(a.n, False, a.at, run) for a in out]
 
     def pending(
         self, session_id: SessionId | str, *, damaged: list[int] | None = None

@@ -198,15 +198,17 @@ class QueueTxn:
         conn = self.conn
         if limit is not None:
             self._check_room(session_id, key, messages, limit, limits)
-        out: list[Accepted] = []
+        first = n + 1
+        placed: list[int | Accepted] = []  # a new entry's place, or a duplicate's outcome
         for mid, body in messages:
             if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
                 n += 1
-                out.append(Accepted(n, False, at))
-                continue
-            out.append(self._duplicate(key, mid))
+                placed.append(n)
+            else:
+                placed.append(self._duplicate(key, mid))
         self.overlay[_N + key] = n
-        return out
+        run = (first, n)
+        return [Accepted(p, False, at, run) if isinstance(p, int) else p for p in placed]
 
     def _duplicate(self, key: bytes, mid: bytes) -> Accepted:
         """An id accepted before: its place, and the entry answered for."""
@@ -262,8 +264,9 @@ class QueueTxn:
         out: list[list[Accepted]] = []
         if inserted == len(params):
             n = last
+            run = (last + 1, last + len(params))
             for op in ops:
-                out.append([Accepted(n + i + 1, False, op.at) for i in range(len(op.rows))])
+                out.append([Accepted(n + i, False, op.at, run) for i in range(1, len(op.rows) + 1)])
                 n += len(op.rows)
             self.overlay[_N + key] = n
             return out
@@ -285,7 +288,8 @@ class QueueTxn:
                 results.append(self._duplicate(key, mid))
             out.append(results)
         self.overlay[_N + key] = n
-        return out
+        run = (last + 1, n)
+        return [[a if a.duplicate else Accepted(a.n, False, a.at, run) for a in r] for r in out]
 
     def complete(
         self, session_id: SessionId, message_ids: Sequence[bytes], token: LeaseToken | None

@@ -10,11 +10,14 @@ activation and queued at once; queued before those, it would run before messages
 accepted ahead of it (one sender's two messages among them: the first went
 through the inbox, the second straight to the agent). So every strict follow-up
 of a live agent, committed at a place that is not the one after the last place
-this activation committed at (``LiveSession.inbox_n``), first takes and queues,
-in order, the messages before it that nobody took (:func:`committed_at`). The
-first follow-up of an activation looks once: it cannot know the place it
-follows. One committed behind a place the activation went past (two callers
-whose commits crossed) looks for nothing: the later one's look covered it.
+this activation knows about (``LiveSession.inbox_n``: its own commits, the gaps
+it looked into), first takes and queues, in order, the messages before it that
+nobody took (:func:`committed_at`). The first follow-up of an activation looks
+once: it cannot know the place it follows. One committed behind a place the
+activation went past (two callers whose commits crossed) looks for nothing: the
+later one's look covered it; nor does one whose group commit's run of places
+(``Accepted.run``, all this activation's) starts where the activation's known
+places end.
 
 A resumed activation's own replay comes before all of that. Its agent is
 registered -- found live by a report, a ``send``, the mail pickup -- before its
@@ -40,7 +43,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from subagents.protocol import MessageEvent, ReportEvent, SubagentError
-from subagents.store import InboxEntry
+from subagents.store import Accepted, InboxEntry
 
 from ._doubts import taken_after_all
 from ._writer import unsure
@@ -130,22 +133,31 @@ def keep_untaken(sessions: Any, session_id: Any, event: MessageEvent | ReportEve
 
 
 @contextmanager
-def committed_at(sessions: Any, agent: Any, n: int) -> Iterator[None]:
-    """``agent``'s activation just committed a message at place ``n`` of its durable
-    inbox: first take the messages ahead of it that nobody took, when ``n`` does
-    not follow the activation's last place (see the module docstring); the caller
-    queues its message inside. Both under the agent's taking lock, which the mail
-    pickup holds too: two takers of one run of messages would queue them each in
-    its own order (a pickup's later ones before a take-ahead's, or the reverse)."""
+def committed_at(sessions: Any, agent: Any, accepted: Accepted) -> Iterator[None]:
+    """``agent``'s activation just committed a message (``accepted``, new) to its
+    durable inbox: first take the messages ahead of it that nobody took, when its
+    place does not follow the activation's last place (see the module docstring);
+    the caller queues its message inside. Both under the agent's taking lock, which
+    the mail pickup holds too: two takers of one run of messages would queue them
+    each in its own order (a pickup's later ones before a take-ahead's, or the
+    reverse).
+
+    The places of the message's run (``accepted.run``: the acceptances a group
+    commit wrote with it, all taken by this activation) need no look: only those
+    before the run's first do. So of the producers one commit answered, the first
+    back looks at most once and the others never -- whichever order they come back
+    in (they race for this lock)."""
+    n = accepted.n
+    first, end = accepted.run or (n, n)
     with agent._taking:
         live = agent.session
         last = live.inbox_n
-        if n > last + 1:
-            take_ahead(sessions, agent, n, last)
+        if first > last + 1:
+            take_ahead(sessions, agent, first, last)
         # (Behind ``last``: a follow-up committed after this one, queued first,
         # took what nobody took before it -- before this one's place too.)
-        if n > last:
-            live.inbox_n = n
+        if end > last:
+            live.inbox_n = end
         yield
 
 

@@ -167,7 +167,7 @@ class Followups(Inbox):
             if accepted.duplicate:
                 return mid
             # Messages committed before it that nobody took yet run first (FIFO).
-            with committed_at(sessions, self, accepted.n):
+            with committed_at(sessions, self, accepted):
                 try:
                     return self.deliver(content, source, message_id=mid)
                 except BaseException as refused:
@@ -204,7 +204,7 @@ class Followups(Inbox):
         accepted = self._commit(mid, content, source)
         if accepted.duplicate:
             return Steered(mid, "duplicate")
-        with committed_at(sessions, self, accepted.n):  # queued, it runs after those
+        with committed_at(sessions, self, accepted):  # queued, it runs after those
             if self.steer_in(content, source, mid):
                 return Steered(mid, "steered")
             if strict:

@@ -65,8 +65,9 @@ class LiveSession:
         # Messages this activation took and stops without running (the runtime is
         # closing): its lease release gives them back to nobody.
         self.unrun: list[MessageId] | None = None
-        # The last durable inbox place this activation committed a message at (0:
-        # none yet): a follow-up committed further on, past a gap, may have been
+        # The durable inbox place up to which this activation knows nobody left a
+        # message untaken (0: none yet) -- its own commits' places, and the gaps it
+        # looked into: a follow-up committed further on, past a gap, may have been
         # preceded by messages another process committed that nobody took yet.
         self.inbox_n = 0
         # A resumed activation whose replay of its pending messages is not queued

@@ -106,7 +106,7 @@ def _admit_committed(
     """Admit ``d``, committed (``accepted``) taken by ``agent``'s activation
     ``live``: :data:`DONE`, or :data:`ROUTE` (the child is retiring: ``d`` is
     given back to nobody, committed, for the registry to route)."""
-    with committed_at(sessions, agent, accepted.n):  # after what was committed ahead
+    with committed_at(sessions, agent, accepted):  # after what was committed ahead
         try:
             admitted = agent.admit_followup(d.content, d.source, d.message_id)
         except BaseException as exc:

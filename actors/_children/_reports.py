@@ -175,7 +175,7 @@ def _deliver(
             return mid
         # What was committed before it that nobody took yet runs first (FIFO), as
         # for a follow-up; and the next follow-up finds no gap to look behind.
-        with committed_at(sessions, parent, accepted.n):
+        with committed_at(sessions, parent, accepted):
             return _offer(sessions, parent, event, accepted.at)
     if deduplicate:
         # A repeat of an id under way waits for its outcome (the parent leaving

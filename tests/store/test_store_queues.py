@@ -56,6 +56,8 @@ def test_accept_queues_in_order_and_deduplicates(
     ]
     again = store.accept(h.id, [*first[1:], *second], now=NOW)
     assert [(a.n, a.duplicate) for a in again] == [(2, True), (3, False)]
+    # A new entry's run: the places its transaction filled in one go, a repeat none.
+    assert [a.run for a in again] == [None, (3, 3)]
     pending = store.pending(h.id)
     assert [(e.n, e.event, e.epoch) for e in pending] == [
         (1, first[0], None),
@@ -63,6 +65,8 @@ def test_accept_queues_in_order_and_deduplicates(
         (3, second[0], None),
     ]
     assert [e.message_id for e in pending] == [e.message_id for e in (*first, *second)]
+    third = store.accept(h.id, make_events(2, "c"), now=NOW)
+    assert [a.run for a in third] == [(4, 5), (4, 5)]
 
 
 def test_a_turn_end_completes_its_messages_atomically(
@@ -688,15 +692,25 @@ def test_a_run_of_acceptances_in_one_insert_reports_each_like_alone(
         [Accepted(first.n, True)],
         [Accepted(first.n + 2, True), Accepted(first.n + 3, False)],
     ]
+    run = (first.n + 1, first.n + 3)  # the statement's new entries, whoever asked
+    assert [[a.run for a in r.outcome()] for r in requests] == [[run, run], [None], [None, run]]
+    e, f, g = make_events(3)
+    joined = [AcceptOp(h.id, encode_messages(x), None, NOW, lease.token()) for x in ([e, f], [g])]
+    whole = (first.n + 4, first.n + 6)
+    outcomes = [r.outcome() for r in sqlite_store._committer.submit_many(joined)]
+    assert [[(a.n, a.run) for a in o] for o in outcomes] == [
+        [(first.n + 4, whole), (first.n + 5, whole)],
+        [(first.n + 6, whole)],
+    ]
     pending = sqlite_store.pending(h.id)
-    assert [e.message_id for e in pending] == [e.message_id for e in (a, b, c, d)]
-    assert [e.n for e in pending] == [first.n, first.n + 1, first.n + 2, first.n + 3]  # gapless
+    assert [e.message_id for e in pending] == [e.message_id for e in (a, b, c, d, e, f, g)]
+    assert [e.n for e in pending] == list(range(first.n, first.n + 7))  # gapless
     stale = [AcceptOp(h.id, encode_messages([e]), None, NOW, ("me", 99)) for e in make_events(2)]
     for request in sqlite_store._committer.submit_many(stale):
         with pytest.raises(SubagentError) as err:
             request.outcome()
         assert err.value.code == ErrorCode.LEASE_LOST
-    assert len(sqlite_store.pending(h.id)) == 4
+    assert len(sqlite_store.pending(h.id)) == 7
 
 
 # -- a bounded inbox (issue 18 point 2) ----------------------------------------------
