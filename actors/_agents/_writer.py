@@ -1,13 +1,12 @@
-"""The write-behind writer: one task commits every session's writes, in order.
-
-A store that allows it (``store.inline_writes``: in memory, never blocks) is
-written *inline* instead, by the appending caller: the same order, no task, and
-no thread or greenlet hand-off per write.
+"""The write-behind writer: one task commits every session's writes, in order (or
+the appending caller, *inline*, where the store allows it: see :class:`Writer`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import logging
 import threading
 from collections import deque
@@ -119,7 +118,9 @@ class Writer:
         self._ticket = 0
         self._committed = 0
         self._wake = backend.event()
-        self._waiters: list[tuple[int, Any]] = []
+        # A heap by ticket: a drain reads only the waiters it wakes (a million at a close).
+        self._waiters: list[tuple[int, int, Any]] = []
+        self._arrivals = itertools.count()  # ties in the heap: never compare waiters
         self._failed: dict[SessionId, BaseException] = {}
         # Callbacks due, not run yet (see report): a failure's; an inline writer's
         # others too, which its caller runs once it let go of the writer's lock.
@@ -276,9 +277,10 @@ class Writer:
                 self._fail_batch(batch, exc)
             self.report()  # before a flush waiting for the batch wakes: it reads the failures
             with self._lock:
-                self._committed = batch[-1][0]
-                ready = [ev for t, ev in self._waiters if t <= self._committed]
-                self._waiters = [(t, ev) for t, ev in self._waiters if t > self._committed]
+                self._committed = committed = batch[-1][0]
+                waiters, ready = self._waiters, []
+                while waiters and waiters[0][0] <= committed:
+                    ready.append(heapq.heappop(waiters)[2])
             for ev in ready:
                 ev.wake()
 
@@ -408,7 +410,7 @@ class Writer:
         with self._lock:
             if self._committed >= ticket:
                 return True
-            self._waiters.append((ticket, waiter))
+            heapq.heappush(self._waiters, (ticket, next(self._arrivals), waiter))
         return waiter.wait(timeout)
 
     def take_failure(self, sid: SessionId) -> BaseException | None:
