@@ -21,9 +21,7 @@ the store's ``clock()``, one clock for every process); the store compares them.
 
 **Renewal is a heartbeat.** :meth:`DurableQueues.renew_leases` records one expiry
 for the holder, not one per lease: a lease is live until the later of its own
-``expires`` (set when it was taken) and its holder's last renewal: one row
-however many sessions the holder has live (see :data:`HOLDER_RETENTION`).
-"""
+``expires`` and its holder's last renewal (see :data:`HOLDER_RETENTION`)."""
 
 from __future__ import annotations
 
@@ -108,12 +106,9 @@ class Accepted:
     """The outcome of accepting one message: its place ``n``, whether its id had
     been accepted before (then nothing new was queued), and, for a new entry, the
     acceptance time it was stored with (what :meth:`DurableInbox.retract` takes to
-    take back only an entry no later acceptance answered for).
-
-    ``run``, for a new entry: the first and last place of the new entries its
-    transaction wrote for the session in one go, ``n`` among them, all with one
-    ``epoch`` and ``lease`` -- this acceptance's and those that joined it in a
-    group commit. None where a store does not say (then only ``n`` is known)."""
+    take back only an entry no later acceptance answered for) and ``run``: the first
+    and last place of the new entries written with it in one go, all under its
+    ``epoch`` and ``lease`` (those that joined it in a group commit too)."""
 
     n: int
     duplicate: bool

@@ -83,11 +83,9 @@ Message = tuple[bytes, bytes]
 
 @dataclass(slots=True, eq=False)
 class AcceptOp:
-    """A queued acceptance: ``txn.accept_messages`` of one caller's messages.
-
-    A plain object rather than a closure, so a transaction can take a run of
-    acceptances for one session and lease in one statement (:meth:`QueueTxn.accept_many`).
-    """
+    """A queued acceptance: ``txn.accept_messages`` of one caller's messages (an object,
+    not a closure: a run of them for one session and lease is one statement, see
+    :meth:`QueueTxn.accept_many`)."""
 
     session_id: SessionId
     rows: Sequence[Message]
@@ -104,13 +102,15 @@ class AcceptOp:
     def joins(self, other: AcceptOp) -> bool:
         """Whether ``other`` may be written in one statement with this one (a bounded
         acceptance is checked on its own)."""
-        return (
-            self.limit is None
-            and other.limit is None
-            and other.session_id == self.session_id
-            and other.epoch == self.epoch
-            and other.token == self.token
-        )
+        alone = self.limit is not None or other.limit is not None
+        return not alone and (self.session_id, self.epoch, self.token) == (
+            other.session_id, other.epoch, other.token
+        )  # fmt: skip
+
+
+def _accepted(placed: list[int | Accepted], at: float, run: tuple[int, int]) -> list[Accepted]:
+    """The outcomes of ``placed`` (:meth:`QueueTxn._place`), the new ones of ``run``."""
+    return [Accepted(p, False, at, run) if isinstance(p, int) else p for p in placed]
 
 
 _PENDING_ROWS: Final = "SELECT n, body, epoch FROM inbox WHERE session = ? AND done = 0"
@@ -195,20 +195,26 @@ class QueueTxn:
     ) -> list[Accepted]:
         key = session_id.to_bytes()
         n = self._accepting(key, session_id, token)
-        conn = self.conn
         if limit is not None:
             self._check_room(session_id, key, messages, limit, limits)
         first = n + 1
-        placed: list[int | Accepted] = []  # a new entry's place, or a duplicate's outcome
-        for mid, body in messages:
-            if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
+        placed, n = self._place(key, messages, n, epoch, at)
+        self.overlay[_N + key] = n
+        return _accepted(placed, at, (first, n))
+
+    def _place(
+        self, key: bytes, rows: Sequence[Message], n: int, epoch: int | None, at: float
+    ) -> tuple[list[int | Accepted], int]:
+        """Insert ``rows`` one by one past place ``n``: each new entry's place (or a
+        duplicate's outcome), and the last place taken."""
+        placed: list[int | Accepted] = []
+        for mid, body in rows:
+            if self.conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
                 n += 1
                 placed.append(n)
             else:
                 placed.append(self._duplicate(key, mid))
-        self.overlay[_N + key] = n
-        run = (first, n)
-        return [Accepted(p, False, at, run) if isinstance(p, int) else p for p in placed]
+        return placed, n
 
     def _duplicate(self, key: bytes, mid: bytes) -> Accepted:
         """An id accepted before: its place, and the entry answered for."""
@@ -274,22 +280,14 @@ class QueueTxn:
         # at their positions, leaving a place empty for each one left out. Take them
         # out again (every row past ``last`` is this statement's) and place the rows
         # one by one, as accept_messages does, so the places stay gapless.
-        conn = self.conn
-        conn.execute("DELETE FROM inbox WHERE session = ? AND n > ?", (key, last))
+        self.conn.execute("DELETE FROM inbox WHERE session = ? AND n > ?", (key, last))
         n = last
+        placements = []
         for op in ops:
-            at = op.at
-            results = []
-            for mid, body in op.rows:
-                if conn.execute(_INSERT_ENTRY, (key, n + 1, mid, body, epoch, at)).rowcount:
-                    n += 1
-                    results.append(Accepted(n, False, at))
-                    continue
-                results.append(self._duplicate(key, mid))
-            out.append(results)
+            placed, n = self._place(key, op.rows, n, epoch, op.at)
+            placements.append((placed, op.at))
         self.overlay[_N + key] = n
-        run = (last + 1, n)
-        return [[a if a.duplicate else Accepted(a.n, False, a.at, run) for a in r] for r in out]
+        return [_accepted(placed, at, (last + 1, n)) for placed, at in placements]
 
     def complete(
         self, session_id: SessionId, message_ids: Sequence[bytes], token: LeaseToken | None

@@ -79,7 +79,10 @@ class Leases:
         self._doubts = Doubts(store, self.holder.id, self._call, self._lock, self._held)
         self._task: TaskHandle | None = None
         self._stop: EventLike = backend.event()
-        self._confirming = backend.lock()  # one confirm() asking the store at a time
+        # One renewal question at a time (a round's, or a confirm's), each answer
+        # applied before the next is asked: applied after a later one, a stale
+        # answer missed leases the later one saw stored (no longer fresh): "lost".
+        self._asking = backend.lock()
         self._closed = False
         # Until when (monotonic) every lease held counts as held without asking the
         # store: two thirds of the ttl past the last renewal that confirmed them
@@ -226,7 +229,7 @@ class Leases:
         # One question at a time: the turns starting meanwhile wait for its answer.
         # (Each asked on its own, with a copy of every lease held: building 100,000
         # children past a stall, thousands of copies and renewals piled up.)
-        with self._confirming:
+        with self._asking:
             if time.monotonic() < self._sure_until:  # confirmed while this waited
                 return session_id in self._held
             with self._lock:
@@ -306,13 +309,20 @@ class Leases:
         with self._lock:
             if self._closed:
                 return False
-            held = dict(self._held)
         if self._unreleased:
             self._retry_releases()
         if self._doubts:
             self._doubts.settle()
+        with self._asking:
+            self._renew_held()
+        return True
+
+    def _renew_held(self) -> None:
+        with self._lock:
+            held = dict(self._held)
+            fresh = bool(self._fresh)
         if not held:
-            return True
+            return
         try:
             asked = time.monotonic()
             self._refresh()
@@ -322,21 +332,20 @@ class Leases:
             # expired and been taken over, a loss a count can hide -- and a turn
             # about to start trusts this renewal (confirm): the list is read.
             late = time.monotonic() >= self._sure_until
-            if count == len(held) and not late:
+            if count == len(held) and not late and not fresh:
                 # Every lease it holds was renewed (none is lost, each is stored):
                 # no list to read. A loss hidden by a lease taken meanwhile shows
-                # in the next round's count; every write is fenced anyway.
-                with self._lock:
-                    self._fresh -= held.keys()
+                # in the next round's count; every write is fenced anyway. (With
+                # a create still queued, a count can match by a release still
+                # queued too: only the list says which leases a renewal saw.)
                 self._confirmed(asked)
-                return True
+                return
             renewed = set(self._call(self._store.renew_leases, self.holder.id, until))
         except SubagentError as exc:  # the store's, typed (an outage): no traceback
             logger.warning("renewing the leases of %s failed: %s", self.holder.id, exc)
-            return True
+            return
         self._renewed(held, renewed)
         self._confirmed(asked)
-        return True
 
     def _renewed(self, held: dict[SessionId, int], renewed: set[SessionId]) -> list[SessionId]:
         """After a renewal of the leases ``held`` (session -> epoch) that renewed

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from subagents.actors._agents import Leases
 from subagents.actors._kernel._backend import Backend
+from subagents.actors._kernel._gate import Gate, Latch
 from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentError, new_session_id
 from subagents.store import SqliteStore
 
@@ -113,7 +114,8 @@ def test_a_turn_starting_while_a_renewal_settles_a_loss_is_not_told_held(
     """Forced: a runtime stopped past its lease continues; its renewal finds a
     lease missing (the count) and, while it reads which, a turn starts and asks
     ``confirm``. It was told "held" (the renewal had counted as a confirmation
-    already), and ran under a lost lease. Now it asks the store itself: lost."""
+    already), and ran under a lost lease. Now it waits for the renewal's answer
+    (one question at a time), which let the lease go: lost."""
     import threading
 
     sid = new_session_id()
@@ -133,7 +135,7 @@ def test_a_turn_starting_while_a_renewal_settles_a_loss_is_not_told_held(
                 seen["confirm"] = None
                 turn = threading.Thread(target=lambda: seen.update(confirm=leases.confirm(sid)))
                 turn.start()
-                turn.join(10)
+                seen["turn"] = turn
             return []
 
     leases = Leases(TakenOver(), backend, ttl=0.3, lost=lost.append)  # type: ignore[arg-type]
@@ -144,6 +146,7 @@ def test_a_turn_starting_while_a_renewal_settles_a_loss_is_not_told_held(
         while not lost:  # the renewal loop comes round every ttl / 3
             assert time.monotonic() < deadline
             backend.sleep(0.01)
+        seen["turn"].join(10)
     finally:
         leases.close()
     assert seen["confirm"] is False
@@ -277,6 +280,119 @@ def test_a_lease_taken_as_the_holder_closes_is_given_back(backend: Backend, tmp_
         assert refused.value.code == ErrorCode.RUNTIME_CLOSED
         lease = store.get_lease(header.id)
         assert lease is None or lease.holder is None  # released: nobody holds it
+    finally:
+        leases.close()
+        store.close()
+
+
+class HeldAnswer(SqliteStore):
+    """SQLite whose next list renewal, answered, waits at ``gate`` before it returns."""
+
+    gate: Gate | None = None
+
+    def renew_leases(self, holder: str, expires: float) -> list[SessionId]:
+        answer = super().renew_leases(holder, expires)
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            gate.pass_through()
+        return answer
+
+
+class Watched:
+    """A lock that says when an acquirer had to wait for it."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.waited = Latch()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self.lock.acquire(False):
+            return True
+        self.waited.set()
+        return bool(self.lock.acquire(blocking, timeout))
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.mark.parametrize("round_", range(5))
+def test_a_renewal_answered_before_a_confirm_is_not_applied_after_it(
+    backend: Backend, tmp_path: Path, round_: int
+) -> None:
+    """Issue 20 point 3 (the million children, relaxed: creates written behind): a
+    session is created, its row not stored yet (fresh); a late renewal round reads
+    the list -- without it -- and has not applied the answer when the row is
+    written and a turn's ``confirm`` renews, sees it, so it is fresh no more. The
+    round's stale answer, applied after, said it was taken over: 1,365 children
+    of the build were let go, logged "taken over", their leases the runtime's
+    own. One renewal question at a time now: the confirm waits for the round
+    (which keeps the fresh session), then finds it held."""
+    store = HeldAnswer(tmp_path / "s.db")
+    lost: list[SessionId] = []
+    leases = Leases(store, backend, ttl=30.0, lost=lost.append)
+    try:
+        stored = dataclasses.replace(ROOT, id=new_session_id())
+        store.create_session(stored, lease=leases.new(stored.id))
+        header = dataclasses.replace(ROOT, id=new_session_id())
+        lease = leases.new(header.id)  # its create still queued
+        store.gate = answered = Gate("answered")
+        watched = Watched(leases._asking)
+        leases._asking = watched
+        leases._sure_until = time.monotonic() - 1  # late: the round reads the list
+        renewal = backend.spawn(leases._renew_round)
+        assert answered.wait_reached(10)
+        store.create_session(header, lease=lease)  # the queued create is written
+        told: dict[str, bool] = {}
+        confirmed = Latch()
+
+        def turn() -> None:
+            told["held"] = leases.confirm(header.id)
+            confirmed.set()
+
+        task = backend.spawn(turn)
+        _until(backend, lambda: confirmed.is_set() or watched.waited.is_set())
+        answered.release()
+        assert renewal.join(10) and task.join(10)
+        assert task.exception is None and renewal.exception is None
+        assert told == {"held": True}
+        assert lost == []
+        assert leases.holds(header.id) and leases.holds(stored.id)
+    finally:
+        leases.close()
+        store.close()
+
+
+def test_a_count_matched_by_a_queued_release_leaves_a_queued_create_fresh(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Write-behind: a session this runtime let go still has its row (the release
+    is queued), and one it created has none yet (the create is queued). The count
+    of rows matched the count of leases held, so the round took every lease held
+    as seen by a renewal -- the queued create's too; the next list read then
+    missed it, and said it was taken over. A count says nothing while a lease
+    held is fresh: the list is read, and the fresh session stays held."""
+    store = CountingStore(tmp_path / "leases.db")
+    lost: list[SessionId] = []
+    leases = Leases(store, backend, ttl=TTL, lost=lost.append)
+    try:
+        gone = dataclasses.replace(ROOT, id=new_session_id())
+        store.create_session(gone, lease=leases.new(gone.id))
+        leases.forget(gone.id, 1)  # let go; its release not written yet
+        queued = new_session_id()
+        leases.new(queued)  # its create not written yet: one row, one lease held
+        counted = store.counts
+        _until(backend, lambda: store.counts >= counted + 2)
+        leases.new(new_session_id())  # another create queued: the counts differ
+        lists = store.lists
+        _until(backend, lambda: store.lists >= lists + 2)
+        assert lost == []
+        assert leases.holds(queued)
     finally:
         leases.close()
         store.close()
