@@ -138,6 +138,16 @@ def gated_pickup() -> tuple[Gate, Callable[[Any, Any], None]]:
     return gate, gated
 
 
+def looked_once(rt: Runtime) -> Any:
+    """A strict agent whose turns answer their content, its activation's first
+    follow-up (``m0``, which looks once for messages ahead of it) run: the agent."""
+    rt.models.register("w", lambda _o: lambda turn: turn.content)
+    agent = rt.spawn("w")
+    agent.followup("m0")
+    assert agent.wait_idle(10)
+    return agent
+
+
 def until(rt: Runtime, done: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Poll ``done()`` with a deadline, sleeping on ``rt``'s backend (its greenlets
     run meanwhile): for conditions only the store can say (another process's

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from durability_kit import until
+from durability_kit import looked_once, until
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.actors.testing import Gate
@@ -36,11 +36,8 @@ def test_the_followups_of_one_group_commit_look_once_whatever_order_they_return_
     gates = {name: Gate(name) for name in ["L", *names]}
     held = Gate("transaction")
     with Runtime(db, backend=backend) as rt:
-        rt.models.register("w", lambda _o: lambda turn: turn.content)
-        agent = rt.spawn("w")
+        agent = looked_once(rt)
         sid = agent.session_id
-        agent.followup("m0")  # the activation's first follow-up looks once
-        assert agent.wait_idle(10)
         sessions: Any = rt.sessions
         sessions.flush(sid, timeout=10)  # m0's turn's writes: none left to join a batch
         store = sessions.persistence

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_kit import exited, gated_pickup, until, worker
+from durability_kit import exited, gated_pickup, looked_once, until, worker
 from subagents.actors import ContinuableStartSpec, Runtime
 from subagents.actors._agents import _mail
 from subagents.actors._kernel._backend import Backend
@@ -153,11 +153,8 @@ def test_a_followup_committed_behind_one_that_took_ahead_reads_no_inbox(
     order each was queued."""
     committed = Gate("committed")
     with Runtime(db, backend=backend) as rt:
-        rt.models.register("w", lambda _o: lambda turn: turn.content)
-        agent = rt.spawn("w")
+        agent = looked_once(rt)
         sid = agent.session_id
-        agent.followup("m0")  # the activation's first follow-up looks once
-        assert agent.wait_idle(10)
         sessions: Any = rt.sessions
         accept, untaken, pending = sessions.accept, sessions.untaken, sessions.pending
         reads: list[tuple[Any, ...]] = []
