@@ -107,8 +107,8 @@ class Accepted:
     been accepted before (then nothing new was queued), and, for a new entry, the
     acceptance time it was stored with (what :meth:`DurableInbox.retract` takes to
     take back only an entry no later acceptance answered for) and ``run``: the first
-    and last place of the new entries written with it in one go, all under its
-    ``epoch`` and ``lease`` (those that joined it in a group commit too)."""
+    and last place of the new entries written with it in one go under its ``epoch``
+    and ``lease``, a group commit's joined ones too (None: a store that does not say)."""
 
     n: int
     duplicate: bool
