@@ -18,6 +18,7 @@ import os
 import pkgutil
 import platform
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -85,6 +86,24 @@ def compare(row: Row, baseline: Row, *, target: float | None = None) -> Row:
         ratio=ratio,
         target=target,
     )
+
+
+def child_json(script: str, *args: str, timeout: float = 1200) -> dict[str, float]:
+    """Run ``script`` in a fresh interpreter (``python -c script *args``, from the
+    project's root) and return the JSON object its last line of output printed.
+    A measurement of its own process: one run's garbage does not blur the next."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=str(Path(__file__).resolve().parents[1]),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"measuring child failed: {out.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 @dataclass(slots=True, kw_only=True)

@@ -14,12 +14,7 @@ sessions live on disk, as in production).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-from bench._harness import Context, Row, compare, group
+from bench._harness import Context, Row, child_json, compare, group
 
 _CHILD = r"""
 import gc, json, os, sys, time
@@ -75,18 +70,7 @@ def _measure(
     ctx: Context, backend: str, n: int, kind: str, timeout: float = 1200
 ) -> dict[str, float]:
     db = str(ctx.tmpdir / f"mem-{backend}-{kind}-{n}.db")
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, backend, str(n), db, kind],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=str(Path(__file__).resolve().parents[1]),
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"memory child failed: {out.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return child_json(_CHILD, backend, str(n), db, kind, timeout=timeout)
 
 
 @group("memory")

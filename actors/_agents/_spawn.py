@@ -101,14 +101,20 @@ def wait_all_idle(agents: AgentRegistry, timeout: float | None) -> bool:
 
 
 def dispose_by_depth(
-    agents: list[Agent], timeout: float, checkpointed: frozenset[Agent] = frozenset()
+    agents: list[Agent],
+    timeout: float,
+    checkpointed: frozenset[Agent] = frozenset(),
+    *,
+    flush: bool = True,
 ) -> None:
     """Dispose ``agents`` child-first: the deepest delegation depth first, its
     agents together, each depth once the deeper one ended (or ``timeout``
     seconds passed). Together, their stops and session releases overlap and share
     the store's commits (one by one, each waited for, a closing runtime paid a
     commit -- an fsync -- per agent). Those in ``checkpointed`` write their
-    checkpoint, as a settling child does."""
+    checkpoint, as a settling child does. ``flush=False``: a disposal queues its
+    session's last writes and its release without waiting for them (the caller
+    drains the writer after)."""
     by_depth: dict[int, list[Agent]] = {}
     for agent in agents:
         by_depth.setdefault(agent.delegation_depth, []).append(agent)
@@ -116,7 +122,7 @@ def dispose_by_depth(
         level = by_depth[depth]
         for agent in level:
             try:
-                agent.dispose(wait=False, checkpoint=agent in checkpointed)
+                agent.dispose(wait=False, checkpoint=agent in checkpointed, flush=flush)
             except Exception:
                 logger.exception("disposing %r while closing the runtime failed", agent)
         deadline = time.monotonic() + timeout
@@ -131,7 +137,8 @@ def close_agents(registry: AgentRegistry) -> None:
     now on, and wait for those begun before -- else an agent is in no list and
     its lease is kept --; then stop every live agent, deepest first, keeping what
     they accepted (an idle continuable child checkpointed), and wait for every
-    release."""
+    stop. Their last writes and releases are queued, written as the session
+    writer drains (``SessionService.close``, next)."""
     registry.close()
     if not registry.wait_activations(30.0):
         logger.warning("an activation was still in flight when the runtime closed")
@@ -143,7 +150,12 @@ def close_agents(registry: AgentRegistry) -> None:
         # What they accepted and did not run stays in their durable inboxes
         # (strict durability): it runs at each session's next activation.
         agent.cancel("runtime closing", keep_inbox=False, keep_accepted=True)
-    dispose_by_depth(agents, 30.0, quiet)
+    # No disposal waits for its own writes: the writer keeps their order (a child's
+    # last writes and release before its parent's), and the runtime's close drains
+    # it next. A release behind a failed write goes back at the leases' close
+    # (``Leases.release_later``). Each waiting cost a closing runtime as much as
+    # the rest of its disposal: a wake-up, a switch, a turn of the writer's loop.
+    dispose_by_depth(agents, 30.0, quiet, flush=False)
     # Children that settled on their own (disposing without a waiter) release
     # their sessions in their actors' on_stop: before the writer closes.
     if not registry.wait_stopped(30.0):

@@ -8,12 +8,16 @@ the child's whole log (from its last settle's checkpoint, if it ever settled).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
+from refusal_kit import refuse
 from subagents.actors import ContinuableStartSpec, Runtime
+from subagents.actors._agents._sessions import SessionService
 from subagents.actors._kernel import Gate
 from subagents.actors._kernel._backend import Backend
-from subagents.protocol import unpackb
+from subagents.protocol import SessionId, unpackb
 from subagents.store import open_store
 
 
@@ -84,3 +88,44 @@ def test_a_child_busy_when_the_runtime_closes_is_not_checkpointed_by_it(
         assert [e.output for e in ends if e.stop_reason == "completed"][-2:] == [
             "done hold", "done after"
         ]  # fmt: skip
+
+
+def test_a_close_waits_for_no_child_alone_and_loses_no_release(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R-RES-5, R-DUR-3: a closing runtime disposes its resident children without a
+    flush each (their last writes and releases queue in order, and the writer's
+    drain writes them together). A child whose checkpoint the store refuses then
+    (a real store error, a trigger) is logged, and its lease still goes back: the
+    next runtime's follow-up resumes it from its log, its turns numbered on. Its
+    siblings' checkpoints are stored."""
+    with Runtime(db, backend=backend, keep_warm=3600) as rt:
+        _register(rt)
+        root = rt.spawn("note", label="root")
+        kids = [_start(rt, root) for _ in range(3)]
+        assert rt.wait_idle(30)
+        rt.sessions.flush()
+        refuse(db, SessionId(kids[1]), table="checkpoints", what="checkpoint")
+        flushed: list[Any] = []
+        flush = SessionService.flush
+
+        def counting(self: Any, session_id: Any = None, timeout: Any = 30.0) -> None:
+            flushed.append(session_id)
+            flush(self, session_id, timeout)
+
+        monkeypatch.setattr(SessionService, "flush", counting)
+        root_id = root.session_id
+        with caplog.at_level(logging.ERROR, logger="subagents"):
+            rt.close()
+    monkeypatch.undo()
+    assert [s for s in flushed if s is not None] == []  # no disposal flushed its session
+    assert any(kids[1] in r.getMessage() for r in caplog.records), caplog.text
+    with open_store(db) as store:
+        assert [store.get_checkpoint(k) is not None for k in kids] == [True, False, True]
+        leases = store.get_leases([SessionId(k) for k in kids])
+        assert all(lease.holder is None for lease in leases.values()), leases
+    with Runtime(db, backend=backend) as rt:
+        _register(rt)
+        rt.subagents.followup(str(root_id), kids[1], "t1")
+        assert rt.wait_idle(30)
+        assert [e.turn for e in rt.sessions.turn_ends(kids[1])] == [0, 1]

@@ -13,11 +13,11 @@ release is retried every renewal period until the store takes it.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 from durability_kit import Noted, resumed_elsewhere, until
+from refusal_kit import allow, refuse
 from subagents.actors import Runtime
 from subagents.actors._kernel._backend import Backend
 from subagents.protocol import SessionId
@@ -29,43 +29,11 @@ TTL = 2.0
 
 def _refuse_release(db: str, session: SessionId) -> None:
     """Make the store refuse to release ``session``'s lease (a real store error)."""
-    key = session.to_bytes().hex()
-    if db.startswith("postgresql"):
-        import psycopg
-
-        base, _, schema = db.partition("?schema=")
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(
-                f'CREATE OR REPLACE FUNCTION "{schema}".refuse()'
-                " RETURNS trigger LANGUAGE plpgsql AS $$"
-                f" BEGIN IF NEW.session = '\\x{key}'::bytea AND NEW.holder IS NULL THEN"
-                " RAISE EXCEPTION 'injected release failure'; END IF; RETURN NEW; END $$"
-            )
-            conn.execute(
-                f'CREATE TRIGGER refuse BEFORE UPDATE ON "{schema}".leases'
-                f' FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
-            )
-        return
-    with sqlite3.connect(db) as conn:
-        conn.execute(
-            "CREATE TRIGGER refuse BEFORE UPDATE ON leases"
-            f" WHEN NEW.session = X'{key}' AND NEW.holder IS NULL"
-            " BEGIN SELECT RAISE(ABORT, 'injected release failure'); END"
-        )
-    conn.close()
+    refuse(db, session, table="leases", op="UPDATE", also=" AND NEW.holder IS NULL", what="release")
 
 
 def _heal(db: str) -> None:
-    if db.startswith("postgresql"):
-        import psycopg
-
-        base, _, schema = db.partition("?schema=")
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP TRIGGER refuse ON "{schema}".leases')
-        return
-    with sqlite3.connect(db) as conn:
-        conn.execute("DROP TRIGGER refuse")
-    conn.close()
+    allow(db, table="leases")
 
 
 def _failed(rt: Runtime, sid: SessionId) -> bool:

@@ -13,10 +13,10 @@ relaxed durability what was only in memory is gone, as documented.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any
 
 import pytest
+from refusal_kit import allow, refuse
 from subagents.actors import Runtime
 from subagents.actors._agents._sessions import SessionService
 from subagents.actors._kernel._backend import Backend
@@ -27,50 +27,13 @@ from subagents.store import SqliteStore, open_store
 pytestmark = pytest.mark.timeout(60)
 
 
-def _pg(db: str) -> tuple[str, str]:
-    base, _, schema = db.partition("?schema=")
-    return base, schema
-
-
 def inject(db: str, session: SessionId) -> None:
     """Make the store refuse every new event row of ``session`` (a real store error)."""
-    key = session.to_bytes().hex()
-    if db.startswith("postgresql"):
-        import psycopg
-
-        base, schema = _pg(db)
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(
-                f'CREATE OR REPLACE FUNCTION "{schema}".refuse()'
-                " RETURNS trigger LANGUAGE plpgsql AS $$"
-                f" BEGIN IF NEW.session = '\\x{key}'::bytea THEN"
-                " RAISE EXCEPTION 'injected write failure'; END IF; RETURN NEW; END $$"
-            )
-            conn.execute(
-                f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".events'
-                f' FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()'
-            )
-        return
-    with sqlite3.connect(db) as conn:
-        conn.execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON events"
-            f" WHEN NEW.session = X'{key}'"
-            " BEGIN SELECT RAISE(ABORT, 'injected write failure'); END"
-        )
-    conn.close()
+    refuse(db, session, table="events")
 
 
 def heal(db: str) -> None:
-    if db.startswith("postgresql"):
-        import psycopg
-
-        base, schema = _pg(db)
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP TRIGGER refuse ON "{schema}".events')
-        return
-    with sqlite3.connect(db) as conn:
-        conn.execute("DROP TRIGGER refuse")
-    conn.close()
+    allow(db, table="events")
 
 
 def durable(db: str, session: SessionId) -> list[Any]:
