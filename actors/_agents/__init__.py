@@ -29,7 +29,7 @@ from ._stats import AgentStatistics, RuntimeCounters, RuntimeStatistics, runtime
 from ._steering import STEER_OUTCOMES, Steered, check_steer, not_open
 from ._tools import TOOL_NAME_PATTERN, ToolFn, ToolRegistry, check_tool_fn, valid_tool_name
 from ._turn import Message, Turn, TurnAgent
-from ._writer import in_doubt
+from ._write_faults import in_doubt
 
 __all__ = [
     "CUT_SHORT",

@@ -37,7 +37,7 @@ from subagents.store import Accepted, InboxEntry, Listener, Promises, SessionSto
 from ._doubts import HandOverDoubts
 from ._live import LiveSession
 from ._underway import Underway
-from ._writer import doubted, unsure
+from ._write_faults import doubted, unsure
 
 __all__ = ["SEEN_MAX", "Acceptance"]
 
@@ -232,7 +232,7 @@ class Acceptance:
 
         Raises:
             SubagentError: the store's; one that may have committed all the same
-                (``_writer.unsure``) leaves them in doubt, for the caller to settle
+                (``_write_faults.unsure``) leaves them in doubt, for the caller to settle
                 (see :mod:`._doubts`).
         """
         store = self.persistence

@@ -46,7 +46,7 @@ from subagents.protocol import MessageEvent, ReportEvent, SubagentError
 from subagents.store import Accepted, InboxEntry
 
 from ._doubts import taken_after_all
-from ._writer import unsure
+from ._write_faults import unsure
 
 __all__ = [
     "committed_at",

@@ -2,7 +2,7 @@
 
 A hand-over (``SessionService.hand_over``: untaken inbox rows taken into a live
 activation by compare-and-swap) whose connection was lost at its COMMIT may have
-committed all the same (``_writer.unsure``): its rows are then taken by the
+committed all the same (``_write_faults.unsure``): its rows are then taken by the
 activation, which never queued them, and no later take can take them again.
 What such a take leaves unsettled is registered here -- by the mail pickup
 (``_mail.Mailman``), or by a follow-up's take-ahead (``_ahead.take_ahead``) that

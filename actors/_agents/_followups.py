@@ -33,7 +33,7 @@ from ._inbox import Inbox
 from ._kept import kept
 from ._messages import plain
 from ._steering import Steered, check_steer, not_open
-from ._writer import doubted, unsure
+from ._write_faults import doubted, unsure
 
 __all__ = ["DOUBT_GRACE", "Followups"]
 

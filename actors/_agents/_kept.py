@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from subagents.protocol import ErrorCode, MessageId, SessionId, SubagentError
 
-from ._writer import doubted, in_doubt, unsure
+from ._write_faults import doubted, in_doubt, unsure
 
 if TYPE_CHECKING:
     from ._live import LiveSession

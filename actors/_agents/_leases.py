@@ -33,7 +33,7 @@ from subagents.store import Holder, Lease, LeaseToken, SessionStore
 
 from ._lease_clock import LeaseClock
 from ._lease_doubts import Doubts
-from ._writer import unsure
+from ._write_faults import unsure
 
 __all__ = ["Holder", "Leases"]
 

@@ -74,7 +74,7 @@ from ._agent import Agent
 from ._ahead import stand_back
 from ._resume import replay
 from ._sessions import SessionService
-from ._writer import unsure
+from ._write_faults import unsure
 
 __all__ = ["Mailman", "interrupt_ring"]
 

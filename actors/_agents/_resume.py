@@ -59,7 +59,7 @@ from ._host import AgentHost
 from ._options import AgentOptions
 from ._outcome import KEPT
 from ._sessions import SessionService
-from ._writer import unsure
+from ._write_faults import unsure
 
 __all__ = [
     "CUT_SHORT",

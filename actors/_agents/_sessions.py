@@ -46,7 +46,8 @@ from ._live import LiveSession
 from ._reading import SessionReads
 from ._rung import Rung
 from ._sweep_reads import SweepReads
-from ._writer import Writer, unsure
+from ._write_faults import unsure
+from ._writer import Writer
 
 __all__ = ["LiveSession", "SessionService"]
 
