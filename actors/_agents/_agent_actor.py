@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import greenlet
+from subagents.actors._kernel._loop import ForgetfulLoop
 
 from ._messages import OWN, Deliver
 from ._run import run_queued
@@ -16,8 +17,9 @@ from ._run import run_queued
 __all__ = ["_AgentActor"]  # (its name names its threads: `_AgentActor[...]`)
 
 
-class _AgentActor:
-    """The agent's actor behaviour; built into an actor class per backend."""
+class _AgentActor(ForgetfulLoop):
+    """The agent's actor behaviour; built into an actor class per backend. Its loop
+    holds no message while it waits (an idle child its last follow-up: ``_loop``)."""
 
     actor_inbox: Any  # the backend actor's (ThreadActor's or GeventActor's): a deque
 

@@ -16,6 +16,10 @@ What we rely on, and why:
   event on its ref.
 * ``Actor._handle_receive`` -- the agent actor dispatches its own messages before
   pykka tests four message types of its own (a measurable share of a turn).
+* ``Actor._actor_loop_running`` (and the ``_handle_failure`` it calls) -- the
+  agent actor runs a copy of pykka's loop that holds no message while it waits
+  (:mod:`._loop`); the copy is of the source whose digest is
+  :data:`LOOP_SOURCE_SHA256`.
 * ``Future._get_hook`` -- the gevent future honours ``set_get_hook`` like pykka's.
 * ``pykka.messages._ActorStop`` -- an agent stops itself (or is stopped by the
   supervisor, 10,000 at a time in a drain) by telling its actor this message;
@@ -40,6 +44,7 @@ from pykka.messages import _ActorStop
 
 __all__ = [
     "ENVELOPE_FIELDS",
+    "LOOP_SOURCE_SHA256",
     "PRIVATE_ATTRIBUTES",
     "REGISTRY_ATTRIBUTES",
     "RUNTIME_HOOKS",
@@ -59,8 +64,14 @@ PRIVATE_ATTRIBUTES: Final = (
     ("Actor", "_stop"),
     ("Actor", "_actor_loop_teardown"),
     ("Actor", "_handle_receive"),
+    ("Actor", "_actor_loop_running"),
+    ("Actor", "_handle_failure"),
     ("Future", "_get_hook"),
 )
+
+#: sha256 of ``inspect.getsource(pykka.Actor._actor_loop_running)`` (pykka 4.5.0)
+#: that :class:`._loop.ForgetfulLoop` copies: another digest, and the copy is stale.
+LOOP_SOURCE_SHA256: Final = "4109f316d2be434e5a2a178eda154e0eb17919333986a4b505f33091e4987dbd"
 
 #: ``ActorRegistry``'s class attributes behind :func:`._refindex.install`.
 REGISTRY_ATTRIBUTES: Final = ("_actor_refs", "_actor_refs_lock")

@@ -7,6 +7,7 @@ expect, so an upgrade that moves something fails here first.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import inspect
@@ -36,8 +37,18 @@ def test_private_attributes_exist(owner: str, name: str) -> None:
     assert callable(member)
     params = list(inspect.signature(member).parameters)
     assert params[0] == "self"
-    expected = ["self", "message"] if name == "_handle_receive" else ["self"]
+    expected = {
+        "_handle_receive": ["self", "message"],
+        "_handle_failure": ["self", "exception_type", "exception_value", "traceback"],
+    }.get(name, ["self"])
     assert params == expected, (name, params)
+
+
+def test_the_loop_we_copy_is_the_one_we_copied() -> None:
+    """The agent actor runs a copy of pykka's loop (``_kernel/_loop.py``): an
+    upgrade that changes pykka's must fail here, so the copy is made again."""
+    source = inspect.getsource(pykka.Actor._actor_loop_running)
+    assert hashlib.sha256(source.encode()).hexdigest() == _pykka.LOOP_SOURCE_SHA256
 
 
 def test_the_envelope_protocol_of_the_loop() -> None:
