@@ -22,7 +22,9 @@ A clean close removes both files (after every lease was released), and the
 meeting place when no other presence is left in it. A killed
 runtime's stay until a runtime opening the same file finds their lock free and
 no live lease naming them (:func:`clear_stale`): until then they are how others
-know it is gone. Where the meeting place cannot be made (a read-only folder, a
+know it is gone. A runtime killed while it made its presence leaves the
+temporary lock file, which the same cleaner removes once nobody holds it and it
+is older than a making takes. Where the meeting place cannot be made (a read-only folder, a
 path too long for a socket's address), there is no presence: the runtime keeps
 the abstract doorbell, and its holders are judged as before (by pid on this
 host, else at their leases' expiry).
@@ -36,6 +38,7 @@ import fcntl
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -51,6 +54,11 @@ SUFFIX: Final = "-wake"
 #: The longest socket path (``sun_path`` less its terminating NUL).
 _SUN_PATH: Final = 107
 _LOCK: Final = ".lock"
+#: The lock file's name while it is made (see :meth:`Presence.open`).
+_MAKING: Final = ".tmp"
+#: Seconds after which a temporary lock file nobody holds is a kill's leftover: a
+#: making takes microseconds, from the file's creation to its rename.
+_UNMADE_AGE: Final = 60.0
 #: The largest ring, as the doorbell reads them.
 _MAX_RING: Final = 1024
 
@@ -67,8 +75,13 @@ def presence_ended(wake: str | None) -> bool:
     version's doorbell, or one already cleared)."""
     if type(wake) is not str or not wake.startswith("/"):
         return False
+    return _unheld(wake + _LOCK)
+
+
+def _unheld(path: str) -> bool:
+    """True when the file at ``path`` is there and nobody holds a lock on it."""
     try:
-        fd = os.open(wake + _LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -106,7 +119,7 @@ class Presence:
             return None
         lock_fd: int | None = None
         sock: socket.socket | None = None
-        temporary = address + ".tmp"
+        temporary = address + _MAKING
         try:
             for attempt in (1, 2):
                 os.makedirs(directory, exist_ok=True)
@@ -189,6 +202,7 @@ def clear_stale(directory: str, live: Callable[[Iterable[str]], set[str]]) -> in
         names = os.listdir(directory)
     except OSError:
         return 0
+    _clear_unmade(directory, names)
     found = [os.path.join(directory, name[: -len(_LOCK)]) for name in names if name.endswith(_LOCK)]
     ended = [address for address in found if presence_ended(address)]
     if not ended:
@@ -202,6 +216,25 @@ def clear_stale(directory: str, live: Callable[[Iterable[str]], set[str]]) -> in
     for address in gone:
         _remove(address + _LOCK, address)
     return len(gone)
+
+
+def _clear_unmade(directory: str, names: Iterable[str]) -> None:
+    """Remove the temporary lock files of presences a kill cut short while they were
+    made (between the file's creation and its rename into place): nobody holds
+    their lock, and they are older than any making takes. They stayed for ever,
+    and with them the meeting place."""
+    now = time.time()
+    for name in names:
+        if not name.endswith(_MAKING):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            young = now - os.stat(path).st_mtime < _UNMADE_AGE
+        except OSError:
+            continue  # (renamed meanwhile: made)
+        if not young and _unheld(path):
+            logger.debug("removing %s: a presence never made", path)
+            _remove(path)
 
 
 def _remove(*paths: str) -> None:

@@ -3,11 +3,13 @@
 
 Usage::
 
-    python presence_holder.py DB [fork]
+    python presence_holder.py DB [fork|stall]
 
 Opens the store, takes its presence (``listen``) and prints its address; with
 ``fork``, then forks a child that prints its pid and waits. Both
-wait for stdin to close; the test kills this process (the parent).
+wait for stdin to close; the test kills this process (the parent). With
+``stall``, the making of the presence stops before its lock file is renamed into
+place: the process prints the temporary file's path and waits there.
 """
 
 from __future__ import annotations
@@ -19,6 +21,16 @@ from subagents.store import SqliteStore
 
 
 def main(db: str, mode: str = "") -> int:
+    if mode == "stall":
+        rename = os.rename
+
+        def stalled(src: str, dst: str) -> None:
+            if src.endswith(".tmp"):
+                print(src, flush=True)
+                sys.stdin.read()  # (killed here)
+            rename(src, dst)
+
+        os.rename = stalled  # type: ignore[assignment]
     store = SqliteStore(db)
     presence = store.listen()
     assert presence is not None

@@ -8,6 +8,7 @@ processes"). Real processes, killed with SIGKILL; see also
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -30,14 +31,15 @@ ELSEWHERE = "elsewhere~0.0:1:abc"  # a holder of another host: no pid to judge
 @contextmanager
 def _holding(db: Path, *mode: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
     """A ``presence_holder.py`` process and the lines it printed (its presence's
-    address; with ``fork``, also its child's pid)."""
+    address; with ``fork``, also its child's pid; with ``stall``, only the
+    temporary lock file's path)."""
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("presence_holder.py")), str(db), *mode],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
     try:
-        lines = [proc.stdout.readline().strip() for _ in range(1 + len(mode))]
+        lines = [proc.stdout.readline().strip() for _ in range(1 + mode.count("fork"))]
         assert all(lines), proc.stderr.read() if proc.stderr else ""
         yield proc, lines
     finally:
@@ -195,6 +197,37 @@ def test_ended_presences_are_cleared_unless_a_live_lease_names_them(
     assert os.path.exists(live.address + ".lock") and not presence_ended(live.address)
     live.close()
     again.close()
+
+
+def test_a_presence_a_kill_cut_short_while_made_is_cleared(tmp_path: Path) -> None:
+    """A runtime killed (SIGKILL) while it made its presence -- its lock file
+    created and locked, not yet renamed into place -- left the temporary file for
+    ever, and the meeting place with it. A runtime opening the file removes such
+    a file once nobody holds it and it is older than a making takes (its age
+    moved back, not waited for); a young one (a making under way, as far as
+    anyone can tell) and one somebody holds stay."""
+    db = tmp_path / "s.db"
+    leftovers = []
+    for _ in range(3):
+        with _holding(db, "stall") as (proc, (temporary,)):
+            proc.kill()
+            proc.wait()
+        assert os.path.exists(temporary) and temporary.endswith(".tmp")
+        leftovers.append(temporary)
+    old, _young, held = leftovers
+    for path in (old, held):
+        past = time.time() - 3600
+        os.utime(path, (past, past))
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # somebody holds it
+        with SqliteStore(db) as store:
+            live = store.listen()
+            assert live is not None
+            assert [os.path.exists(p) for p in leftovers] == [False, True, True]
+            live.close()
+    finally:
+        os.close(fd)
 
 
 def test_no_presence_where_none_can_be_made(tmp_path: Path) -> None:
