@@ -50,25 +50,26 @@ print(json.dumps({"raw": raw, "ours": ours}), flush=True)
 """
 
 
+def _per(workload: str, backend: str, store: str, seconds: float, each: str = "child") -> Row:
+    return Row(
+        workload=workload,
+        backend=backend,
+        store=store,
+        value=seconds * 1e6,
+        unit=f"us/{each}",
+        better="lower",
+    )
+
+
 @group("close")
 def close(ctx: Context) -> list[Row]:
     rows: list[Row] = []
     for backend, n in (("gevent", ctx.size(10_000, 200)), ("threading", ctx.size(2_000, 100))):
         took = child_json(_CHILD, backend, str(n), str(ctx.tmpdir / f"close-{backend}-{n}.db"))
-        per = {
-            key: Row(
-                workload=workload,
-                backend=backend,
-                store=store,
-                value=took[key] / n * 1e6,
-                unit=unit,
-                better="lower",
-            )
-            for key, workload, store, unit in (
-                ("raw", f"raw pykka stop of {n} idle actors", "-", "us/actor"),
-                ("ours", f"Runtime.close with {n} idle resident children", "sqlite", "us/child"),
-            )
-        }
-        rows += [per["raw"], compare(per["ours"], per["raw"])]
+        raw = _per(f"raw pykka stop of {n} idle actors", backend, "-", took["raw"] / n, "actor")
+        ours = _per(
+            f"Runtime.close with {n} idle resident children", backend, "sqlite", took["ours"] / n
+        )
+        rows += [raw, compare(ours, raw)]
         ctx.log(f"close {backend}: {n:,} children in {took['ours']:.2f}s (raw {took['raw']:.2f}s)")
     return rows

@@ -24,10 +24,10 @@ runtime's stay until a runtime opening the same file finds their lock free and
 no live lease naming them (:func:`clear_stale`): until then they are how others
 know it is gone. A runtime killed while it made its presence leaves the
 temporary lock file, which the same cleaner removes once nobody holds it and it
-is older than a making takes. Where the meeting place cannot be made (a read-only folder, a
-path too long for a socket's address), there is no presence: the runtime keeps
-the abstract doorbell, and its holders are judged as before (by pid on this
-host, else at their leases' expiry).
+is older than a making takes. Where the meeting place cannot be made (a
+read-only folder, a path too long for a socket's address), there is no
+presence: the runtime keeps the abstract doorbell, and its holders are judged
+as before (by pid on this host, else at their leases' expiry).
 """
 
 from __future__ import annotations
