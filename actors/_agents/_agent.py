@@ -305,6 +305,11 @@ class Agent(Followups):
         first, so a cold resume reads the checkpoint instead of the whole log. A
         top-level agent spawned by model name always writes one (with its
         recorded options), unless resumed around damaged events.
+
+        Raises:
+            SubagentError: ``TIMEOUT`` when a waiting first call sees the actor not
+                stopped within ``timeout`` (a turn that does not end at its
+                cancellation): the disposal completes when that turn ends.
         """
         self._host.sessions.check_process()
         timeout = check_timeout(timeout)
@@ -327,14 +332,16 @@ class Agent(Followups):
         self._host.forget(self)
         self._flush_on_stop = flush
         self.cancel("disposed", keep_inbox=False)
-        if not wait or self._in_own_loop():
-            # Stop after this turn; the actor's on_stop finishes the disposal.
-            with contextlib.suppress(pykka.ActorDeadError):
-                self._ref.tell(STOP)
-            return
+        # Stop after this turn; the actor's on_stop finishes the disposal and sets
+        # _stopped last (a stop future would be a second wait, with its own timer).
         with contextlib.suppress(pykka.ActorDeadError):
-            self._ref.stop(block=True, timeout=timeout)
-        self._stopped.wait(timeout)
+            self._ref.tell(STOP)
+        if wait and not self._in_own_loop() and not self._stopped.wait(timeout):
+            raise SubagentError(
+                f"agent {self.session_id} did not stop within {timeout} s (its turn"
+                " goes on; it stops when the turn ends)",
+                code=ErrorCode.TIMEOUT,
+            )
 
     def _finish_dispose(self) -> None:
         """Runs in the actor's ``on_stop``: after the last turn, before the loop exits."""

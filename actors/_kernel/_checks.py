@@ -44,6 +44,9 @@ def check_listener(fn: object, what: str = "a listener") -> None:
         )
 
 
+_EXACT = 2**53  # ints below convert to float exactly (and never overflow)
+
+
 def check_timeout(value: object, name: str = "timeout") -> float | None:
     """A wait's timeout, checked: ``None`` or ``inf`` (no limit: returned as None) or a
     finite number of seconds >= 0.
@@ -56,6 +59,8 @@ def check_timeout(value: object, name: str = "timeout") -> float | None:
         return None
     if type(value) is float and 0.0 <= value < math.inf:  # the usual case, one test
         return value
+    if type(value) is int and 0 <= value < _EXACT:  # the other usual one: get(10)
+        return float(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             seconds = float(value)

@@ -41,6 +41,7 @@ from gevent._hub_local import get_hub_if_exists
 from greenlet import GreenletExit, getcurrent, greenlet
 
 from . import _fork
+from ._actorinit import init_actor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -241,13 +242,11 @@ class GeventActor(pykka.Actor):
     _actor_greenlet: greenlet
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # pykka's threading.Event is only set()/is_set() by pykka itself; a gevent
-        # Event has the same interface, waits cooperatively for anyone who calls
-        # wait(), and is 1 KiB lighter per actor (about 20% of an idle actor).
-        stopped = gevent.event.Event()
-        self.actor_stopped = stopped
-        self._actor_ref.actor_stopped = stopped
+        # pykka.Actor.__init__'s fields, with a gevent Event for pykka's
+        # threading.Event: pykka itself only set()s and is_set()s it; ours waits
+        # cooperatively for anyone who calls wait(), and is 1 KiB lighter per actor
+        # (about 20% of an idle actor).
+        init_actor(self, gevent.event.Event())
 
     @staticmethod
     def _create_actor_inbox() -> ActorInbox:

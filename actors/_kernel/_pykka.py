@@ -12,8 +12,11 @@ What we rely on, and why:
 * ``Actor._actor_loop``, ``Actor._stop``, ``Actor._actor_loop_teardown`` -- the
   gevent loop greenlet runs pykka's loop, and a greenlet killed from outside stops
   its actor the way pykka's own teardown does.
-* ``Actor._actor_ref`` -- the gevent actor swaps in a lighter ``actor_stopped``
-  event on its ref.
+* ``Actor.__init__``'s body -- both runtimes' actors set its four fields
+  (``actor_urn``, ``actor_inbox``, ``actor_stopped``, ``_actor_ref``) themselves
+  (:mod:`._actorinit`): the gevent actor with a lighter ``actor_stopped`` event,
+  both with a cheaper urn; the body is the one whose digest is
+  :data:`INIT_SOURCE_SHA256`.
 * ``Actor._handle_receive`` -- the agent actor dispatches its own messages before
   pykka tests four message types of its own (a measurable share of a turn).
 * ``Actor._actor_loop_running`` (and the ``_handle_failure`` it calls) -- the
@@ -44,6 +47,7 @@ from pykka.messages import _ActorStop
 
 __all__ = [
     "ENVELOPE_FIELDS",
+    "INIT_SOURCE_SHA256",
     "LOOP_SOURCE_SHA256",
     "PRIVATE_ATTRIBUTES",
     "REGISTRY_ATTRIBUTES",
@@ -72,6 +76,10 @@ PRIVATE_ATTRIBUTES: Final = (
 #: sha256 of ``inspect.getsource(pykka.Actor._actor_loop_running)`` (pykka 4.5.0)
 #: that :class:`._loop.ForgetfulLoop` copies: another digest, and the copy is stale.
 LOOP_SOURCE_SHA256: Final = "4109f316d2be434e5a2a178eda154e0eb17919333986a4b505f33091e4987dbd"
+
+#: sha256 of ``inspect.getsource(pykka.Actor.__init__)`` (pykka 4.5.0), whose body
+#: :func:`._actorinit.init_actor` sets instead: another digest, and it is stale.
+INIT_SOURCE_SHA256: Final = "bf2a25172af23b0c5bfe1363dd690e9355086349a253f6818ed8d4a3bdfbc2b6"
 
 #: ``ActorRegistry``'s class attributes behind :func:`._refindex.install`.
 REGISTRY_ATTRIBUTES: Final = ("_actor_refs", "_actor_refs_lock")

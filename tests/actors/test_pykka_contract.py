@@ -51,6 +51,42 @@ def test_the_loop_we_copy_is_the_one_we_copied() -> None:
     assert hashlib.sha256(source.encode()).hexdigest() == _pykka.LOOP_SOURCE_SHA256
 
 
+def test_the_constructor_we_replace_is_the_one_we_replaced() -> None:
+    """Both runtimes' actors set what ``pykka.Actor.__init__`` sets themselves
+    (``_kernel/_actorinit.py``): an upgrade that changes it must fail here."""
+    source = inspect.getsource(pykka.Actor.__init__)
+    assert hashlib.sha256(source.encode()).hexdigest() == _pykka.INIT_SOURCE_SHA256
+
+
+@pytest.mark.parametrize("backend", ["threading", "gevent"])
+def test_an_actor_has_what_pykkas_constructor_gives(backend: str) -> None:
+    """urn (a version-4 UUID urn, unique), inbox, stopped event and ref, as pykka's."""
+    import uuid
+
+    from subagents.actors import get_backend
+
+    base = get_backend(backend).actor_class
+
+    class Echo(base):  # type: ignore[misc,valid-type]
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    refs = [Echo.start() for _ in range(3)]
+    try:
+        assert len({ref.actor_urn for ref in refs}) == 3
+        for ref in refs:
+            parsed = uuid.UUID(ref.actor_urn.removeprefix("urn:uuid:"))
+            assert parsed.urn == ref.actor_urn and parsed.version == 4
+            assert parsed.variant == uuid.RFC_4122
+            assert ref.ask("x") == "x"
+            assert not ref.actor_stopped.is_set()
+            assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is ref
+    finally:
+        for ref in refs:
+            ref.stop()
+    assert all(ref.actor_stopped.is_set() for ref in refs)
+
+
 def test_the_envelope_protocol_of_the_loop() -> None:
     """An inbox item has ``message`` and ``reply_to``; ``tell`` puts ``reply_to=None``."""
     from pykka._envelope import Envelope

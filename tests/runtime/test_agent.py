@@ -212,6 +212,22 @@ def test_dispose_from_own_turn_does_not_deadlock(rt: Runtime) -> None:
     assert agent.wait_disposed(10)
 
 
+def test_a_dispose_that_outwaits_its_timeout_says_so(rt: Runtime) -> None:
+    """A turn that does not end at its cancellation: ``dispose(timeout=)`` raises a
+    typed ``TIMEOUT`` (not pykka's), and the disposal completes when the turn ends."""
+    gate = Gate()
+    agent = rt.spawn(lambda turn: gate.pass_through(None))  # deaf to its signal
+    agent.followup("x")
+    assert gate.wait_reached(10)
+    with pytest.raises(SubagentError) as err:
+        agent.dispose(timeout=0.05)
+    assert err.value.code == ErrorCode.TIMEOUT
+    assert rt.agents.get(agent.session_id) is None  # gone from the registry already
+    gate.release()
+    assert agent.wait_disposed(10)
+    agent.dispose(timeout=0.05)  # done: a second call returns at once
+
+
 def test_history_excludes_current_turn(rt: Runtime) -> None:
     """turn.history holds the events before the turn."""
     seen = []
