@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from subagents.protocol import (
+    MAX_NAME_LEN,
     ErrorCode,
     Event,
     RecordedOptions,
@@ -42,6 +43,22 @@ class AgentOptions:
     extensions: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        model, provider = self.model, self.provider
+        if (  # the usual options, in one test: short ASCII names and nothing else
+            type(model) is str
+            and type(provider) is str
+            and 0 < len(model) <= MAX_NAME_LEN
+            and 0 < len(provider) <= MAX_NAME_LEN
+            and model.isascii()
+            and provider.isascii()
+            and self.persona is None
+            and self.tool_filter is None
+            and self.subagent_depth is None
+            and type(self.extensions) is dict
+        ):
+            depth = self.depth_cap
+            if depth is None or (type(depth) is int and 0 <= depth <= _MAX_DEPTH):
+                return
         for name in ("model", "provider"):
             value = getattr(self, name)
             if type(value) is not str or not value:

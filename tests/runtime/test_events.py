@@ -210,3 +210,26 @@ def test_end_after_start_under_race(rt: Runtime) -> None:
     for e in probe.events:
         first_seen.setdefault(e.run_id, e.type)
     assert set(first_seen.values()) == {"subagent/start"}
+
+
+def test_a_listener_hears_whole_pairs_of_the_runs_after_it(rt: Runtime) -> None:
+    """R-EVT-1, R-EVT-4: a run started before any listener subscribed emits
+    nothing, its end included (a listener subscribing while it runs sees no lone
+    ``subagent/end``); the next run's pair is heard whole."""
+    gate = Gate()
+    rt.models.register("held", lambda _o: ScriptedBehaviour([Block(gate)]))
+    parent = rt.spawn("echo")
+    before = rt.subagents.start("local", _req(parent, model="held"))
+    assert gate.wait_reached(10)
+    probe = LifecycleProbe(rt)  # subscribes while the first run is under way
+    gate.release()
+    before.result.get(10)
+    before.dispose()
+    after = rt.subagents.start("local", _req(parent, "again"))
+    after.result.get(10)
+    after.dispose()
+    assert probe.wait_for(lambda evs: any(e.type == "subagent/end" for e in evs))
+    assert [(e.type, e.child_id) for e in probe.events] == [
+        ("subagent/start", str(after.id)),
+        ("subagent/end", str(after.id)),
+    ]
