@@ -15,6 +15,12 @@ dispatcher (behind a slow listener, or while a listener of that very end resumes
 the child). Then the new start is posted to the dispatcher behind that end
 instead of being announced by the publisher -- it is announced late rather than
 out of order, and an end listener that resumes its child cannot wait on itself.
+
+An epoch started while nobody listens (no listener, no tracing) is *quiet*: it
+announces neither event, and its ``released`` latch is set at its release, with
+no pass through the dispatcher (a drain of 10,000 children with nobody listening
+builds no events). A listener hears the whole pairs of the epochs started after it
+subscribed, as it does of one-shot runs.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ __all__ = ["Announcer"]
 
 _STARTED = 1
 _END_WAITING = 2
+_QUIET = 3  # started with nobody listening: no pair is announced
 
 
 class Announcer:
@@ -42,8 +49,10 @@ class Announcer:
         emit: Callable[[SubagentEvent, SessionId | None], object],
         dispatch: DispatchBox,
         telemetry: Telemetry | None = None,
+        listening: Callable[[], bool] = lambda: True,
     ) -> None:
         self._emit = emit
+        self._listening = listening
         self._dispatch = dispatch
         self._telemetry = telemetry
         self._lock = threading.Lock()  # held for a flag, never across a call out
@@ -59,6 +68,13 @@ class Announcer:
         """Announce ``subagent/start`` (the publisher, after publication); when
         tracing, the epoch's span starts, below the publisher's current span."""
         tel = self._telemetry
+        if tel is None and not self._listening():
+            with self._lock:
+                # Quiet unless an end came first: its own (settled before this
+                # start, its end queued or waiting for it) or a previous epoch's.
+                if act.announced == 0 and act.child_id not in self._ending:
+                    act.announced = _QUIET
+                    return
         if tel is not None:
             act.span = tel.start(
                 "subagents.activation",
@@ -80,7 +96,14 @@ class Announcer:
         """Queue ``subagent/end`` in the dispatcher (the registry, on release, before
         anyone can publish the child's next epoch)."""
         with self._lock:
-            self._ending.setdefault(act.child_id, []).append(act)
+            if act.announced == _QUIET:
+                quiet = True
+            else:
+                quiet = False
+                self._ending.setdefault(act.child_id, []).append(act)
+        if quiet:
+            act.released.set()  # nothing to announce: released is all there is
+            return
         self._dispatch.call(self._end_later, act)
 
     def _start(self, act: Activation) -> None:

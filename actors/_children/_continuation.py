@@ -111,7 +111,7 @@ class ContinuationManager(Followups):
         self._supervisor_box = SupervisorInbox()
         self._registry_box = RegistryInbox()
         self._alarm = Alarm(backend, self._supervisor_box.tick, name="subagents-keep-warm")
-        announcer = Announcer(events.emit, dispatch, ctx.telemetry)
+        announcer = Announcer(events.emit, dispatch, ctx.telemetry, events.listening)
         self._hooks = ResidencyHooks(self._registry_box, self._alarm, announcer, float(keep_warm))
         self._supervisor = actor_class(base, Supervisor).start(self._hooks, self._supervisor_box)
         self._supervisor_box.bind(self._supervisor)

@@ -86,6 +86,10 @@ class EventBus:
                     del self._listeners[i]
                     return
 
+    def listening(self) -> bool:
+        """Whether any listener is subscribed (one read: no lock)."""
+        return bool(self._listeners)
+
     def emit(self, event: SubagentEvent, scope: SessionId | None) -> None:
         """Run every listener of ``scope`` (and the service-wide ones), contained."""
         if not self._listeners:  # one read: a listener added meanwhile hears the next event
