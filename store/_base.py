@@ -60,11 +60,8 @@ def not_found(session_id: SessionId) -> SubagentError:
 
 def session_exists(session_id: SessionId) -> SubagentError:
     """``SESSION_EXISTS`` for ``session_id``."""
-    return SubagentError(
-        f"session {session_id} exists",
-        code=ErrorCode.SESSION_EXISTS,
-        hint={"session_id": session_id},
-    )
+    hint = {"session_id": session_id}
+    return SubagentError(f"session {session_id} exists", code=ErrorCode.SESSION_EXISTS, hint=hint)
 
 
 class SessionStore(DurableQueues):
@@ -85,11 +82,10 @@ class SessionStore(DurableQueues):
         durable: whether appended events survive the process.
         blocking: whether calls do disk I/O; the gevent runtime then runs them in
             gevent's threadpool instead of on the hub.
-        inline_writes: whether the runtime may write to the store synchronously,
-            from the thread that appends, instead of through its write-behind
-            task. Only for stores whose writes are cheap and never block (default
-            False; :class:`MemoryStore` sets it): it spares every write a hand-off
-            to the writer thread or greenlet.
+        inline_writes: whether the runtime may write to the store from the thread
+            that appends, not through its write-behind task (sparing each write a
+            hand-off): for stores whose writes are cheap and never block (default
+            False; :class:`MemoryStore` sets it).
         remote_clock: whether :meth:`clock` asks a server (default False).
     """
 
@@ -134,6 +130,14 @@ class SessionStore(DurableQueues):
         for; the store builds the events when it is read). The default is False:
         the runtime hands it the events themselves."""
         return False
+
+    def _write_soon(self, ops: Sequence[tuple[Any, ...]], unawaited: Callable[[], bool]) -> Any:
+        """:meth:`write_many` of a write-behind nobody waits for while ``unawaited()``:
+        a store may hold it to share a commit with another write (default: no)."""
+        return self.write_many(ops)
+
+    def _hurry(self) -> None:
+        """Somebody waits now (``unawaited()`` says so): commit what is held."""
 
     @abc.abstractmethod
     def append(

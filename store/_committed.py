@@ -131,6 +131,24 @@ class CommittedWrites(Promises):
         return seqs
 
     def write_many(self, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return self._write_many(ops)
+
+    def _write_soon(
+        self, ops: Sequence[tuple[Any, ...]], unawaited: Callable[[], bool]
+    ) -> list[Any]:
+        # Lazy: a batch of them alone may linger for an acceptance to share its
+        # commit with (see _group.py). A subclass's own write_many is what it
+        # writes through (eagerly).
+        if type(self).write_many is not CommittedWrites.write_many:
+            return self.write_many(ops)
+        return self._write_many(ops, lazy=unawaited)
+
+    def _hurry(self) -> None:
+        self._committer.hurry()
+
+    def _write_many(
+        self, ops: Sequence[tuple[Any, ...]], *, lazy: Callable[[], bool] | None = None
+    ) -> list[Any]:
         # Validate and encode every op first (failures stay per op), then hand the
         # rest to the committer at once: one transaction, one fsync.
         prepared: list[Any] = []
@@ -142,7 +160,7 @@ class CommittedWrites(Promises):
                 slots.append(i)
             except SubagentError as exc:
                 results[i] = exc
-        for i, request in zip(slots, self._committer.submit_many(prepared)):
+        for i, request in zip(slots, self._committer.submit_many(prepared, lazy=lazy)):
             try:
                 results[i] = request.outcome()
             except SubagentError as exc:

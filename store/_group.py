@@ -22,6 +22,17 @@ many requests are queued as the last batch held, or two pauses brought none; a
 caller writing alone never pauses. Measured (16 producers following up one agent,
 SQLite ``synchronous=FULL``): batches of 11.2 -> 15.3 of 16, 11.2-11.7k ->
 13.1-15.3k acceptances/s.
+
+A request may be *lazy* (:meth:`GroupCommitter.submit_many` with ``lazy``, a
+function saying whether that still holds): nobody waits for it but its
+submitter -- a runtime's write-behind of its turns, until a flush waits.
+A batch of lazy requests alone, right after a batch that held an eager one,
+first *lingers*: it waits, for at most as long as the last batch took to commit,
+for an eager request to share its commit (:meth:`GroupCommitter._linger`). An
+eager request, or :meth:`GroupCommitter.hurry` (called by whoever now waits for
+the lazy write, after ``lazy`` says so), ends the wait at once. With follow-ups
+accepted while their turns run, each turn's records otherwise took a commit of
+their own between two acceptances: two fsyncs a message instead of one.
 """
 
 from __future__ import annotations
@@ -45,16 +56,21 @@ KEEP_LEADING = 4
 #: kernel rounds it up to its timer slack, some 50 us on Linux).
 GATHER_PAUSE: Final = 20e-6
 
+#: The longest a batch of lazy requests lingers for an eager one (seconds): the
+#: last commit's duration, up to this.
+LINGER_MAX: Final = 0.002
+
 _NO_OUTCOME = SubagentError("write request finished without an outcome", code=ErrorCode.INTERNAL)
 
 
 class WriteRequest:
     """One queued write: ``op`` is applied by the executor inside a transaction."""
 
-    __slots__ = ("_wake", "done", "error", "lead", "op", "result")
+    __slots__ = ("_wake", "done", "error", "lazy", "lead", "op", "result")
 
-    def __init__(self, op: Callable[[Any], Any]) -> None:
+    def __init__(self, op: Callable[[Any], Any], lazy: Callable[[], bool] | None = None) -> None:
         self.op = op
+        self.lazy = lazy  # while lazy() holds, nobody waits for it (see the module)
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False  # result or error is final
@@ -103,6 +119,15 @@ class GroupCommitter:
         self._pending: list[WriteRequest] = []
         self._leading = False
         self._closed = False
+        self._eager = 0  # eager requests among the pending
+        self._lingering = False  # a leader waits on _nudge for an eager request
+        # Locked but while a nudge is under way: released to end a linger.
+        self._nudge = native_lock()
+        self._nudge.acquire()
+        # Only the leader touches these: whether the last batch held an eager
+        # request, and how long its commit took (what a linger may wait).
+        self._lately = False
+        self._spent = 0.0
         # Held while a batch (or an exclusive job) runs; close() takes it to wait
         # for the batch in flight.
         self._exec = native_lock()
@@ -121,8 +146,12 @@ class GroupCommitter:
                 if self._closed:
                     raise self._closed_error()
                 self._pending.append(request)
+                self._eager += 1
+                nudge, self._lingering = self._lingering, False
                 lead = not self._leading
                 self._leading = True
+            if nudge:
+                self._nudge.release()
             if not lead:
                 request._wake.acquire()  # woken when done, or when promoted to lead
                 if not request.lead:
@@ -130,20 +159,30 @@ class GroupCommitter:
             self._lead(request)
         return request.outcome()
 
-    def submit_many(self, ops: list[Callable[[Any], Any]]) -> list[WriteRequest]:
+    def submit_many(
+        self, ops: list[Callable[[Any], Any]], *, lazy: Callable[[], bool] | None = None
+    ) -> list[WriteRequest]:
         """Queue every op at once (so one batch takes them all), wait, return the
-        finished requests: read each one's ``outcome()``."""
-        requests = [WriteRequest(op) for op in ops]
+        finished requests: read each one's ``outcome()``. ``lazy``: while it returns
+        True nobody else waits for them; whoever starts to calls :meth:`hurry`
+        after ``lazy`` says so (see the module docstring)."""
+        requests = [WriteRequest(op, lazy) for op in ops]
         if not requests:
             return requests
         first = requests[0]
+        nudge = False
         with critical():
             with self._mu:
                 if self._closed:
                     raise self._closed_error()
                 self._pending.extend(requests)  # atomically: a leader takes all or none
+                if lazy is None:
+                    self._eager += len(requests)
+                    nudge, self._lingering = self._lingering, False
                 lead = not self._leading
                 self._leading = True
+            if nudge:
+                self._nudge.release()
             if not lead:
                 first._wake.acquire()  # woken when the batch is done, or promoted to lead
                 if not first.lead:
@@ -154,9 +193,12 @@ class GroupCommitter:
     def _lead(self, own: WriteRequest) -> None:
         rounds = KEEP_LEADING
         while True:
+            if own.lazy is not None and not own.done:
+                self._linger(own.lazy)  # (its own thread's time: see the finally below)
             self._gather()
             with self._mu:
                 batch, self._pending = self._pending, []
+                self._lately, self._eager = self._eager > 0, 0
             self._last = len(batch)
             raising = True
             try:
@@ -164,7 +206,9 @@ class GroupCommitter:
                     with self._exec:
                         if self._closed:
                             raise self._closed_error()
+                        began = time.monotonic()
                         self._execute(batch)
+                        self._spent = time.monotonic() - began
                 except Exception as exc:
                     for request in batch:
                         if not request.done:
@@ -182,10 +226,11 @@ class GroupCommitter:
                 with self._mu:
                     if not self._pending:
                         self._leading = False
-                    elif not raising and rounds > 0:
+                    elif not raising and rounds > 0 and self._eager:
                         # Keep leading: this thread holds the interpreter now, while a
                         # woken successor would first queue behind every caller this
-                        # batch woke.
+                        # batch woke. Not for lazy requests alone: their submitter
+                        # leads them, lingering in its own thread, not this caller's.
                         again = True
                     else:
                         successor = self._pending[0]
@@ -197,6 +242,34 @@ class GroupCommitter:
                     successor._wake.release()
             if not again:
                 return
+
+    def _linger(self, lazy: Callable[[], bool]) -> None:
+        """Hold a batch of lazy requests alone, after a batch with an eager one, for
+        at most the last commit's duration: until an eager request or a
+        :meth:`hurry` comes (see the module docstring)."""
+        if not self._lately:
+            return
+        with self._mu:
+            if self._eager or self._closed:
+                return
+            self._lingering = True
+        # Asked once lingering is set: a waiter that came before this read is seen
+        # here, one that comes after sees the linger and hurries it.
+        if lazy() and self._nudge.acquire(True, min(self._spent, LINGER_MAX)):
+            return  # nudged (by whoever cleared _lingering): the lock is locked again
+        with self._mu:  # timed out, or somebody waits already
+            nudged = not self._lingering
+            self._lingering = False
+        if nudged:
+            # A nudge is under way: take it, so that it does not end the next linger.
+            self._nudge.acquire()
+
+    def hurry(self) -> None:
+        """Someone now waits for the lazy requests queued: a linger ends at once."""
+        with self._mu:
+            nudge, self._lingering = self._lingering, False
+        if nudge:
+            self._nudge.release()
 
     def _gather(self) -> None:
         """Wait (a few pauses at most) for the callers of the last batch to queue again."""
@@ -236,8 +309,11 @@ class GroupCommitter:
         held them as it forked, and it is not here to release them."""
         self._mu = native_lock()
         self._exec = native_lock()
+        self._nudge = native_lock()
+        self._nudge.acquire()
         self._pending = []
         self._leading = False
+        self._lingering = False
         self._closed = True
 
     def close(self, finish: Callable[[], None]) -> None:
@@ -250,5 +326,6 @@ class GroupCommitter:
             if self._closed:
                 return
             self._closed = True
+        self.hurry()  # a lingering batch goes now
         with self._exec:
             finish()

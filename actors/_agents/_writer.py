@@ -331,8 +331,14 @@ class Writer:
     ) -> dict[SessionId, int]:
         """Write ``ops`` (of sessions ``owners``) in one transaction; the failed
         sessions, each with its last failed op."""
+        store = self._store
         try:
-            results = self._call(self._store.write_many, ops)
+            # Nobody waits for it yet: a store may hold it to share a commit (a
+            # waiter coming meanwhile hurries it: see wait).
+            if self._waiters or self._closing:
+                results = self._call(store.write_many, ops)
+            else:
+                results = self._call(store._write_soon, ops, self._unawaited)
         except Exception as exc:  # the store itself failed: every session in the batch
             abandon_if_forked(self._born)  # forked mid-batch: the parent's, not ours
             logger.exception("persisting a batch of %d writes failed", len(ops))
@@ -361,6 +367,10 @@ class Writer:
                 self._notify(self._on_waiting, sid)
         return failed
 
+    def _unawaited(self) -> bool:
+        # Read by the store as it holds a batch, after it said so (see _group.py).
+        return not self._waiters and not self._closing
+
     def wait(self, ticket: int, timeout: float | None) -> bool:
         if self._committed >= ticket:  # it only grows: true once is true for good
             return True  # (every inline write; a settle's flush, 10,000 in a drain)
@@ -369,6 +379,7 @@ class Writer:
             if self._committed >= ticket:
                 return True
             heapq.heappush(self._waiters, (ticket, next(self._arrivals), waiter))
+        self._store._hurry()  # a batch held for a commit to share goes now
         return waiter.wait(timeout)
 
     def take_failure(self, sid: SessionId) -> BaseException | None:
@@ -386,6 +397,7 @@ class Writer:
             self._closing = True
             task = self._task
             self._awake = True
+        self._store._hurry()  # (a batch lingering for an acceptance: the close waits)
         self._wake.set()
         if task is not None:
             task.join()

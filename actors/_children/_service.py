@@ -110,7 +110,10 @@ class SubagentService(CatalogReads):
         With ``scope`` (a parent agent or its session id) the listener receives the
         run events of children delegated by that parent; without, every run event
         and the provider events. Listeners of continuable epochs run in the
-        runtime's dispatcher, in order, never inside admission or release.
+        runtime's dispatcher, in order, never inside admission or release. A
+        listener hears the whole ``subagent/start``/``subagent/end`` pair of each
+        run or epoch started after it subscribed; one started while nobody listened
+        emits neither event (not a lone end).
         """
         return self._events.subscribe(listener, scope=scope)
 

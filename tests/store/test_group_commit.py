@@ -142,3 +142,114 @@ def test_gathering_is_bounded_when_the_queue_keeps_moving() -> None:
     committer._pause = flicker
     committer._gather()
     assert pauses == [GATHER_PAUSE] * 6
+
+
+# -- lazy requests: a lingering batch shares the next eager request's commit -------
+
+
+def _lingering(committer: GroupCommitter) -> None:
+    """Return once a leader lingers for an eager request."""
+    waited = threading.Event()
+    while not committer._lingering:
+        waited.wait(0.001)  # a deadline poll for another thread's progress, not an ordering sleep
+
+
+def _lazy_after_eager(monkeypatch: pytest.MonkeyPatch) -> tuple[GroupCommitter, Recorder, Any]:
+    """A committer whose last batch held an eager request and whose linger would
+    last a minute; then a lazy write, lingering in its own thread. Returns the
+    committer, its recorder and that thread."""
+    monkeypatch.setattr("subagents.store._group.LINGER_MAX", 60.0)
+    recorder = Recorder()
+    committer = GroupCommitter(recorder, _closed)
+    assert committer.submit(lambda _t: "eager") == "eager"
+    committer._spent = 60.0  # (the last commit "took a minute": what a linger may wait)
+    out: list[Any] = []
+    lazy = threading.Thread(
+        target=lambda: out.extend(committer.submit_many([lambda _t: "lazy"], lazy=lambda: True))
+    )
+    lazy.start()
+    _lingering(committer)
+    return committer, recorder, (lazy, out)
+
+
+def test_a_lazy_batch_lingers_for_an_eager_request_and_shares_its_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 20 (durable rows): the turn's records (lazy) and the next acceptance
+    (eager) commit in one transaction, not two; the eager caller ends the wait."""
+    for _ in range(20):
+        committer, recorder, (lazy, out) = _lazy_after_eager(monkeypatch)
+        assert committer.submit(lambda _t: "accept") == "accept"
+        lazy.join(30)
+        assert not lazy.is_alive()
+        assert [r.outcome() for r in out] == ["lazy"]
+        assert recorder.batches == [1, 2]  # the eager one's batch took the lazy one too
+
+
+def test_hurry_and_close_end_a_linger_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Somebody waiting for the lazy write (a flush) hurries it: it commits alone,
+    now; closing does the same."""
+    for end in ("hurry", "close"):
+        committer, recorder, (lazy, out) = _lazy_after_eager(monkeypatch)
+        if end == "hurry":
+            committer.hurry()
+        else:
+            committer.close(lambda: None)
+        lazy.join(30)
+        assert not lazy.is_alive()
+        if end == "hurry":
+            assert [r.outcome() for r in out] == ["lazy"]
+            assert recorder.batches == [1, 1]
+        # Closed while it lingered: refused (the batch runs after the close), never lost
+        # silently: the caller reads the closed error.
+        else:
+            with pytest.raises(SubagentError):
+                out[0].outcome()
+
+
+def test_a_lazy_write_without_an_eager_one_before_it_does_not_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runtime writing its turns with nobody accepting (no eager batch last): no
+    wait, however long the last commit took."""
+    monkeypatch.setattr("subagents.store._group.LINGER_MAX", 60.0)
+    recorder = Recorder()
+    committer = GroupCommitter(recorder, _closed)
+    committer._spent = 60.0
+    for _ in range(3):
+        (request,) = committer.submit_many([lambda _t: "lazy"], lazy=lambda: True)
+        assert request.outcome() == "lazy"
+    assert recorder.batches == [1, 1, 1]
+    assert not committer._lingering
+
+
+def test_an_eager_leader_does_not_keep_leading_lazy_requests_alone() -> None:
+    """The lazy requests queued behind an eager batch are handed to their own
+    submitter (who lingers in its thread), not committed by the eager caller, who
+    returns after its own batch."""
+    recorder = Recorder()
+    threads: list[str] = []
+
+    def execute(batch: list[WriteRequest]) -> None:
+        threads.append(threading.current_thread().name)
+        recorder(batch)
+
+    committer = GroupCommitter(execute, _closed)
+    recorder.hold = True
+    eager = threading.Thread(target=committer.submit, args=(lambda _t: None,), name="eager")
+    eager.start()
+    assert recorder.entered.wait(30)
+    out: list[Any] = []
+    lazy = threading.Thread(
+        target=lambda: out.extend(committer.submit_many([lambda _t: "lazy"], lazy=lambda: True)),
+        name="lazy",
+    )
+    lazy.start()
+    while committer.pending < 1:
+        threading.Event().wait(0.001)  # a deadline poll, as in _queue
+    recorder.release.set()
+    eager.join(30)
+    lazy.join(30)
+    assert [r.outcome() for r in out] == ["lazy"]
+    assert recorder.batches == [1, 1]
+    assert threads == ["eager", "lazy"]
