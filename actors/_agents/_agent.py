@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,10 @@ __all__ = ["Agent"]
 
 logger = logging.getLogger("subagents")
 
+# Held for a few bytecodes: an agent's stopped event made by its first waiter
+# against its disposal finishing (see Agent._stopped_event).
+_MAKING = threading.Lock()
+
 
 class Agent(Followups):
     """A live agent: a session, a behaviour, and an actor running its turns.
@@ -75,6 +80,7 @@ class Agent(Followups):
         "_checkpoint_on_stop",
         "_commits",
         "_descriptor",
+        "_done",
         "_extra_tools",
         "_flush_on_stop",
         "_host",
@@ -104,7 +110,10 @@ class Agent(Followups):
         self._host = host
         self._session = session
         self.options = options
-        self._stopped = host.backend.event()
+        # Its disposal finished; the event is made by the first waiter (an idle
+        # child that nobody waits for keeps no event: see _stopped_event).
+        self._done = False
+        self._stopped: Any = None
         # Held while messages nobody took are taken and queued (the mail pickup, a
         # follow-up's take-ahead with its own message): one taker at a time, in order.
         self._taking = host.backend.lock()
@@ -326,7 +335,7 @@ class Agent(Followups):
                 self._turns.keeps_context = self._checkpoints(checkpoint)
         if not first:
             if wait and not self._in_own_loop():
-                self._stopped.wait(timeout)
+                self._stopped_event().wait(timeout)
             return
         self._host.counters.leave(self)  # summed as live until it retires
         self._host.forget(self)
@@ -336,7 +345,7 @@ class Agent(Followups):
         # _stopped last (a stop future would be a second wait, with its own timer).
         with contextlib.suppress(pykka.ActorDeadError):
             self._ref.tell(STOP)
-        if wait and not self._in_own_loop() and not self._stopped.wait(timeout):
+        if wait and not self._in_own_loop() and not self._stopped_event().wait(timeout):
             raise SubagentError(
                 f"agent {self.session_id} did not stop within {timeout} s (its turn"
                 " goes on; it stops when the turn ends)",
@@ -375,7 +384,11 @@ class Agent(Followups):
             # interpreter.
             self._loop = None
             self._turns.detach()
-            self._stopped.set()
+            with _MAKING:
+                self._done = True
+                stopped = self._stopped
+            if stopped is not None:
+                stopped.set()
             host.released(self)
 
     def _checkpoints(self, asked: bool) -> bool:
@@ -424,8 +437,21 @@ class Agent(Followups):
     def wait_disposed(self, timeout: float | None = None) -> bool:
         """Wait until its disposal finished (its session released); False on timeout."""
         self._host.sessions.check_process()
-        return bool(self._stopped.wait(check_timeout(timeout)))
+        return bool(self._stopped_event().wait(check_timeout(timeout)))
 
     def disposed_now(self) -> bool:
         """Whether its disposal finished (its session released)."""
-        return bool(self._stopped.is_set())
+        return self._done
+
+    def _stopped_event(self) -> Any:
+        """The event set once its disposal finished, made on first use."""
+        stopped = self._stopped
+        if stopped is None:
+            made = self._host.backend.event()
+            with _MAKING:
+                stopped = self._stopped
+                if stopped is None:
+                    stopped = self._stopped = made
+                    if self._done:
+                        made.set()
+        return stopped
