@@ -76,6 +76,11 @@ class NoticeBox:
 
     def take(self) -> list[tuple[str, Iterable[tuple[Any, Any]]]]:
         """Swap out what was posted so far: ``(kind, items)`` in declaration order."""
+        if not self._scheduled:
+            # Nothing posted since the last take (a post sets it, under the lock,
+            # with its notice): every message an owner handles takes once more to
+            # find the box empty, and a post racing this read schedules a drain.
+            return []
         taken: list[tuple[str, Iterable[tuple[Any, Any]]]] = []
         with self._lock:
             self._scheduled = False
