@@ -139,24 +139,7 @@ class GroupCommitter:
 
     def submit(self, op: Callable[[Any], Any]) -> Any:
         """Queue ``op``, wait until its batch committed, return its result."""
-        request = WriteRequest(op)
-        # A Ctrl-C between queueing and leading would strand every later writer.
-        with critical():
-            with self._mu:
-                if self._closed:
-                    raise self._closed_error()
-                self._pending.append(request)
-                self._eager += 1
-                nudge, self._lingering = self._lingering, False
-                lead = not self._leading
-                self._leading = True
-            if nudge:
-                self._nudge.release()
-            if not lead:
-                request._wake.acquire()  # woken when done, or when promoted to lead
-                if not request.lead:
-                    return request.outcome()
-            self._lead(request)
+        (request,) = self.submit_many([op])
         return request.outcome()
 
     def submit_many(
@@ -171,6 +154,7 @@ class GroupCommitter:
             return requests
         first = requests[0]
         nudge = False
+        # A Ctrl-C between queueing and leading would strand every later writer.
         with critical():
             with self._mu:
                 if self._closed:

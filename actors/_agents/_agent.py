@@ -58,8 +58,8 @@ __all__ = ["Agent"]
 
 logger = logging.getLogger("subagents")
 
-# Held for a few bytecodes: an agent's stopped event made by its first waiter
-# against its disposal finishing (see Agent._stopped_event).
+# Held for a few bytecodes: a stopped event made by its first waiter, against its
+# disposal finishing (see Agent._stopped_event).
 _MAKING = threading.Lock()
 
 
@@ -110,9 +110,7 @@ class Agent(Followups):
         self._host = host
         self._session = session
         self.options = options
-        # Its disposal finished; the event is made by the first waiter (an idle
-        # child that nobody waits for keeps no event: see _stopped_event).
-        self._done = False
+        self._done = False  # its disposal finished (see _stopped_event)
         self._stopped: Any = None
         # Held while messages nobody took are taken and queued (the mail pickup, a
         # follow-up's take-ahead with its own message): one taker at a time, in order.
@@ -228,8 +226,6 @@ class Agent(Followups):
             f"<Agent {self.session_id} label={self.label!r}{' disposed' if self._disposed else ''}>"
         )
 
-    # -- admission -------------------------------------------------------------------
-
     # -- cancellation ---------------------------------------------------------------
 
     def cancel(
@@ -333,24 +329,20 @@ class Agent(Followups):
             if first:
                 self._checkpoint_on_stop = checkpoint
                 self._turns.keeps_context = self._checkpoints(checkpoint)
-        if not first:
-            if wait and not self._in_own_loop():
-                self._stopped_event().wait(timeout)
+        if first:
+            self._host.counters.leave(self)  # summed as live until it retires
+            self._host.forget(self)
+            self._flush_on_stop = flush
+            self.cancel("disposed", keep_inbox=False)
+            # Stop after this turn; the actor's on_stop finishes the disposal and
+            # sets _stopped last (a stop future would be a second wait and timer).
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._ref.tell(STOP)
+        if not wait or self._in_own_loop():
             return
-        self._host.counters.leave(self)  # summed as live until it retires
-        self._host.forget(self)
-        self._flush_on_stop = flush
-        self.cancel("disposed", keep_inbox=False)
-        # Stop after this turn; the actor's on_stop finishes the disposal and sets
-        # _stopped last (a stop future would be a second wait, with its own timer).
-        with contextlib.suppress(pykka.ActorDeadError):
-            self._ref.tell(STOP)
-        if wait and not self._in_own_loop() and not self._stopped_event().wait(timeout):
-            raise SubagentError(
-                f"agent {self.session_id} did not stop within {timeout} s (its turn"
-                " goes on; it stops when the turn ends)",
-                code=ErrorCode.TIMEOUT,
-            )
+        if not self._stopped_event().wait(timeout) and first:  # (a second call: silent)
+            late = f"agent {self.session_id} did not stop within {timeout} s (its turn goes on)"
+            raise SubagentError(late, code=ErrorCode.TIMEOUT)
 
     def _finish_dispose(self) -> None:
         """Runs in the actor's ``on_stop``: after the last turn, before the loop exits."""
@@ -444,7 +436,8 @@ class Agent(Followups):
         return self._done
 
     def _stopped_event(self) -> Any:
-        """The event set once its disposal finished, made on first use."""
+        """The event set once its disposal finished, made on first use (an idle
+        child that nobody waits for keeps none)."""
         stopped = self._stopped
         if stopped is None:
             made = self._host.backend.event()

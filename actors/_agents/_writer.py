@@ -335,10 +335,10 @@ class Writer:
         try:
             # Nobody waits for it yet: a store may hold it to share a commit (a
             # waiter coming meanwhile hurries it: see wait).
-            if self._waiters or self._closing:
-                results = self._call(store.write_many, ops)
-            else:
+            if self._unawaited():
                 results = self._call(store._write_soon, ops, self._unawaited)
+            else:
+                results = self._call(store.write_many, ops)
         except Exception as exc:  # the store itself failed: every session in the batch
             abandon_if_forked(self._born)  # forked mid-batch: the parent's, not ours
             logger.exception("persisting a batch of %d writes failed", len(ops))

@@ -48,8 +48,8 @@ class Announcer:
         self,
         emit: Callable[[SubagentEvent, SessionId | None], object],
         dispatch: DispatchBox,
-        telemetry: Telemetry | None = None,
-        listening: Callable[[], bool] = lambda: True,
+        telemetry: Telemetry | None,
+        listening: Callable[[], bool],
     ) -> None:
         self._emit = emit
         self._listening = listening
@@ -96,10 +96,8 @@ class Announcer:
         """Queue ``subagent/end`` in the dispatcher (the registry, on release, before
         anyone can publish the child's next epoch)."""
         with self._lock:
-            if act.announced == _QUIET:
-                quiet = True
-            else:
-                quiet = False
+            quiet = act.announced == _QUIET
+            if not quiet:
                 self._ending.setdefault(act.child_id, []).append(act)
         if quiet:
             act.released.set()  # nothing to announce: released is all there is
