@@ -17,9 +17,9 @@ instead of being announced by the publisher -- it is announced late rather than
 out of order, and an end listener that resumes its child cannot wait on itself.
 
 An epoch started while nobody listens (no listener, no tracing) is *quiet*: it
-announces neither event, and its ``released`` latch is set at its release, with
-no pass through the dispatcher (a drain of 10,000 children with nobody listening
-builds no events). A listener hears the whole pairs of the epochs started after it
+announces neither event (a drain of 10,000 children with nobody listening builds
+none); its ``released`` latch is still set by the dispatcher, behind what was
+posted to it before. A listener hears the whole pairs of the epochs started after it
 subscribed, as it does of one-shot runs.
 """
 
@@ -100,7 +100,9 @@ class Announcer:
             if not quiet:
                 self._ending.setdefault(act.child_id, []).append(act)
         if quiet:
-            act.released.set()  # nothing to announce: released is all there is
+            # Nothing to announce; the latch still waits behind what was posted to
+            # the dispatcher before (a drain that returns saw all of it run).
+            self._dispatch.call(act.released.set)
             return
         self._dispatch.call(self._end_later, act)
 
