@@ -19,8 +19,11 @@ out of order, and an end listener that resumes its child cannot wait on itself.
 An epoch started while nobody listens (no listener, no tracing) is *quiet*: it
 announces neither event (a drain of 10,000 children with nobody listening builds
 none); its ``released`` latch is still set by the dispatcher, behind what was
-posted to it before. A listener hears the whole pairs of the epochs started after it
-subscribed, as it does of one-shot runs.
+posted to it before. An epoch whose end came before its unheard start (or whose
+previous epoch's end was still queued) keeps the order above, and emits neither
+event either. A listener hears the whole pairs of the epochs started after it
+subscribed, as it does of one-shot runs, and no lone end of an epoch nobody heard
+start.
 """
 
 from __future__ import annotations
@@ -36,9 +39,14 @@ from ._types import SubagentEvent
 
 __all__ = ["Announcer"]
 
+# ``Activation.announced``: flags.
 _STARTED = 1
 _END_WAITING = 2
-_QUIET = 3  # started with nobody listening: no pair is announced
+_QUIET = 8  # started with nobody listening: no pair is announced (alone, no other flag)
+# Started with nobody listening after its end came first: it keeps the announced
+# path's order, but emits neither event (a listener subscribing meanwhile would
+# hear a lone end).
+_UNHEARD = 4
 
 
 class Announcer:
@@ -75,6 +83,7 @@ class Announcer:
                 if act.announced == 0 and act.child_id not in self._ending:
                     act.announced = _QUIET
                     return
+                act.announced |= _UNHEARD
         if tel is not None:
             act.span = tel.start(
                 "subagents.activation",
@@ -108,26 +117,28 @@ class Announcer:
 
     def _start(self, act: Activation) -> None:
         try:
-            self._emit(self._event(act, "subagent/start", None), act.parent_session)
+            if not act.announced & _UNHEARD:
+                self._emit(self._event(act, "subagent/start", None), act.parent_session)
         finally:
             with self._lock:
-                end_waiting = act.announced == _END_WAITING
-                act.announced = _STARTED
+                end_waiting = act.announced & _END_WAITING
+                act.announced = _STARTED | (act.announced & _UNHEARD)
             if end_waiting:
                 self._end(act)
 
     def end(self, act: Activation) -> None:
         """Announce ``subagent/end`` (the dispatcher, after release)."""
         with self._lock:
-            if act.announced != _STARTED:
-                act.announced = _END_WAITING  # the publisher announces it after the start
+            if not act.announced & _STARTED:
+                act.announced |= _END_WAITING  # the publisher announces it after the start
                 return
         self._end(act)
 
     def _end(self, act: Activation) -> None:
         stop = "cancelled" if act.drained else "completed"
         try:
-            self._emit(self._event(act, "subagent/end", stop), act.parent_session)
+            if not act.announced & _UNHEARD:
+                self._emit(self._event(act, "subagent/end", stop), act.parent_session)
         finally:
             with self._lock:
                 ending = self._ending.get(act.child_id)

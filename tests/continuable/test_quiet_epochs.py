@@ -105,3 +105,46 @@ def test_an_epoch_that_ended_before_its_quiet_start_is_still_released(
     monkeypatch.setattr(Announcer, "start", start)
     rt.subagents.followup(root, child.child_id, "again")  # waits for that latch
     rt.subagents.drain_continuable_descendants([root], timeout=10)
+
+
+def test_a_listener_hears_no_lone_end_of_an_epoch_nobody_heard_start(
+    rtp: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced interleaving, many times: nobody listens, the dispatcher is held, the
+    child settles (its end queued) before its publisher reaches the start, so the
+    start keeps the announced path's order; a listener subscribing before the
+    dispatcher runs the end hears nothing of that epoch (no lone end), and the
+    epoch's latch is still set."""
+    rt = rtp
+    announcer = rt.continuation._hooks._announce.__self__
+    released, seen = _watch_releases(rt, monkeypatch)
+    rt.models.register("done", lambda _o: ScriptedBehaviour([Reply("ok")]))
+    start = Announcer.start
+    held: list[Gate] = []
+
+    def start_late(self: Any, act: Any) -> None:
+        held[-1].pass_through(None)  # the publisher, preempted before it announces
+        start(self, act)
+
+    monkeypatch.setattr(Announcer, "start", start_late)
+    root = rt.spawn("echo")
+    for i in range(10):
+        busy = Gate(f"dispatcher-{i}")
+        announcer._dispatch.call(busy.pass_through, None)  # the dispatcher is held
+        assert busy.wait_reached(10)
+        late = Gate(f"late-{i}")
+        held.append(late)
+        seen.append(Latch())
+        task = spawn(rt, _start, rt, root, f"kid{i}")
+        assert late.wait_reached(10)
+        assert seen[-1].wait(10)  # it settled: its end is queued behind the dispatcher
+        late.release()
+        task.result(10)  # start returned, nobody listening
+        probe = LifecycleProbe(rt)  # subscribes mid-epoch
+        busy.release()
+        assert released[-1].released.wait(10)
+        heard = [(e.type, e.child_id) for e in probe.events]
+        probe.close()
+        assert heard == []
+    monkeypatch.setattr(Announcer, "start", start)
+    rt.subagents.drain_continuable_descendants([root], timeout=10)
