@@ -137,10 +137,11 @@ class CommittedWrites(Promises):
         self, ops: Sequence[tuple[Any, ...]], unawaited: Callable[[], bool]
     ) -> list[Any]:
         # Lazy: a batch of them alone may linger for an acceptance to share its
-        # commit with (see _group.py). A subclass's own write_many is what it
-        # writes through (eagerly).
-        if type(self).write_many is not CommittedWrites.write_many:
-            return self.write_many(ops)
+        # commit with (see _group.py). A write_many of its own (a subclass's, or
+        # one set on the object) is what it writes through, eagerly.
+        write_many = self.write_many
+        if getattr(write_many, "__func__", None) is not CommittedWrites.write_many:
+            return write_many(ops)
         return self._write_many(ops, lazy=unawaited)
 
     def _hurry(self) -> None:

@@ -121,6 +121,9 @@ class GroupCommitter:
         self._closed = False
         self._eager = 0  # eager requests among the pending
         self._lingering = False  # a leader waits on _nudge for an eager request
+        # A hurry came while nobody lingered (a waiter of a batch another submitter
+        # may lead): the next linger does not start.
+        self._hurried = False
         # Locked but while a nudge is under way: released to end a linger.
         self._nudge = native_lock()
         self._nudge.acquire()
@@ -148,7 +151,7 @@ class GroupCommitter:
         """Queue every op at once (so one batch takes them all), wait, return the
         finished requests: read each one's ``outcome()``. ``lazy``: while it returns
         True nobody else waits for them; whoever starts to calls :meth:`hurry`
-        after ``lazy`` says so (see the module docstring)."""
+        after ``lazy`` says so (see the module docstring). ``lazy`` must not raise."""
         requests = [WriteRequest(op, lazy) for op in ops]
         if not requests:
             return requests
@@ -234,7 +237,8 @@ class GroupCommitter:
         if not self._lately:
             return
         with self._mu:
-            if self._eager or self._closed:
+            if self._eager or self._closed or self._hurried:
+                self._hurried = False
                 return
             self._lingering = True
         # Asked once lingering is set: a waiter that came before this read is seen
@@ -249,11 +253,18 @@ class GroupCommitter:
             self._nudge.acquire()
 
     def hurry(self) -> None:
-        """Someone now waits for the lazy requests queued: a linger ends at once."""
-        with self._mu:
-            nudge, self._lingering = self._lingering, False
-        if nudge:
-            self._nudge.release()
+        """Someone now waits for the lazy requests queued: a linger ends at once (the
+        next one does not start, when none is under way: the waiter's batch may be
+        led by another submitter, whose ``lazy`` does not know of it)."""
+        # A Ctrl-C between the flag and the nudge would leave the leader waiting for
+        # a nudge nobody sends, and every later writer behind it.
+        with critical():
+            with self._mu:
+                nudge, self._lingering = self._lingering, False
+                if not nudge:
+                    self._hurried = True
+            if nudge:
+                self._nudge.release()
 
     def _gather(self) -> None:
         """Wait (a few pauses at most) for the callers of the last batch to queue again."""
@@ -297,7 +308,7 @@ class GroupCommitter:
         self._nudge.acquire()
         self._pending = []
         self._leading = False
-        self._lingering = False
+        self._lingering = self._hurried = False
         self._closed = True
 
     def close(self, finish: Callable[[], None]) -> None:

@@ -68,3 +68,28 @@ def test_a_flush_hurries_the_records_lingering_for_an_acceptance(
             assert ran.wait(30) and agent.wait_idle(30)
             rt.sessions.flush(agent.session_id, timeout=30)  # TIMEOUT if not hurried
             assert not committer._lingering
+
+
+def test_a_write_many_patched_on_the_store_object_is_what_the_write_behind_calls(
+    backend: Backend, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose ``write_many`` was replaced on the object (a fault injection,
+    a user's instrumentation) sees the runtime's write-behind of every turn, as a
+    subclass's override does: the lazy path does not go around it."""
+    with Runtime(db, backend=backend) as rt:
+        rt.models.register("sink", lambda _o: lambda turn: turn.content)
+        agent = rt.spawn("sink")
+        store: Any = rt.sessions.persistence
+        original = store.write_many
+        seen: list[str] = []
+
+        def write_many(ops: Any) -> Any:
+            seen.extend(op[0] for op in ops)
+            return original(ops)
+
+        monkeypatch.setattr(store, "write_many", write_many)
+        for i in range(3):
+            agent.followup(i)
+            assert agent.wait_idle(30)
+        rt.sessions.flush(agent.session_id, timeout=30)
+        assert "append" in seen

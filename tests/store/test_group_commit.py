@@ -8,12 +8,14 @@ done by the test inside the pause, never by timing.
 
 from __future__ import annotations
 
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from subagents.protocol import ErrorCode, SubagentError
+from subagents.store import defer_interrupt
 from subagents.store._group import GATHER_PAUSE, GroupCommitter, WriteRequest
 
 pytestmark = pytest.mark.timeout(60)
@@ -253,3 +255,81 @@ def test_an_eager_leader_does_not_keep_leading_lazy_requests_alone() -> None:
     assert [r.outcome() for r in out] == ["lazy"]
     assert recorder.batches == [1, 1]
     assert threads == ["eager", "lazy"]
+
+
+def _submit_lazy(committer: GroupCommitter, out: list[Any]) -> None:
+    out.extend(committer.submit_many([lambda _t: "lazy"], lazy=lambda: True))
+
+
+def test_a_hurry_while_nobody_lingers_stops_the_next_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A waiter whose lazy batch another submitter will lead (two runtimes on one
+    store): its hurry comes before the linger starts, and the leader's own ``lazy``
+    still says nobody waits. The linger must not start (it would last a minute)."""
+    monkeypatch.setattr("subagents.store._group.LINGER_MAX", 60.0)
+    recorder = Recorder()
+    committer = GroupCommitter(recorder, _closed)
+    for _ in range(5):
+        assert committer.submit(lambda _t: "eager") == "eager"
+        committer._spent = 60.0
+        committer.hurry()  # the other submitter's waiter
+        out: list[Any] = []
+        lazy = threading.Thread(target=_submit_lazy, args=(committer, out))
+        lazy.start()
+        lazy.join(10)
+        assert not lazy.is_alive(), "the batch lingered though somebody waited"
+        assert [r.outcome() for r in out] == ["lazy"]
+    assert recorder.batches == [1, 1] * 5
+
+
+class _NudgeInterrupted:
+    """The committer's nudge lock, with a SIGINT raised just before each release:
+    the handler runs between the two, where a Ctrl-C can land."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+
+    def acquire(self, *args: Any) -> bool:
+        return bool(self._lock.acquire(*args))
+
+    def release(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+        self._lock.release()
+
+
+@pytest.fixture
+def deferring_sigint() -> Iterator[None]:
+    """The runtime's SIGINT handler, as installed in the main thread: it defers an
+    interrupt inside a critical section."""
+
+    def handler(_sig: int, _frame: Any) -> None:
+        if not defer_interrupt():
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("deferring_sigint")
+def test_a_ctrl_c_inside_hurry_does_not_strand_the_lingering_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A flush or a close (the main thread) hurries a lingering batch and Ctrl-C
+    lands between the linger's end and its nudge: the interrupt is raised once the
+    nudge went, and the batch commits -- the leader does not wait for a nudge that
+    never comes, with every later writer behind it."""
+    assert threading.current_thread() is threading.main_thread()
+    for _ in range(5):
+        committer, recorder, (lazy, out) = _lazy_after_eager(monkeypatch)
+        committer._nudge = _NudgeInterrupted(committer._nudge)  # type: ignore[assignment]
+        with pytest.raises(KeyboardInterrupt):
+            committer.hurry()
+        lazy.join(10)
+        assert not lazy.is_alive(), "the lingering leader was stranded"
+        assert [r.outcome() for r in out] == ["lazy"]
+        assert committer.submit(lambda _t: "later") == "later"
+        assert recorder.batches == [1, 1, 1]
