@@ -47,7 +47,7 @@ from subagents.protocol import ErrorCode, SessionHeader, SessionId, SubagentErro
 
 from ._base import not_found
 from ._cells import STORED_VALUE_ERRORS, stored_value_error
-from ._durable import LeaseToken, Release, lease_lost
+from ._durable import Lease, LeaseToken, Release, lease_lost
 from ._group import WriteRequest
 from ._pg_deadline import deadline_passed
 from ._pg_schema import pg_error, reorder, translate
@@ -67,6 +67,12 @@ _ACCEPTING: Final = (
     " (SELECT epoch FROM leases WHERE session = ?1)"
 )
 _MAX_SEQ: Final = "SELECT max(seq) FROM events WHERE session = ?"
+#: The heartbeat row of a session's current holder, read FOR SHARE by a takeover
+#: before it judges the lease's expiry (see PgTxn.acquire).
+_LOCK_HOLDER: Final = (
+    "SELECT 1 FROM leases l JOIN holders h ON h.holder = l.holder"
+    " WHERE l.session = ? FOR SHARE OF h"
+)
 
 #: How long the writer fails batches at once after the server did not answer,
 #: before it tries to connect again (seconds).
@@ -111,11 +117,7 @@ class PgConn:
 
 
 class PgTxn(Txn):
-    """The shared operations with PostgreSQL's row locks (see the module docstring).
-
-    Lease acquisition needs no override: ``Txn.acquire`` checks the session exists
-    through :meth:`_next_seq`, which takes the session's row lock.
-    """
+    """The shared operations with PostgreSQL's row locks (see the module docstring)."""
 
     __slots__ = ("_locked",)
     FENCE = "SELECT holder, epoch FROM leases WHERE session = ? FOR SHARE"
@@ -161,6 +163,36 @@ class PgTxn(Txn):
         if self.conn.execute(_LOCK_SESSION, (key,)).fetchone() is None:
             raise not_found(session_id)
         self._locked.add(key)
+
+    def acquire(
+        self,
+        session_id: SessionId,
+        holder: str,
+        now: float,
+        expires: float,
+        wake: str | None,
+        dead: Callable[[str], bool] | None,
+    ) -> Lease:
+        # Under the session's row lock (a compare-and-swap), and with the current
+        # holder's heartbeat row read FOR SHARE: a renewal writing it (and then
+        # listing the leases it keeps) waits for this takeover, and one committed
+        # before is what the expiry is judged by -- the two are never both told
+        # they hold the session, as SQLite's one write lock orders them.
+        key = session_id.to_bytes()
+        self._lock(key, session_id)
+        self.conn.execute(_LOCK_HOLDER, (key,))
+        return super().acquire(session_id, holder, now, expires, wake, dead)
+
+    def withdraw(self, session_id: SessionId, message_id: bytes) -> bool:
+        # Under the session's lock, as delete: an acceptance committed meanwhile is
+        # withdrawn with the session, not left in an inbox of no session.
+        if not self._row_locked(session_id):
+            return False
+        return super().withdraw(session_id, message_id)
+
+    def delete(self, session_id: SessionId) -> None:
+        self._row_locked(session_id)  # (see withdraw; no session: nothing to delete)
+        super().delete(session_id)
 
     def release(
         self, session_id: SessionId, token: LeaseToken, unrun: Sequence[bytes] = ()
