@@ -156,6 +156,15 @@ class PgListener:
             return False
         return self._conn is not None or self._open()
 
+    def drop(self) -> None:
+        """Let the connection go, as lost (:meth:`fileno` is None, :meth:`reconnect`
+        reopens it): the server no longer shows it -- a NAT, a firewall or a
+        failover dropped it on the way, and nothing reached this socket to say so."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
     def close(self) -> None:
         """Stop listening and close its connection. Idempotent."""
         self._closed = True

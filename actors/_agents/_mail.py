@@ -282,7 +282,7 @@ class Mailman:
             ("the orphans", self._sessions.orphans),
             ("the work of ended holders", self._sessions.abandoned),
             ("the work of holders whose presence ended", self._sessions.ended),
-            ("the work of unheard holders", self._sessions.unheard),
+            ("the work of unheard holders", lambda: self._sessions.unheard(self._deaf)),
         ]
         for what, ask in queries:
             try:
@@ -292,6 +292,14 @@ class Mailman:
             except Exception:
                 logger.exception("sweeping for %s failed", what)
         return found + self._doubts.sessions()
+
+    def _deaf(self) -> None:
+        """The store no longer shows this runtime's listening connection (see
+        ``SweepReads.unheard``): it is dropped and, at the next wait, reopened."""
+        logger.warning(
+            "the store no longer shows this runtime's listening connection: reconnecting it"
+        )
+        self.doorbell.drop_listener()
 
     def _interrupts(self, rings: list[bytes]) -> None:
         handle = self._interrupt

@@ -97,14 +97,23 @@ class SweepReads:
         _taking_up(found, {by for _sid, by in found}, "has ended (its presence lock is free)")
         return [sid for sid, _by in found]
 
-    def unheard(self) -> list[SessionId]:
+    def unheard(self, deaf: Callable[[], object] | None = None) -> list[SessionId]:
         """Sessions with accepted work under the live lease of a holder -- of any
         host -- the store found unheard at every sweep for :func:`unheard_grace`
-        (its process ended: nobody will run the work before the lease expires)."""
+        (its process ended: nobody will run the work before the lease expires).
+
+        ``deaf`` is called when this holder's own work is among what the store
+        found: its listening connection is gone from the server though the
+        process runs (dropped silently on the way: no FIN reached it), so its
+        rings are lost and the others are about to take its sessions.
+        """
         store, leases = self.persistence, self.leases
         assert store is not None
         assert leases is not None
         found: list[tuple[SessionId, str]] = self._call(store.unheard_work, leases.now())
+        me = leases.holder.id
+        if deaf is not None and any(by == me for _sid, by in found):
+            deaf()
         grace = unheard_grace(leases.ttl)
         gone = leases.holder.unheard({by for _sid, by in found}, grace)
         _taking_up(found, gone, f"is gone (unheard for {grace:.1f} s)")

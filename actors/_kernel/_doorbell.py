@@ -196,6 +196,18 @@ class Doorbell:
             if deadline is not None and time.monotonic() >= deadline:
                 return None
 
+    def drop_listener(self) -> None:
+        """Let the listener's connection go (one the store no longer shows: dropped
+        silently on the way) and reopen it (blocking, off the hub; tried again at
+        the next :meth:`wait` if it fails). Called by the task that waits, between
+        waits; a listener without ``drop`` is left as is."""
+        listener = self._listener
+        drop = getattr(listener, "drop", None)
+        if listener is None or drop is None or self._closed:
+            return
+        drop()
+        self._blocking(listener.reconnect)
+
     def close(self) -> None:
         """Stop: a waiter returns ``[]``. Idempotent."""
         if self._closed:
