@@ -243,6 +243,11 @@ class Inbox:
             box = turn._steer
             if box is None:
                 box = turn._steer = SteerBox()
+                # A run of queued turns reads the box without this lock once the turn
+                # ended (``_run``: current cleared first): published, then current read
+                # again -- the run sees this box, or this sees the turn over.
+                if self._turns.current is not turn:
+                    return False
             box.messages.append(Message(message_id=message_id, content=content, source=source))
             box.marks.append(self._accepted)  # its place: after what was accepted so far
             self._steered += 1
