@@ -276,7 +276,8 @@ class Runtime:
         if not self._closed:
             wake_orphan(
                 self.agents, self.sessions, self.continuation, session_id,
-                everything=self._adopt, said=self._unwakeable,
+                everything=self._adopt or self.agents.adopted.taken_back(session_id),
+                said=self._unwakeable,
             )  # fmt: skip
 
     def _leaving(self, live: LiveSession, descriptor: Any) -> None:

@@ -52,6 +52,9 @@ __all__ = ["Adoptions"]
 
 logger = logging.getLogger("subagents")
 
+#: Sessions let go that a runtime remembers (:meth:`Adoptions.taken_back`).
+_LET_GO_MAX = 1024
+
 #: Seconds between looks at an adopted agent kept only by its children (no
 #: notice reaches it when a child settles): at least this, at least the grace.
 _RECHECK = 1.0
@@ -68,6 +71,9 @@ class Adoptions:
         self.children: Callable[[SessionId], bool] = lambda _sid: False
         self._lock = threading.Lock()  # held for a dict operation, never a call out
         self._adopted: dict[SessionId, Agent] = {}
+        # Sessions let go here, for :meth:`taken_back` (insertion order: the oldest
+        # forgotten first past _LET_GO_MAX).
+        self._let_go: dict[SessionId, None] = {}
         self._holds: dict[Agent, int] = {}  # work outliving its turns, by agent
         self._alarm = Alarm(backend, self._due, name="subagents-adopted")
 
@@ -97,6 +103,17 @@ class Adoptions:
         returned (None: not adopted, or let go already -- then it is disposing)."""
         with self._lock:
             return self._adopted.pop(session_id, None)
+
+    def taken_back(self, session_id: SessionId) -> bool:
+        """Whether ``session_id`` was let go here (forgotten as it is asked): work
+        that waits for it now was committed as it was let go -- its release found
+        it -- and this runtime adopts it again, also one that adopts nothing else
+        (``Runtime(adopt=False)``: it was asked to run it, by a ``send``)."""
+        with self._lock:
+            if session_id not in self._let_go:
+                return False
+            del self._let_go[session_id]
+            return True
 
     def adopted(self, session_id: SessionId) -> bool:
         """Whether the agent of ``session_id`` is live here as an adoption."""
@@ -176,6 +193,9 @@ class Adoptions:
             if self._adopted.get(sid) is not agent or not agent.close_if_idle():
                 return False
             del self._adopted[sid]
+            if len(self._let_go) >= _LET_GO_MAX:
+                del self._let_go[next(iter(self._let_go))]
+            self._let_go[sid] = None
         logger.debug("letting go of %s, adopted and quiet", sid)
         try:
             agent.dispose(wait=wait)  # its checkpoint, then its lease released

@@ -116,27 +116,22 @@ class Inbox:
 
     # -- admission -------------------------------------------------------------------
 
-    def _put(self, message: Any) -> None:
-        # What ActorRef.tell does, minus two calls and the Envelope: our own
-        # messages are their own envelopes (see _messages.Own).
-        ref = self._ref
-        if ref.actor_stopped.is_set():
-            self._settle_one()
+    def _count_in(self, drop: bool = False, call: bool = False, quiet: bool = False) -> int:
+        """Under ``self._lock``: number one more message, counted in flight; its
+        caller puts it in the mailbox before it lets go of the lock. A dispose
+        marks the agent under this lock before it tells the actor to stop, so a
+        message accepted here is queued ahead of that stop (put after it, pykka's
+        teardown dropped it: accepted, and never run nor logged)."""
+        if self._gate is CLOSED or self._disposed or self._ref.actor_stopped.is_set():
             raise self._disposed_error()
-        ref.actor_inbox.put(message)
-
-    def _reserve(self, drop: bool = False, call: bool = False, quiet: bool = False) -> int:
-        with self._lock:
-            if self._gate is CLOSED or self._disposed:
-                raise self._disposed_error()
-            self._accepted += 1
-            self._inflight += 1
-            self._quiet += quiet
-            if call:  # in the same step: accepted messages never count it, even briefly
-                self._calls += 1
-            if drop:
-                self._discard_through = self._accepted
-            return self._accepted
+        self._accepted += 1
+        self._inflight += 1
+        self._quiet += quiet
+        if call:  # in the same step: accepted messages never count it, even briefly
+            self._calls += 1
+        if drop:
+            self._discard_through = self._accepted
+        return self._accepted
 
     def deliver(
         self,
@@ -160,8 +155,10 @@ class Inbox:
             SubagentError: ``AGENT_DISPOSED`` once the gate is closed.
         """
         mid = message_id if message_id is not None else new_message_id()
-        n = self._reserve(drop)
-        self._put(Deliver(n, mid, content, source, kind, extra, on_end, redelivered))
+        with self._lock:
+            n = self._count_in(drop)
+            mailbox: Any = self._ref.actor_inbox  # (our messages are their own envelopes)
+            mailbox.put(Deliver(n, mid, content, source, kind, extra, on_end, redelivered))
         return mid
 
     def admit_followup(
@@ -192,11 +189,16 @@ class Inbox:
                 return False
             if limit is not None and self._inflight - self._quiet >= limit:
                 raise InboxFullError(str(self.session_id), limit, self._inflight - self._quiet)
+            ref = self._ref
+            if ref.actor_stopped.is_set():
+                raise self._disposed_error()
             self._accepted += 1
             self._inflight += 1
-            n = self._accepted
-        flag = UNTAKEN if untaken else False
-        self._put(Deliver(n, message_id, content, source, "message", (), None, flag))
+            flag = UNTAKEN if untaken else False
+            mailbox: Any = ref.actor_inbox  # in the locked step, as _count_in says why
+            mailbox.put(
+                Deliver(self._accepted, message_id, content, source, "message", (), None, flag)
+            )
         return True
 
     def inject_quiet(
@@ -209,8 +211,10 @@ class Inbox:
     ) -> None:
         """Accept a quiet report (context of the next turn); ``content`` is validated.
         ``drop`` as for :meth:`deliver`."""
-        n = self._reserve(drop, quiet=True)
-        self._put(Quiet(n, message_id, content, source))
+        with self._lock:
+            n = self._count_in(drop, quiet=True)
+            mailbox: Any = self._ref.actor_inbox
+            mailbox.put(Quiet(n, message_id, content, source))
 
     def steer_in(
         self,
@@ -289,8 +293,10 @@ class Inbox:
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` in the actor's context after everything accepted so far."""
-        n = self._reserve(call=True)
-        self._put(Call(n, fn))
+        with self._lock:
+            n = self._count_in(call=True)
+            mailbox: Any = self._ref.actor_inbox
+            mailbox.put(Call(n, fn))
 
     def close_admission(self) -> None:
         """A drain cutoff covers this agent: refuse continuation follow-ups from now on."""
@@ -359,12 +365,15 @@ class Inbox:
         message it accepts from now on, behind them: this activation runs no more.
         """
         with self._lock:
-            turn = self._turns.current
-            controller = turn._controller_locked() if turn is not None else None
+            # The watermark first, then the turn: a turn published meanwhile (its
+            # message taken before the watermark moved) reads the watermark after
+            # it published itself, so one of the two sees the other (see run_turn).
             if not keep_inbox:
                 self._discard_through = self._accepted
             if keep_accepted:
                 self._turns.keep_accepted = True
+            turn = self._turns.current
+            controller = turn._controller_locked() if turn is not None else None
         if controller is not None:
             controller.abort(cause if cause is not None else "cancelled")
 

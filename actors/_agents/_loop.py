@@ -269,9 +269,6 @@ class TurnRunner:
         if self.context and (unrun is None or self._last_chance()):
             context = tuple(self.context)
             self.context.clear()
-        if self.owed:  # a promised message (or its stand-in) runs: that promise is kept
-            kept = arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
-            host.sessions.owe(session, drop=kept)
         # The turn's events as one record, built when read (protocol.TurnRecord). One
         # wall-clock read, dated only if read (the system's: POSIX seconds), and one
         # of the monotonic clock: the turn's age and, at its end, its duration.
@@ -280,6 +277,17 @@ class TurnRunner:
         started = turn.began
         if unrun is None:  # a turn recorded unrun is no open turn: nothing steers into it
             self.current = turn  # a reference swap; cancel() reads it under the agent's lock
+            # A cancel that found no turn open (this message taken, its turn not
+            # published yet) set its watermark before it looked: seen here, this is
+            # the turn it cancelled, as if it had been open (its message claimed).
+            inbox: Any = self._agent  # (the Agent: an Inbox)
+            if d.n <= inbox._discard_through or (self.keep_accepted and self.kept(d)):
+                with self._lock:
+                    aborting = turn._controller_locked()
+                aborting.abort("cancelled")
+        if self.owed:  # a promised message (or its stand-in) runs: that promise is kept
+            kept = arrived(self.owed, (d.message_id, *(q.message_id for q in context)))
+            host.sessions.owe(session, drop=kept)
         if d.redelivered is True:
             self.replayed += 1
         output: Any = None

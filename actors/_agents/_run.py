@@ -60,7 +60,9 @@ def run_queued(agent: Inbox, message: Deliver, queued: deque[Any]) -> None:
                 if more and (ended is None or ended._steer is None):
                     message = queued.popleft()  # (only this loop takes from the head)
                     continue
-                _settle(agent, ended, deferred, more)  # (not more: its end wrote them)
+                # Not more: its end wrote them -- unless it was no turn to run (not
+                # ours: taken already, the lease lost), which wrote nothing.
+                _settle(agent, ended, deferred, more or ended is None)
                 deferred = 0
             else:
                 if deferred:

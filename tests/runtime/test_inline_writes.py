@@ -272,3 +272,52 @@ def test_owned_appends_racing_close_and_delete_fail_only_with_their_codes() -> N
     else; a deleted session stays deleted and a closed store stays unreadable."""
     for _ in range(50):
         _appends_racing_delete_and_close()
+
+
+class _DurableMemory(MemoryStore):
+    """An inline-written store that says it is durable (as a user's may)."""
+
+    durable = True
+
+
+def test_a_run_whose_last_message_is_not_its_to_run_stores_the_turns_before_it(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of queued turns stores its turns at its end, before the agent can be
+    seen idle -- also when its last message was not its to run (taken already by
+    another delivery of it), a turn that writes nothing itself."""
+    from subagents.actors._agents._loop import TurnRunner
+    from subagents.actors._agents._messages import UNTAKEN
+    from subagents.actors.testing import Gate
+
+    real_run = TurnRunner.run_turn
+
+    def run_turn(self: Any, d: Any, unrun: Any = None, later: bool = False) -> None:
+        if d.content == "last":
+            d.redelivered = UNTAKEN  # as a message committed to the durable inbox, untaken
+        real_run(self, d, unrun, later)
+
+    def take(self: Any, d: Any) -> bool:
+        d.redelivered = False
+        return False  # taken already (the pickup delivered it too)
+
+    monkeypatch.setattr(TurnRunner, "run_turn", run_turn)
+    monkeypatch.setattr(TurnRunner, "_take", take)
+    store = _DurableMemory()
+    with Runtime(store, backend=backend, durability="relaxed") as rt:
+        gate = Gate("first")
+        rt.models.register(
+            "g",
+            lambda _o: lambda turn: gate.pass_through(None) if turn.content == "first" else None,
+        )
+        agent = rt.spawn("g")
+        agent.followup("first")
+        assert gate.wait_reached(30)
+        for i in range(5):
+            agent.followup(i)
+        agent.followup("last")  # queued behind them: one run takes them all
+        gate.release()
+        assert agent.wait_idle(30)
+        stored = [r for r in store.read(agent.session_id) if isinstance(r.event, TurnEnd)]
+        live = [r for r in rt.sessions.read(agent.session_id) if isinstance(r.event, TurnEnd)]
+        assert len(stored) == len(live) == 6
