@@ -36,6 +36,20 @@ def _watch_releases(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> tuple[list[
     return released, seen
 
 
+def _hold_starts(monkeypatch: pytest.MonkeyPatch) -> list[Gate]:
+    """Each publisher stops before it announces its epoch's start, at the last gate
+    of the list returned (the test appends one per epoch)."""
+    start = Announcer.start
+    held: list[Gate] = []
+
+    def start_late(self: Any, act: Any) -> None:
+        held[-1].pass_through(None)  # the publisher, preempted before it announces
+        start(self, act)
+
+    monkeypatch.setattr(Announcer, "start", start_late)
+    return held
+
+
 def _start(rt: Runtime, root: Any, label: str) -> Any:
     return rt.subagents.start_continuable(
         ContinuableStartSpec(parent=root, provider="local", prompt="x", label=label, model="done")
@@ -83,14 +97,7 @@ def test_an_epoch_that_ended_before_its_quiet_start_is_still_released(
     rt = rtp
     released, seen = _watch_releases(rt, monkeypatch)
     rt.models.register("done", lambda _o: ScriptedBehaviour([Reply("ok")]))
-    start = Announcer.start
-    held: list[Gate] = []
-
-    def start_late(self: Any, act: Any) -> None:
-        held[-1].pass_through(None)  # the publisher, preempted before it announces
-        start(self, act)
-
-    monkeypatch.setattr(Announcer, "start", start_late)
+    held = _hold_starts(monkeypatch)
     root = rt.spawn("echo")
     for i in range(20):
         late = Gate(f"late-{i}")
@@ -102,7 +109,7 @@ def test_an_epoch_that_ended_before_its_quiet_start_is_still_released(
         late.release()
         child = task.result(10)
         assert released[-1].released.wait(10)
-    monkeypatch.setattr(Announcer, "start", start)
+    monkeypatch.undo()
     rt.subagents.followup(root, child.child_id, "again")  # waits for that latch
     rt.subagents.drain_continuable_descendants([root], timeout=10)
 
@@ -119,14 +126,7 @@ def test_a_listener_hears_no_lone_end_of_an_epoch_nobody_heard_start(
     announcer = rt.continuation._hooks._announce.__self__
     released, seen = _watch_releases(rt, monkeypatch)
     rt.models.register("done", lambda _o: ScriptedBehaviour([Reply("ok")]))
-    start = Announcer.start
-    held: list[Gate] = []
-
-    def start_late(self: Any, act: Any) -> None:
-        held[-1].pass_through(None)  # the publisher, preempted before it announces
-        start(self, act)
-
-    monkeypatch.setattr(Announcer, "start", start_late)
+    held = _hold_starts(monkeypatch)
     root = rt.spawn("echo")
     for i in range(10):
         busy = Gate(f"dispatcher-{i}")
@@ -146,5 +146,5 @@ def test_a_listener_hears_no_lone_end_of_an_epoch_nobody_heard_start(
         heard = [(e.type, e.child_id) for e in probe.events]
         probe.close()
         assert heard == []
-    monkeypatch.setattr(Announcer, "start", start)
+    monkeypatch.undo()
     rt.subagents.drain_continuable_descendants([root], timeout=10)
