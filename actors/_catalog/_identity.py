@@ -253,6 +253,12 @@ class Identities:
                 except Exception as exc:  # its log could not be read: like an inspection
                     if cancelled(exc):
                         raise
+                    if (
+                        self._persistence is not None
+                        and isinstance(exc, SubagentError)
+                        and exc.code == ErrorCode.SESSION_NOT_FOUND
+                    ):
+                        continue  # deleted since the listing found it (a start rolled back)
                     corrupt = (
                         isinstance(exc, SubagentError) and exc.code == ErrorCode.CORRUPT_RECORD
                     )
@@ -294,6 +300,9 @@ class Identities:
             if verdict == "ok" and detail is not None:
                 served[header.id] = detail
             elif verdict == "ok":
+                live = self._sessions
+                if live is not None and live.live(header.id) is not None:
+                    return  # live since the listing's snapshot: running, no identity yet
                 diagnostics[header.id] = Diagnostic(
                     id=header.id, kind="corrupt", detail="no identity in its log"
                 )

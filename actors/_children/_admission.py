@@ -208,7 +208,12 @@ class Registry(Authority, NoticeLoop):
     # -- reservation and routing -------------------------------------------------------
 
     def _reserve(self, child_id: SessionId, parent: Agent) -> Activation:
-        own = self._own_activation(parent)
+        own = self.index.get(parent.session_id)
+        if own is not None and own.agent is not parent:
+            # Its Activation is not published yet (its agent found by id as it is
+            # materialized): a child reserved now would be owned by nobody, and the
+            # parent could settle under it. A caller by id waits and asks again.
+            raise _err(ErrorCode.UNAUTHORIZED, "the parent is not resident yet")
         if own is not None and own.phase not in VISIBLE:
             raise _err(ErrorCode.UNAUTHORIZED, "the parent is leaving residency")
         lineage = self._lineage(parent)

@@ -215,6 +215,18 @@ class ContinuationManager(Followups):
             return True
         return not self.require_agents().is_live(agent)
 
+    def published(self, session_id: SessionId, signal: AbortSignal | None = None) -> bool:
+        """Wait while ``session_id`` is being materialized here -- its agent live
+        already, its Activation not yet published or rolled back: what comes by its
+        id meanwhile would reach it before its setup is installed and ahead of what
+        woke it, or start a child no Activation of it owns. True when it waited."""
+        act = self._index.get(session_id)
+        if act is None or act.agent is not None or not isinstance(act.admitted, Latch):
+            return False
+        latch = act.admitted.signal
+        (latch if signal is None else AbortSignal.any(latch, signal)).wait(ADMISSION_TIMEOUT)
+        return True
+
     def has_children(self, parent_id: SessionId) -> bool:
         """Whether a continuable child of ``parent_id`` is resident here, or on its
         way in or out (any Activation not released)."""

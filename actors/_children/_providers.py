@@ -19,6 +19,7 @@ its recorded outcome when its run completed, else it runs once more
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from subagents.actors._agents import Agent, TurnOutcome
@@ -45,6 +46,11 @@ from ._types import (
 )
 
 __all__ = ["ForkProvider", "LocalProvider"]
+
+logger = logging.getLogger("subagents")
+
+#: How long a rollback waits for the child's turn to end at its cancellation.
+ROLLBACK_TIMEOUT = 30.0
 
 
 class LocalProvider:
@@ -158,9 +164,18 @@ class ForkProvider(LocalProvider):
 
 
 def _rollback(runtime: ChildContext, child: Agent) -> None:
-    """Undo a published-but-not-returned child: nothing may remain."""
-    child.dispose(flush=False)
-    runtime.sessions.discard(child._session)
+    """Undo a published-but-not-returned child: nothing may remain. Its session is
+    deleted even when its turn outlives the cancel (the dispose's ``TIMEOUT``,
+    logged: the caller raises what made it roll back); that turn's last writes
+    then fail, as a deleted session's do."""
+    try:
+        child.dispose(flush=False, timeout=ROLLBACK_TIMEOUT)
+    except SubagentError as exc:
+        if exc.code != ErrorCode.TIMEOUT:
+            raise
+        logger.warning("rolling back %s: %s; its session is deleted now", child.session_id, exc)
+    finally:
+        runtime.sessions.discard(child._session)
 
 
 def _disposer(

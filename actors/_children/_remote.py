@@ -90,15 +90,24 @@ def followup_by_id(
             those of resuming the parent (``CORRUPT_RECORD`` for a damaged log: see
             ``resume(..., damaged="skip")``); nothing is accepted then.
     """
+    continuation.published(parent_id)  # a parent materialized here: once published
     parent = agents.get(parent_id)
-    if parent is not None:
+    for _attempt in range(WAKE_TRIES):
+        if parent is None:
+            break
         try:
             return _local(continuation, parent, child_id, content, source, message_id, steer)
         except SubagentError as exc:
-            if exc.code != ErrorCode.UNAUTHORIZED or not continuation.left(parent):
+            if exc.code != ErrorCode.UNAUTHORIZED:
+                raise
+            if continuation.published(parent_id):
+                parent = agents.get(parent_id)  # resumed meanwhile: asked again
+                continue
+            if not continuation.left(parent):
                 raise
             # The parent left residency since it was looked up (nothing was
             # accepted): the caller vouches for it, so as where it is not live.
+            break
     header = sessions.header(child_id)
     if header is None:
         raise SubagentError(f"no session {child_id}", code=ErrorCode.SESSION_NOT_FOUND)
@@ -187,7 +196,11 @@ def start_by_id(
         try:
             return continuation.start_continuable(dataclasses.replace(spec, parent=parent))
         except SubagentError as exc:
-            if exc.code != ErrorCode.UNAUTHORIZED or not continuation.left(parent):
+            if exc.code != ErrorCode.UNAUTHORIZED:
+                raise
+            if continuation.published(parent_id, spec.signal):
+                continue  # found as it was materialized: asked again once published
+            if not continuation.left(parent):
                 raise
             # Left residency since it was looked up (nothing was created): as
             # where it is not live, or through its next activation here.

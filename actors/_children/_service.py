@@ -348,7 +348,13 @@ class SubagentService(CatalogReads):
         continuation = self._continuation
         agents = continuation.require_agents()
         tel = self._ctx.telemetry
-        parts = (self._ctx.sessions, continuation.index, agents.get, agents.is_live)
+
+        def live(parent_id: SessionId) -> Agent | None:
+            # A parent being materialized here: delivered once it is published.
+            continuation.published(parent_id, signal if isinstance(signal, AbortSignal) else None)
+            return agents.get(parent_id)
+
+        parts = (self._ctx.sessions, continuation.index, live, agents.is_live)
         return traced(
             tel,
             "subagents.report",

@@ -239,8 +239,8 @@ def sweep_answers(monkeypatch: Any, name: str) -> list[list[Any]]:
     answers: list[list[Any]] = []
     real = getattr(SweepReads, name)
 
-    def ask(self: Any) -> list[Any]:
-        found: list[Any] = real(self)
+    def ask(self: Any, *args: Any) -> list[Any]:
+        found: list[Any] = real(self, *args)
         answers.append(found)
         return found
 
