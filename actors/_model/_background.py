@@ -128,12 +128,15 @@ def _offer(
 class Background:
     """One agent's background runs (see :mod:`._dispatch`)."""
 
-    __slots__ = ("backend", "controller", "one_shot", "release", "runs")
+    __slots__ = ("backend", "controller", "one_shot", "release", "runs", "starting")
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
         self.controller = AbortController()  # replaced after each cancel of them all
         self.runs: dict[str, SubagentRun] = {}
+        # Runs being started (not in ``runs`` yet): they keep the hold too -- an
+        # earlier run finishing meanwhile must not end it under them.
+        self.starting = 0
         self.release: Callable[[], None] | None = None  # the agent's residency hold
         self.one_shot: bool | None = None  # a one-shot child's (known once asked)
 

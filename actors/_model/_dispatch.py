@@ -270,17 +270,22 @@ class ToolDispatcher:
             state.one_shot = one_shot(turn)
         if state.one_shot:
             raise background_refused()  # before anything starts: see ._delegated
-        if state.release is None:  # held before the run starts: no settling in between
-            release = subs.hold_residency()
-            if release is not None and not self._keep_hold(state, release):
-                release()  # a parallel call held first
-        controller = state.controller
+        with self._lock:  # counted from now: a run finishing meanwhile keeps the hold
+            state.starting += 1
         try:
+            if state.release is None:  # held before the run starts: no settling in between
+                release = subs.hold_residency()
+                if release is not None and not self._keep_hold(state, release):
+                    release()  # a parallel call held first
+            controller = state.controller
             run = subs.start(provider, prompt, signal=controller.signal, **fields)
         except BaseException:
+            with self._lock:
+                state.starting -= 1
             self._release_if_idle(state)
             raise
         with self._lock:
+            state.starting -= 1
             state.runs[str(run.id)] = run
         agent = turn.agent
         # The result continues this turn's trace, and so does its stand-in.
@@ -371,7 +376,7 @@ class ToolDispatcher:
 
     def _release_if_idle(self, state: Background) -> None:
         with self._lock:
-            if state.runs or state.release is None:
+            if state.runs or state.starting or state.release is None:
                 return
             release, state.release = state.release, None
         release()
