@@ -21,6 +21,7 @@ from subagents.protocol import (
     Limits,
     MessageEvent,
     ReportEvent,
+    SessionId,
     SubagentError,
     decode_event,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "inbox_event",
     "integer",
     "real",
+    "stored_session_id",
     "stored_value_error",
     "text_or_none",
 ]
@@ -57,6 +59,15 @@ def blob(value: Any, session: Any, what: str, seq: int = -1) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise corrupt_cell(session, what, value, seq)
+
+
+def stored_session_id(value: Any) -> SessionId | None:
+    """A stored session key read by a query over many sessions (a sweep's), or None
+    when it is not one (16 bytes): that row is left out, and the others answered --
+    one damaged row must not stop the work of every other session."""
+    if isinstance(value, (bytes, bytearray, memoryview)) and len(value) == 16:
+        return SessionId.from_bytes(bytes(value))
+    return None
 
 
 def integer(value: Any, session: Any, what: str, seq: int = -1) -> int:

@@ -82,7 +82,7 @@ def _unheld(path: str) -> bool:
     """True when the file at ``path`` is there and nobody holds a lock on it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    except (OSError, ValueError):  # (ValueError: a NUL in a damaged wake address)
         return False
     try:
         # Shared: judges asking at once do not take each other for the holder.

@@ -18,7 +18,7 @@ from subagents.protocol import (
 )
 
 from ._base import not_found
-from ._cells import inbox_event, integer, real, text_or_none
+from ._cells import inbox_event, integer, real, stored_session_id, text_or_none
 from ._durable import DurableQueues, InboxEntry, Lease
 from ._promises import OWED_SESSIONS
 from ._queue_txn import EXPIRY, LEASE, LEASES
@@ -144,7 +144,7 @@ class SqlQueueReads(DurableQueues):
             f" UNION {OWED_SESSIONS.format(expiry=EXPIRY)}",  # owed a message: see ._promises
             (at, at),
         )
-        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+        return _sessions(rows)
 
     def leased_work(self, prefix: str, now: float) -> list[tuple[SessionId, str]]:
         at = check_seconds(now, "now")
@@ -157,7 +157,13 @@ class SqlQueueReads(DurableQueues):
             (like, at),
         )
         # (SQLite's LIKE ignores ASCII case: the prefix is checked as written here.)
-        return [(SessionId.from_bytes(bytes(r[0])), r[1]) for r in rows if r[1].startswith(prefix)]
+        return [
+            (sid, r[1])
+            for r in rows
+            if (sid := stored_session_id(r[0])) is not None
+            and type(r[1]) is str
+            and r[1].startswith(prefix)
+        ]
 
     def owed(self, session_id: SessionId | str) -> list[MessageId]:
         sid = check_session_id(session_id)
@@ -172,12 +178,16 @@ class SqlQueueReads(DurableQueues):
             " WHERE l.holder = ? AND i.done = 0 AND i.epoch IS NULL",
             (holder,),
         )
-        return [SessionId.from_bytes(bytes(r[0])) for r in rows]
+        return _sessions(rows)
 
     def find_accepted(self, message_id: MessageId) -> list[tuple[SessionId, int]]:
         (mid,) = check_message_ids([message_id])
         rows = self._query("SELECT session, n FROM inbox WHERE message_id = ?", (mid.to_bytes(),))
-        return [(SessionId.from_bytes(bytes(key)), int(n)) for key, n in rows]
+        return [
+            (sid, n)
+            for key, n in rows
+            if (sid := stored_session_id(key)) is not None and type(n) is int
+        ]
 
     # -- leases --------------------------------------------------------------------
 
@@ -193,6 +203,11 @@ class SqlQueueReads(DurableQueues):
             sid = SessionId.from_bytes(bytes(key))
             found[sid] = _lease(sid, *row)
         return found
+
+
+def _sessions(rows: Iterable[Any]) -> list[SessionId]:
+    """The session keys of ``rows`` (first column), a damaged one left out."""
+    return [sid for r in rows if (sid := stored_session_id(r[0])) is not None]
 
 
 def _lease(sid: SessionId, holder: Any, epoch: Any, expires: Any, wake: Any) -> Lease:

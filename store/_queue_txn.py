@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Final, Protocol
 
 from subagents.protocol import DEFAULT_LIMITS, Limits, SessionId
 
-from ._cells import integer, real, text_or_none
+from ._cells import integer, real, stored_session_id, text_or_none
 from ._durable import (
     HOLDER_RETENTION,
     Accepted,
@@ -402,7 +402,7 @@ class QueueTxn:
     def renew(self, holder: str, expires: float) -> list[SessionId]:
         self.heartbeat(holder, expires)
         rows = self.conn.execute("SELECT session FROM leases WHERE holder = ?", (holder,))
-        return [SessionId.from_bytes(bytes(r[0])) for r in rows.fetchall()]
+        return [sid for r in rows.fetchall() if (sid := stored_session_id(r[0])) is not None]
 
     def renew_count(self, holder: str, expires: float) -> int:
         self.heartbeat(holder, expires)

@@ -177,7 +177,7 @@ class SqlReads:
         exists, last = self._query(NEXT_SEQ, (sid.to_bytes(),))[0]
         if not exists:
             raise not_found(sid)
-        return -1 if last is None else int(last)
+        return -1 if last is None else integer(last, sid, "event seq")
 
     def _headers(self, where: str, params: tuple[Any, ...]) -> list[SessionHeader]:
         rows = self._query(
@@ -334,7 +334,9 @@ class SqlReads:
             *params,
         )
         if len(keys) > _IN_CHUNK and not by_parent:
-            rows.sort(key=lambda r: (r[0], bytes(r[1])))  # chunks merged: (created_at, id)
+            # Chunks merged: (created_at, id), kinds ordered as SQLite orders them,
+            # so a damaged cell sorts instead of failing the whole listing.
+            rows.sort(key=lambda r: (_stored_order(r[0]), _stored_order(r[1])))
         return rows
 
     def _scanned_children(self, rows: list[Any]) -> list[SessionHeader | CorruptRecordError]:
@@ -426,3 +428,17 @@ class SqlReads:
 def _cached(seq: Any, data: Any) -> bool:
     """Whether a projection-cache row holds what the store wrote (an int, bytes)."""
     return type(seq) is int and isinstance(data, (bytes, bytearray, memoryview))
+
+
+def _stored_order(value: Any) -> tuple[int, Any]:
+    """A sort key of a stored cell of any kind, in SQLite's order of kinds: NULL,
+    numbers, text, blobs."""
+    if value is None:
+        return (0, 0)
+    if isinstance(value, (int, float)):
+        return (1, value)
+    if isinstance(value, str):
+        return (2, value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return (3, bytes(value))
+    return (4, repr(value))

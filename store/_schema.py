@@ -246,7 +246,12 @@ def _read_version(conn: sqlite3.Connection) -> int | None:
     if not row[0]:
         return None
     row = conn.execute("SELECT version FROM schema_version").fetchone()
-    return int(row[0]) if row is not None else 0
+    if row is None:
+        return 0
+    if type(row[0]) is not int or row[0] < 0:
+        # A damaged file: as SQLite reports one (typed where it is opened or read).
+        raise sqlite3.DatabaseError(f"its schema_version holds {row[0]!r}, no version")
+    return row[0]
 
 
 def check_current(conn: sqlite3.Connection, path: str) -> None:

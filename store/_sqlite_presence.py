@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 from subagents.protocol import SessionId
 
 from ._base import store_closed
+from ._cells import stored_session_id
 from ._presence import Presence, clear_stale, meeting_place, presence_ended
 from ._queue_reads import WORK_LEASES
 from ._queue_txn import EXPIRY
@@ -73,9 +74,12 @@ class SqlitePresence:
         rows = self._query(_PATH_WORK, (at,))
         ended: dict[str, bool] = {}  # asked once a presence
         found: list[tuple[SessionId, str]] = []
-        for sid, holder, wake in rows:
+        for key, holder, wake in rows:
+            sid = stored_session_id(key)
+            if sid is None or type(holder) is not str:
+                continue  # a damaged row: left out, the others answered
             if wake not in ended:
                 ended[wake] = presence_ended(wake)
             if ended[wake]:
-                found.append((SessionId.from_bytes(bytes(sid)), holder))
+                found.append((sid, holder))
         return found

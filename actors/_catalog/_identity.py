@@ -150,8 +150,8 @@ class Identities:
             value = unpackb(data)
         except Exception:
             return MISS
-        if value is not None and not (isinstance(value, dict) and "mode" in value):
-            return MISS
+        if value is not None and not _identity_shaped(value):
+            return MISS  # derived data gone wrong: the log decides
         if len(known) >= IDENTITY_CACHE_MAX:
             known.clear()
         known[data] = value
@@ -350,3 +350,13 @@ class Identities:
         if failure:
             raise failure[0]
         check(signal)
+
+
+def _identity_shaped(value: Any) -> bool:
+    """Whether a cached identity is one a listing can serve: a mode of the two, a
+    label that is text or none (a damaged row is a miss, not a row of garbage)."""
+    return (
+        isinstance(value, dict)
+        and value.get("mode") in ("one-shot", "continuable")
+        and (value.get("label") is None or type(value.get("label")) is str)
+    )
