@@ -65,6 +65,11 @@ def check_unit(unit: object, max_len: int | None = None) -> str:
     """A projection unit's name: a non-empty ``str`` (of at most ``max_len``)."""
     if type(unit) is not str or not unit or (max_len is not None and len(unit) > max_len):
         raise invalid(f"a projection unit is a non-empty str, got {unit!r}"[:200])
+    if not unit.isascii():
+        try:
+            unit.encode()
+        except UnicodeEncodeError:  # a lone surrogate: no store can keep it
+            raise invalid(f"a projection unit is text a store keeps, got {unit!r}"[:200]) from None
     return unit
 
 
@@ -113,7 +118,7 @@ def check_header(header: object) -> SessionHeader:
     session_id = check_session_id(header.id)
     parent = None if header.parent_session is None else check_session_id(header.parent_session)
     check_int(header.delegation_depth, "delegation_depth")
-    if header.origin not in ORIGINS:
+    if type(header.origin) is not str or header.origin not in ORIGINS:
         raise invalid(f"origin must be one of {sorted(ORIGINS)}, got {header.origin!r}")
     created_at = header.created_at
     if not isinstance(created_at, _dt.datetime) or created_at.utcoffset() is None:
