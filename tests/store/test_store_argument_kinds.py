@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from conftest import MakeHeader
 from subagents.protocol import ErrorCode, SessionHeader, SubagentError, new_session_id
 from subagents.store import SessionStore
 
@@ -33,14 +34,10 @@ def test_an_unhashable_origin_is_an_invalid_argument(store: SessionStore) -> Non
     assert store.header(header.id) is None
 
 
-def test_a_unit_no_store_can_keep_is_an_invalid_argument(store: SessionStore) -> None:
-    header = SessionHeader(
-        id=new_session_id(),
-        parent_session=None,
-        origin="user",
-        delegation_depth=0,
-        created_at=dt.datetime.now(dt.UTC),
-    )
+def test_a_unit_no_store_can_keep_is_an_invalid_argument(
+    store: SessionStore, make_header: MakeHeader
+) -> None:
+    header = make_header()
     store.create_session(header)
     unit = "a\ud800"
     assert _code(store.put_projection, header.id, unit, 0, b"x") == ErrorCode.INVALID_ARGUMENT
