@@ -90,7 +90,6 @@ def followup_by_id(
             those of resuming the parent (``CORRUPT_RECORD`` for a damaged log: see
             ``resume(..., damaged="skip")``); nothing is accepted then.
     """
-    continuation.published(parent_id)  # a parent materialized here: once published
     parent = agents.get(parent_id)
     for _attempt in range(WAKE_TRIES):
         if parent is None:

@@ -105,7 +105,6 @@ def steer_by_id(
     (only a child resident here has a turn to steer), else queued by id --
     ``message_id`` deduplicating it either way."""
     strict = check_steer(steer)
-    continuation.published(parent_id, signal)  # a parent materialized here: once published
     parent = agents.get(parent_id)
     if parent is not None:
         steered = continuation.followup(

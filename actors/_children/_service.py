@@ -350,8 +350,11 @@ class SubagentService(CatalogReads):
         tel = self._ctx.telemetry
 
         def live(parent_id: SessionId) -> Agent | None:
-            # A parent being materialized here: delivered once it is published.
-            continuation.published(parent_id, signal if isinstance(signal, AbortSignal) else None)
+            # A parent being materialized here: delivered once it is published
+            # (strict: kept in its inbox meanwhile, replayed in order, see _reports).
+            if not self._ctx.sessions.strict:
+                aborts = signal if isinstance(signal, AbortSignal) else None
+                continuation.published(parent_id, aborts)
             return agents.get(parent_id)
 
         parts = (self._ctx.sessions, continuation.index, live, agents.is_live)
